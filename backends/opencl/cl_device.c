@@ -1,0 +1,281 @@
+/*
+ * cl_device.c - OpenCL error names and status mapping, platform/device discovery (every device
+ * of every platform, flattened into one index list) and the fa_device_props each device reports.
+ * Discovery runs on every call, so a device list never goes stale; it is cheap next to a build.
+ */
+#include "opencl_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define FA_CL_ERRORS(X)                                                                         \
+    X(CL_SUCCESS) X(CL_DEVICE_NOT_FOUND) X(CL_DEVICE_NOT_AVAILABLE)                             \
+    X(CL_COMPILER_NOT_AVAILABLE) X(CL_MEM_OBJECT_ALLOCATION_FAILURE) X(CL_OUT_OF_RESOURCES)     \
+    X(CL_OUT_OF_HOST_MEMORY) X(CL_PROFILING_INFO_NOT_AVAILABLE) X(CL_MEM_COPY_OVERLAP)          \
+    X(CL_IMAGE_FORMAT_MISMATCH) X(CL_IMAGE_FORMAT_NOT_SUPPORTED) X(CL_BUILD_PROGRAM_FAILURE)    \
+    X(CL_MAP_FAILURE) X(CL_MISALIGNED_SUB_BUFFER_OFFSET)                                        \
+    X(CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST) X(CL_COMPILE_PROGRAM_FAILURE)               \
+    X(CL_LINKER_NOT_AVAILABLE) X(CL_LINK_PROGRAM_FAILURE) X(CL_DEVICE_PARTITION_FAILED)         \
+    X(CL_KERNEL_ARG_INFO_NOT_AVAILABLE) X(CL_INVALID_VALUE) X(CL_INVALID_DEVICE_TYPE)           \
+    X(CL_INVALID_PLATFORM) X(CL_INVALID_DEVICE) X(CL_INVALID_CONTEXT)                           \
+    X(CL_INVALID_QUEUE_PROPERTIES) X(CL_INVALID_COMMAND_QUEUE) X(CL_INVALID_HOST_PTR)           \
+    X(CL_INVALID_MEM_OBJECT) X(CL_INVALID_IMAGE_FORMAT_DESCRIPTOR) X(CL_INVALID_IMAGE_SIZE)     \
+    X(CL_INVALID_SAMPLER) X(CL_INVALID_BINARY) X(CL_INVALID_BUILD_OPTIONS)                      \
+    X(CL_INVALID_PROGRAM) X(CL_INVALID_PROGRAM_EXECUTABLE) X(CL_INVALID_KERNEL_NAME)            \
+    X(CL_INVALID_KERNEL_DEFINITION) X(CL_INVALID_KERNEL) X(CL_INVALID_ARG_INDEX)                \
+    X(CL_INVALID_ARG_VALUE) X(CL_INVALID_ARG_SIZE) X(CL_INVALID_KERNEL_ARGS)                    \
+    X(CL_INVALID_WORK_DIMENSION) X(CL_INVALID_WORK_GROUP_SIZE) X(CL_INVALID_WORK_ITEM_SIZE)     \
+    X(CL_INVALID_GLOBAL_OFFSET) X(CL_INVALID_EVENT_WAIT_LIST) X(CL_INVALID_EVENT)               \
+    X(CL_INVALID_OPERATION) X(CL_INVALID_GL_OBJECT) X(CL_INVALID_BUFFER_SIZE)                   \
+    X(CL_INVALID_MIP_LEVEL) X(CL_INVALID_GLOBAL_WORK_SIZE) X(CL_INVALID_PROPERTY)               \
+    X(CL_INVALID_IMAGE_DESCRIPTOR) X(CL_INVALID_COMPILER_OPTIONS) X(CL_INVALID_LINKER_OPTIONS)  \
+    X(CL_INVALID_DEVICE_PARTITION_COUNT)
+
+/* The ICD loader's "no platform" code (cl_khr_icd), not in cl.h. */
+#define FA_CL_PLATFORM_NOT_FOUND_KHR (-1001)
+
+const char *fa__cl_error_name(cl_int err)
+{
+    switch (err) {
+#define FA_CL_ERROR_CASE(name)                                                                  \
+    case name:                                                                                  \
+        return #name;
+        FA_CL_ERRORS(FA_CL_ERROR_CASE)
+#undef FA_CL_ERROR_CASE
+    case FA_CL_PLATFORM_NOT_FOUND_KHR:
+        return "CL_PLATFORM_NOT_FOUND_KHR";
+    default:
+        return "CL_UNKNOWN_ERROR";
+    }
+}
+
+fa_status fa__cl_status(cl_int err)
+{
+    if (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_HOST_MEMORY)
+        return FA_STATUS_OUT_OF_MEMORY;
+    return err == CL_SUCCESS ? FA_STATUS_OK : FA_STATUS_DEVICE_ERROR;
+}
+
+fa_status fa__cl_fail(fa_context *ctx, cl_int err, const char *call)
+{
+    return fa__error(ctx, fa__cl_status(err), "OpenCL: %s failed (%s, %d)", call,
+                     fa__cl_error_name(err), (int)err);
+}
+
+/* All platform ids, malloc'ed; BACKEND_UNAVAILABLE when there are none. */
+static fa_status list_platforms(cl_platform_id **out, cl_uint *n, char *why, size_t why_size)
+{
+    cl_int err = clGetPlatformIDs(0, NULL, n);
+    if (err != CL_SUCCESS || *n == 0) {
+        fa__format(why, why_size, "no OpenCL platform found (clGetPlatformIDs returned %s, %d)",
+                   fa__cl_error_name(err), (int)err);
+        return FA_STATUS_BACKEND_UNAVAILABLE;
+    }
+    *out = malloc(*n * sizeof **out);
+    if (!*out) {
+        fa__format(why, why_size, "cannot allocate the OpenCL platform list");
+        return FA_STATUS_OUT_OF_MEMORY;
+    }
+    err = clGetPlatformIDs(*n, *out, NULL);
+    if (err != CL_SUCCESS) {
+        free(*out);
+        fa__format(why, why_size, "no OpenCL platform found (clGetPlatformIDs returned %s, %d)",
+                   fa__cl_error_name(err), (int)err);
+        return FA_STATUS_BACKEND_UNAVAILABLE;
+    }
+    return FA_STATUS_OK;
+}
+
+/* The devices of one platform, malloc'ed (NULL with *n == 0 when it has none or fails). */
+static cl_device_id *platform_devices(cl_platform_id platform, cl_uint *n)
+{
+    *n = 0;
+    cl_uint count = 0;
+    if (clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 0, NULL, &count) != CL_SUCCESS || !count)
+        return NULL; /* CL_DEVICE_NOT_FOUND: a platform with no device is not an error */
+    cl_device_id *ids = malloc(count * sizeof *ids);
+    if (ids && clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, count, ids, NULL) == CL_SUCCESS) {
+        *n = count;
+        return ids;
+    }
+    free(ids);
+    return NULL;
+}
+
+fa_status fa__cl_find_device(int index, cl_device_id *out, int *count, char *why,
+                             size_t why_size)
+{
+    cl_platform_id *platforms = NULL;
+    cl_uint np = 0;
+    fa_status st = list_platforms(&platforms, &np, why, why_size);
+    if (st != FA_STATUS_OK)
+        return st;
+    int total = 0;
+    bool found = false;
+    for (cl_uint i = 0; i < np; i++) {
+        cl_uint n = 0;
+        cl_device_id *ids = platform_devices(platforms[i], &n);
+        if (index >= total && index < total + (int)n) {
+            *out = ids[index - total];
+            found = true;
+        }
+        total += (int)n;
+        free(ids);
+    }
+    free(platforms);
+    if (count)
+        *count = total;
+    if (total == 0) {
+        fa__format(why, why_size, "no OpenCL device found on %u platform%s", (unsigned)np,
+                   np == 1 ? "" : "s");
+        return FA_STATUS_BACKEND_UNAVAILABLE;
+    }
+    if (index >= 0 && !found) {
+        fa__format(why, why_size, "no OpenCL device %d: there %s %d", index,
+                   total == 1 ? "is" : "are", total);
+        return FA_STATUS_DEVICE_NOT_FOUND;
+    }
+    return FA_STATUS_OK;
+}
+
+int fa__cl_device_index(cl_device_id device)
+{
+    int count = 0;
+    if (fa__cl_find_device(-1, NULL, &count, NULL, 0) != FA_STATUS_OK)
+        return -1;
+    for (int i = 0; i < count; i++) {
+        cl_device_id d = NULL;
+        if (fa__cl_find_device(i, &d, NULL, NULL, 0) == FA_STATUS_OK && d == device)
+            return i;
+    }
+    return -1;
+}
+
+/* A string query, malloc'ed and terminated; NULL with *err set on failure. */
+static char *device_string(cl_device_id device, cl_device_info what, cl_int *err)
+{
+    size_t n = 0;
+    *err = clGetDeviceInfo(device, what, 0, NULL, &n);
+    if (*err != CL_SUCCESS)
+        return NULL;
+    char *s = malloc(n + 1);
+    if (!s) {
+        *err = CL_OUT_OF_HOST_MEMORY;
+        return NULL;
+    }
+    *err = clGetDeviceInfo(device, what, n, s, NULL);
+    if (*err != CL_SUCCESS) {
+        free(s);
+        return NULL;
+    }
+    s[n] = '\0';
+    return s;
+}
+
+/* True when a space-separated extension list holds `name` as a whole word. */
+static bool has_extension(const char *list, const char *name)
+{
+    size_t len = strlen(name);
+    for (const char *s = strstr(list, name); s; s = strstr(s + 1, name)) {
+        bool starts = s == list || s[-1] == ' ';
+        bool ends = s[len] == '\0' || s[len] == ' ';
+        if (starts && ends)
+            return true;
+    }
+    return false;
+}
+
+/* One fixed-size clGetDeviceInfo query. */
+typedef struct device_query {
+    cl_device_info what;
+    const char *name;
+    size_t size;
+    void *dst;
+} device_query;
+
+/* Runs queries in order; the first failure is reported with the query's name. */
+static cl_int run_queries(cl_device_id device, const device_query *q, size_t n,
+                          const char **failed)
+{
+    for (size_t i = 0; i < n; i++) {
+        cl_int err = clGetDeviceInfo(device, q[i].what, q[i].size, q[i].dst, NULL);
+        if (err != CL_SUCCESS) {
+            *failed = q[i].name;
+            return err;
+        }
+    }
+    return CL_SUCCESS;
+}
+
+#define FA_CL_QUERY(what, var) {what, #what, sizeof(var), &(var)}
+
+static fa_status device_numbers(cl_device_id device, fa_device_props *out, char *why,
+                                size_t why_size)
+{
+    cl_ulong local = 0, global = 0;
+    size_t wg = 0, items[3] = {0, 0, 0};
+    cl_uint units = 0;
+    const device_query q[] = {FA_CL_QUERY(CL_DEVICE_LOCAL_MEM_SIZE, local),
+                              FA_CL_QUERY(CL_DEVICE_GLOBAL_MEM_SIZE, global),
+                              FA_CL_QUERY(CL_DEVICE_MAX_WORK_GROUP_SIZE, wg),
+                              FA_CL_QUERY(CL_DEVICE_MAX_WORK_ITEM_SIZES, items),
+                              FA_CL_QUERY(CL_DEVICE_MAX_COMPUTE_UNITS, units)};
+    const char *failed = "";
+    cl_int err = run_queries(device, q, sizeof q / sizeof q[0], &failed);
+    if (err != CL_SUCCESS) {
+        fa__format(why, why_size, "OpenCL: clGetDeviceInfo(%s) failed (%s, %d)", failed,
+                   fa__cl_error_name(err), (int)err);
+        return fa__cl_status(err);
+    }
+    /* The kernel's work-groups are 1-D in dimension 0, so that dimension's limit applies too. */
+    if (items[0] > 0 && items[0] < wg)
+        wg = items[0];
+    out->sram_bytes = local;
+    out->global_mem_bytes = global;
+    out->max_work_group_size = wg > UINT32_MAX ? UINT32_MAX : (uint32_t)wg;
+    out->compute_units = units;
+    return FA_STATUS_OK;
+}
+
+fa_status fa__cl_device_props(cl_device_id device, fa_device_props *out, char *why,
+                              size_t why_size)
+{
+    memset(out, 0, sizeof *out);
+    out->backend = FA_BACKEND_OPENCL;
+    const cl_device_info what[3] = {CL_DEVICE_NAME, CL_DEVICE_VENDOR, CL_DEVICE_EXTENSIONS};
+    const char *names[3] = {"CL_DEVICE_NAME", "CL_DEVICE_VENDOR", "CL_DEVICE_EXTENSIONS"};
+    for (int i = 0; i < 3; i++) {
+        cl_int err = CL_SUCCESS;
+        char *s = device_string(device, what[i], &err);
+        if (!s) {
+            fa__format(why, why_size, "OpenCL: clGetDeviceInfo(%s) failed (%s, %d)", names[i],
+                       fa__cl_error_name(err), (int)err);
+            return fa__cl_status(err);
+        }
+        if (i == 0)
+            fa__format(out->name, sizeof out->name, "%s", s);
+        else if (i == 1)
+            fa__format(out->vendor, sizeof out->vendor, "%s", s);
+        else
+            out->fp16 = has_extension(s, "cl_khr_fp16") ? 1 : 0;
+        free(s);
+    }
+    out->bf16 = 0; /* OpenCL 1.2 has no bf16 arithmetic; the kernel converts with bit shifts */
+    return device_numbers(device, out, why, why_size);
+}
+
+fa_status fa__cl_state_limits(fa_context *ctx, fa__cl_state *s)
+{
+    const device_query q[] = {FA_CL_QUERY(CL_DEVICE_MEM_BASE_ADDR_ALIGN, s->base_align_bits),
+                              FA_CL_QUERY(CL_DEVICE_MAX_MEM_ALLOC_SIZE, s->max_alloc),
+                              FA_CL_QUERY(CL_DEVICE_LOCAL_MEM_SIZE, s->local_mem),
+                              FA_CL_QUERY(CL_DEVICE_COMPILER_AVAILABLE, s->compiler)};
+    const char *failed = "";
+    cl_int err = run_queries(s->device, q, sizeof q / sizeof q[0], &failed);
+    if (err != CL_SUCCESS)
+        return fa__error(ctx, fa__cl_status(err), "OpenCL: clGetDeviceInfo(%s) failed (%s, %d)",
+                         failed, fa__cl_error_name(err), (int)err);
+    if (s->base_align_bits < 8)
+        s->base_align_bits = 8; /* bits; a byte is the least any device can mean */
+    return FA_STATUS_OK;
+}

@@ -1,0 +1,69 @@
+/*
+ * opencl_internal.h - what the OpenCL backend's files share: the per-context state, the program
+ * cache entries, error translation and device discovery. Not installed; users see only
+ * include/flashattn_opencl.h.
+ */
+#ifndef FA_OPENCL_INTERNAL_H
+#define FA_OPENCL_INTERNAL_H
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#include <CL/cl.h>
+
+#include "internal.h"
+
+/* One built program and its kernel, keyed by the -D options string; lives until context close. */
+typedef struct fa__cl_program {
+    struct fa__cl_program *next;
+    char *options;          /* the build options, the cache key */
+    cl_program program;
+    cl_kernel kernel;       /* flash_fwd; arguments are set before every launch */
+    size_t kernel_wg;       /* CL_KERNEL_WORK_GROUP_SIZE */
+    cl_ulong kernel_local;  /* CL_KERNEL_LOCAL_MEM_SIZE */
+} fa__cl_program;
+
+/* The backend state of one fa_context (what context_open returns). */
+typedef struct fa__cl_state {
+    cl_context context;
+    cl_device_id device;
+    cl_command_queue queue;  /* in-order */
+    cl_uint base_align_bits; /* CL_DEVICE_MEM_BASE_ADDR_ALIGN: sub-buffer origin alignment */
+    cl_ulong max_alloc;      /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
+    cl_ulong local_mem;      /* CL_DEVICE_LOCAL_MEM_SIZE */
+    cl_bool compiler;        /* CL_DEVICE_COMPILER_AVAILABLE */
+    fa__cl_program *programs; /* the program cache */
+} fa__cl_state;
+
+/* "CL_OUT_OF_RESOURCES", ...; "CL_UNKNOWN_ERROR" for codes not in OpenCL 1.2. */
+const char *fa__cl_error_name(cl_int err);
+/* The status an OpenCL error maps to: OUT_OF_MEMORY for allocation failures, else DEVICE_ERROR. */
+fa_status fa__cl_status(cl_int err);
+/* Records "call failed (CL_NAME, code)" as ctx's error and returns its mapped status. */
+fa_status fa__cl_fail(fa_context *ctx, cl_int err, const char *call);
+
+/*
+ * Flattens every device of every platform into one list and returns device `index` (or, with
+ * index < 0, only the count). BACKEND_UNAVAILABLE with a reason when there is no platform or
+ * device; DEVICE_NOT_FOUND for an index past the end.
+ */
+fa_status fa__cl_find_device(int index, cl_device_id *out, int *count, char *why,
+                             size_t why_size);
+/* The index of a device in that list, or -1 (a sub-device, or a device not listed). */
+int fa__cl_device_index(cl_device_id device);
+/* Fills fa_device_props from a device's queries. */
+fa_status fa__cl_device_props(cl_device_id device, fa_device_props *out, char *why,
+                              size_t why_size);
+/* Reads the device limits the backend keeps in its state. */
+fa_status fa__cl_state_limits(fa_context *ctx, fa__cl_state *s);
+
+/* Finds or builds the program for a set of -D options (KERNEL_BUILD_ERROR with the log). */
+fa_status fa__cl_program_get(fa_context *ctx, fa__cl_state *s, const char *options,
+                             fa__cl_program **out);
+/* Releases every cached program. */
+void fa__cl_programs_release(fa__cl_state *s);
+
+/* The backend's ops (backends/opencl/opencl.c); the interop entry points need them. */
+extern const fa__backend_ops fa__opencl_ops;
+
+#endif /* FA_OPENCL_INTERNAL_H */

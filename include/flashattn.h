@@ -1,0 +1,354 @@
+/*
+ * flashattn.h - the public C API of flashattn, a portable FlashAttention library.
+ *
+ * This header is the reference documentation. The lifecycle of a call is:
+ *
+ *   fa_context_create   pick a backend (CPU, OpenCL, CUDA) and a device
+ *   fa_buffer_create    memory owned by the context (or fa_buffer_wrap_host on the CPU backend)
+ *   fa_problem_init     describe shapes, layout, dtype, mask and scale
+ *   fa_plan_create      choose the tiles from the device's on-chip memory; inspectable
+ *   fa_forward          run the online-softmax tile loop: O = softmax(Q K^T * scale) V
+ *
+ * Every function that can fail returns an fa_status. On failure the detailed message is kept in
+ * the context (fa_context_last_error). The library never aborts, exits or prints; outputs are
+ * left untouched when an argument is rejected.
+ *
+ * Thread safety: different contexts may be used from different threads at once. One context
+ * (and its buffers and plans) must be used by one thread at a time.
+ */
+#ifndef FLASHATTN_H
+#define FLASHATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) && defined(FLASHATTN_SHARED_BUILD)
+#define FA_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define FA_API __attribute__((visibility("default")))
+#else
+#define FA_API
+#endif
+
+#define FLASHATTN_VERSION_MAJOR 0
+#define FLASHATTN_VERSION_MINOR 1
+#define FLASHATTN_VERSION_PATCH 0
+
+/* The library's version as "MAJOR.MINOR.PATCH" (of the library that is linked, not the header). */
+FA_API const char *fa_version(void);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Status codes                                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+/* One list generates the enum, fa_status_name and fa_status_message. New codes are appended. */
+#define FA_STATUS_MAP(X)                                                                        \
+    X(OK, "success")                                                                            \
+    X(INVALID_ARGUMENT, "invalid argument")                                                     \
+    X(NULL_POINTER, "a required pointer argument is NULL")                                      \
+    X(INVALID_SHAPE, "invalid shape: a size is negative or too large")                          \
+    X(INVALID_STRIDE, "invalid stride, offset or layout")                                       \
+    X(BUFFER_TOO_SMALL, "a buffer is too small for the problem's layout")                       \
+    X(UNSUPPORTED_DTYPE, "unsupported data type")                                               \
+    X(UNSUPPORTED_HEAD_DIM, "unsupported head dimension")                                       \
+    X(HEADS_MISMATCH, "heads_q is not a multiple of heads_kv")                                  \
+    X(SRAM_TOO_SMALL, "the device's on-chip memory is too small for any tile plan")             \
+    X(OUT_OF_MEMORY, "out of memory")                                                           \
+    X(BACKEND_UNAVAILABLE, "the backend is not built in or has no usable device")               \
+    X(DEVICE_NOT_FOUND, "no device with that index")                                            \
+    X(DEVICE_ERROR, "the device or its driver reported an error")                               \
+    X(KERNEL_BUILD_ERROR, "the kernel failed to compile for this device")                       \
+    X(INVALID_MASK, "invalid mask mode")                                                        \
+    X(INVALID_SCALE, "the softmax scale is not a finite number")                                \
+    X(INVALID_TILE, "a tile size override is invalid")                                          \
+    X(CONTEXT_MISMATCH, "a plan or buffer belongs to another context")                          \
+    X(PLAN_MISMATCH, "the plan was made for another backend, device or problem")                \
+    X(UNSUPPORTED, "the backend cannot run this problem")
+
+typedef enum fa_status {
+#define FA__STATUS_ENUM(name, msg) FA_STATUS_##name,
+    FA_STATUS_MAP(FA__STATUS_ENUM)
+#undef FA__STATUS_ENUM
+    FA_STATUS_COUNT_ /* not a status: the number of codes */
+} fa_status;
+
+/* "FA_STATUS_OK", "FA_STATUS_NULL_POINTER", ...; "FA_STATUS_UNKNOWN" for an unknown code. */
+FA_API const char *fa_status_name(fa_status status);
+/* A one-line generic description of the code. The specific message is fa_context_last_error. */
+FA_API const char *fa_status_message(fa_status status);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Enumerations                                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef enum fa_backend {
+    FA_BACKEND_AUTO = 0, /* FLASHATTN_BACKEND, else the first available of CUDA, OpenCL, CPU */
+    FA_BACKEND_CPU = 1,  /* scalar golden reference, fp64 accumulation */
+    FA_BACKEND_OPENCL = 2,
+    FA_BACKEND_CUDA = 3
+} fa_backend;
+
+/* "auto", "cpu", "opencl", "cuda"; NULL for an unknown value. */
+FA_API const char *fa_backend_name(fa_backend backend);
+/* Parses a name as above (case-insensitive). FA_STATUS_INVALID_ARGUMENT for an unknown one. */
+FA_API fa_status fa_backend_from_name(const char *name, fa_backend *out);
+
+typedef enum fa_dtype {
+    FA_DTYPE_F32 = 0, /* IEEE binary32 */
+    FA_DTYPE_F16 = 1, /* IEEE binary16, stored as uint16_t */
+    FA_DTYPE_BF16 = 2 /* bfloat16 (upper half of binary32), stored as uint16_t */
+} fa_dtype;
+
+/* "f32", "f16", "bf16"; NULL for an unknown value. */
+FA_API const char *fa_dtype_name(fa_dtype dtype);
+FA_API fa_status fa_dtype_from_name(const char *name, fa_dtype *out);
+/* Storage size of one element in bytes; 0 for an unknown dtype. */
+FA_API size_t fa_dtype_size(fa_dtype dtype);
+
+/*
+ * Causal masks. Query row i may attend to key j when:
+ *   FA_MASK_CAUSAL_TOP_LEFT:      j <= i                          (the diagonal starts top-left)
+ *   FA_MASK_CAUSAL_BOTTOM_RIGHT:  j <= i + (seqlen_k - seqlen_q)  (the diagonal ends bottom-right,
+ *                                 as in decoding with a KV cache; FlashAttention >= 2.1's rule)
+ * Both are the same when seqlen_q == seqlen_k. A row with no key to attend to (possible with
+ * bottom-right when seqlen_q > seqlen_k, or when seqlen_k == 0) gives O = 0 and LSE = -inf.
+ */
+typedef enum fa_mask {
+    FA_MASK_NONE = 0,
+    FA_MASK_CAUSAL_TOP_LEFT = 1,
+    FA_MASK_CAUSAL_BOTTOM_RIGHT = 2
+} fa_mask;
+
+/* "none", "top-left", "bottom-right"; NULL for an unknown value. */
+FA_API const char *fa_mask_name(fa_mask mask);
+FA_API fa_status fa_mask_from_name(const char *name, fa_mask *out);
+
+/* Element layouts that fa_problem_init can fill in. Any other layout: set the strides. */
+typedef enum fa_layout {
+    FA_LAYOUT_BHSD = 0, /* [batch, heads, seq, head_dim], contiguous */
+    FA_LAYOUT_BSHD = 1  /* [batch, seq, heads, head_dim], contiguous (PyTorch / FlashAttention) */
+} fa_layout;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Devices                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct fa_device_props {
+    char name[256];               /* device name as the driver reports it */
+    char vendor[128];             /* vendor name */
+    fa_backend backend;           /* the backend that serves this device */
+    uint64_t sram_bytes;          /* on-chip memory one work-group / block may use, in bytes */
+    uint64_t global_mem_bytes;    /* device memory in bytes (0 when unknown) */
+    uint32_t max_work_group_size; /* most work-items / threads in one work-group / block */
+    uint32_t compute_units;       /* compute units / SMs / cores */
+    uint32_t fp16;                /* 1 when the device computes natively in fp16 */
+    uint32_t bf16;                /* 1 when the device computes natively in bf16 */
+    char arch[32];                /* architecture tag, e.g. "sm_90"; empty when none */
+} fa_device_props;
+
+/*
+ * Number of devices a backend offers. For a backend that is not built in, or whose runtime finds
+ * no platform or device, returns FA_STATUS_BACKEND_UNAVAILABLE with *count = 0 and the reason in
+ * `why` (when why is not NULL; truncated to why_size bytes, always NUL-terminated).
+ * FA_BACKEND_AUTO is not a backend here: FA_STATUS_INVALID_ARGUMENT.
+ */
+FA_API fa_status fa_backend_device_count(fa_backend backend, int *count, char *why,
+                                         size_t why_size);
+/* Properties of device `index` of a backend. FA_STATUS_DEVICE_NOT_FOUND for a bad index. */
+FA_API fa_status fa_backend_device_props(fa_backend backend, int index, fa_device_props *out,
+                                         char *why, size_t why_size);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Context                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct fa_context fa_context;
+
+typedef struct fa_context_options {
+    fa_backend backend; /* FA_BACKEND_AUTO (0) honours FLASHATTN_BACKEND and FLASHATTN_DEVICE */
+    int device;         /* device index within the backend; 0 is the first */
+} fa_context_options;
+
+/*
+ * Creates a context on one backend and device. opts may be NULL (AUTO, device 0).
+ * With FA_BACKEND_AUTO, the environment variable FLASHATTN_BACKEND (cpu, opencl, cuda) names the
+ * backend and FLASHATTN_DEVICE the device index; without them the first available backend of
+ * CUDA, OpenCL and CPU is picked, once, here. An explicit backend never falls back to another.
+ * Returns FA_STATUS_NULL_POINTER, INVALID_ARGUMENT (bad option or environment value),
+ * BACKEND_UNAVAILABLE, DEVICE_NOT_FOUND, DEVICE_ERROR or OUT_OF_MEMORY. On failure *out is NULL;
+ * the reason is in `why` when given (the context does not exist to hold it).
+ */
+FA_API fa_status fa_context_create(fa_context **out, const fa_context_options *opts, char *why,
+                                   size_t why_size);
+/* Destroys a context. Buffers and plans made from it must be destroyed first. NULL is a no-op. */
+FA_API void fa_context_destroy(fa_context *ctx);
+/* The backend the context runs on (never FA_BACKEND_AUTO). */
+FA_API fa_backend fa_context_backend(const fa_context *ctx);
+/* The device index the context runs on. */
+FA_API int fa_context_device(const fa_context *ctx);
+/* Copies the context's device properties. */
+FA_API fa_status fa_context_device_props(const fa_context *ctx, fa_device_props *out);
+/*
+ * The detailed message of the last failure on this context (including an OpenCL build log or an
+ * NVRTC log), or "" when the last call succeeded. Valid until the next call on the context.
+ */
+FA_API const char *fa_context_last_error(const fa_context *ctx);
+/*
+ * Device bytes the context holds now and the most it held at once since creation or the last
+ * reset: buffers it allocated plus any scratch the backend allocated. Wrapped caller memory is
+ * not counted. Either pointer may be NULL.
+ */
+FA_API void fa_context_memory(const fa_context *ctx, uint64_t *current_bytes,
+                              uint64_t *peak_bytes);
+/* Sets the peak to the current value, so the next peak measures one region of work. */
+FA_API void fa_context_reset_peak(fa_context *ctx);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Buffers                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct fa_buffer fa_buffer;
+
+/* Allocates `bytes` of device memory (bytes > 0). FA_STATUS_OUT_OF_MEMORY when it cannot. */
+FA_API fa_status fa_buffer_create(fa_context *ctx, size_t bytes, fa_buffer **out);
+/*
+ * Wraps caller host memory without a copy; CPU backend only (FA_STATUS_UNSUPPORTED elsewhere).
+ * The memory must stay valid until the buffer is destroyed. Not counted in fa_context_memory.
+ */
+FA_API fa_status fa_buffer_wrap_host(fa_context *ctx, void *ptr, size_t bytes, fa_buffer **out);
+/* Releases the buffer (and its memory, unless wrapped). NULL is a no-op. */
+FA_API void fa_buffer_destroy(fa_buffer *buf);
+/* Size in bytes; 0 for NULL. */
+FA_API size_t fa_buffer_size(const fa_buffer *buf);
+/* Copies host memory into the buffer at a byte offset. FA_STATUS_BUFFER_TOO_SMALL past the end. */
+FA_API fa_status fa_buffer_write(fa_buffer *buf, size_t offset, const void *src, size_t bytes);
+/* Copies from the buffer at a byte offset into host memory. */
+FA_API fa_status fa_buffer_read(const fa_buffer *buf, size_t offset, void *dst, size_t bytes);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Problem                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+/*
+ * Where one tensor's elements are. All values count elements, not bytes. Element (b, h, s, x) of
+ * a tensor is at offset + b*stride_batch + h*stride_head + s*stride_seq + x: head_dim is
+ * contiguous. Strides must be >= 0, and distinct (b, h, s) rows of O must not overlap.
+ */
+typedef struct fa_tensor_layout {
+    int64_t offset;
+    int64_t stride_batch;
+    int64_t stride_head;
+    int64_t stride_seq;
+} fa_tensor_layout;
+
+typedef struct fa_problem {
+    fa_dtype dtype;     /* storage type of Q, K, V and O; accumulation is always f32 or wider */
+    int64_t batch;      /* >= 0; 0 is a no-op */
+    int64_t heads_q;    /* >= 1 */
+    int64_t heads_kv;   /* >= 1, heads_q % heads_kv == 0 (GQA; 1 is MQA) */
+    int64_t seqlen_q;   /* >= 0; 0 is a no-op */
+    int64_t seqlen_k;   /* >= 0; 0 gives O = 0 and LSE = -inf */
+    int64_t head_dim;   /* 1..256 */
+    fa_tensor_layout q; /* [batch, heads_q, seqlen_q, head_dim] */
+    fa_tensor_layout k; /* [batch, heads_kv, seqlen_k, head_dim] */
+    fa_tensor_layout v; /* [batch, heads_kv, seqlen_k, head_dim] */
+    fa_tensor_layout o; /* [batch, heads_q, seqlen_q, head_dim], written */
+    fa_mask mask;
+    float scale;     /* softmax scale; 0 means 1/sqrt(head_dim) */
+    int32_t block_r; /* tile override: query rows per tile; 0 lets the planner choose */
+    int32_t block_c; /* tile override: keys per tile; 0 lets the planner choose */
+} fa_problem;
+
+/* LSE, when requested, is f32 [batch, heads_q, seqlen_q], contiguous, natural log. */
+
+#define FA_MAX_HEAD_DIM 256
+
+/*
+ * Fills a problem: the shape, dtype, FA_MASK_NONE, scale 0, no tile overrides, and contiguous
+ * strides in `layout` for Q, K, V and O with offset 0. Change any field afterwards.
+ * Returns FA_STATUS_NULL_POINTER, or INVALID_ARGUMENT for an unknown layout; shapes are checked
+ * by fa_plan_create.
+ */
+FA_API fa_status fa_problem_init(fa_problem *p, fa_dtype dtype, fa_layout layout, int64_t batch,
+                                 int64_t heads_q, int64_t heads_kv, int64_t seqlen_q,
+                                 int64_t seqlen_k, int64_t head_dim);
+/* Fills only the strides and offsets of Q, K, V and O for a contiguous layout. */
+FA_API fa_status fa_problem_set_layout(fa_problem *p, fa_layout layout);
+
+/*
+ * The support query: validates the problem and asks the context's backend whether it can run it,
+ * without planning or running anything. FA_STATUS_OK, or the status fa_plan_create would return
+ * with the reason in fa_context_last_error.
+ */
+FA_API fa_status fa_problem_check(fa_context *ctx, const fa_problem *p);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Plan                                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct fa_plan fa_plan;
+
+/*
+ * Validates the problem and plans the tiling for the context's device: the FlashAttention rule
+ * Bc = ceil(M / 4d), Br = min(Bc, d) with M the on-chip memory in elements of the dtype, then
+ * fitted to the sequence lengths, the backend's work-group limits and the on-chip memory. Each
+ * fitting step is recorded (fa_plan_explain). The tile overrides of the problem, else the
+ * environment variables FLASHATTN_BLOCK_R and FLASHATTN_BLOCK_C, replace the rule's values and
+ * are validated like any input (FA_STATUS_INVALID_TILE).
+ * Returns FA_STATUS_NULL_POINTER, INVALID_SHAPE, INVALID_STRIDE, UNSUPPORTED_DTYPE,
+ * UNSUPPORTED_HEAD_DIM, HEADS_MISMATCH, INVALID_MASK, INVALID_SCALE, INVALID_TILE,
+ * SRAM_TOO_SMALL, UNSUPPORTED, KERNEL_BUILD_ERROR (backends that compile at plan time),
+ * OUT_OF_MEMORY.
+ */
+FA_API fa_status fa_plan_create(fa_context *ctx, const fa_problem *p, fa_plan **out);
+/* NULL is a no-op. */
+FA_API void fa_plan_destroy(fa_plan *plan);
+/* Query rows per tile (Br). */
+FA_API int32_t fa_plan_block_r(const fa_plan *plan);
+/* Keys per tile (Bc). */
+FA_API int32_t fa_plan_block_c(const fa_plan *plan);
+/* Work-items (threads) per work-group (block) the backend launches; 1 on the CPU backend. */
+FA_API int32_t fa_plan_work_group_size(const fa_plan *plan);
+/* On-chip bytes the tiles use: (Br*d + 2*Bc*d) * elem + Br*Bc*4. */
+FA_API uint64_t fa_plan_sram_bytes(const fa_plan *plan);
+/* Number of work-groups launched: batch * heads_q * ceil(seqlen_q / Br). */
+FA_API uint64_t fa_plan_work_groups(const fa_plan *plan);
+/* A copy of the problem the plan was made for (scale resolved, overrides as given). */
+FA_API const fa_problem *fa_plan_problem(const fa_plan *plan);
+/* Human-readable, multi-line explanation of the rule and each fitting step. */
+FA_API const char *fa_plan_explain(const fa_plan *plan);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Forward                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+/*
+ * O = softmax(Q K^T * scale + mask) V for the plan's problem, on the plan's context.
+ * lse may be NULL; otherwise it receives f32 [batch, heads_q, seqlen_q] log-sum-exp values.
+ * Buffers are checked against the problem's layout before anything runs.
+ * Returns FA_STATUS_NULL_POINTER, CONTEXT_MISMATCH, PLAN_MISMATCH, BUFFER_TOO_SMALL,
+ * INVALID_ARGUMENT (O overlapping an input or LSE), DEVICE_ERROR, OUT_OF_MEMORY.
+ * Same inputs, plan and device give bitwise identical outputs.
+ */
+FA_API fa_status fa_forward(fa_context *ctx, const fa_plan *plan, const fa_buffer *q,
+                            const fa_buffer *k, const fa_buffer *v, fa_buffer *o,
+                            fa_buffer *lse);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Conversions (round to nearest even; NaN stays NaN, infinities and subnormals are exact)     */
+/* ------------------------------------------------------------------------------------------ */
+
+FA_API uint16_t fa_f32_to_f16(float x);
+FA_API float fa_f16_to_f32(uint16_t h);
+FA_API uint16_t fa_f32_to_bf16(float x);
+FA_API float fa_bf16_to_f32(uint16_t h);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FLASHATTN_H */

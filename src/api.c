@@ -1,0 +1,290 @@
+/*
+ * api.c - the public entry points: device enumeration, contexts, buffers, plans and forward.
+ * Each checks its arguments completely before a backend is called, so backends may assume valid
+ * input, and a rejected call changes nothing.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- devices ------------------------------------------------------------------------------ */
+
+static const fa__backend_ops *ops_or_reason(fa_backend backend, char *why, size_t why_size,
+                                            fa_status *st)
+{
+    if (fa_backend_name(backend) == NULL || backend == FA_BACKEND_AUTO) {
+        fa__format(why, why_size, "backend %d is not a device backend (cpu, opencl, cuda)",
+                   (int)backend);
+        *st = FA_STATUS_INVALID_ARGUMENT;
+        return NULL;
+    }
+    const fa__backend_ops *ops = fa__backend_ops_get(backend);
+    if (!ops) {
+        fa__format(why, why_size, "the %s backend is not built into this library",
+                   fa_backend_name(backend));
+        *st = FA_STATUS_BACKEND_UNAVAILABLE;
+    }
+    return ops;
+}
+
+fa_status fa_backend_device_count(fa_backend backend, int *count, char *why, size_t why_size)
+{
+    fa__format(why, why_size, "%s", "");
+    if (!count)
+        return FA_STATUS_NULL_POINTER;
+    *count = 0;
+    fa_status st = FA_STATUS_OK;
+    const fa__backend_ops *ops = ops_or_reason(backend, why, why_size, &st);
+    return ops ? ops->device_count(count, why, why_size) : st;
+}
+
+fa_status fa_backend_device_props(fa_backend backend, int index, fa_device_props *out, char *why,
+                                  size_t why_size)
+{
+    fa__format(why, why_size, "%s", "");
+    if (!out)
+        return FA_STATUS_NULL_POINTER;
+    fa_status st = FA_STATUS_OK;
+    const fa__backend_ops *ops = ops_or_reason(backend, why, why_size, &st);
+    if (!ops)
+        return st;
+    fa_device_props props;
+    memset(&props, 0, sizeof props);
+    st = ops->device_props(index, &props, why, why_size);
+    if (st == FA_STATUS_OK)
+        *out = props;
+    return st;
+}
+
+/* ---- context ------------------------------------------------------------------------------ */
+
+/* Reads FLASHATTN_BACKEND / FLASHATTN_DEVICE for an AUTO context. */
+static fa_status resolve_env(fa_backend *backend, int *device, char *why, size_t why_size)
+{
+    const char *b = getenv("FLASHATTN_BACKEND");
+    if (b && *b && fa_backend_from_name(b, backend) != FA_STATUS_OK) {
+        fa__format(why, why_size, "FLASHATTN_BACKEND = \"%s\" is not auto, cpu, opencl or cuda",
+                   b);
+        return FA_STATUS_INVALID_ARGUMENT;
+    }
+    const char *d = getenv("FLASHATTN_DEVICE");
+    if (d && *d) {
+        char *end = NULL;
+        errno = 0;
+        long v = strtol(d, &end, 10);
+        if (errno || *end || v < 0 || v > 1000000) {
+            fa__format(why, why_size, "FLASHATTN_DEVICE = \"%s\" is not a device index", d);
+            return FA_STATUS_INVALID_ARGUMENT;
+        }
+        *device = (int)v;
+    }
+    return FA_STATUS_OK;
+}
+
+/* AUTO without an environment choice: the first backend with a device, fastest first. */
+static fa_backend pick_backend(void)
+{
+    const fa_backend order[] = {FA_BACKEND_CUDA, FA_BACKEND_OPENCL};
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+        int n = 0;
+        if (fa_backend_device_count(order[i], &n, NULL, 0) == FA_STATUS_OK && n > 0)
+            return order[i];
+    }
+    return FA_BACKEND_CPU;
+}
+
+fa_status fa__context_adopt(fa_context **out, const fa__backend_ops *ops, int device, void *state,
+                            const fa_device_props *props, char *why, size_t why_size)
+{
+    fa_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) {
+        ops->context_close(state);
+        fa__format(why, why_size, "cannot allocate a context");
+        return FA_STATUS_OUT_OF_MEMORY;
+    }
+    ctx->ops = ops;
+    ctx->state = state;
+    ctx->device = device;
+    ctx->props = *props;
+    *out = ctx;
+    return FA_STATUS_OK;
+}
+
+fa_status fa_context_create(fa_context **out, const fa_context_options *opts, char *why,
+                            size_t why_size)
+{
+    fa__format(why, why_size, "%s", "");
+    if (!out)
+        return FA_STATUS_NULL_POINTER;
+    *out = NULL;
+    fa_backend backend = opts ? opts->backend : FA_BACKEND_AUTO;
+    int device = opts ? opts->device : 0;
+    fa_status st = FA_STATUS_OK;
+    if (device < 0) {
+        fa__format(why, why_size, "device index %d is negative", device);
+        return FA_STATUS_INVALID_ARGUMENT;
+    }
+    if (backend == FA_BACKEND_AUTO) {
+        st = resolve_env(&backend, &device, why, why_size);
+        if (st != FA_STATUS_OK)
+            return st;
+        if (backend == FA_BACKEND_AUTO)
+            backend = pick_backend();
+    }
+    const fa__backend_ops *ops = ops_or_reason(backend, why, why_size, &st);
+    if (!ops)
+        return st;
+    fa_device_props props;
+    memset(&props, 0, sizeof props);
+    st = ops->device_props(device, &props, why, why_size);
+    if (st != FA_STATUS_OK)
+        return st;
+    /* A scratch context receives the backend's error while the device opens. */
+    fa_context scratch;
+    memset(&scratch, 0, sizeof scratch);
+    scratch.ops = ops;
+    void *state = NULL;
+    st = ops->context_open(&scratch, device, &state);
+    if (st != FA_STATUS_OK) {
+        fa__format(why, why_size, "%s", fa_context_last_error(&scratch));
+        fa__error_clear(&scratch);
+        return st;
+    }
+    return fa__context_adopt(out, ops, device, state, &props, why, why_size);
+}
+
+void fa_context_destroy(fa_context *ctx)
+{
+    if (!ctx)
+        return;
+    ctx->ops->context_close(ctx->state);
+    free(ctx->error);
+    free(ctx);
+}
+
+fa_backend fa_context_backend(const fa_context *ctx)
+{
+    return ctx ? ctx->ops->backend : FA_BACKEND_AUTO;
+}
+
+int fa_context_device(const fa_context *ctx)
+{
+    return ctx ? ctx->device : -1;
+}
+
+fa_status fa_context_device_props(const fa_context *ctx, fa_device_props *out)
+{
+    if (!ctx || !out)
+        return FA_STATUS_NULL_POINTER;
+    *out = ctx->props;
+    return FA_STATUS_OK;
+}
+
+/* ---- buffers ------------------------------------------------------------------------------ */
+
+fa_status fa__buffer_adopt(fa_context *ctx, void *mem, size_t bytes, bool wrapped,
+                           fa_buffer **out)
+{
+    fa_buffer *buf = calloc(1, sizeof *buf);
+    if (!buf)
+        return fa__error(ctx, FA_STATUS_OUT_OF_MEMORY, "cannot allocate a buffer handle");
+    buf->ctx = ctx;
+    buf->mem = mem;
+    buf->bytes = bytes;
+    buf->wrapped = wrapped;
+    if (!wrapped)
+        fa__mem_add(ctx, bytes);
+    *out = buf;
+    fa__error_clear(ctx);
+    return FA_STATUS_OK;
+}
+
+fa_status fa_buffer_create(fa_context *ctx, size_t bytes, fa_buffer **out)
+{
+    if (!ctx)
+        return FA_STATUS_NULL_POINTER;
+    if (!out)
+        return fa__error(ctx, FA_STATUS_NULL_POINTER, "the output pointer is NULL");
+    if (bytes == 0)
+        return fa__error(ctx, FA_STATUS_INVALID_ARGUMENT, "a buffer needs at least one byte");
+    void *mem = NULL;
+    fa_status st = ctx->ops->buffer_alloc(ctx, bytes, &mem);
+    if (st != FA_STATUS_OK)
+        return st;
+    st = fa__buffer_adopt(ctx, mem, bytes, false, out);
+    if (st != FA_STATUS_OK)
+        ctx->ops->buffer_free(ctx, mem);
+    return st;
+}
+
+fa_status fa_buffer_wrap_host(fa_context *ctx, void *ptr, size_t bytes, fa_buffer **out)
+{
+    if (!ctx)
+        return FA_STATUS_NULL_POINTER;
+    if (!ptr || !out)
+        return fa__error(ctx, FA_STATUS_NULL_POINTER, "the %s pointer is NULL",
+                         !ptr ? "host memory" : "output");
+    if (ctx->ops->backend != FA_BACKEND_CPU)
+        return fa__error(ctx, FA_STATUS_UNSUPPORTED,
+                         "host memory can be wrapped only on the cpu backend, not %s",
+                         fa_backend_name(ctx->ops->backend));
+    if (bytes == 0)
+        return fa__error(ctx, FA_STATUS_INVALID_ARGUMENT, "a buffer needs at least one byte");
+    fa_status st = fa__buffer_adopt(ctx, ptr, bytes, true, out);
+    if (st == FA_STATUS_OK)
+        (*out)->borrowed = true;
+    return st;
+}
+
+void fa_buffer_destroy(fa_buffer *buf)
+{
+    if (!buf)
+        return;
+    if (!buf->borrowed)
+        buf->ctx->ops->buffer_free(buf->ctx, buf->mem);
+    if (!buf->wrapped)
+        fa__mem_sub(buf->ctx, buf->bytes);
+    free(buf);
+}
+
+size_t fa_buffer_size(const fa_buffer *buf)
+{
+    return buf ? buf->bytes : 0;
+}
+
+static fa_status check_range(const fa_buffer *buf, size_t offset, const void *host, size_t bytes)
+{
+    if (!buf)
+        return FA_STATUS_NULL_POINTER;
+    if (!host)
+        return fa__error(buf->ctx, FA_STATUS_NULL_POINTER, "the host pointer is NULL");
+    if (offset > buf->bytes || bytes > buf->bytes - offset)
+        return fa__error(buf->ctx, FA_STATUS_BUFFER_TOO_SMALL,
+                         "bytes [%zu, %zu + %zu) are outside the %zu-byte buffer", offset, offset,
+                         bytes, buf->bytes);
+    return FA_STATUS_OK;
+}
+
+fa_status fa_buffer_write(fa_buffer *buf, size_t offset, const void *src, size_t bytes)
+{
+    fa_status st = check_range(buf, offset, src, bytes);
+    if (st != FA_STATUS_OK || bytes == 0)
+        return st;
+    st = buf->ctx->ops->buffer_write(buf->ctx, buf->mem, offset, src, bytes);
+    if (st == FA_STATUS_OK)
+        fa__error_clear(buf->ctx);
+    return st;
+}
+
+fa_status fa_buffer_read(const fa_buffer *buf, size_t offset, void *dst, size_t bytes)
+{
+    fa_status st = check_range(buf, offset, dst, bytes);
+    if (st != FA_STATUS_OK || bytes == 0)
+        return st;
+    st = buf->ctx->ops->buffer_read(buf->ctx, buf->mem, offset, dst, bytes);
+    if (st == FA_STATUS_OK)
+        fa__error_clear(buf->ctx);
+    return st;
+}

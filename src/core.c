@@ -1,0 +1,245 @@
+/*
+ * core.c - status names and messages, enum names, the version, the context's error message and
+ * its memory counters: the small pieces every other file of the core uses.
+ */
+#include "internal.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The kernel params struct is read by OpenCL C and CUDA as well: its layout must not drift. */
+_Static_assert(sizeof(fa_kernel_params) == 16 * 8 + 4 * 8 + 8 * 4, "fa_kernel_params size");
+_Static_assert(offsetof(fa_kernel_params, batch) == 128, "fa_kernel_params 64-bit block");
+_Static_assert(offsetof(fa_kernel_params, heads_q) == 160, "fa_kernel_params 32-bit block");
+_Static_assert(offsetof(fa_kernel_params, scale) == 180, "fa_kernel_params scale offset");
+
+#define FA__STR2(x) #x
+#define FA__STR(x) FA__STR2(x)
+
+const char *fa_version(void)
+{
+    return FA__STR(FLASHATTN_VERSION_MAJOR) "." FA__STR(FLASHATTN_VERSION_MINOR) "." FA__STR(
+        FLASHATTN_VERSION_PATCH);
+}
+
+const char *fa_status_name(fa_status status)
+{
+    switch (status) {
+#define FA__STATUS_NAME(name, msg)                                                             \
+    case FA_STATUS_##name:                                                                     \
+        return "FA_STATUS_" #name;
+        FA_STATUS_MAP(FA__STATUS_NAME)
+#undef FA__STATUS_NAME
+    default:
+        return "FA_STATUS_UNKNOWN";
+    }
+}
+
+const char *fa_status_message(fa_status status)
+{
+    switch (status) {
+#define FA__STATUS_MSG(name, msg)                                                              \
+    case FA_STATUS_##name:                                                                     \
+        return msg;
+        FA_STATUS_MAP(FA__STATUS_MSG)
+#undef FA__STATUS_MSG
+    default:
+        return "unknown status code";
+    }
+}
+
+/* ---- enum names --------------------------------------------------------------------------- */
+
+static bool name_equals(const char *a, const char *b)
+{
+    for (; *a && *b; a++, b++) {
+        if (tolower((unsigned char)*a) != tolower((unsigned char)*b))
+            return false;
+    }
+    return *a == *b;
+}
+
+static const char *const backend_names[] = {"auto", "cpu", "opencl", "cuda"};
+static const char *const dtype_names[] = {"f32", "f16", "bf16"};
+static const char *const mask_names[] = {"none", "top-left", "bottom-right"};
+
+#define FA__COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+static const char *name_of(const char *const *names, size_t count, int value)
+{
+    return value >= 0 && (size_t)value < count ? names[value] : NULL;
+}
+
+static fa_status parse_name(const char *const *names, size_t count, const char *name, int *out)
+{
+    if (!name)
+        return FA_STATUS_NULL_POINTER;
+    for (size_t i = 0; i < count; i++) {
+        if (name_equals(name, names[i])) {
+            *out = (int)i;
+            return FA_STATUS_OK;
+        }
+    }
+    return FA_STATUS_INVALID_ARGUMENT;
+}
+
+const char *fa_backend_name(fa_backend backend)
+{
+    return name_of(backend_names, FA__COUNT(backend_names), (int)backend);
+}
+
+const char *fa_dtype_name(fa_dtype dtype)
+{
+    return name_of(dtype_names, FA__COUNT(dtype_names), (int)dtype);
+}
+
+const char *fa_mask_name(fa_mask mask)
+{
+    return name_of(mask_names, FA__COUNT(mask_names), (int)mask);
+}
+
+fa_status fa_backend_from_name(const char *name, fa_backend *out)
+{
+    int v = 0;
+    if (!out)
+        return FA_STATUS_NULL_POINTER;
+    fa_status st = parse_name(backend_names, FA__COUNT(backend_names), name, &v);
+    if (st == FA_STATUS_OK)
+        *out = (fa_backend)v;
+    return st;
+}
+
+fa_status fa_dtype_from_name(const char *name, fa_dtype *out)
+{
+    int v = 0;
+    if (!out)
+        return FA_STATUS_NULL_POINTER;
+    fa_status st = parse_name(dtype_names, FA__COUNT(dtype_names), name, &v);
+    if (st == FA_STATUS_OK)
+        *out = (fa_dtype)v;
+    return st;
+}
+
+fa_status fa_mask_from_name(const char *name, fa_mask *out)
+{
+    int v = 0;
+    if (!out)
+        return FA_STATUS_NULL_POINTER;
+    fa_status st = parse_name(mask_names, FA__COUNT(mask_names), name, &v);
+    if (st == FA_STATUS_OK)
+        *out = (fa_mask)v;
+    return st;
+}
+
+size_t fa_dtype_size(fa_dtype dtype)
+{
+    switch (dtype) {
+    case FA_DTYPE_F32:
+        return 4;
+    case FA_DTYPE_F16:
+    case FA_DTYPE_BF16:
+        return 2;
+    default:
+        return 0;
+    }
+}
+
+/* ---- messages ----------------------------------------------------------------------------- */
+
+void fa__format(char *dst, size_t size, const char *fmt, ...)
+{
+    if (!dst || size == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(dst, size, fmt, ap);
+    va_end(ap);
+}
+
+void fa__append(char *dst, size_t size, const char *fmt, ...)
+{
+    if (!dst || size == 0)
+        return;
+    size_t used = strlen(dst);
+    if (used + 1 >= size)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(dst + used, size - used, fmt, ap);
+    va_end(ap);
+}
+
+/* When the message itself cannot be allocated, the generic one is better than nothing. */
+static void set_message(fa_context *ctx, char *msg)
+{
+    free(ctx->error);
+    ctx->error = msg;
+}
+
+fa_status fa__error_text(fa_context *ctx, fa_status status, const char *text)
+{
+    if (!ctx)
+        return status;
+    const char *name = fa_status_name(status);
+    size_t n = strlen(name) + strlen(text) + 3;
+    char *msg = malloc(n);
+    if (msg)
+        snprintf(msg, n, "%s: %s", name, text);
+    set_message(ctx, msg);
+    return status;
+}
+
+fa_status fa__error(fa_context *ctx, fa_status status, const char *fmt, ...)
+{
+    if (!ctx)
+        return status;
+    char text[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    return fa__error_text(ctx, status, text);
+}
+
+void fa__error_clear(fa_context *ctx)
+{
+    if (ctx)
+        set_message(ctx, NULL);
+}
+
+const char *fa_context_last_error(const fa_context *ctx)
+{
+    if (!ctx)
+        return "FA_STATUS_NULL_POINTER: the context is NULL";
+    return ctx->error ? ctx->error : "";
+}
+
+/* ---- memory counters ---------------------------------------------------------------------- */
+
+void fa__mem_add(fa_context *ctx, uint64_t bytes)
+{
+    ctx->mem_current += bytes;
+    if (ctx->mem_current > ctx->mem_peak)
+        ctx->mem_peak = ctx->mem_current;
+}
+
+void fa__mem_sub(fa_context *ctx, uint64_t bytes)
+{
+    ctx->mem_current = bytes > ctx->mem_current ? 0 : ctx->mem_current - bytes;
+}
+
+void fa_context_memory(const fa_context *ctx, uint64_t *current_bytes, uint64_t *peak_bytes)
+{
+    if (current_bytes)
+        *current_bytes = ctx ? ctx->mem_current : 0;
+    if (peak_bytes)
+        *peak_bytes = ctx ? ctx->mem_peak : 0;
+}
+
+void fa_context_reset_peak(fa_context *ctx)
+{
+    if (ctx)
+        ctx->mem_peak = ctx->mem_current;
+}

@@ -1,0 +1,172 @@
+/*
+ * internal.h - what the core and the backends share and users never see: the context, buffer
+ * and plan structs, the backend interface, the planner and error helpers. Internal non-static
+ * names use the fa__ prefix.
+ */
+#ifndef FA_INTERNAL_H
+#define FA_INTERNAL_H
+
+#include "flashattn.h"
+#include "kernel_params.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+
+/* ---- planner (src/planner.c): a pure function of (device props, rules, problem) ---------- */
+
+/* What a backend's kernel asks of a plan, beyond the device's props. */
+typedef struct fa__plan_rules {
+    uint32_t items_per_row; /* work-items per query row; 0: work-group size is 1 (CPU) */
+    uint32_t tile_multiple; /* Br and Bc above it are rounded down to a multiple of it (>= 1) */
+    uint32_t max_block_c;   /* 0: no limit; else the kernel's largest Bc */
+    uint32_t max_block_r;   /* 0: no limit; else the kernel's largest Br */
+} fa__plan_rules;
+
+typedef struct fa__tiles {
+    int32_t block_r;         /* Br */
+    int32_t block_c;         /* Bc */
+    int32_t work_group_size; /* work-items per work-group */
+    uint64_t sram_bytes;     /* (Br*d + 2*Bc*d) * elem + Br*Bc*4 */
+} fa__tiles;
+
+/*
+ * Plans tiles for a problem already validated by fa__problem_validate. The problem's block_r /
+ * block_c are overrides (0: none). Writes each step into explain (may be NULL). Returns
+ * FA_STATUS_OK, SRAM_TOO_SMALL or INVALID_TILE, with the reason in `why`.
+ */
+fa_status fa__plan_tiles(const fa_device_props *dev, const fa__plan_rules *rules,
+                         const fa_problem *p, fa__tiles *out, char *explain, size_t explain_size,
+                         char *why, size_t why_size);
+/* (Br*d + 2*Bc*d) * elem + Br*Bc*4. */
+uint64_t fa__tile_bytes(int64_t block_r, int64_t block_c, int64_t head_dim, size_t elem);
+
+/* ---- validation (src/problem.c) ---------------------------------------------------------- */
+
+/* Checks every field of a problem; on failure sets ctx's error (ctx may be NULL) and returns it. */
+fa_status fa__problem_validate(fa_context *ctx, const fa_problem *p);
+/* Elements a tensor spans from element 0 of its buffer: offset + last index + 1 (0 if empty). */
+uint64_t fa__layout_extent(const fa_tensor_layout *t, int64_t batch, int64_t heads, int64_t seq,
+                           int64_t head_dim);
+/* Fills the kernel params of a validated problem with its resolved scale. */
+void fa__kernel_params_fill(const fa_problem *p, int32_t block_r, bool has_lse,
+                            fa_kernel_params *kp);
+/* The softmax scale the problem resolves to. */
+float fa__problem_scale(const fa_problem *p);
+
+/* ---- backends ---------------------------------------------------------------------------- */
+
+#define FA__BACKEND_API_VERSION 1
+
+/*
+ * A backend: a table of functions. Slots marked optional may be NULL. New slots are only ever
+ * appended. `state` is what context_open returned; buffer memory `mem` is what buffer_alloc
+ * returned (a host pointer on the CPU backend, a cl_mem on OpenCL, ...).
+ */
+typedef struct fa__backend_ops {
+    int api_version;    /* FA__BACKEND_API_VERSION */
+    fa_backend backend; /* which backend this is */
+    /* Devices offered; BACKEND_UNAVAILABLE with a reason when there are none. */
+    fa_status (*device_count)(int *count, char *why, size_t why_size);
+    /* Properties of one device; DEVICE_NOT_FOUND for a bad index. */
+    fa_status (*device_props)(int index, fa_device_props *out, char *why, size_t why_size);
+    /* The kernel's demands on a plan for this device and problem. */
+    void (*plan_rules)(const fa_device_props *dev, const fa_problem *p, fa__plan_rules *rules);
+    /* Opens a device for a context; errors go to ctx. */
+    fa_status (*context_open)(fa_context *ctx, int device, void **state);
+    /* Releases what context_open made. */
+    void (*context_close)(void *state);
+    /* Allocates device memory; OUT_OF_MEMORY when it cannot. */
+    fa_status (*buffer_alloc)(fa_context *ctx, size_t bytes, void **mem);
+    /* Frees device memory from buffer_alloc. */
+    void (*buffer_free)(fa_context *ctx, void *mem);
+    /* Host to device copy at a byte offset (bounds already checked). */
+    fa_status (*buffer_write)(fa_context *ctx, void *mem, size_t offset, const void *src,
+                              size_t bytes);
+    /* Device to host copy at a byte offset (bounds already checked). */
+    fa_status (*buffer_read)(fa_context *ctx, void *mem, size_t offset, void *dst, size_t bytes);
+    /* Optional: backend-specific support check of a validated problem. */
+    fa_status (*problem_check)(fa_context *ctx, const fa_problem *p);
+    /* Optional: per-plan preparation (kernel build); sets plan->backend_data. */
+    fa_status (*plan_prepare)(fa_context *ctx, fa_plan *plan);
+    /* Optional: releases plan->backend_data. */
+    void (*plan_release)(fa_context *ctx, fa_plan *plan);
+    /* Runs the forward pass; lse may be NULL. Inputs are validated and sized. */
+    fa_status (*forward)(fa_context *ctx, const fa_plan *plan, const fa_kernel_params *kp,
+                         void *q, void *k, void *v, void *o, void *lse);
+} fa__backend_ops;
+
+/* The registry (src/registry.c): the ops of a built-in backend, or NULL. */
+const fa__backend_ops *fa__backend_ops_get(fa_backend backend);
+
+/* ---- objects ----------------------------------------------------------------------------- */
+
+struct fa_context {
+    const fa__backend_ops *ops;
+    void *state; /* backend's */
+    int device;
+    fa_device_props props;
+    char *error; /* heap message of the last failure, or NULL */
+    uint64_t mem_current;
+    uint64_t mem_peak;
+};
+
+struct fa_buffer {
+    fa_context *ctx;
+    void *mem;
+    size_t bytes;
+    bool wrapped;  /* caller memory: not counted in the context's bytes */
+    bool borrowed; /* host memory wrapped on the CPU backend: never handed to buffer_free */
+};
+
+struct fa_plan {
+    fa_context *ctx;
+    fa_problem problem; /* scale resolved, overrides as applied */
+    fa__tiles tiles;
+    uint64_t work_groups;
+    char explain[4096];
+    void *backend_data; /* the backend's, released by plan_release */
+};
+
+/* ---- errors and memory accounting (src/core.c) ------------------------------------------- */
+
+/* Records "message" as the context's last error and returns status. ctx may be NULL. */
+fa_status fa__error(fa_context *ctx, fa_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/* Records a long message (a build log) as is. */
+fa_status fa__error_text(fa_context *ctx, fa_status status, const char *text);
+/* Clears the last error (a call that succeeds leaves ""). */
+void fa__error_clear(fa_context *ctx);
+void fa__mem_add(fa_context *ctx, uint64_t bytes);
+void fa__mem_sub(fa_context *ctx, uint64_t bytes);
+
+/*
+ * Makes a context around a backend state that is already open (interop: a caller's OpenCL
+ * context or CUDA stream). On failure the state is closed with ops->context_close.
+ */
+fa_status fa__context_adopt(fa_context **out, const fa__backend_ops *ops, int device, void *state,
+                            const fa_device_props *props, char *why, size_t why_size);
+/*
+ * Makes a buffer around backend memory. wrapped = true: caller memory, not counted in the
+ * context's bytes; fa_buffer_destroy still calls ops->buffer_free (backends retain what they
+ * wrap), except for host memory wrapped on the CPU backend.
+ */
+fa_status fa__buffer_adopt(fa_context *ctx, void *mem, size_t bytes, bool wrapped,
+                           fa_buffer **out);
+
+/* snprintf into a fixed buffer that may be NULL; always terminates. */
+void fa__format(char *dst, size_t size, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/* Appends to a NUL-terminated buffer, truncating. */
+void fa__append(char *dst, size_t size, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+#endif /* FA_INTERNAL_H */

@@ -1,0 +1,42 @@
+/*
+ * kernel_params.h - the one parameter struct every backend's forward kernel receives by value.
+ *
+ * Included by the C core and, embedded as text, by the OpenCL and CUDA kernels, so the layout is
+ * written once. 8-byte fields come first so no language inserts padding; the C side checks the
+ * size and offsets with _Static_assert (src/core.c). All offsets and strides count elements.
+ */
+#ifndef FA_KERNEL_PARAMS_H
+#define FA_KERNEL_PARAMS_H
+
+#if defined(__OPENCL_VERSION__)
+typedef long fa_kp_i64;
+typedef int fa_kp_i32;
+#elif defined(__CUDACC__) || defined(__CUDACC_RTC__)
+typedef long long fa_kp_i64;
+typedef int fa_kp_i32;
+#else
+#include <stdint.h>
+typedef int64_t fa_kp_i64;
+typedef int32_t fa_kp_i32;
+#endif
+
+typedef struct fa_kernel_params {
+    fa_kp_i64 q_offset, q_stride_b, q_stride_h, q_stride_s; /* Q [B, Hq, Sq, D] */
+    fa_kp_i64 k_offset, k_stride_b, k_stride_h, k_stride_s; /* K [B, Hkv, Sk, D] */
+    fa_kp_i64 v_offset, v_stride_b, v_stride_h, v_stride_s; /* V [B, Hkv, Sk, D] */
+    fa_kp_i64 o_offset, o_stride_b, o_stride_h, o_stride_s; /* O [B, Hq, Sq, D] */
+    fa_kp_i64 batch;    /* B */
+    fa_kp_i64 seqlen_q; /* Sq */
+    fa_kp_i64 seqlen_k; /* Sk */
+    fa_kp_i64 q_tiles;  /* ceil(Sq / Br): work-groups per (batch, head) */
+    fa_kp_i32 heads_q;  /* Hq */
+    fa_kp_i32 heads_kv; /* Hkv; query head h reads K/V head h / (Hq / Hkv) */
+    fa_kp_i32 head_dim; /* D */
+    fa_kp_i32 mask;     /* fa_mask value */
+    fa_kp_i32 has_lse;  /* 1: write LSE f32 [B, Hq, Sq] contiguous */
+    float scale;        /* softmax scale, resolved (never 0) */
+    float scale_log2;   /* scale * log2(e), for kernels that use exp2 */
+    fa_kp_i32 pad_;     /* keeps the size a multiple of 8 */
+} fa_kernel_params;
+
+#endif /* FA_KERNEL_PARAMS_H */

@@ -1,0 +1,222 @@
+/*
+ * plan.c - fa_problem_check, fa_plan_create and fa_forward: validation, the planner's call with
+ * the backend's rules, buffer checks against the problem's layout, and the dispatch.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+fa_status fa_problem_check(fa_context *ctx, const fa_problem *p)
+{
+    if (!ctx)
+        return FA_STATUS_NULL_POINTER;
+    fa_status st = fa__problem_validate(ctx, p);
+    if (st == FA_STATUS_OK && ctx->ops->problem_check)
+        st = ctx->ops->problem_check(ctx, p);
+    if (st == FA_STATUS_OK)
+        fa__error_clear(ctx);
+    return st;
+}
+
+/* FLASHATTN_BLOCK_R / FLASHATTN_BLOCK_C stand in for overrides the problem leaves at 0. */
+static fa_status env_override(fa_context *ctx, const char *name, int32_t *value)
+{
+    const char *s = getenv(name);
+    if (*value != 0 || !s || !*s)
+        return FA_STATUS_OK;
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < 1 || v > 65536)
+        return fa__error(ctx, FA_STATUS_INVALID_TILE, "%s = \"%s\" is not a tile size in [1, 65536]",
+                         name, s);
+    *value = (int32_t)v;
+    return FA_STATUS_OK;
+}
+
+static fa_status plan_tiles(fa_context *ctx, fa_plan *plan)
+{
+    fa__plan_rules rules;
+    memset(&rules, 0, sizeof rules);
+    ctx->ops->plan_rules(&ctx->props, &plan->problem, &rules);
+    char why[512] = "";
+    fa_status st = fa__plan_tiles(&ctx->props, &rules, &plan->problem, &plan->tiles,
+                                  plan->explain, sizeof plan->explain, why, sizeof why);
+    if (st != FA_STATUS_OK)
+        return fa__error(ctx, st, "%s (device \"%s\", %s backend)", why, ctx->props.name,
+                         fa_backend_name(ctx->ops->backend));
+    const fa_problem *p = &plan->problem;
+    uint64_t q_tiles = (uint64_t)(p->seqlen_q + plan->tiles.block_r - 1) /
+                       (uint64_t)plan->tiles.block_r;
+    plan->work_groups = (uint64_t)p->batch * (uint64_t)p->heads_q * q_tiles;
+    return FA_STATUS_OK;
+}
+
+fa_status fa_plan_create(fa_context *ctx, const fa_problem *p, fa_plan **out)
+{
+    if (!ctx)
+        return FA_STATUS_NULL_POINTER;
+    if (!out)
+        return fa__error(ctx, FA_STATUS_NULL_POINTER, "the output pointer is NULL");
+    fa_status st = fa_problem_check(ctx, p);
+    if (st != FA_STATUS_OK)
+        return st;
+    fa_plan *plan = calloc(1, sizeof *plan);
+    if (!plan)
+        return fa__error(ctx, FA_STATUS_OUT_OF_MEMORY, "cannot allocate a plan");
+    plan->ctx = ctx;
+    plan->problem = *p;
+    plan->problem.scale = fa__problem_scale(p);
+    st = env_override(ctx, "FLASHATTN_BLOCK_R", &plan->problem.block_r);
+    if (st == FA_STATUS_OK)
+        st = env_override(ctx, "FLASHATTN_BLOCK_C", &plan->problem.block_c);
+    if (st == FA_STATUS_OK)
+        st = plan_tiles(ctx, plan);
+    if (st == FA_STATUS_OK && ctx->ops->plan_prepare)
+        st = ctx->ops->plan_prepare(ctx, plan);
+    if (st != FA_STATUS_OK) {
+        free(plan);
+        return st;
+    }
+    *out = plan;
+    fa__error_clear(ctx);
+    return FA_STATUS_OK;
+}
+
+void fa_plan_destroy(fa_plan *plan)
+{
+    if (!plan)
+        return;
+    if (plan->ctx->ops->plan_release)
+        plan->ctx->ops->plan_release(plan->ctx, plan);
+    free(plan);
+}
+
+int32_t fa_plan_block_r(const fa_plan *plan)
+{
+    return plan ? plan->tiles.block_r : 0;
+}
+
+int32_t fa_plan_block_c(const fa_plan *plan)
+{
+    return plan ? plan->tiles.block_c : 0;
+}
+
+int32_t fa_plan_work_group_size(const fa_plan *plan)
+{
+    return plan ? plan->tiles.work_group_size : 0;
+}
+
+uint64_t fa_plan_sram_bytes(const fa_plan *plan)
+{
+    return plan ? plan->tiles.sram_bytes : 0;
+}
+
+uint64_t fa_plan_work_groups(const fa_plan *plan)
+{
+    return plan ? plan->work_groups : 0;
+}
+
+const fa_problem *fa_plan_problem(const fa_plan *plan)
+{
+    return plan ? &plan->problem : NULL;
+}
+
+const char *fa_plan_explain(const fa_plan *plan)
+{
+    return plan ? plan->explain : "";
+}
+
+/* ---- forward ------------------------------------------------------------------------------ */
+
+typedef struct tensor_use {
+    const char *name;
+    const fa_buffer *buf;
+    uint64_t begin, end; /* bytes the tensor may touch; begin == end when empty */
+} tensor_use;
+
+static fa_status check_buffer(fa_context *ctx, const tensor_use *t)
+{
+    if (t->buf->ctx != ctx)
+        return fa__error(ctx, FA_STATUS_CONTEXT_MISMATCH,
+                         "buffer %s belongs to another context", t->name);
+    if (t->end > t->buf->bytes)
+        return fa__error(ctx, FA_STATUS_BUFFER_TOO_SMALL,
+                         "buffer %s has %zu bytes; the problem's layout needs %llu", t->name,
+                         t->buf->bytes, (unsigned long long)t->end);
+    return FA_STATUS_OK;
+}
+
+static bool overlaps(const tensor_use *a, const tensor_use *b)
+{
+    return a->buf == b->buf && a->begin < a->end && b->begin < b->end && a->begin < b->end &&
+           b->begin < a->end;
+}
+
+static tensor_use use_of(const char *name, const fa_buffer *buf, const fa_tensor_layout *t,
+                         const fa_problem *p, int64_t heads, int64_t seq)
+{
+    size_t elem = fa_dtype_size(p->dtype);
+    uint64_t extent = fa__layout_extent(t, p->batch, heads, seq, p->head_dim);
+    tensor_use u = {name, buf, extent ? (uint64_t)t->offset * elem : 0, extent * elem};
+    return u;
+}
+
+static fa_status check_buffers(fa_context *ctx, const fa_problem *p, const fa_buffer *q,
+                               const fa_buffer *k, const fa_buffer *v, const fa_buffer *o,
+                               const fa_buffer *lse)
+{
+    tensor_use u[5] = {use_of("q", q, &p->q, p, p->heads_q, p->seqlen_q),
+                       use_of("k", k, &p->k, p, p->heads_kv, p->seqlen_k),
+                       use_of("v", v, &p->v, p, p->heads_kv, p->seqlen_k),
+                       use_of("o", o, &p->o, p, p->heads_q, p->seqlen_q),
+                       {"lse", lse, 0, (uint64_t)p->batch * (uint64_t)p->heads_q *
+                                           (uint64_t)p->seqlen_q * 4}};
+    int n = lse ? 5 : 4;
+    for (int i = 0; i < n; i++) {
+        fa_status st = check_buffer(ctx, &u[i]);
+        if (st != FA_STATUS_OK)
+            return st;
+    }
+    for (int i = 0; i < n; i++) {
+        if (i != 3 && overlaps(&u[3], &u[i]))
+            return fa__error(ctx, FA_STATUS_INVALID_ARGUMENT,
+                             "output o overlaps %s in the same buffer", u[i].name);
+    }
+    if (lse) {
+        for (int i = 0; i < 3; i++) {
+            if (overlaps(&u[4], &u[i]))
+                return fa__error(ctx, FA_STATUS_INVALID_ARGUMENT,
+                                 "output lse overlaps %s in the same buffer", u[i].name);
+        }
+    }
+    return FA_STATUS_OK;
+}
+
+fa_status fa_forward(fa_context *ctx, const fa_plan *plan, const fa_buffer *q, const fa_buffer *k,
+                     const fa_buffer *v, fa_buffer *o, fa_buffer *lse)
+{
+    if (!ctx)
+        return FA_STATUS_NULL_POINTER;
+    if (!plan || !q || !k || !v || !o)
+        return fa__error(ctx, FA_STATUS_NULL_POINTER, "the %s pointer is NULL",
+                         !plan ? "plan" : !q ? "q" : !k ? "k" : !v ? "v" : "o");
+    if (plan->ctx != ctx)
+        return fa__error(ctx, FA_STATUS_CONTEXT_MISMATCH, "the plan belongs to another context");
+    const fa_problem *p = &plan->problem;
+    fa_status st = check_buffers(ctx, p, q, k, v, o, lse);
+    if (st != FA_STATUS_OK)
+        return st;
+    if (p->batch == 0 || p->seqlen_q == 0) {
+        fa__error_clear(ctx);
+        return FA_STATUS_OK; /* documented no-op: nothing to write */
+    }
+    fa_kernel_params kp;
+    fa__kernel_params_fill(p, plan->tiles.block_r, lse != NULL, &kp);
+    st = ctx->ops->forward(ctx, plan, &kp, q->mem, k->mem, v->mem, o->mem, lse ? lse->mem : NULL);
+    if (st == FA_STATUS_OK)
+        fa__error_clear(ctx);
+    return st;
+}

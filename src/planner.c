@@ -1,0 +1,200 @@
+/*
+ * planner.c - chooses the tile sizes Br x Bc of the online-softmax loop from the device's
+ * on-chip memory, as FlashAttention's Algorithm 1 does (Bc = ceil(M / 4d), Br = min(Bc, d)),
+ * then fits them to the problem and the backend, recording each step so a user can see why.
+ * A pure function of (device props, backend rules, problem): unit-tested with invented devices.
+ */
+#include "internal.h"
+
+#include <string.h>
+
+uint64_t fa__tile_bytes(int64_t block_r, int64_t block_c, int64_t head_dim, size_t elem)
+{
+    uint64_t r = (uint64_t)block_r, c = (uint64_t)block_c, d = (uint64_t)head_dim;
+    return (r * d + 2 * c * d) * elem + r * c * 4;
+}
+
+static int64_t round_down(int64_t v, int64_t multiple)
+{
+    return v > multiple ? v / multiple * multiple : v;
+}
+
+typedef struct plan_state {
+    int64_t br, bc;
+    bool override_r, override_c;
+    char *explain;
+    size_t explain_size;
+    char *why;
+    size_t why_size;
+} plan_state;
+
+static fa_status reject(plan_state *s, fa_status st, const char *what)
+{
+    fa__format(s->why, s->why_size, "%s", what);
+    fa__append(s->explain, s->explain_size, "rejected: %s\n", what);
+    return st;
+}
+
+/* Applies a cap to Br or Bc; an override above a cap is an error, not a silent change. */
+static fa_status cap(plan_state *s, bool is_r, int64_t limit, const char *reason)
+{
+    int64_t *v = is_r ? &s->br : &s->bc;
+    const char *name = is_r ? "Br" : "Bc";
+    if (limit <= 0 || *v <= limit)
+        return FA_STATUS_OK;
+    if (is_r ? s->override_r : s->override_c) {
+        char msg[256];
+        fa__format(msg, sizeof msg, "override %s = %lld exceeds %s (%lld)", name,
+                   (long long)*v, reason, (long long)limit);
+        return reject(s, FA_STATUS_INVALID_TILE, msg);
+    }
+    fa__append(s->explain, s->explain_size, "%s %lld -> %lld: %s\n", name, (long long)*v,
+               (long long)limit, reason);
+    *v = limit;
+    return FA_STATUS_OK;
+}
+
+static fa_status align(plan_state *s, bool is_r, int64_t m)
+{
+    int64_t *v = is_r ? &s->br : &s->bc;
+    int64_t r = round_down(*v, m);
+    if (r == *v)
+        return FA_STATUS_OK;
+    if (is_r ? s->override_r : s->override_c) {
+        char msg[256];
+        fa__format(msg, sizeof msg, "override %s = %lld is not a multiple of %lld",
+                   is_r ? "Br" : "Bc", (long long)*v, (long long)m);
+        return reject(s, FA_STATUS_INVALID_TILE, msg);
+    }
+    fa__append(s->explain, s->explain_size, "%s %lld -> %lld: the kernel needs a multiple of %lld\n",
+               is_r ? "Br" : "Bc", (long long)*v, (long long)r, (long long)m);
+    *v = r;
+    return FA_STATUS_OK;
+}
+
+/* Shrinks Bc, then Br, until the tiles fit in the on-chip memory. */
+static fa_status fit_sram(plan_state *s, uint64_t sram, int64_t d, size_t elem, int64_t m)
+{
+    uint64_t need = fa__tile_bytes(s->br, s->bc, d, elem);
+    char msg[256];
+    if (need <= sram)
+        return FA_STATUS_OK;
+    if (s->override_r || s->override_c) {
+        fa__format(msg, sizeof msg, "override tiles need %llu bytes of on-chip memory, the "
+                   "device has %llu", (unsigned long long)need, (unsigned long long)sram);
+        return reject(s, FA_STATUS_INVALID_TILE, msg);
+    }
+    for (;;) {
+        uint64_t q_bytes = (uint64_t)s->br * (uint64_t)d * elem;
+        uint64_t fit = sram > q_bytes
+                           ? (sram - q_bytes) / (2 * (uint64_t)d * elem + 4 * (uint64_t)s->br)
+                           : 0;
+        if (fit >= 1) {
+            int64_t bc = round_down(s->bc < (int64_t)fit ? s->bc : (int64_t)fit, m);
+            fa__append(s->explain, s->explain_size,
+                       "Bc %lld -> %lld: Q, K, V and S tiles must fit in %llu bytes\n",
+                       (long long)s->bc, (long long)bc, (unsigned long long)sram);
+            s->bc = bc;
+            return FA_STATUS_OK;
+        }
+        if (s->br <= 1)
+            break;
+        int64_t br = round_down(s->br / 2, m);
+        fa__append(s->explain, s->explain_size,
+                   "Br %lld -> %lld: not even one key column fits beside the Q tile\n",
+                   (long long)s->br, (long long)br);
+        s->br = br;
+    }
+    fa__format(msg, sizeof msg, "a 1 x 1 tile needs %llu bytes of on-chip memory at head_dim "
+               "%lld, the device has %llu", (unsigned long long)fa__tile_bytes(1, 1, d, elem),
+               (long long)d, (unsigned long long)sram);
+    return reject(s, FA_STATUS_SRAM_TOO_SMALL, msg);
+}
+
+static void paper_rule(plan_state *s, const fa_device_props *dev, int64_t d, size_t elem)
+{
+    uint64_t m = dev->sram_bytes / elem;
+    uint64_t bc = (m + 4 * (uint64_t)d - 1) / (4 * (uint64_t)d);
+    if (bc < 1)
+        bc = 1; /* less than one element of memory: the fit below reports it */
+    if (bc > 65536)
+        bc = 65536; /* keeps later products small; any real sequence clamps it further */
+    s->bc = (int64_t)bc;
+    s->br = s->bc < d ? s->bc : d;
+    fa__append(s->explain, s->explain_size,
+               "M = %llu bytes / %zu = %llu elements; Bc = ceil(M / 4d) = %lld, "
+               "Br = min(Bc, d) = %lld (d = %lld)\n",
+               (unsigned long long)dev->sram_bytes, elem, (unsigned long long)m,
+               (long long)s->bc, (long long)s->br, (long long)d);
+}
+
+static void apply_overrides(plan_state *s, const fa_problem *p)
+{
+    s->override_r = p->block_r > 0;
+    s->override_c = p->block_c > 0;
+    if (s->override_r) {
+        fa__append(s->explain, s->explain_size, "Br %lld -> %d: override\n", (long long)s->br,
+                   (int)p->block_r);
+        s->br = p->block_r;
+    }
+    if (s->override_c) {
+        fa__append(s->explain, s->explain_size, "Bc %lld -> %d: override\n", (long long)s->bc,
+                   (int)p->block_c);
+        s->bc = p->block_c;
+    }
+}
+
+/* Tiles longer than the sequence only cost memory; overrides are clamped here too. */
+static void clamp_to_sequences(plan_state *s, const fa_problem *p)
+{
+    int64_t sq = p->seqlen_q > 1 ? p->seqlen_q : 1, sk = p->seqlen_k > 1 ? p->seqlen_k : 1;
+    if (s->br > sq) {
+        fa__append(s->explain, s->explain_size, "Br %lld -> %lld: seqlen_q\n", (long long)s->br,
+                   (long long)sq);
+        s->br = sq;
+    }
+    if (s->bc > sk) {
+        fa__append(s->explain, s->explain_size, "Bc %lld -> %lld: seqlen_k\n", (long long)s->bc,
+                   (long long)sk);
+        s->bc = sk;
+    }
+}
+
+fa_status fa__plan_tiles(const fa_device_props *dev, const fa__plan_rules *rules,
+                         const fa_problem *p, fa__tiles *out, char *explain, size_t explain_size,
+                         char *why, size_t why_size)
+{
+    plan_state s = {0, 0, false, false, explain, explain_size, why, why_size};
+    size_t elem = fa_dtype_size(p->dtype);
+    int64_t d = p->head_dim, m = rules->tile_multiple > 0 ? rules->tile_multiple : 1;
+    if (explain && explain_size)
+        explain[0] = '\0';
+    paper_rule(&s, dev, d, elem);
+    apply_overrides(&s, p);
+    clamp_to_sequences(&s, p);
+    fa_status st = cap(&s, true, rules->max_block_r, "the kernel's largest Br");
+    if (st == FA_STATUS_OK)
+        st = cap(&s, false, rules->max_block_c, "the kernel's largest Bc");
+    if (st == FA_STATUS_OK && rules->items_per_row > 0)
+        st = cap(&s, true, dev->max_work_group_size / rules->items_per_row,
+                 "the work-group limit / work-items per row");
+    if (st == FA_STATUS_OK && s.br < 1)
+        return reject(&s, FA_STATUS_UNSUPPORTED, "the work-group limit allows no query row");
+    if (st == FA_STATUS_OK)
+        st = align(&s, true, m);
+    if (st == FA_STATUS_OK)
+        st = align(&s, false, m);
+    if (st == FA_STATUS_OK)
+        st = fit_sram(&s, dev->sram_bytes, d, elem, m);
+    if (st != FA_STATUS_OK)
+        return st;
+    out->block_r = (int32_t)s.br;
+    out->block_c = (int32_t)s.bc;
+    out->work_group_size = rules->items_per_row > 0 ? (int32_t)(s.br * rules->items_per_row) : 1;
+    out->sram_bytes = fa__tile_bytes(s.br, s.bc, d, elem);
+    fa__append(explain, explain_size,
+               "plan: Br = %d, Bc = %d, work-group size %d, %llu of %llu on-chip bytes\n",
+               (int)out->block_r, (int)out->block_c, (int)out->work_group_size,
+               (unsigned long long)out->sram_bytes, (unsigned long long)dev->sram_bytes);
+    return FA_STATUS_OK;
+}

@@ -1,0 +1,220 @@
+/*
+ * problem.c - filling and validating an fa_problem, the one place where user input is checked
+ * before any backend sees it, and turning a valid problem into kernel params.
+ */
+#include "internal.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Sizes above this are rejected so that every product of sizes below stays inside int64. */
+#define FA__MAX_DIM (((int64_t)1 << 31) - 1)
+#define FA__MAX_ELEMS ((int64_t)1 << 60)
+#define FA__MAX_TILE 65536
+
+static void layout_fill(fa_tensor_layout *t, fa_layout layout, int64_t heads, int64_t seq,
+                        int64_t d)
+{
+    t->offset = 0;
+    if (layout == FA_LAYOUT_BHSD) {
+        t->stride_seq = d;
+        t->stride_head = seq * d;
+        t->stride_batch = heads * seq * d;
+    } else {
+        t->stride_head = d;
+        t->stride_seq = heads * d;
+        t->stride_batch = seq * heads * d;
+    }
+}
+
+fa_status fa_problem_set_layout(fa_problem *p, fa_layout layout)
+{
+    if (!p)
+        return FA_STATUS_NULL_POINTER;
+    if (layout != FA_LAYOUT_BHSD && layout != FA_LAYOUT_BSHD)
+        return FA_STATUS_INVALID_ARGUMENT;
+    layout_fill(&p->q, layout, p->heads_q, p->seqlen_q, p->head_dim);
+    layout_fill(&p->k, layout, p->heads_kv, p->seqlen_k, p->head_dim);
+    layout_fill(&p->v, layout, p->heads_kv, p->seqlen_k, p->head_dim);
+    layout_fill(&p->o, layout, p->heads_q, p->seqlen_q, p->head_dim);
+    return FA_STATUS_OK;
+}
+
+fa_status fa_problem_init(fa_problem *p, fa_dtype dtype, fa_layout layout, int64_t batch,
+                          int64_t heads_q, int64_t heads_kv, int64_t seqlen_q, int64_t seqlen_k,
+                          int64_t head_dim)
+{
+    if (!p)
+        return FA_STATUS_NULL_POINTER;
+    if (layout != FA_LAYOUT_BHSD && layout != FA_LAYOUT_BSHD)
+        return FA_STATUS_INVALID_ARGUMENT;
+    memset(p, 0, sizeof *p);
+    p->dtype = dtype;
+    p->batch = batch;
+    p->heads_q = heads_q;
+    p->heads_kv = heads_kv;
+    p->seqlen_q = seqlen_q;
+    p->seqlen_k = seqlen_k;
+    p->head_dim = head_dim;
+    p->mask = FA_MASK_NONE;
+    return fa_problem_set_layout(p, layout);
+}
+
+float fa__problem_scale(const fa_problem *p)
+{
+    return p->scale != 0.0f ? p->scale : (float)(1.0 / sqrt((double)p->head_dim));
+}
+
+/* Every size is checked before any product of sizes is formed. */
+static fa_status check_sizes(fa_context *ctx, const fa_problem *p)
+{
+    if (fa_dtype_size(p->dtype) == 0)
+        return fa__error(ctx, FA_STATUS_UNSUPPORTED_DTYPE, "dtype %d is not a fa_dtype",
+                         (int)p->dtype);
+    const struct {
+        const char *name;
+        int64_t value, min;
+    } sizes[] = {{"batch", p->batch, 0},       {"heads_q", p->heads_q, 1},
+                 {"heads_kv", p->heads_kv, 1}, {"seqlen_q", p->seqlen_q, 0},
+                 {"seqlen_k", p->seqlen_k, 0}, {"head_dim", p->head_dim, 1}};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        if (sizes[i].value < sizes[i].min || sizes[i].value > FA__MAX_DIM)
+            return fa__error(ctx, FA_STATUS_INVALID_SHAPE,
+                             "%s = %lld is outside [%lld, %lld]", sizes[i].name,
+                             (long long)sizes[i].value, (long long)sizes[i].min,
+                             (long long)FA__MAX_DIM);
+    }
+    if (p->head_dim > FA_MAX_HEAD_DIM)
+        return fa__error(ctx, FA_STATUS_UNSUPPORTED_HEAD_DIM,
+                         "head_dim = %lld is larger than the supported %d",
+                         (long long)p->head_dim, FA_MAX_HEAD_DIM);
+    if (p->heads_q % p->heads_kv != 0)
+        return fa__error(ctx, FA_STATUS_HEADS_MISMATCH,
+                         "heads_q = %lld is not a multiple of heads_kv = %lld",
+                         (long long)p->heads_q, (long long)p->heads_kv);
+    int64_t seq = p->seqlen_q > p->seqlen_k ? p->seqlen_q : p->seqlen_k;
+    /* All values are < 2^31; divide instead of multiplying so nothing overflows. */
+    if (p->batch > 0 && seq > 0 &&
+        p->heads_q * p->head_dim > FA__MAX_ELEMS / p->batch / seq)
+        return fa__error(ctx, FA_STATUS_INVALID_SHAPE,
+                         "batch * heads * seqlen * head_dim exceeds 2^60 elements");
+    return FA_STATUS_OK;
+}
+
+static fa_status check_layout(fa_context *ctx, const char *name, const fa_tensor_layout *t)
+{
+    const int64_t v[4] = {t->offset, t->stride_batch, t->stride_head, t->stride_seq};
+    const char *const what[4] = {"offset", "stride_batch", "stride_head", "stride_seq"};
+    for (int i = 0; i < 4; i++) {
+        if (v[i] < 0 || v[i] > FA__MAX_ELEMS)
+            return fa__error(ctx, FA_STATUS_INVALID_STRIDE, "%s.%s = %lld is outside [0, 2^60]",
+                             name, what[i], (long long)v[i]);
+    }
+    return FA_STATUS_OK;
+}
+
+/*
+ * O's rows must not overlap, or the result would depend on the order of writes. Sorting the
+ * three (stride, count) pairs by stride, each must step over everything the smaller ones span.
+ */
+static fa_status check_output_rows(fa_context *ctx, const fa_problem *p)
+{
+    if (p->batch == 0 || p->seqlen_q == 0)
+        return FA_STATUS_OK; /* no rows at all: the documented no-op, whatever the strides */
+    struct dim {
+        int64_t stride, count;
+    } d[3] = {{p->o.stride_batch, p->batch}, {p->o.stride_head, p->heads_q},
+              {p->o.stride_seq, p->seqlen_q}};
+    for (int i = 0; i < 3; i++) {
+        for (int j = i + 1; j < 3; j++) {
+            if (d[j].stride < d[i].stride) {
+                struct dim t = d[i];
+                d[i] = d[j];
+                d[j] = t;
+            }
+        }
+    }
+    int64_t span = p->head_dim; /* elements covered by the dimensions seen so far */
+    for (int i = 0; i < 3; i++) {
+        if (d[i].count <= 1)
+            continue;
+        if (d[i].stride < span)
+            return fa__error(ctx, FA_STATUS_INVALID_STRIDE,
+                             "rows of O overlap: a stride of %lld is smaller than the %lld "
+                             "elements it must step over",
+                             (long long)d[i].stride, (long long)span);
+        span = d[i].stride * (d[i].count - 1) + span;
+    }
+    return FA_STATUS_OK;
+}
+
+fa_status fa__problem_validate(fa_context *ctx, const fa_problem *p)
+{
+    if (!p)
+        return fa__error(ctx, FA_STATUS_NULL_POINTER, "the problem is NULL");
+    fa_status st = check_sizes(ctx, p);
+    if (st != FA_STATUS_OK)
+        return st;
+    if (p->mask != FA_MASK_NONE && p->mask != FA_MASK_CAUSAL_TOP_LEFT &&
+        p->mask != FA_MASK_CAUSAL_BOTTOM_RIGHT)
+        return fa__error(ctx, FA_STATUS_INVALID_MASK, "mask = %d is not a fa_mask", (int)p->mask);
+    if (!isfinite(p->scale))
+        return fa__error(ctx, FA_STATUS_INVALID_SCALE, "scale = %g is not finite",
+                         (double)p->scale);
+    const fa_tensor_layout *t[4] = {&p->q, &p->k, &p->v, &p->o};
+    const char *const names[4] = {"q", "k", "v", "o"};
+    for (int i = 0; i < 4; i++) {
+        st = check_layout(ctx, names[i], t[i]);
+        if (st != FA_STATUS_OK)
+            return st;
+    }
+    st = check_output_rows(ctx, p);
+    if (st != FA_STATUS_OK)
+        return st;
+    if (p->block_r < 0 || p->block_r > FA__MAX_TILE || p->block_c < 0 ||
+        p->block_c > FA__MAX_TILE)
+        return fa__error(ctx, FA_STATUS_INVALID_TILE,
+                         "tile overrides block_r = %d, block_c = %d must be in [0, %d]",
+                         (int)p->block_r, (int)p->block_c, FA__MAX_TILE);
+    return FA_STATUS_OK;
+}
+
+uint64_t fa__layout_extent(const fa_tensor_layout *t, int64_t batch, int64_t heads, int64_t seq,
+                           int64_t head_dim)
+{
+    if (batch == 0 || heads == 0 || seq == 0 || head_dim == 0)
+        return 0;
+    return (uint64_t)t->offset + (uint64_t)(batch - 1) * (uint64_t)t->stride_batch +
+           (uint64_t)(heads - 1) * (uint64_t)t->stride_head +
+           (uint64_t)(seq - 1) * (uint64_t)t->stride_seq + (uint64_t)head_dim;
+}
+
+static void copy_layout(const fa_tensor_layout *t, fa_kp_i64 *offset, fa_kp_i64 *sb,
+                        fa_kp_i64 *sh, fa_kp_i64 *ss)
+{
+    *offset = t->offset;
+    *sb = t->stride_batch;
+    *sh = t->stride_head;
+    *ss = t->stride_seq;
+}
+
+void fa__kernel_params_fill(const fa_problem *p, int32_t block_r, bool has_lse,
+                            fa_kernel_params *kp)
+{
+    memset(kp, 0, sizeof *kp);
+    copy_layout(&p->q, &kp->q_offset, &kp->q_stride_b, &kp->q_stride_h, &kp->q_stride_s);
+    copy_layout(&p->k, &kp->k_offset, &kp->k_stride_b, &kp->k_stride_h, &kp->k_stride_s);
+    copy_layout(&p->v, &kp->v_offset, &kp->v_stride_b, &kp->v_stride_h, &kp->v_stride_s);
+    copy_layout(&p->o, &kp->o_offset, &kp->o_stride_b, &kp->o_stride_h, &kp->o_stride_s);
+    kp->batch = p->batch;
+    kp->seqlen_q = p->seqlen_q;
+    kp->seqlen_k = p->seqlen_k;
+    kp->q_tiles = block_r > 0 ? (p->seqlen_q + block_r - 1) / block_r : 0;
+    kp->heads_q = (fa_kp_i32)p->heads_q;
+    kp->heads_kv = (fa_kp_i32)p->heads_kv;
+    kp->head_dim = (fa_kp_i32)p->head_dim;
+    kp->mask = (fa_kp_i32)p->mask;
+    kp->has_lse = has_lse ? 1 : 0;
+    kp->scale = fa__problem_scale(p);
+    kp->scale_log2 = (float)((double)kp->scale * 1.4426950408889634);
+}

@@ -1,0 +1,306 @@
+#!/usr/bin/env bash
+# cli_tests.sh - end-to-end checks of the `flashattn` command-line program.
+#
+# usage: cli_tests.sh path/to/flashattn
+#
+# Prints one line per check ("PASS name" / "FAIL name: why") and a last line "N passed, N failed";
+# exits 1 when any check failed. Needs only bash and coreutils: malformed .npy files are written
+# byte by byte with printf, valid ones by the CLI itself (--save-inputs, --out), so numpy is not
+# required. Every run is on the cpu backend except the one that exercises --backend auto.
+set -u
+
+if [ $# -ne 1 ] || [ ! -x "$1" ]; then
+    echo "usage: $0 path/to/flashattn" >&2
+    exit 2
+fi
+FA=$1
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/flashattn-cli.XXXXXX") || exit 2
+trap 'rm -rf "$TMP"' EXIT
+ulimit -c 0 2>/dev/null # a crash must show as an exit status >= 128, not leave a core file
+
+# The environment must not steer the runs below.
+unset FLASHATTN_BACKEND FLASHATTN_DEVICE FLASHATTN_BLOCK_R FLASHATTN_BLOCK_C
+
+PASSED=0
+FAILED=0
+pass() { PASSED=$((PASSED + 1)); echo "PASS $1"; }
+fail() { FAILED=$((FAILED + 1)); echo "FAIL $1: $2"; }
+
+# fa ARGS...: runs the CLI; sets RC, and leaves stdout in $TMP/out and stderr in $TMP/err.
+fa() {
+    "$FA" "$@" >"$TMP/out" 2>"$TMP/err"
+    RC=$?
+}
+
+err_lines() { wc -l <"$TMP/err" | tr -d ' '; }
+first_err() { head -n 1 "$TMP/err"; }
+
+# expect_ok NAME ARGS...: exit 0.
+expect_ok() {
+    local name=$1
+    shift
+    fa "$@"
+    if [ "$RC" -eq 0 ]; then pass "$name"; else fail "$name" "exit $RC: $(first_err)"; fi
+}
+
+# expect_stdout NAME REGEX ARGS...: exit 0 and a stdout line matching the extended regex.
+expect_stdout() {
+    local name=$1 re=$2
+    shift 2
+    fa "$@"
+    if [ "$RC" -ne 0 ]; then
+        fail "$name" "exit $RC: $(first_err)"
+    elif ! grep -Eq -- "$re" "$TMP/out"; then
+        fail "$name" "no stdout line matches /$re/"
+    else
+        pass "$name"
+    fi
+}
+
+# expect_error NAME WANT_RC REGEX ARGS...: the given exit status (or "nonzero": any 1..127),
+# exactly one line on stderr, matching the regex, and nothing that looks like a crash.
+expect_error() {
+    local name=$1 want=$2 re=$3
+    shift 3
+    fa "$@"
+    if [ "$RC" -ge 128 ]; then
+        fail "$name" "crashed (exit $RC)"
+    elif [ "$want" = nonzero ] && [ "$RC" -eq 0 ]; then
+        fail "$name" "exit 0, want an error"
+    elif [ "$want" != nonzero ] && [ "$RC" -ne "$want" ]; then
+        fail "$name" "exit $RC, want $want: $(first_err)"
+    elif [ "$(err_lines)" != 1 ]; then
+        fail "$name" "$(err_lines) lines on stderr, want 1"
+    elif ! grep -Eq -- "$re" "$TMP/err"; then
+        fail "$name" "stderr '$(first_err)' does not match /$re/"
+    else
+        pass "$name"
+    fi
+}
+
+# same_files NAME A B: byte-identical files.
+same_files() {
+    if [ ! -f "$2" ] || [ ! -f "$3" ]; then
+        fail "$1" "missing output ($2 or $3)"
+    elif cmp -s "$2" "$3"; then
+        pass "$1"
+    else
+        fail "$1" "$2 and $3 differ"
+    fi
+}
+
+# le16 N / le32 N: N as 2 or 4 little-endian bytes, written with printf escapes.
+le16() { printf "\\x$(printf %02x $(($1 & 255)))\\x$(printf %02x $(($1 >> 8 & 255)))"; }
+le32() { le16 $(($1 & 65535)); le16 $(($1 >> 16 & 65535)); }
+
+# make_npy FILE MAJOR DICT DATA_BYTES [HEADER_LEN]: a .npy file with a raw header dict, padded
+# as NumPy pads it, followed by DATA_BYTES zero bytes. HEADER_LEN overrides the length field.
+make_npy() {
+    local file=$1 major=$2 dict=$3 nbytes=$4 pre len pad header
+    pre=$((major == 1 ? 10 : 12))
+    pad=$(((64 - (pre + ${#dict} + 1) % 64) % 64))
+    header="$dict$(printf '%*s' "$pad" '')"
+    len=${5:-$((${#header} + 1))}
+    {
+        printf '\x93NUMPY'
+        printf "\\x$(printf %02x "$major")\\x00"
+        if [ "$major" -eq 1 ]; then le16 "$len"; else le32 "$len"; fi
+        printf '%s\n' "$header"
+        head -c "$nbytes" /dev/zero
+    } >"$file"
+}
+
+# dict DESCR FORTRAN SHAPE: a header dict as NumPy writes it.
+dict() { printf "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }" "$1" "$2" "$3"; }
+
+# ---- help, version, dispatch ----------------------------------------------------------------
+expect_stdout "help" '^usage: flashattn' --help
+for cmd in devices plan run; do
+    expect_stdout "$cmd --help" "^usage: flashattn $cmd" "$cmd" --help
+done
+expect_stdout "version" '^flashattn [0-9]+\.[0-9]+\.[0-9]+' --version
+expect_error "no command" 2 'missing command'
+expect_error "unknown command" 2 "unknown command 'frobnicate'" frobnicate
+
+# ---- devices and plan -----------------------------------------------------------------------
+expect_stdout "devices lists cpu" '^cpu: [1-9][0-9]* device' devices
+expect_stdout "devices lists opencl" '^opencl: ' devices
+expect_stdout "devices lists cuda" '^cuda: ' devices
+expect_stdout "plan prints Br" '^Br +[1-9][0-9]*$' plan --backend cpu --seq 128 --dim 64
+expect_stdout "plan prints Bc" '^Bc +[1-9][0-9]*$' plan --backend cpu --seq 128 --dim 64
+expect_stdout "plan prints work-groups" '^work-groups +[1-9]' plan --backend cpu --seq 128 --dim 64
+expect_stdout "plan gqa causal f16" '^problem .*heads 8 \(kv 2\).*f16.*mask bottom-right' \
+    plan --backend cpu --seq 100 --seq-k 300 --heads 8 --heads-kv 2 --dim 80 --dtype f16 \
+    --causal bottom-right
+expect_error "plan head_dim too large" 1 '^flashattn: FA_STATUS_UNSUPPORTED_HEAD_DIM: ' \
+    plan --backend cpu --dim 1000
+expect_error "plan heads mismatch" 1 '^flashattn: FA_STATUS_HEADS_MISMATCH: ' \
+    plan --backend cpu --heads 8 --heads-kv 3
+
+# ---- run and --check ------------------------------------------------------------------------
+SMALL=(--backend cpu --batch 1 --heads 2 --seq 37 --dim 16)
+expect_stdout "run check f32" '^check +PASS' run "${SMALL[@]}" --check
+expect_stdout "run check f16" '^check +PASS' run "${SMALL[@]}" --dtype f16 --check
+expect_stdout "run check bf16" '^check +PASS' run "${SMALL[@]}" --dtype bf16 --check
+expect_stdout "run check causal top-left" '^check +PASS' \
+    run "${SMALL[@]}" --causal top-left --check
+expect_stdout "run check causal bottom-right" '^check +PASS' \
+    run "${SMALL[@]}" --seq-k 50 --causal bottom-right --check
+expect_stdout "run check gqa bshd" '^check +PASS' \
+    run --backend cpu --batch 2 --heads 4 --heads-kv 2 --seq 19 --seq-k 23 --dim 8 \
+    --layout bshd --check
+expect_stdout "run check tile overrides" '^plan +Br 4, Bc 8,' \
+    run "${SMALL[@]}" --block-r 4 --block-c 8 --check
+expect_stdout "run prints GFLOP/s" 'GFLOP/s|too fast' run "${SMALL[@]}"
+expect_stdout "run prints peak memory" '^peak memory +[1-9][0-9]* B' run "${SMALL[@]}"
+expect_stdout "run repeat median" 'median of 3 after 1 warm-up' run "${SMALL[@]}" --repeat 3
+expect_stdout "run auto backend" '^backend +[a-z]+ \(picked by auto\)' run --seq 16 --dim 16
+expect_stdout "run seq_k 0" '^check +PASS' run "${SMALL[@]}" --seq-k 0 --check
+
+# ---- .npy round trips -----------------------------------------------------------------------
+SHAPE=(--batch 2 --heads 4 --heads-kv 2 --seq 33 --seq-k 40 --dim 24)
+for dt in f32 f16 bf16; do
+    D=$TMP/rt_$dt
+    mkdir -p "$D"
+    expect_ok "save inputs $dt" run --backend cpu "${SHAPE[@]}" --dtype "$dt" --seed 7 \
+        --save-inputs "$D" --out "$D/o1.npy" --lse "$D/l1.npy"
+    # f16 comes back as '<f2' by itself; bf16 inputs are saved as float32 and need --dtype.
+    extra=()
+    [ "$dt" = bf16 ] && extra=(--dtype bf16)
+    expect_ok "load inputs $dt" run --backend cpu --q "$D/q.npy" --k "$D/k.npy" --v "$D/v.npy" \
+        "${extra[@]}" --out "$D/o2.npy" --lse "$D/l2.npy"
+    same_files "round trip O $dt" "$D/o1.npy" "$D/o2.npy"
+    same_files "round trip LSE $dt" "$D/l1.npy" "$D/l2.npy"
+done
+# The same seed gives the same logical tensors whatever the layout.
+expect_ok "bshd run" run --backend cpu "${SHAPE[@]}" --layout bshd --seed 7 --out "$TMP/o_bshd.npy"
+same_files "bshd matches bhsd" "$TMP/rt_f32/o1.npy" "$TMP/o_bshd.npy"
+
+# A version 2.0 file holding the same data as a 1.0 one reads the same.
+RT=$TMP/rt_f32
+for t in q k v; do
+    case $t in q) shape='(2, 4, 33, 24)'; n=$((2 * 4 * 33 * 24)) ;; *) shape='(2, 2, 40, 24)'; n=$((2 * 2 * 40 * 24)) ;; esac
+    make_npy "$TMP/v2_$t.npy" 2 "$(dict '<f4' False "$shape")" 0
+    tail -c $((n * 4)) "$RT/$t.npy" >>"$TMP/v2_$t.npy"
+done
+expect_ok "read npy 2.0" run --backend cpu --q "$TMP/v2_q.npy" --k "$TMP/v2_k.npy" \
+    --v "$TMP/v2_v.npy" --out "$TMP/o_v2.npy"
+same_files "npy 2.0 matches 1.0" "$RT/o1.npy" "$TMP/o_v2.npy"
+
+# ---- malformed .npy inputs: one line on stderr naming the file, exit 1..127 -----------------
+# Valid all-zero inputs written here, so these checks do not depend on any backend working.
+GOOD=$TMP/good
+M=$TMP/bad
+mkdir -p "$GOOD" "$M"
+make_npy "$GOOD/q.npy" 1 "$(dict '<f4' False '(2, 4, 33, 24)')" $((2 * 4 * 33 * 24 * 4))
+make_npy "$GOOD/k.npy" 1 "$(dict '<f4' False '(2, 2, 40, 24)')" $((2 * 2 * 40 * 24 * 4))
+cp "$GOOD/k.npy" "$GOOD/v.npy"
+make_npy "$GOOD/k16.npy" 1 "$(dict '<f2' False '(2, 2, 40, 24)')" $((2 * 2 * 40 * 24 * 2))
+expect_ok "npy zeros read" run --backend cpu --q "$GOOD/q.npy" --k "$GOOD/k.npy" --v "$GOOD/v.npy"
+bad_q() { # bad_q NAME REGEX FILE: the bad file as Q, good K and V.
+    expect_error "npy $1" nonzero "$3: .*$2" run --backend cpu --q "$3" --k "$GOOD/k.npy" \
+        --v "$GOOD/v.npy"
+}
+head -c 100 "$GOOD/q.npy" >"$M/trunc_data.npy"
+bad_q "truncated data" 'truncated' "$M/trunc_data.npy"
+head -c 30 "$GOOD/q.npy" >"$M/trunc_header.npy"
+bad_q "truncated header" 'truncated header' "$M/trunc_header.npy"
+head -c 7 "$GOOD/q.npy" >"$M/trunc_preamble.npy"
+bad_q "truncated preamble" 'truncated preamble' "$M/trunc_preamble.npy"
+: >"$M/empty.npy"
+bad_q "empty file" 'bad magic' "$M/empty.npy"
+{ printf 'XNUMPY'; tail -c +7 "$GOOD/q.npy"; } >"$M/magic.npy"
+bad_q "bad magic" 'bad magic' "$M/magic.npy"
+make_npy "$M/f8.npy" 1 "$(dict '<f8' False '(2, 4, 33, 24)')" $((2 * 4 * 33 * 24 * 8))
+bad_q "dtype <f8" "unsupported dtype '<f8'" "$M/f8.npy"
+make_npy "$M/be.npy" 1 "$(dict '>f4' False '(2, 4, 33, 24)')" $((2 * 4 * 33 * 24 * 4))
+bad_q "dtype >f4" "unsupported dtype '>f4'" "$M/be.npy"
+make_npy "$M/fortran.npy" 1 "$(dict '<f4' True '(2, 4, 33, 24)')" $((2 * 4 * 33 * 24 * 4))
+bad_q "fortran order" 'fortran_order' "$M/fortran.npy"
+make_npy "$M/rank3.npy" 1 "$(dict '<f4' False '(8, 33, 24)')" $((8 * 33 * 24 * 4))
+bad_q "rank 3" 'rank 3' "$M/rank3.npy"
+make_npy "$M/giant.npy" 1 "$(dict '<f4' False '(1, 1, 100000000, 64)')" 64
+bad_q "giant shape, short file" 'truncated' "$M/giant.npy"
+make_npy "$M/overflow.npy" 1 "$(dict '<f4' False '(4611686018427387904, 4611686018427387904, 1, 1)')" 64
+bad_q "shape overflows size_t" 'too large' "$M/overflow.npy"
+make_npy "$M/overflow64.npy" 1 "$(dict '<f4' False '(99999999999999999999, 1, 1, 1)')" 64
+bad_q "dimension past 64 bits" '64 bits' "$M/overflow64.npy"
+make_npy "$M/zero_huge.npy" 1 "$(dict '<f4' False '(0, 4611686018427387904, 1, 1)')" 0
+bad_q "empty but huge dimension" 'more than' "$M/zero_huge.npy"
+make_npy "$M/negative.npy" 1 "$(dict '<f4' False '(2, -4, 33, 24)')" 64
+bad_q "negative dimension" 'non-negative' "$M/negative.npy"
+make_npy "$M/absurd.npy" 2 "$(dict '<f4' False '(2, 4, 33, 24)')" 0 4294967280
+bad_q "absurd header length" 'absurd' "$M/absurd.npy"
+make_npy "$M/past_end.npy" 1 "$(dict '<f4' False '(2, 4, 33, 24)')" 0 60000
+bad_q "header length past the end" 'truncated header' "$M/past_end.npy"
+{ head -c 6 "$GOOD/q.npy"; printf '\x09\x00'; tail -c +9 "$GOOD/q.npy"; } >"$M/version.npy"
+bad_q "unknown version" 'version 9.0' "$M/version.npy"
+make_npy "$M/garbage.npy" 1 "hello, world" 0
+bad_q "header not a dict" 'not a dict' "$M/garbage.npy"
+make_npy "$M/noshape.npy" 1 "{'descr': '<f4', 'fortran_order': False, }" 4
+bad_q "header without shape" "no 'shape'" "$M/noshape.npy"
+make_npy "$M/unterminated.npy" 1 "{'descr': '<f4, 'fortran_order': False, 'shape': (1,), }" 4
+bad_q "malformed header" 'bad header' "$M/unterminated.npy"
+{ cat "$GOOD/q.npy"; printf 'xx'; } >"$M/trailing.npy"
+bad_q "trailing data" 'longer than' "$M/trailing.npy"
+bad_q "missing file" 'cannot open' "$M/does_not_exist.npy"
+bad_q "a directory" 'read error|cannot open' "$M"
+
+# Files that are fine alone but do not agree with each other.
+make_npy "$M/k_dim.npy" 1 "$(dict '<f4' False '(2, 2, 40, 16)')" $((2 * 2 * 40 * 16 * 4))
+expect_error "npy head_dim mismatch" 1 'k_dim.npy: head_dim 16 does not match' \
+    run --backend cpu --q "$GOOD/q.npy" --k "$M/k_dim.npy" --v "$M/k_dim.npy"
+make_npy "$M/k_batch.npy" 1 "$(dict '<f4' False '(3, 2, 40, 24)')" $((3 * 2 * 40 * 24 * 4))
+expect_error "npy batch mismatch" 1 'k_batch.npy: batch 3 does not match' \
+    run --backend cpu --q "$GOOD/q.npy" --k "$M/k_batch.npy" --v "$M/k_batch.npy"
+make_npy "$M/k_heads.npy" 1 "$(dict '<f4' False '(2, 3, 40, 24)')" $((2 * 3 * 40 * 24 * 4))
+expect_error "npy heads do not divide" 1 'k_heads.npy: .*heads do not divide' \
+    run --backend cpu --q "$GOOD/q.npy" --k "$M/k_heads.npy" --v "$M/k_heads.npy"
+make_npy "$M/v_seq.npy" 1 "$(dict '<f4' False '(2, 2, 41, 24)')" $((2 * 2 * 41 * 24 * 4))
+expect_error "npy v shape differs from k" 1 'v_seq.npy: shape \[2, 2, 41, 24\] does not match' \
+    run --backend cpu --q "$GOOD/q.npy" --k "$GOOD/k.npy" --v "$M/v_seq.npy"
+expect_error "npy dtype mismatch" 1 "k16.npy: dtype '<f2' does not match" \
+    run --backend cpu --q "$GOOD/q.npy" --k "$GOOD/k16.npy" --v "$GOOD/v.npy"
+expect_error "--q without --k" 2 'go together' run --backend cpu --q "$GOOD/q.npy"
+expect_error "--seq with --q" 2 'cannot be combined' \
+    run --backend cpu --q "$GOOD/q.npy" --k "$GOOD/k.npy" --v "$GOOD/v.npy" --seq 10
+expect_error "unwritable --out" 1 'cannot create' \
+    run "${SMALL[@]}" --out "$TMP/no/such/dir/o.npy"
+
+# ---- bad command lines: one line on stderr, exit 2 ------------------------------------------
+expect_error "seq abc" 2 "'abc' is not an integer" run --seq abc
+expect_error "seq -5" 2 'out of range' run --seq -5
+expect_error "seq overflow" 2 'out of range' run --seq 99999999999999999999999
+expect_error "seq too large" 2 'out of range' run --seq 3000000000
+expect_error "seq 1.5" 2 'not an integer' run --seq 1.5
+expect_error "seq empty" 2 'not an integer' run --seq=
+expect_error "dim 12x" 2 'not an integer' plan --dim 12x
+expect_error "repeat 0" 2 'out of range' run --repeat 0
+expect_error "seed -1" 2 'not a non-negative integer' run --seed -1
+expect_error "device -1" 2 'out of range' run --device -1
+expect_error "scale abc" 2 'not a number' run --scale abc
+expect_error "scale 1e999" 2 'out of range' run --scale 1e999
+expect_error "missing value" 2 'needs a value' run --seq
+expect_error "unknown option" 2 "unknown option '--frobnicate'" run --frobnicate 3
+expect_error "flag with a value" 2 'takes no value' run --check=yes
+expect_error "positional argument" 2 "unexpected argument 'extra'" run extra
+expect_error "bad backend" 2 "unknown backend 'tpu'" run --backend tpu
+expect_error "bad dtype" 2 "unknown dtype 'f64'" run --dtype f64
+expect_error "bad causal" 2 "unknown mask 'diagonal'" run --causal diagonal
+expect_error "bad layout" 2 "unknown layout 'sbhd'" run --layout sbhd
+expect_error "devices unknown option" 2 "unknown option" devices --all
+
+# ---- library errors: "flashattn: FA_STATUS_X: message", exit 1 ------------------------------
+expect_error "run heads mismatch" 1 '^flashattn: FA_STATUS_HEADS_MISMATCH: ' \
+    run --backend cpu --heads 8 --heads-kv 3
+expect_error "run head_dim 300" 1 '^flashattn: FA_STATUS_UNSUPPORTED_HEAD_DIM: ' \
+    run --backend cpu --dim 300
+expect_error "run scale nan" 1 '^flashattn: FA_STATUS_INVALID_SCALE: ' \
+    run --backend cpu --scale nan
+expect_error "run bad device" 1 '^flashattn: FA_STATUS_DEVICE_NOT_FOUND: ' \
+    run --backend cpu --device 7
+expect_error "run huge problem" 1 '^flashattn: ' \
+    run --backend cpu --batch 2000000000 --heads 2000000000 --seq 2000000000 --dim 64
+
+echo "$PASSED passed, $FAILED failed"
+[ "$FAILED" -eq 0 ]

@@ -1,0 +1,15 @@
+/*
+ * cli_commands.h - the subcommands of the `flashattn` program. Each takes the subcommand's own
+ * argv (argv[0] is its name) and returns the process exit status.
+ */
+#ifndef FLASHATTN_TOOLS_CLI_COMMANDS_H
+#define FLASHATTN_TOOLS_CLI_COMMANDS_H
+
+/* `flashattn devices`: every backend, its devices and their properties (cli_info.c). */
+int cli_cmd_devices(int argc, char **argv);
+/* `flashattn plan`: the tile plan for a problem on a device, and why (cli_info.c). */
+int cli_cmd_plan(int argc, char **argv);
+/* `flashattn run`: time a forward pass, optionally check it against the CPU golden (cli_run.c). */
+int cli_cmd_run(int argc, char **argv);
+
+#endif /* FLASHATTN_TOOLS_CLI_COMMANDS_H */

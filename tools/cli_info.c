@@ -1,0 +1,154 @@
+/*
+ * cli_info.c - the `flashattn devices` and `flashattn plan` subcommands: what the library can
+ * see, and which tiles it would choose for a problem and why. Neither runs a kernel.
+ */
+#include "cli_commands.h"
+#include "cli_common.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- devices ----------------------------------------------------------------------------- */
+
+static const fa_backend cli_backends[] = {FA_BACKEND_CPU, FA_BACKEND_OPENCL, FA_BACKEND_CUDA};
+
+static void print_device(fa_backend backend, int index)
+{
+    char why[512] = "", sram[64], global[64];
+    fa_device_props p;
+    fa_status st;
+    memset(&p, 0, sizeof p);
+    st = fa_backend_device_props(backend, index, &p, why, sizeof why);
+    if (st != FA_STATUS_OK) {
+        printf("  device %d: unavailable (%s): %s\n", index, fa_status_name(st),
+               *why ? why : fa_status_message(st));
+        return;
+    }
+    p.name[sizeof p.name - 1] = '\0';
+    p.vendor[sizeof p.vendor - 1] = '\0';
+    p.arch[sizeof p.arch - 1] = '\0';
+    cli_format_bytes(p.sram_bytes, sram, sizeof sram);
+    if (p.global_mem_bytes)
+        cli_format_bytes(p.global_mem_bytes, global, sizeof global);
+    else
+        snprintf(global, sizeof global, "unknown");
+    printf("  device %d: %s\n", index, p.name);
+    printf("    %-16s %s\n", "vendor", *p.vendor ? p.vendor : "-");
+    printf("    %-16s %s\n", "sram", sram);
+    printf("    %-16s %s\n", "global memory", global);
+    printf("    %-16s %" PRIu32 "\n", "max work-group", p.max_work_group_size);
+    printf("    %-16s %" PRIu32 "\n", "compute units", p.compute_units);
+    printf("    %-16s %s / %s\n", "fp16 / bf16", p.fp16 ? "yes" : "no", p.bf16 ? "yes" : "no");
+    printf("    %-16s %s\n", "arch", *p.arch ? p.arch : "-");
+}
+
+/* One backend: its devices, or the reason it has none. Never an error exit. */
+static void print_backend(fa_backend backend)
+{
+    char why[512] = "";
+    int count = 0, i;
+    fa_status st = fa_backend_device_count(backend, &count, why, sizeof why);
+    const char *name = fa_backend_name(backend);
+    if (st != FA_STATUS_OK) {
+        if (st == FA_STATUS_BACKEND_UNAVAILABLE)
+            printf("%s: unavailable: %s\n", name, *why ? why : fa_status_message(st));
+        else
+            printf("%s: unavailable (%s): %s\n", name, fa_status_name(st),
+                   *why ? why : fa_status_message(st));
+        return;
+    }
+    printf("%s: %d device%s\n", name, count, count == 1 ? "" : "s");
+    for (i = 0; i < count; i++)
+        print_device(backend, i);
+}
+
+int cli_cmd_devices(int argc, char **argv)
+{
+    static const cli_cmd cmd = {
+        "devices", "[options]",
+        "Lists every backend (cpu, opencl, cuda) with its devices and their properties.\n"
+        "A backend that is not built in or finds no device is listed with the reason."};
+    fa_backend only = FA_BACKEND_AUTO;
+    cli_opt opts[] = {
+        {"backend", CLI_BACKEND, &only, 0, 0, "NAME", "list only this backend (default: all)", 0},
+    };
+    size_t i, n = sizeof opts / sizeof opts[0];
+    int r = cli_parse(&cmd, argc, argv, opts, n);
+    if (r == CLI_PARSE_HELP) {
+        cli_print_help(&cmd, opts, n);
+        return CLI_EXIT_OK;
+    }
+    if (r != CLI_PARSE_OK)
+        return CLI_EXIT_USAGE;
+    printf("flashattn %s\n", fa_version());
+    for (i = 0; i < sizeof cli_backends / sizeof cli_backends[0]; i++)
+        if (only == FA_BACKEND_AUTO || only == cli_backends[i])
+            print_backend(cli_backends[i]);
+    return CLI_EXIT_OK;
+}
+
+/* ---- plan -------------------------------------------------------------------------------- */
+
+static void print_plan(const fa_context *ctx, int picked, const fa_plan *plan, fa_layout layout)
+{
+    char line[512], sram[64];
+    const char *explain = fa_plan_explain(plan);
+    cli_describe_context(ctx, picked, line, sizeof line);
+    printf("%-13s %s\n", "backend", line);
+    cli_describe_problem(fa_plan_problem(plan), layout, line, sizeof line);
+    printf("%-13s %s\n", "problem", line);
+    printf("%-13s %" PRId32 "\n", "Br", fa_plan_block_r(plan));
+    printf("%-13s %" PRId32 "\n", "Bc", fa_plan_block_c(plan));
+    printf("%-13s %" PRId32 "\n", "work-group", fa_plan_work_group_size(plan));
+    cli_format_bytes(fa_plan_sram_bytes(plan), sram, sizeof sram);
+    printf("%-13s %s\n", "sram", sram);
+    printf("%-13s %" PRIu64 "\n", "work-groups", fa_plan_work_groups(plan));
+    if (explain && *explain) {
+        size_t len = strlen(explain);
+        printf("\nexplanation:\n%s%s", explain, explain[len - 1] == '\n' ? "" : "\n");
+    }
+}
+
+int cli_cmd_plan(int argc, char **argv)
+{
+    static const cli_cmd cmd = {
+        "plan", "[--backend B] [--seq N] [--dim D] [options]",
+        "Creates a context and a tile plan for one problem and prints Br, Bc, the work-group\n"
+        "size, the on-chip bytes, the number of work-groups and the planner's reasoning."};
+    cli_problem_args pa;
+    fa_backend backend = FA_BACKEND_AUTO;
+    int64_t device = 0;
+    cli_opt opts[CLI_PROBLEM_NOPTS + 2] = {
+        {"backend", CLI_BACKEND, &backend, 0, 0, "B", "auto, cpu, opencl or cuda (default auto)",
+         0},
+        {"device", CLI_INT, &device, 0, INT32_MAX, "N", "device index (default 0)", 0},
+    };
+    const size_t n = sizeof opts / sizeof opts[0];
+    fa_context *ctx = NULL;
+    fa_plan *plan = NULL;
+    fa_problem p;
+    fa_status st;
+    int r;
+
+    cli_problem_defaults(&pa);
+    cli_problem_opts(&pa, opts + 2);
+    r = cli_parse(&cmd, argc, argv, opts, n);
+    if (r == CLI_PARSE_HELP) {
+        cli_print_help(&cmd, opts, n);
+        return CLI_EXIT_OK;
+    }
+    if (r != CLI_PARSE_OK)
+        return CLI_EXIT_USAGE;
+    cli_problem_resolve(&pa, opts, n);
+    if (cli_problem_build(&pa, &p) != 0 || cli_context_open(backend, (int)device, &ctx) != 0)
+        return CLI_EXIT_FAIL;
+    st = fa_plan_create(ctx, &p, &plan);
+    if (st != FA_STATUS_OK)
+        r = cli_lib_error(st, ctx, NULL);
+    else
+        print_plan(ctx, backend == FA_BACKEND_AUTO, plan, pa.layout);
+    fa_plan_destroy(plan);
+    fa_context_destroy(ctx);
+    return r;
+}

@@ -1,0 +1,124 @@
+/*
+ * cli_session.c - context, plan, buffers and transfers for one forward pass (see
+ * cli_session.h). Transfers go through a host image in the device layout, so BSHD and BHSD
+ * runs read and write the same logical host tensors.
+ */
+#include "cli_session.h"
+
+#include "cli_common.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void cli_problem_shapes(const fa_problem *p, int64_t q_shape[4], int64_t kv_shape[4])
+{
+    q_shape[0] = p->batch;
+    q_shape[1] = p->heads_q;
+    q_shape[2] = p->seqlen_q;
+    q_shape[3] = p->head_dim;
+    kv_shape[0] = p->batch;
+    kv_shape[1] = p->heads_kv;
+    kv_shape[2] = p->seqlen_k;
+    kv_shape[3] = p->head_dim;
+}
+
+int cli_session_open(cli_session *s, fa_backend backend, int device, const fa_problem *p)
+{
+    fa_status st;
+    if (cli_context_open(backend, device, &s->ctx) != 0)
+        return CLI_EXIT_FAIL;
+    st = fa_plan_create(s->ctx, p, &s->plan);
+    if (st != FA_STATUS_OK)
+        return cli_lib_error(st, s->ctx, NULL);
+    s->problem = *fa_plan_problem(s->plan);
+    return 0;
+}
+
+static int make_buffer(cli_session *s, const int64_t shape[4], const fa_tensor_layout *l,
+                       fa_buffer **out)
+{
+    size_t bytes;
+    fa_status st;
+    if (cli_image_bytes(shape, l, s->problem.dtype, &bytes) != 0)
+        return CLI_EXIT_FAIL;
+    st = fa_buffer_create(s->ctx, bytes, out);
+    return st == FA_STATUS_OK ? 0 : cli_lib_error(st, s->ctx, NULL);
+}
+
+int cli_session_buffers(cli_session *s, int want_lse)
+{
+    int64_t qs[4], kvs[4];
+    const fa_problem *p = &s->problem;
+    uint64_t rows;
+    fa_status st;
+    cli_problem_shapes(p, qs, kvs);
+    if (make_buffer(s, qs, &p->q, &s->q) || make_buffer(s, kvs, &p->k, &s->k) ||
+        make_buffer(s, kvs, &p->v, &s->v) || make_buffer(s, qs, &p->o, &s->o))
+        return CLI_EXIT_FAIL;
+    if (!want_lse)
+        return 0;
+    /* The shapes were bounded by the image sizes above, so this product cannot overflow. */
+    rows = (uint64_t)p->batch * (uint64_t)p->heads_q * (uint64_t)p->seqlen_q;
+    st = fa_buffer_create(s->ctx, rows ? (size_t)rows * sizeof(float) : sizeof(float), &s->lse);
+    return st == FA_STATUS_OK ? 0 : cli_lib_error(st, s->ctx, NULL);
+}
+
+static int upload_one(cli_session *s, const cli_tensor *t, const fa_tensor_layout *l,
+                      fa_buffer *buf)
+{
+    size_t bytes = fa_buffer_size(buf);
+    void *image = calloc(1, bytes);
+    fa_status st;
+    if (!image)
+        return cli_error("out of host memory for a %zu-byte transfer", bytes);
+    cli_pack(t, l, s->problem.dtype, image);
+    st = fa_buffer_write(buf, 0, image, bytes);
+    free(image);
+    return st == FA_STATUS_OK ? 0 : cli_lib_error(st, s->ctx, NULL);
+}
+
+int cli_session_upload(cli_session *s, const cli_tensor *q, const cli_tensor *k,
+                       const cli_tensor *v)
+{
+    if (upload_one(s, q, &s->problem.q, s->q) || upload_one(s, k, &s->problem.k, s->k) ||
+        upload_one(s, v, &s->problem.v, s->v))
+        return CLI_EXIT_FAIL;
+    return 0;
+}
+
+int cli_session_forward(cli_session *s)
+{
+    fa_status st = fa_forward(s->ctx, s->plan, s->q, s->k, s->v, s->o, s->lse);
+    return st == FA_STATUS_OK ? 0 : cli_lib_error(st, s->ctx, NULL);
+}
+
+int cli_session_download(cli_session *s, cli_tensor *o, float *lse)
+{
+    size_t bytes = fa_buffer_size(s->o);
+    void *image = malloc(bytes);
+    fa_status st;
+    if (!image)
+        return cli_error("out of host memory for a %zu-byte transfer", bytes);
+    st = fa_buffer_read(s->o, 0, image, bytes);
+    if (st == FA_STATUS_OK)
+        cli_unpack(image, &s->problem.o, s->problem.dtype, o);
+    free(image);
+    if (st == FA_STATUS_OK && lse && s->lse) {
+        size_t n = (size_t)(s->problem.batch * s->problem.heads_q * s->problem.seqlen_q);
+        if (n > 0)
+            st = fa_buffer_read(s->lse, 0, lse, n * sizeof(float));
+    }
+    return st == FA_STATUS_OK ? 0 : cli_lib_error(st, s->ctx, NULL);
+}
+
+void cli_session_close(cli_session *s)
+{
+    fa_buffer_destroy(s->lse);
+    fa_buffer_destroy(s->o);
+    fa_buffer_destroy(s->v);
+    fa_buffer_destroy(s->k);
+    fa_buffer_destroy(s->q);
+    fa_plan_destroy(s->plan);
+    fa_context_destroy(s->ctx);
+    memset(s, 0, sizeof *s);
+}

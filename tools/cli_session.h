@@ -1,0 +1,37 @@
+/*
+ * cli_session.h - one forward-pass setup for the `flashattn run` command: a context, a plan, the
+ * device buffers for Q, K, V, O and LSE, and the transfers between them and host tensors.
+ * `run` opens one session on the chosen backend and, with --check, a second on the CPU golden.
+ * Every failure prints "flashattn: FA_STATUS_X: message" and returns CLI_EXIT_FAIL.
+ */
+#ifndef FLASHATTN_TOOLS_CLI_SESSION_H
+#define FLASHATTN_TOOLS_CLI_SESSION_H
+
+#include "cli_tensor.h"
+#include "flashattn.h"
+
+typedef struct cli_session {
+    fa_context *ctx;
+    fa_plan *plan;
+    fa_problem problem; /* as planned */
+    fa_buffer *q, *k, *v, *o, *lse;
+} cli_session;
+
+/* The logical shapes of Q (and O) and of K (and V) for a problem. */
+void cli_problem_shapes(const fa_problem *p, int64_t q_shape[4], int64_t kv_shape[4]);
+
+/* Creates the context and the plan (validating the problem). The session must be zeroed. */
+int cli_session_open(cli_session *s, fa_backend backend, int device, const fa_problem *p);
+/* Creates the device buffers; the LSE buffer only when want_lse is set. */
+int cli_session_buffers(cli_session *s, int want_lse);
+/* Copies host tensors into the Q, K and V buffers in the problem's layout and dtype. */
+int cli_session_upload(cli_session *s, const cli_tensor *q, const cli_tensor *k,
+                       const cli_tensor *v);
+/* One fa_forward call. */
+int cli_session_forward(cli_session *s);
+/* Reads O back into a tensor of Q's shape and, when both exist, LSE into lse. */
+int cli_session_download(cli_session *s, cli_tensor *o, float *lse);
+/* Releases everything; safe on a zeroed or partly opened session. */
+void cli_session_close(cli_session *s);
+
+#endif /* FLASHATTN_TOOLS_CLI_SESSION_H */

@@ -1,0 +1,183 @@
+/*
+ * cli_tensor.c - host tensors for the `flashattn` program (see cli_tensor.h): allocation with
+ * overflow checks, random fill, dtype rounding, .npy load/save and layout packing.
+ */
+#include "cli_tensor.h"
+
+#include "cli_common.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cli_tensor_alloc(cli_tensor *t, const char *what, int64_t batch, int64_t heads, int64_t seq,
+                     int64_t dim)
+{
+    const int64_t shape[4] = {batch, heads, seq, dim};
+    size_t n = 1;
+    int i;
+    memset(t, 0, sizeof *t);
+    for (i = 0; i < 4; i++) {
+        if (shape[i] < 0 || (shape[i] != 0 && n > SIZE_MAX / sizeof(float) / (uint64_t)shape[i]))
+            return cli_error("%s: shape [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
+                             "] is too large for this machine",
+                             what, batch, heads, seq, dim);
+        n *= (size_t)shape[i];
+        t->shape[i] = shape[i];
+    }
+    t->count = n;
+    if (n > 0) {
+        t->data = calloc(n, sizeof(float));
+        if (!t->data)
+            return cli_error("%s: out of host memory for %zu elements", what, n);
+    }
+    return 0;
+}
+
+void cli_tensor_free(cli_tensor *t)
+{
+    if (!t)
+        return;
+    free(t->data);
+    t->data = NULL;
+    t->count = 0;
+}
+
+void cli_tensor_fill_random(cli_tensor *t, uint64_t *state)
+{
+    size_t i;
+    for (i = 0; i < t->count; i++)
+        t->data[i] = cli_rand_uniform(state);
+}
+
+void cli_tensor_round(cli_tensor *t, fa_dtype dtype)
+{
+    size_t i;
+    if (dtype == FA_DTYPE_F16)
+        for (i = 0; i < t->count; i++)
+            t->data[i] = fa_f16_to_f32(fa_f32_to_f16(t->data[i]));
+    else if (dtype == FA_DTYPE_BF16)
+        for (i = 0; i < t->count; i++)
+            t->data[i] = fa_bf16_to_f32(fa_f32_to_bf16(t->data[i]));
+}
+
+npy_dtype cli_npy_dtype(fa_dtype dtype)
+{
+    return dtype == FA_DTYPE_F16 ? NPY_F16 : NPY_F32;
+}
+
+int cli_tensor_load(const char *path, cli_tensor *t, npy_dtype *file_dtype)
+{
+    char err[256];
+    npy_array a;
+    int i;
+    memset(t, 0, sizeof *t);
+    if (npy_read(path, &a, err, sizeof err) != 0)
+        return cli_error("%s: %s", path, err);
+    if (a.rank != 4) {
+        npy_free(&a);
+        return cli_error("%s: rank %d, want 4 ([batch, heads, seq, head_dim])", path, a.rank);
+    }
+    for (i = 0; i < 4; i++) {
+        /* A zero elsewhere can make a huge shape hold no data; refuse such sizes anyway. */
+        if (a.shape[i] > CLI_MAX_SIZE) {
+            npy_free(&a);
+            return cli_error("%s: dimension %d is %" PRId64 ", more than %d", path, i, a.shape[i],
+                             CLI_MAX_SIZE);
+        }
+        t->shape[i] = a.shape[i];
+    }
+    t->count = a.count;
+    t->data = a.data;
+    *file_dtype = a.dtype;
+    return 0;
+}
+
+int cli_tensor_save(const char *path, const cli_tensor *t, fa_dtype dtype)
+{
+    char err[256];
+    if (npy_write(path, cli_npy_dtype(dtype), 4, t->shape, t->data, err, sizeof err) != 0)
+        return cli_error("%s: %s", path, err);
+    return 0;
+}
+
+/* *acc += a * b in uint64, reporting overflow. */
+static int mul_add(uint64_t *acc, uint64_t a, uint64_t b)
+{
+    if (b != 0 && a > (UINT64_MAX - *acc) / b)
+        return -1;
+    *acc += a * b;
+    return 0;
+}
+
+int cli_image_bytes(const int64_t shape[4], const fa_tensor_layout *l, fa_dtype dtype,
+                    size_t *bytes)
+{
+    const int64_t strides[3] = {l->stride_batch, l->stride_head, l->stride_seq};
+    uint64_t elems = 1, esz = fa_dtype_size(dtype);
+    int i, bad = l->offset < 0;
+    for (i = 0; i < 4; i++)
+        bad = bad || shape[i] < 0;
+    if (!bad && shape[0] > 0 && shape[1] > 0 && shape[2] > 0 && shape[3] > 0) {
+        elems = (uint64_t)shape[3];
+        bad = bad || mul_add(&elems, (uint64_t)l->offset, 1) != 0;
+        for (i = 0; i < 3 && !bad; i++)
+            bad = strides[i] < 0 ||
+                  mul_add(&elems, (uint64_t)(shape[i] - 1), (uint64_t)strides[i]) != 0;
+    }
+    if (bad || esz == 0 || elems > SIZE_MAX / esz)
+        return cli_error("tensor layout is too large for this machine");
+    *bytes = (size_t)(elems * esz);
+    return 0;
+}
+
+static void store(void *image, size_t i, fa_dtype dtype, float v)
+{
+    if (dtype == FA_DTYPE_F16)
+        ((uint16_t *)image)[i] = fa_f32_to_f16(v);
+    else if (dtype == FA_DTYPE_BF16)
+        ((uint16_t *)image)[i] = fa_f32_to_bf16(v);
+    else
+        ((float *)image)[i] = v;
+}
+
+static float load(const void *image, size_t i, fa_dtype dtype)
+{
+    if (dtype == FA_DTYPE_F16)
+        return fa_f16_to_f32(((const uint16_t *)image)[i]);
+    if (dtype == FA_DTYPE_BF16)
+        return fa_bf16_to_f32(((const uint16_t *)image)[i]);
+    return ((const float *)image)[i];
+}
+
+/* Element index of row (b, h, s) in the image; cli_image_bytes has bounded it. */
+static size_t row_start(const fa_tensor_layout *l, int64_t b, int64_t h, int64_t s)
+{
+    return (size_t)(l->offset + b * l->stride_batch + h * l->stride_head + s * l->stride_seq);
+}
+
+void cli_pack(const cli_tensor *t, const fa_tensor_layout *l, fa_dtype dtype, void *image)
+{
+    const float *src = t->data;
+    int64_t b, h, s, x;
+    for (b = 0; b < t->shape[0]; b++)
+        for (h = 0; h < t->shape[1]; h++)
+            for (s = 0; s < t->shape[2]; s++) {
+                size_t row = row_start(l, b, h, s);
+                for (x = 0; x < t->shape[3]; x++)
+                    store(image, row + (size_t)x, dtype, *src++);
+            }
+}
+
+void cli_unpack(const void *image, const fa_tensor_layout *l, fa_dtype dtype, cli_tensor *t)
+{
+    float *dst = t->data;
+    int64_t b, h, s, x;
+    for (b = 0; b < t->shape[0]; b++)
+        for (h = 0; h < t->shape[1]; h++)
+            for (s = 0; s < t->shape[2]; s++) {
+                size_t row = row_start(l, b, h, s);
+                for (x = 0; x < t->shape[3]; x++)
+                    *dst++ = load(image, row + (size_t)x, dtype);
+            }
+}

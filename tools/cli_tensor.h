@@ -1,0 +1,60 @@
+/*
+ * cli_tensor.h - host tensors of the `flashattn` program: logical [batch, heads, seq, head_dim]
+ * arrays of float, filled at random or from .npy files, saved to .npy, and packed into (or
+ * unpacked from) the byte image a device buffer holds for a given layout and dtype.
+ *
+ * Keeping every host tensor as float in BHSD order, already rounded to the run's dtype, means
+ * the same seed gives the same logical inputs whatever the layout, and a tensor saved and
+ * loaded again gives bit-identical device bytes.
+ */
+#ifndef FLASHATTN_TOOLS_CLI_TENSOR_H
+#define FLASHATTN_TOOLS_CLI_TENSOR_H
+
+#include "flashattn.h"
+#include "npy.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct cli_tensor {
+    int64_t shape[4]; /* batch, heads, seq, head_dim */
+    size_t count;     /* product of shape */
+    float *data;      /* count values in C order; NULL when count == 0 */
+} cli_tensor;
+
+/*
+ * Allocates a zeroed tensor named `what` (for messages). Checks that the element count and
+ * its byte size do not overflow; prints and returns CLI_EXIT_FAIL on failure, 0 on success.
+ */
+int cli_tensor_alloc(cli_tensor *t, const char *what, int64_t batch, int64_t heads, int64_t seq,
+                     int64_t dim);
+/* Frees the data; safe on a zeroed or freed tensor. */
+void cli_tensor_free(cli_tensor *t);
+/* Fills with uniform [-1, 1) values from the generator. */
+void cli_tensor_fill_random(cli_tensor *t, uint64_t *state);
+/* Rounds every value to the nearest value of dtype (a no-op for f32). */
+void cli_tensor_round(cli_tensor *t, fa_dtype dtype);
+
+/* The file element type used to store values of dtype: '<f2' for f16, '<f4' otherwise. */
+npy_dtype cli_npy_dtype(fa_dtype dtype);
+/*
+ * Loads a rank-4 .npy file. Any problem prints "flashattn: PATH: reason" and returns
+ * CLI_EXIT_FAIL. *file_dtype receives the file's element type.
+ */
+int cli_tensor_load(const char *path, cli_tensor *t, npy_dtype *file_dtype);
+/* Saves as .npy in cli_npy_dtype(dtype); prints and returns CLI_EXIT_FAIL on failure. */
+int cli_tensor_save(const char *path, const cli_tensor *t, fa_dtype dtype);
+
+/*
+ * Bytes a device buffer needs to hold a [batch, heads, seq, head_dim] tensor of the given shape
+ * in layout `l` (at least one element, since buffers cannot be empty). Prints and returns
+ * CLI_EXIT_FAIL when the size overflows.
+ */
+int cli_image_bytes(const int64_t shape[4], const fa_tensor_layout *l, fa_dtype dtype,
+                    size_t *bytes);
+/* Writes the tensor's values into a device image of layout l and dtype. */
+void cli_pack(const cli_tensor *t, const fa_tensor_layout *l, fa_dtype dtype, void *image);
+/* Reads the tensor's values back from a device image of layout l and dtype. */
+void cli_unpack(const void *image, const fa_tensor_layout *l, fa_dtype dtype, cli_tensor *t);
+
+#endif /* FLASHATTN_TOOLS_CLI_TENSOR_H */
