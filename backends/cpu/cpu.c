@@ -1,0 +1,316 @@
+/*
+ * cpu.c - the scalar golden reference backend. It runs the same tile loop as the OpenCL and
+ * CUDA kernels (Q tiles of Br rows, K/V tiles of Bc keys, the online m/l update, rescale,
+ * accumulate P V, final 1/l) but accumulates in fp64, so its only error is the final rounding
+ * of O to the storage type. Every other backend is checked against it.
+ *
+ * No SIMD, no threads: the point is to be obviously right. "Device memory" is host memory from
+ * malloc, and the on-chip memory the planner divides is a CPU cache (L2, else L1d, else 256 KiB)
+ * read from the system.
+ */
+#define _POSIX_C_SOURCE 200809L /* sysconf cache queries where the C library has them */
+
+#include "internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* When the system does not say how big its caches are. */
+#define CPU_FALLBACK_CACHE_BYTES (256u * 1024u)
+
+/* Reads a cache size such as "512K" from sysfs; 0 when absent. */
+static uint64_t sysfs_cache_bytes(int index)
+{
+    char path[96];
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", index);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    unsigned long long v = 0;
+    char unit = 0;
+    int n = fscanf(f, "%llu%c", &v, &unit);
+    fclose(f);
+    if (n < 1)
+        return 0;
+    if (n == 2 && (unit == 'K' || unit == 'k'))
+        v *= 1024;
+    else if (n == 2 && (unit == 'M' || unit == 'm'))
+        v *= 1024 * 1024;
+    return v;
+}
+
+/* The largest per-core data cache the system reports (index 0..3 cover L1d, L1i, L2, L3; L2 is
+ * the one a tile loop of one core lives in, L3 is shared and skipped). */
+static uint64_t cpu_cache_bytes(void)
+{
+    uint64_t best = sysfs_cache_bytes(2); /* L2 on Linux */
+    if (best == 0)
+        best = sysfs_cache_bytes(0); /* L1d */
+#ifdef _SC_LEVEL2_CACHE_SIZE
+    if (best == 0) {
+        long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
+        best = v > 0 ? (uint64_t)v : 0;
+    }
+#endif
+    return best > 0 ? best : CPU_FALLBACK_CACHE_BYTES;
+}
+
+static fa_status cpu_device_count(int *count, char *why, size_t why_size)
+{
+    (void)why;
+    (void)why_size;
+    *count = 1;
+    return FA_STATUS_OK;
+}
+
+static fa_status cpu_device_props(int index, fa_device_props *out, char *why, size_t why_size)
+{
+    if (index != 0) {
+        fa__format(why, why_size, "the cpu backend has one device (0), not %d", index);
+        return FA_STATUS_DEVICE_NOT_FOUND;
+    }
+    memset(out, 0, sizeof *out);
+    fa__format(out->name, sizeof out->name, "scalar fp64 reference");
+    fa__format(out->vendor, sizeof out->vendor, "flashattn");
+    out->backend = FA_BACKEND_CPU;
+    out->sram_bytes = cpu_cache_bytes();
+    out->max_work_group_size = 1;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    out->compute_units = cores > 0 ? (uint32_t)cores : 1;
+    return FA_STATUS_OK;
+}
+
+/* One "work-item" runs a whole tile: no work-group limit, no multiple to round to. */
+static void cpu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__plan_rules *rules)
+{
+    (void)dev;
+    (void)p;
+    memset(rules, 0, sizeof *rules);
+    rules->tile_multiple = 1;
+}
+
+/* The CPU backend keeps no state: a non-NULL token so a context always has one. */
+static char cpu_state_token;
+
+static fa_status cpu_context_open(fa_context *ctx, int device, void **state)
+{
+    (void)ctx;
+    (void)device;
+    *state = &cpu_state_token;
+    return FA_STATUS_OK;
+}
+
+static void cpu_context_close(void *state)
+{
+    (void)state;
+}
+
+static fa_status cpu_buffer_alloc(fa_context *ctx, size_t bytes, void **mem)
+{
+    void *m = malloc(bytes);
+    if (!m)
+        return fa__error(ctx, FA_STATUS_OUT_OF_MEMORY, "cpu: cannot allocate %zu bytes", bytes);
+    *mem = m;
+    return FA_STATUS_OK;
+}
+
+static void cpu_buffer_free(fa_context *ctx, void *mem)
+{
+    (void)ctx;
+    free(mem);
+}
+
+static fa_status cpu_buffer_write(fa_context *ctx, void *mem, size_t offset, const void *src,
+                                  size_t bytes)
+{
+    (void)ctx;
+    memmove((unsigned char *)mem + offset, src, bytes);
+    return FA_STATUS_OK;
+}
+
+static fa_status cpu_buffer_read(fa_context *ctx, void *mem, size_t offset, void *dst,
+                                 size_t bytes)
+{
+    (void)ctx;
+    memmove(dst, (const unsigned char *)mem + offset, bytes);
+    return FA_STATUS_OK;
+}
+
+/* ---- the tile loop ------------------------------------------------------------------------ */
+
+static double load(fa_dtype dt, const void *base, int64_t idx)
+{
+    switch (dt) {
+    case FA_DTYPE_F16:
+        return fa_f16_to_f32(((const uint16_t *)base)[idx]);
+    case FA_DTYPE_BF16:
+        return fa_bf16_to_f32(((const uint16_t *)base)[idx]);
+    default:
+        return ((const float *)base)[idx];
+    }
+}
+
+/* Rounds through f32, as every backend does: f64 -> f32 -> storage type. */
+static void store(fa_dtype dt, void *base, int64_t idx, double x)
+{
+    float f = (float)x;
+    switch (dt) {
+    case FA_DTYPE_F16:
+        ((uint16_t *)base)[idx] = fa_f32_to_f16(f);
+        break;
+    case FA_DTYPE_BF16:
+        ((uint16_t *)base)[idx] = fa_f32_to_bf16(f);
+        break;
+    default:
+        ((float *)base)[idx] = f;
+        break;
+    }
+}
+
+/* Per-row running state of one Q tile, and its scratch S row; sized Br x d and Bc. */
+typedef struct tile_state {
+    double *acc; /* O accumulator, Br x d */
+    double *m;   /* running max per row (-inf: no key seen yet) */
+    double *l;   /* running sum of exp(s - m) per row */
+    double *s;   /* one S row, Bc */
+} tile_state;
+
+/* Keys of row i that the mask allows: [0, n). */
+static int64_t keys_allowed(const fa_kernel_params *kp, int64_t i)
+{
+    if (kp->mask == FA_MASK_NONE)
+        return kp->seqlen_k;
+    int64_t diag = kp->mask == FA_MASK_CAUSAL_BOTTOM_RIGHT ? kp->seqlen_k - kp->seqlen_q : 0;
+    int64_t n = i + diag + 1;
+    return n < 0 ? 0 : n > kp->seqlen_k ? kp->seqlen_k : n;
+}
+
+typedef struct head_view {
+    fa_dtype dt;
+    int64_t d;
+    const void *q, *k, *v; /* buffers */
+    int64_t q0, k0, v0;    /* element offset of this (batch, head)'s row 0 */
+    int64_t qs, ks, vs;    /* seq strides */
+} head_view;
+
+/* One row of one K/V tile: S = q k^T * scale, m/l update, rescale O, accumulate P V. */
+static void row_step(const head_view *hv, const fa_kernel_params *kp, tile_state *t, int r,
+                     int64_t row, int64_t c0, int64_t c1)
+{
+    const int64_t d = hv->d;
+    int64_t lim = keys_allowed(kp, row);
+    if (c1 > lim)
+        c1 = lim;
+    if (c1 <= c0)
+        return; /* mask: nothing of this tile is allowed for this row */
+    double m_new = t->m[r];
+    for (int64_t j = c0; j < c1; j++) { /* S = Q K^T * scale */
+        double dot = 0.0;
+        for (int64_t x = 0; x < d; x++)
+            dot += load(hv->dt, hv->q, hv->q0 + row * hv->qs + x) *
+                   load(hv->dt, hv->k, hv->k0 + j * hv->ks + x);
+        t->s[j - c0] = dot * (double)kp->scale;
+        if (t->s[j - c0] > m_new)
+            m_new = t->s[j - c0];
+    }
+    /* m/l update; alpha rescales what was accumulated under the old max (0 when none was). */
+    double alpha = t->m[r] == -INFINITY ? 0.0 : exp(t->m[r] - m_new);
+    double *acc = t->acc + (int64_t)r * d;
+    t->l[r] *= alpha;
+    for (int64_t x = 0; x < d; x++)
+        acc[x] *= alpha;
+    for (int64_t j = c0; j < c1; j++) { /* accumulate P V */
+        double pj = exp(t->s[j - c0] - m_new);
+        t->l[r] += pj;
+        for (int64_t x = 0; x < d; x++)
+            acc[x] += pj * load(hv->dt, hv->v, hv->v0 + j * hv->vs + x);
+    }
+    t->m[r] = m_new;
+}
+
+/* Rows [r0, r0 + rows) of one (batch, head): the K/V tile loop, then final 1/l and LSE. */
+static void q_tile(const head_view *hv, const fa_kernel_params *kp, int32_t block_c,
+                   tile_state *t, int64_t r0, int rows, void *o, int64_t o0, float *lse_row)
+{
+    const int64_t d = hv->d;
+    for (int r = 0; r < rows; r++) {
+        t->m[r] = -INFINITY;
+        t->l[r] = 0.0;
+        memset(t->acc + (int64_t)r * d, 0, (size_t)d * sizeof(double));
+    }
+    /* Causal: key tiles past the tile's last row's diagonal are never visited. */
+    int64_t kv_end = keys_allowed(kp, r0 + rows - 1);
+    for (int64_t c0 = 0; c0 < kv_end; c0 += block_c) {
+        int64_t c1 = c0 + block_c < kp->seqlen_k ? c0 + block_c : kp->seqlen_k;
+        for (int r = 0; r < rows; r++)
+            row_step(hv, kp, t, r, r0 + r, c0, c1);
+    }
+    /* Final 1/l; a row with no allowed key gives O = 0 and LSE = -inf. */
+    for (int r = 0; r < rows; r++) {
+        double inv = t->l[r] > 0.0 ? 1.0 / t->l[r] : 0.0;
+        for (int64_t x = 0; x < d; x++)
+            store(hv->dt, o, o0 + (r0 + r) * kp->o_stride_s + x, t->acc[(int64_t)r * d + x] * inv);
+        if (lse_row)
+            lse_row[r0 + r] = t->l[r] > 0.0 ? (float)(t->m[r] + log(t->l[r])) : -INFINITY;
+    }
+}
+
+static fa_status cpu_forward(fa_context *ctx, const fa_plan *plan, const fa_kernel_params *kp,
+                             void *q, void *k, void *v, void *o, void *lse)
+{
+    const int32_t br = plan->tiles.block_r, bc = plan->tiles.block_c;
+    const int64_t d = kp->head_dim;
+    /* Scratch is O(Br*d + Bc): nothing grows with seqlen_q * seqlen_k. */
+    size_t doubles = (size_t)br * (size_t)d + 2 * (size_t)br + (size_t)bc;
+    size_t bytes = doubles * sizeof(double);
+    double *scratch = malloc(bytes);
+    if (!scratch)
+        return fa__error(ctx, FA_STATUS_OUT_OF_MEMORY, "cpu: cannot allocate %zu scratch bytes",
+                         bytes);
+    fa__mem_add(ctx, bytes);
+    tile_state t = {scratch, scratch + (size_t)br * (size_t)d,
+                    scratch + (size_t)br * (size_t)d + (size_t)br,
+                    scratch + (size_t)br * (size_t)d + 2 * (size_t)br};
+    const int64_t group = kp->heads_q / kp->heads_kv;
+    for (int64_t b = 0; b < kp->batch; b++) {
+        for (int64_t h = 0; h < kp->heads_q; h++) {
+            int64_t hkv = h / group; /* GQA: query heads share a K/V head */
+            head_view hv = {plan->problem.dtype, d, q, k, v,
+                            kp->q_offset + b * kp->q_stride_b + h * kp->q_stride_h,
+                            kp->k_offset + b * kp->k_stride_b + hkv * kp->k_stride_h,
+                            kp->v_offset + b * kp->v_stride_b + hkv * kp->v_stride_h,
+                            kp->q_stride_s, kp->k_stride_s, kp->v_stride_s};
+            int64_t o0 = kp->o_offset + b * kp->o_stride_b + h * kp->o_stride_h;
+            float *lse_row = kp->has_lse ? (float *)lse + (b * kp->heads_q + h) * kp->seqlen_q
+                                         : NULL;
+            for (int64_t r0 = 0; r0 < kp->seqlen_q; r0 += br) {
+                int rows = (int)(kp->seqlen_q - r0 < br ? kp->seqlen_q - r0 : br);
+                q_tile(&hv, kp, bc, &t, r0, rows, o, o0, lse_row);
+            }
+        }
+    }
+    free(scratch);
+    fa__mem_sub(ctx, bytes);
+    return FA_STATUS_OK;
+}
+
+const fa__backend_ops fa__cpu_ops = {
+    FA__BACKEND_API_VERSION,
+    FA_BACKEND_CPU,
+    cpu_device_count,
+    cpu_device_props,
+    cpu_plan_rules,
+    cpu_context_open,
+    cpu_context_close,
+    cpu_buffer_alloc,
+    cpu_buffer_free,
+    cpu_buffer_write,
+    cpu_buffer_read,
+    NULL,
+    NULL,
+    NULL,
+    cpu_forward,
+};

@@ -1,0 +1,46 @@
+# install.cmake - what `cmake --install` puts in place: the public headers, the shared and static
+# libraries, the `flashattn` program, a CMake package (find_package(flashattn) gives the targets
+# flashattn::flashattn and flashattn::flashattn_static) and a pkg-config file flashattn.pc.
+include(CMakePackageConfigHelpers)
+
+set(FLASHATTN_PUBLIC_HEADERS ${PROJECT_SOURCE_DIR}/include/flashattn.h)
+if(FLASHATTN_WITH_OPENCL)
+  list(APPEND FLASHATTN_PUBLIC_HEADERS ${PROJECT_SOURCE_DIR}/include/flashattn_opencl.h)
+endif()
+install(FILES ${FLASHATTN_PUBLIC_HEADERS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+
+install(TARGETS flashattn flashattn_static EXPORT flashattnTargets
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+
+set(FLASHATTN_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/flashattn)
+install(EXPORT flashattnTargets NAMESPACE flashattn:: DESTINATION ${FLASHATTN_CMAKE_DIR})
+
+# The static library's private dependencies become the consumer's link dependencies.
+set(FLASHATTN_STATIC_DEPS "")
+if(FLASHATTN_WITH_OPENCL)
+  string(APPEND FLASHATTN_STATIC_DEPS "find_dependency(OpenCL)\n")
+endif()
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/flashattnConfig.cmake.in
+  ${CMAKE_CURRENT_BINARY_DIR}/flashattnConfig.cmake INSTALL_DESTINATION ${FLASHATTN_CMAKE_DIR})
+write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/flashattnConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/flashattnConfig.cmake
+              ${CMAKE_CURRENT_BINARY_DIR}/flashattnConfigVersion.cmake
+        DESTINATION ${FLASHATTN_CMAKE_DIR})
+
+# pkg-config: `pkg-config --libs flashattn` for the shared library, `--static` adds what the
+# static one needs.
+set(FLASHATTN_PC_PRIVATE_LIBS "-lm")
+if(CMAKE_DL_LIBS)
+  string(APPEND FLASHATTN_PC_PRIVATE_LIBS " -l${CMAKE_DL_LIBS}")
+endif()
+if(FLASHATTN_WITH_OPENCL)
+  string(APPEND FLASHATTN_PC_PRIVATE_LIBS " -lOpenCL")
+endif()
+configure_file(${PROJECT_SOURCE_DIR}/cmake/flashattn.pc.in ${CMAKE_CURRENT_BINARY_DIR}/flashattn.pc
+  @ONLY)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/flashattn.pc
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
