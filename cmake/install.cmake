@@ -40,6 +40,8 @@ endif()
 if(FLASHATTN_WITH_OPENCL)
   string(APPEND FLASHATTN_PC_PRIVATE_LIBS " -lOpenCL")
 endif()
+# The prefix is found relative to the .pc file, so `cmake --install --prefix` anywhere works.
+file(RELATIVE_PATH FLASHATTN_PC_TO_PREFIX /p/${CMAKE_INSTALL_LIBDIR}/pkgconfig /p)
 configure_file(${PROJECT_SOURCE_DIR}/cmake/flashattn.pc.in ${CMAKE_CURRENT_BINARY_DIR}/flashattn.pc
   @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/flashattn.pc

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# install_test.sh - installs the build tree into a temporary prefix and builds a consumer
+# project against it twice: with find_package(flashattn) (shared and static targets) and with
+# pkg-config (shared, and static with --static). Every program must run and pass.
+#
+#   install_test.sh BUILD_DIR SOURCE_DIR C_COMPILER
+set -eu
+build=$1
+src=$2
+cc=$3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+prefix=$tmp/prefix
+
+cmake --install "$build" --prefix "$prefix" >/dev/null
+for f in include/flashattn.h bin/flashattn; do
+    [ -e "$prefix/$f" ] || { echo "FAIL: $f is not installed"; exit 1; }
+done
+"$prefix/bin/flashattn" --version
+
+echo "-- find_package(flashattn)"
+cmake -S "$src/tests/install/consumer" -B "$tmp/consumer" -DCMAKE_C_COMPILER="$cc" \
+    -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build "$tmp/consumer" >/dev/null
+"$tmp/consumer/consumer_shared"
+"$tmp/consumer/consumer_static"
+
+echo "-- pkg-config flashattn"
+libdir=$(find "$prefix" -name flashattn.pc -printf '%h\n' | head -n 1)
+[ -n "$libdir" ] || { echo "FAIL: flashattn.pc is not installed"; exit 1; }
+export PKG_CONFIG_PATH=$libdir
+# shellcheck disable=SC2046 # pkg-config's output is a list of flags
+"$cc" -std=c11 -o "$tmp/pc_shared" "$src/tests/install/consumer/consumer.c" \
+    $(pkg-config --cflags --libs flashattn) -lm -Wl,-rpath,"$(pkg-config --variable=libdir flashattn)"
+"$tmp/pc_shared"
+# shellcheck disable=SC2046
+"$cc" -std=c11 -o "$tmp/pc_static" "$src/tests/install/consumer/consumer.c" \
+    $(pkg-config --cflags flashattn) "$(pkg-config --variable=libdir flashattn)/libflashattn.a" \
+    $(pkg-config --static --libs-only-l flashattn | sed 's/-lflashattn//')
+"$tmp/pc_static"
+echo "install: 4 passed, 0 failed"
