@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# test.sh - the whole test suite: set up and build, run every ctest suite with the cpu and
+# opencl backends required (a missing OpenCL device is a failure, not a skip), then build a
+# second tree with AddressSanitizer + UndefinedBehaviorSanitizer and run the suites there too.
+set -eu
+cd "$(dirname "$0")/.."
+export FLASHATTN_REQUIRE_BACKENDS=${FLASHATTN_REQUIRE_BACKENDS:-cpu,opencl}
+unset FLASHATTN_BACKEND FLASHATTN_DEVICE FLASHATTN_BLOCK_R FLASHATTN_BLOCK_C FLASHATTN_KERNEL_DIR
+jobs=$(nproc)
+
+bash scripts/bootstrap.sh
+# NVRTC comes with the CUDA Toolkit: where the Toolkit is, its compile tests must run.
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+    export FLASHATTN_REQUIRE_NVRTC=1
+fi
+
+echo "== test suite (build/)"
+(cd build && ctest -j"$jobs" --output-on-failure)
+
+echo "== test suite under ASan + UBSan (build-asan/)"
+san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
+bash scripts/bootstrap.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS="$san" \
+    -DFLASHATTN_INSTALL_TEST=OFF
+# Leaks are checked with suppressions for the OpenCL runtime's own one-time allocations.
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
+export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp:print_suppressions=0
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+# Oclgrind preloads its own OpenCL runtime, which the ASan runtime refuses to follow.
+(cd build-asan && ctest -j"$jobs" --output-on-failure -LE oclgrind)
