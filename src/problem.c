@@ -12,18 +12,27 @@
 #define FA__MAX_ELEMS ((int64_t)1 << 60)
 #define FA__MAX_TILE 65536
 
+/* a * b for sizes >= 0, saturated at INT64_MAX: fa_problem_init takes any sizes, and a product
+ * that does not fit is reported by validation (INVALID_SHAPE) instead of wrapping here. */
+static int64_t mul_sat(int64_t a, int64_t b)
+{
+    if (a <= 0 || b <= 0)
+        return 0;
+    return a > INT64_MAX / b ? INT64_MAX : a * b;
+}
+
 static void layout_fill(fa_tensor_layout *t, fa_layout layout, int64_t heads, int64_t seq,
                         int64_t d)
 {
     t->offset = 0;
     if (layout == FA_LAYOUT_BHSD) {
         t->stride_seq = d;
-        t->stride_head = seq * d;
-        t->stride_batch = heads * seq * d;
+        t->stride_head = mul_sat(seq, d);
+        t->stride_batch = mul_sat(heads, t->stride_head);
     } else {
         t->stride_head = d;
-        t->stride_seq = heads * d;
-        t->stride_batch = seq * heads * d;
+        t->stride_seq = mul_sat(heads, d);
+        t->stride_batch = mul_sat(seq, t->stride_seq);
     }
 }
 
