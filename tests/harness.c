@@ -3,7 +3,7 @@
  * run once per backend (test_forward, test_invalid). A backend that is not built in or has no
  * device is skipped and reported, unless CI demands it through FLASHATTN_REQUIRE_BACKENDS.
  */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, setenv */
 
 #include "harness.h"
 
@@ -112,4 +112,20 @@ double harness_seconds(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void harness_env_save(harness_env *e, const char *name)
+{
+    const char *v = getenv(name);
+    e->name = name;
+    e->was_set = v != NULL;
+    snprintf(e->value, sizeof e->value, "%s", v ? v : "");
+}
+
+void harness_env_restore(const harness_env *e)
+{
+    if (e->was_set)
+        setenv(e->name, e->value, 1);
+    else
+        unsetenv(e->name);
 }

@@ -49,6 +49,16 @@ void harness_rng_seed(harness_rng *r, const char *name);
 /* Uniform in [lo, hi). */
 double harness_rng_uniform(harness_rng *r, double lo, double hi);
 
+/* An environment variable saved so a test can change it and put it back. */
+typedef struct harness_env {
+    const char *name;
+    char value[256];
+    bool was_set;
+} harness_env;
+
+void harness_env_save(harness_env *e, const char *name);
+void harness_env_restore(const harness_env *e);
+
 /* Monotonic seconds, for the timing lines of the summary. */
 double harness_seconds(void);
 

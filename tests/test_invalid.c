@@ -615,28 +615,6 @@ static void test_last_error(void **state)
 
 /* ---- backend-independent: contexts, environment, names (cpu process only) -------------- */
 
-typedef struct saved_env {
-    const char *name;
-    char value[256];
-    int was_set;
-} saved_env;
-
-static void env_save(saved_env *s, const char *name)
-{
-    const char *v = getenv(name);
-    s->name = name;
-    s->was_set = v != NULL;
-    snprintf(s->value, sizeof s->value, "%s", v ? v : "");
-}
-
-static void env_restore(const saved_env *s)
-{
-    if (s->was_set)
-        setenv(s->name, s->value, 1);
-    else
-        unsetenv(s->name);
-}
-
 /* fa_context_create: the status, *out NULL, and a reason in `why`. */
 static void expect_create(fa_backend backend, int device, fa_status want, const char *keyword,
                           int line)
@@ -662,9 +640,9 @@ static void expect_create(fa_backend backend, int device, fa_status want, const 
 static void test_context_create(void **state)
 {
     (void)state;
-    saved_env be, dev;
-    env_save(&be, "FLASHATTN_BACKEND");
-    env_save(&dev, "FLASHATTN_DEVICE");
+    harness_env be, dev;
+    harness_env_save(&be, "FLASHATTN_BACKEND");
+    harness_env_save(&dev, "FLASHATTN_DEVICE");
     unsetenv("FLASHATTN_BACKEND");
     unsetenv("FLASHATTN_DEVICE");
     assert_int_equal(fa_context_create(NULL, NULL, NULL, 0), FA_STATUS_NULL_POINTER);
@@ -711,8 +689,8 @@ static void test_context_create(void **state)
                      FA_STATUS_DEVICE_NOT_FOUND);
     assert_int_equal(fa_backend_device_props(FA_BACKEND_CPU, -1, &props, NULL, 0),
                      FA_STATUS_DEVICE_NOT_FOUND);
-    env_restore(&be);
-    env_restore(&dev);
+    harness_env_restore(&be);
+    harness_env_restore(&dev);
 }
 
 static void test_names(void **state)

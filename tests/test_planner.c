@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "harness.h"
 #include "internal.h"
 
 #include <math.h>
@@ -249,36 +250,13 @@ static void test_cpu_plan_create(void **state)
     fa_context_destroy(ctx);
 }
 
-/* Saves an environment variable so a test can change it and put it back. */
-typedef struct saved_env {
-    const char *name;
-    char value[256];
-    int was_set;
-} saved_env;
-
-static void env_save(saved_env *s, const char *name)
-{
-    const char *v = getenv(name);
-    s->name = name;
-    s->was_set = v != NULL;
-    snprintf(s->value, sizeof s->value, "%s", v ? v : "");
-}
-
-static void env_restore(const saved_env *s)
-{
-    if (s->was_set)
-        setenv(s->name, s->value, 1);
-    else
-        unsetenv(s->name);
-}
-
 /* FLASHATTN_BLOCK_R / _C stand in for overrides the problem leaves at 0, and are validated. */
 static void test_env_overrides(void **state)
 {
     (void)state;
-    saved_env r, c;
-    env_save(&r, "FLASHATTN_BLOCK_R");
-    env_save(&c, "FLASHATTN_BLOCK_C");
+    harness_env r, c;
+    harness_env_save(&r, "FLASHATTN_BLOCK_R");
+    harness_env_save(&c, "FLASHATTN_BLOCK_C");
     fa_context *ctx = cpu_context();
     fa_problem p;
     fa_problem_init(&p, F32, FA_LAYOUT_BHSD, 1, 2, 2, 64, 64, 64);
@@ -303,8 +281,8 @@ static void test_env_overrides(void **state)
         assert_null(plan);
         assert_non_null(strstr(fa_context_last_error(ctx), "FLASHATTN_BLOCK_R"));
     }
-    env_restore(&r);
-    env_restore(&c);
+    harness_env_restore(&r);
+    harness_env_restore(&c);
     fa_context_destroy(ctx);
 }
 
