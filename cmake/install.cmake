@@ -7,6 +7,9 @@ set(FLASHATTN_PUBLIC_HEADERS ${PROJECT_SOURCE_DIR}/include/flashattn.h)
 if(FLASHATTN_WITH_OPENCL)
   list(APPEND FLASHATTN_PUBLIC_HEADERS ${PROJECT_SOURCE_DIR}/include/flashattn_opencl.h)
 endif()
+if(FLASHATTN_WITH_CUDA)
+  list(APPEND FLASHATTN_PUBLIC_HEADERS ${PROJECT_SOURCE_DIR}/include/flashattn_cuda.h)
+endif()
 install(FILES ${FLASHATTN_PUBLIC_HEADERS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
 install(TARGETS flashattn flashattn_static EXPORT flashattnTargets

@@ -1,8 +1,9 @@
 # opencl.cmake - the OpenCL backend's sources and its embedded kernel text.
 #
 # flashattn_opencl_configure(target) adds backends/opencl/*.c and a generated C file holding
-# kernels_cl/flash_fwd.cl and src/kernel_params.h as byte arrays (cmake/embed.cmake, run at build
-# time, so editing a kernel rebuilds the library). The caller links OpenCL::OpenCL.
+# kernels_cl/flash_fwd.cl and src/kernel_params.h as byte arrays (flashattn_embed_text from
+# cmake/embed_text.cmake, run at build time, so editing a kernel rebuilds the library). The
+# caller links OpenCL::OpenCL.
 
 set(FLASHATTN_OPENCL_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/../backends/opencl/opencl.c
@@ -10,18 +11,7 @@ set(FLASHATTN_OPENCL_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/../backends/opencl/cl_program.c
   ${CMAKE_CURRENT_LIST_DIR}/../backends/opencl/cl_interop.c)
 
-# Embeds one text file as `const unsigned char <name>[]` into ${out_var} (a generated .c path).
-function(flashattn_embed_text input name out_var)
-  set(out ${CMAKE_CURRENT_BINARY_DIR}/generated/${name}.c)
-  add_custom_command(
-    OUTPUT ${out}
-    COMMAND ${CMAKE_COMMAND} -DINPUT=${input} -DOUTPUT=${out} -DNAME=${name}
-            -P ${PROJECT_SOURCE_DIR}/cmake/embed.cmake
-    DEPENDS ${input} ${PROJECT_SOURCE_DIR}/cmake/embed.cmake
-    COMMENT "Embedding ${input}"
-    VERBATIM)
-  set(${out_var} ${out} PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/embed_text.cmake)
 
 function(flashattn_opencl_configure target)
   file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/generated)

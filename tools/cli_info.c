@@ -9,6 +9,13 @@
 #include <stdio.h>
 #include <string.h>
 
+#ifdef FLASHATTN_WITH_CUDA
+/* Internal to the library (backends/cuda/cuda_device.c): a planning-only CUDA context on the
+ * known props of an architecture, so `plan --backend cuda --arch sm_90` needs no GPU. */
+fa_status fa__cuda_context_for_arch(fa_context **out, const char *arch, char *why,
+                                    size_t why_size);
+#endif
+
 /* ---- devices ----------------------------------------------------------------------------- */
 
 static const fa_backend cli_backends[] = {FA_BACKEND_CPU, FA_BACKEND_OPENCL, FA_BACKEND_CUDA};
@@ -90,6 +97,23 @@ int cli_cmd_devices(int argc, char **argv)
 
 /* ---- plan -------------------------------------------------------------------------------- */
 
+/* --arch: a context on a known architecture's props instead of a device (CUDA only). */
+static int open_arch_context(const cli_cmd *cmd, fa_backend backend, const char *arch,
+                             fa_context **out)
+{
+    if (backend != FA_BACKEND_CUDA)
+        return cli_usage_error(cmd, "--arch needs --backend cuda");
+#ifdef FLASHATTN_WITH_CUDA
+    char why[512] = "";
+    fa_status st = fa__cuda_context_for_arch(out, arch, why, sizeof why);
+    return st == FA_STATUS_OK ? 0 : cli_lib_error(st, NULL, why);
+#else
+    (void)arch;
+    (void)out;
+    return cli_error("--arch: the cuda backend is not built into this library");
+#endif
+}
+
 static void print_plan(const fa_context *ctx, int picked, const fa_plan *plan, fa_layout layout)
 {
     char line[512], sram[64];
@@ -115,14 +139,19 @@ int cli_cmd_plan(int argc, char **argv)
     static const cli_cmd cmd = {
         "plan", "[--backend B] [--seq N] [--dim D] [options]",
         "Creates a context and a tile plan for one problem and prints Br, Bc, the work-group\n"
-        "size, the on-chip bytes, the number of work-groups and the planner's reasoning."};
+        "size, the on-chip bytes, the number of work-groups and the planner's reasoning.\n"
+        "With --backend cuda --arch sm_XY it plans for a known GPU architecture instead of a\n"
+        "device, so it needs no GPU."};
     cli_problem_args pa;
     fa_backend backend = FA_BACKEND_AUTO;
     int64_t device = 0;
-    cli_opt opts[CLI_PROBLEM_NOPTS + 2] = {
+    const char *arch = NULL;
+    cli_opt opts[CLI_PROBLEM_NOPTS + 3] = {
         {"backend", CLI_BACKEND, &backend, 0, 0, "B", "auto, cpu, opencl or cuda (default auto)",
          0},
         {"device", CLI_INT, &device, 0, INT32_MAX, "N", "device index (default 0)", 0},
+        {"arch", CLI_STRING, &arch, 0, 0, "SM",
+         "cuda only: plan for sm_75, sm_80, sm_86, sm_89 or sm_90 without a device", 0},
     };
     const size_t n = sizeof opts / sizeof opts[0];
     fa_context *ctx = NULL;
@@ -132,7 +161,7 @@ int cli_cmd_plan(int argc, char **argv)
     int r;
 
     cli_problem_defaults(&pa);
-    cli_problem_opts(&pa, opts + 2);
+    cli_problem_opts(&pa, opts + 3);
     r = cli_parse(&cmd, argc, argv, opts, n);
     if (r == CLI_PARSE_HELP) {
         cli_print_help(&cmd, opts, n);
@@ -141,8 +170,12 @@ int cli_cmd_plan(int argc, char **argv)
     if (r != CLI_PARSE_OK)
         return CLI_EXIT_USAGE;
     cli_problem_resolve(&pa, opts, n);
-    if (cli_problem_build(&pa, &p) != 0 || cli_context_open(backend, (int)device, &ctx) != 0)
+    if (cli_problem_build(&pa, &p) != 0)
         return CLI_EXIT_FAIL;
+    r = arch ? open_arch_context(&cmd, backend, arch, &ctx)
+             : cli_context_open(backend, (int)device, &ctx);
+    if (r != 0)
+        return r;
     st = fa_plan_create(ctx, &p, &plan);
     if (st != FA_STATUS_OK)
         r = cli_lib_error(st, ctx, NULL);

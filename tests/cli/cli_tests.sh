@@ -136,6 +136,16 @@ expect_error "plan head_dim too large" 1 '^flashattn: FA_STATUS_UNSUPPORTED_HEAD
     plan --backend cpu --dim 1000
 expect_error "plan heads mismatch" 1 '^flashattn: FA_STATUS_HEADS_MISMATCH: ' \
     plan --backend cpu --heads 8 --heads-kv 3
+# --arch plans for a known CUDA architecture without a GPU; only when the backend is built in.
+if ! "$FA" devices --backend cuda 2>/dev/null | grep -q 'not built into'; then
+    expect_stdout "plan cuda --arch sm_90" '^Br +128$' \
+        plan --backend cuda --arch sm_90 --dtype f16 --dim 128 --seq 4096
+    expect_stdout "plan cuda --arch sm_90 Bc" '^Bc +128$' \
+        plan --backend cuda --arch sm_90 --dtype f16 --dim 128 --seq 4096
+    expect_error "plan cuda --arch unknown" 1 'unknown CUDA architecture "sm_70"' \
+        plan --backend cuda --arch sm_70
+    expect_error "plan --arch needs cuda" 2 'needs --backend cuda' plan --backend cpu --arch sm_90
+fi
 
 # ---- run and --check ------------------------------------------------------------------------
 SMALL=(--backend cpu --batch 1 --heads 2 --seq 37 --dim 16)

@@ -1,0 +1,298 @@
+/*
+ * cuda.c - the CUDA backend's ops table: contexts (the device's primary context, retained, and
+ * a stream of our own), buffers (cuMemAlloc), per-plan module lookup with the checks before a
+ * launch, and the launch itself. Every driver call goes through the table cuda_loader.c filled
+ * with dlsym, and every result is checked and reported through the context's error, never
+ * printed. A context with no state is a planning-only context (fa__cuda_context_for_arch):
+ * plans work, device operations report BACKEND_UNAVAILABLE.
+ */
+#include "cuda_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Largest grid sizes every CUDA device accepts; the kernel loops over what does not fit. */
+#define FA_CU_GRID_X_MAX 0x7fffffffULL
+#define FA_CU_GRID_YZ_MAX 65535ULL
+/* Dynamic shared memory a kernel may use without opting in. */
+#define FA_CU_DEFAULT_SHARED (48 * 1024)
+
+static fa_status no_device(fa_context *ctx)
+{
+    return fa__error(ctx, FA_STATUS_BACKEND_UNAVAILABLE,
+                     "CUDA: this context only plans for \"%s\" (--arch); it has no device",
+                     ctx->props.arch);
+}
+
+fa_status fa__cu_push(fa_context *ctx, fa__cu_state *s)
+{
+    CUresult err = s->api.CtxPushCurrent(s->context);
+    return err == CUDA_SUCCESS ? FA_STATUS_OK : fa__cu_fail(ctx, &s->api, err, "cuCtxPushCurrent");
+}
+
+void fa__cu_pop(fa__cu_state *s)
+{
+    CUcontext popped = NULL;
+    s->api.CtxPopCurrent(&popped); /* pops what fa__cu_push pushed; nothing to recover */
+}
+
+static void cu_context_close(void *state)
+{
+    fa__cu_state *s = state;
+    if (!s)
+        return;
+    if (s->context && s->api.CtxPushCurrent(s->context) == CUDA_SUCCESS) {
+        fa__cu_modules_release(s);
+        if (s->owns_stream && s->stream)
+            s->api.StreamDestroy(s->stream);
+        fa__cu_pop(s);
+    }
+    if (s->owns_context && s->context)
+        s->api.DevicePrimaryCtxRelease(s->device);
+    free(s);
+}
+
+void fa__cu_load_nvrtc(fa__cu_state *s)
+{
+    s->have_nvrtc = fa__nvrtc_load(&s->nvrtc, s->nvrtc_why, sizeof s->nvrtc_why) == FA_STATUS_OK;
+}
+
+/* Loads the driver, reads the device's props, retains its primary context and makes a stream.
+ * On failure the error is in ctx and whatever was made is in s, for cu_context_close. */
+static fa_status open_device(fa_context *ctx, fa__cu_state *s, int device)
+{
+    char why[512] = "";
+    fa_device_props props;
+    memset(&props, 0, sizeof props);
+    fa_status st = fa__cu_load(&s->api, why, sizeof why);
+    if (st != FA_STATUS_OK)
+        return fa__error(ctx, st, "%s", why);
+    CUresult err = s->api.DeviceGet(&s->device, device);
+    if (err != CUDA_SUCCESS)
+        return fa__cu_fail(ctx, &s->api, err, "cuDeviceGet");
+    st = fa__cu_props_of(&s->api, s->device, &props, why, sizeof why);
+    if (st != FA_STATUS_OK)
+        return fa__error(ctx, st, "%s", why);
+    fa__format(s->arch, sizeof s->arch, "%s", props.arch);
+    err = s->api.DevicePrimaryCtxRetain(&s->context, s->device);
+    if (err != CUDA_SUCCESS) {
+        s->context = NULL;
+        return fa__cu_fail(ctx, &s->api, err, "cuDevicePrimaryCtxRetain");
+    }
+    s->owns_context = 1;
+    st = fa__cu_push(ctx, s);
+    if (st != FA_STATUS_OK)
+        return st;
+    err = s->api.StreamCreate(&s->stream, CU_STREAM_DEFAULT);
+    fa__cu_pop(s);
+    if (err != CUDA_SUCCESS) {
+        s->stream = NULL;
+        return fa__cu_fail(ctx, &s->api, err, "cuStreamCreate");
+    }
+    s->owns_stream = 1;
+    return FA_STATUS_OK;
+}
+
+static fa_status cu_context_open(fa_context *ctx, int device, void **state)
+{
+    fa__cu_state *s = calloc(1, sizeof *s);
+    if (!s)
+        return fa__error(ctx, FA_STATUS_OUT_OF_MEMORY, "cannot allocate the CUDA state");
+    fa_status st = open_device(ctx, s, device);
+    if (st != FA_STATUS_OK) {
+        cu_context_close(s);
+        return st;
+    }
+    fa__cu_load_nvrtc(s);
+    *state = s;
+    return FA_STATUS_OK;
+}
+
+/* ---- buffers ------------------------------------------------------------------------------ */
+
+static fa_status cu_buffer_alloc(fa_context *ctx, size_t bytes, void **mem)
+{
+    fa__cu_state *s = ctx->state;
+    if (!s)
+        return no_device(ctx);
+    fa__cu_mem *m = calloc(1, sizeof *m);
+    if (!m)
+        return fa__error(ctx, FA_STATUS_OUT_OF_MEMORY, "cannot allocate a buffer record");
+    fa_status st = fa__cu_push(ctx, s);
+    if (st == FA_STATUS_OK) {
+        CUresult err = s->api.MemAlloc(&m->ptr, bytes);
+        fa__cu_pop(s);
+        if (err != CUDA_SUCCESS)
+            st = fa__cu_fail(ctx, &s->api, err, "cuMemAlloc");
+    }
+    if (st != FA_STATUS_OK) {
+        free(m);
+        return st;
+    }
+    m->owned = 1;
+    *mem = m;
+    return FA_STATUS_OK;
+}
+
+/* Frees memory this context allocated; wrapped caller memory is only forgotten. */
+static void cu_buffer_free(fa_context *ctx, void *mem)
+{
+    fa__cu_state *s = ctx->state;
+    fa__cu_mem *m = mem;
+    if (!m)
+        return;
+    if (m->owned && s && fa__cu_push(ctx, s) == FA_STATUS_OK) {
+        s->api.MemFree(m->ptr); /* a failure cannot be reported from a destroy */
+        fa__cu_pop(s);
+    }
+    free(m);
+}
+
+/* One synchronous copy on the context's stream: host src to the device, or to host dst. */
+static fa_status copy(fa_context *ctx, const fa__cu_mem *m, size_t offset, const void *src,
+                      void *dst, size_t bytes)
+{
+    fa__cu_state *s = ctx->state;
+    if (!s)
+        return no_device(ctx);
+    fa_status st = fa__cu_push(ctx, s);
+    if (st != FA_STATUS_OK)
+        return st;
+    CUdeviceptr dev = m->ptr + offset;
+    CUresult err = src ? s->api.MemcpyHtoDAsync(dev, src, bytes, s->stream)
+                       : s->api.MemcpyDtoHAsync(dst, dev, bytes, s->stream);
+    const char *call = src ? "cuMemcpyHtoDAsync" : "cuMemcpyDtoHAsync";
+    if (err == CUDA_SUCCESS) {
+        err = s->api.StreamSynchronize(s->stream);
+        call = "cuStreamSynchronize";
+    }
+    fa__cu_pop(s);
+    return err == CUDA_SUCCESS ? FA_STATUS_OK : fa__cu_fail(ctx, &s->api, err, call);
+}
+
+static fa_status cu_buffer_write(fa_context *ctx, void *mem, size_t offset, const void *src,
+                                 size_t bytes)
+{
+    return copy(ctx, mem, offset, src, NULL, bytes);
+}
+
+static fa_status cu_buffer_read(fa_context *ctx, void *mem, size_t offset, void *dst,
+                                size_t bytes)
+{
+    return copy(ctx, mem, offset, NULL, dst, bytes);
+}
+
+/* ---- plans and the launch ----------------------------------------------------------------- */
+
+/* Check before launch: what the compiled kernel can do, and the shared memory opt-in. */
+static fa_status check_module(fa_context *ctx, fa__cu_state *s, fa__cu_module *e,
+                              const fa_plan *plan)
+{
+    int wg = plan->tiles.work_group_size;
+    uint64_t dyn = plan->tiles.sram_bytes;
+    if (e->max_threads < wg)
+        return fa__error(ctx, FA_STATUS_UNSUPPORTED,
+                         "CUDA: the compiled kernel allows %d threads per block on \"%s\", the "
+                         "plan needs %d (try a smaller block_r)",
+                         e->max_threads, ctx->props.name, wg);
+    if (dyn + (uint64_t)e->static_shared > ctx->props.sram_bytes)
+        return fa__error(ctx, FA_STATUS_SRAM_TOO_SMALL,
+                         "CUDA: the kernel needs %llu bytes of shared memory, \"%s\" allows %llu "
+                         "per block",
+                         (unsigned long long)(dyn + (uint64_t)e->static_shared), ctx->props.name,
+                         (unsigned long long)ctx->props.sram_bytes);
+    if (dyn <= FA_CU_DEFAULT_SHARED || (int)dyn <= e->dyn_shared)
+        return FA_STATUS_OK;
+    CUresult err =
+        s->api.FuncSetAttribute(e->kernel, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)dyn);
+    if (err != CUDA_SUCCESS)
+        return fa__cu_fail(ctx, &s->api, err,
+                           "cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+    e->dyn_shared = (int)dyn;
+    return FA_STATUS_OK;
+}
+
+static fa_status cu_plan_prepare(fa_context *ctx, fa_plan *plan)
+{
+    fa__cu_state *s = ctx->state;
+    if (!s)
+        return FA_STATUS_OK; /* planning only: nothing to build for a device that is not here */
+    char options[256];
+    fa__cuda_plan_options(&plan->problem, &plan->tiles, options, sizeof options);
+    fa_status st = fa__cu_push(ctx, s);
+    if (st != FA_STATUS_OK)
+        return st;
+    fa__cu_module *e = NULL;
+    st = fa__cu_module_get(ctx, s, options, &e);
+    if (st == FA_STATUS_OK)
+        st = check_module(ctx, s, e, plan);
+    fa__cu_pop(s);
+    if (st == FA_STATUS_OK)
+        plan->backend_data = e;
+    return st;
+}
+
+/* Modules belong to the context's cache; a plan only points at one. */
+static void cu_plan_release(fa_context *ctx, fa_plan *plan)
+{
+    (void)ctx;
+    plan->backend_data = NULL;
+}
+
+static unsigned int grid_dim(int64_t n, unsigned long long limit)
+{
+    return (unsigned int)((unsigned long long)n < limit ? (unsigned long long)n : limit);
+}
+
+static fa_status cu_forward(fa_context *ctx, const fa_plan *plan, const fa_kernel_params *kp,
+                            void *q, void *k, void *v, void *o, void *lse)
+{
+    fa__cu_state *s = ctx->state;
+    const fa__cu_module *e = plan->backend_data;
+    if (!s || !e)
+        return no_device(ctx);
+    /* Without LSE the kernel never touches its lse argument (has_lse = 0); O will do. */
+    CUdeviceptr ptrs[5] = {((fa__cu_mem *)q)->ptr, ((fa__cu_mem *)k)->ptr,
+                           ((fa__cu_mem *)v)->ptr, ((fa__cu_mem *)o)->ptr,
+                           ((fa__cu_mem *)(lse ? lse : o))->ptr};
+    fa_kernel_params params = *kp;
+    void *args[6] = {&ptrs[0], &ptrs[1], &ptrs[2], &ptrs[3], &ptrs[4], &params};
+    /* One block per (Q tile, head, batch); dimensions past the grid limits are folded into
+     * the kernel's grid-stride loops. */
+    unsigned int gx = grid_dim(kp->q_tiles, FA_CU_GRID_X_MAX);
+    unsigned int gy = grid_dim(kp->heads_q, FA_CU_GRID_YZ_MAX);
+    unsigned int gz = grid_dim(kp->batch, FA_CU_GRID_YZ_MAX);
+    fa_status st = fa__cu_push(ctx, s);
+    if (st != FA_STATUS_OK)
+        return st;
+    CUresult err = s->api.LaunchKernel(e->kernel, gx, gy, gz,
+                                       (unsigned int)plan->tiles.work_group_size, 1, 1,
+                                       (unsigned int)plan->tiles.sram_bytes, s->stream, args,
+                                       NULL);
+    const char *call = "cuLaunchKernel(flash_fwd)";
+    /* fa_forward is synchronous: errors of the run are reported here, and timings are real. */
+    if (err == CUDA_SUCCESS) {
+        err = s->api.StreamSynchronize(s->stream);
+        call = "cuStreamSynchronize after flash_fwd";
+    }
+    fa__cu_pop(s);
+    return err == CUDA_SUCCESS ? FA_STATUS_OK : fa__cu_fail(ctx, &s->api, err, call);
+}
+
+const fa__backend_ops fa__cuda_ops = {
+    FA__BACKEND_API_VERSION,
+    FA_BACKEND_CUDA,
+    fa__cu_device_count,
+    fa__cu_device_props,
+    fa__cu_plan_rules,
+    cu_context_open,
+    cu_context_close,
+    cu_buffer_alloc,
+    cu_buffer_free,
+    cu_buffer_write,
+    cu_buffer_read,
+    NULL, /* problem_check: every validated problem runs (grid-stride loops, any dtype) */
+    cu_plan_prepare,
+    cu_plan_release,
+    cu_forward,
+};

@@ -1,0 +1,191 @@
+/*
+ * cuda_device.c - CUDA device discovery and the fa_device_props each device reports, the
+ * kernel's plan rules, and a table of known architectures so that `flashattn plan --backend
+ * cuda --arch sm_90` (and the NVRTC tests) can plan for a GPU that is not there.
+ */
+#include "cuda_internal.h"
+
+#include <string.h>
+
+fa_status fa__cu_device_count(int *count, char *why, size_t why_size)
+{
+    fa__cu_api api;
+    *count = 0;
+    fa_status st = fa__cu_load(&api, why, why_size);
+    if (st != FA_STATUS_OK)
+        return st;
+    int n = 0;
+    CUresult err = api.DeviceGetCount(&n);
+    if (err != CUDA_SUCCESS) {
+        char desc[256];
+        fa__cu_describe(&api, err, desc, sizeof desc);
+        fa__format(why, why_size, "cuDeviceGetCount failed: %s", desc);
+        return FA_STATUS_DEVICE_ERROR;
+    }
+    if (n <= 0) {
+        fa__format(why, why_size, "the NVIDIA driver is loaded but reports no CUDA device");
+        return FA_STATUS_BACKEND_UNAVAILABLE;
+    }
+    *count = n;
+    return FA_STATUS_OK;
+}
+
+/* fp16 arithmetic from sm_53, bf16 from sm_80. */
+static void arch_caps(int major, int minor, fa_device_props *out)
+{
+    int cc = major * 10 + minor;
+    out->fp16 = cc >= 53 ? 1 : 0;
+    out->bf16 = cc >= 80 ? 1 : 0;
+    fa__format(out->arch, sizeof out->arch, "sm_%d%d", major, minor);
+}
+
+/* One device attribute query, named in the reason when it fails. */
+typedef struct attr_query {
+    CUdevice_attribute attr;
+    const char *name;
+    int *dst;
+} attr_query;
+
+#define FA_CU_ATTR(a, var) {a, #a, &(var)}
+
+fa_status fa__cu_props_of(const fa__cu_api *api, CUdevice dev, fa_device_props *out, char *why,
+                          size_t why_size)
+{
+    int major = 0, minor = 0, optin = 0, threads = 0, sms = 0;
+    const attr_query q[] = {
+        FA_CU_ATTR(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, major),
+        FA_CU_ATTR(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, minor),
+        FA_CU_ATTR(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, optin),
+        FA_CU_ATTR(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, threads),
+        FA_CU_ATTR(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, sms)};
+    char desc[256];
+    for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) {
+        CUresult err = api->DeviceGetAttribute(q[i].dst, q[i].attr, dev);
+        if (err != CUDA_SUCCESS) {
+            fa__cu_describe(api, err, desc, sizeof desc);
+            fa__format(why, why_size, "cuDeviceGetAttribute(%s) failed: %s", q[i].name, desc);
+            return fa__cu_status(err);
+        }
+    }
+    size_t total = 0;
+    CUresult err = api->DeviceGetName(out->name, (int)sizeof out->name, dev);
+    if (err == CUDA_SUCCESS)
+        err = api->DeviceTotalMem(&total, dev);
+    if (err != CUDA_SUCCESS) {
+        fa__cu_describe(api, err, desc, sizeof desc);
+        fa__format(why, why_size, "cuDeviceGetName / cuDeviceTotalMem failed: %s", desc);
+        return fa__cu_status(err);
+    }
+    out->name[sizeof out->name - 1] = '\0';
+    fa__format(out->vendor, sizeof out->vendor, "NVIDIA");
+    out->backend = FA_BACKEND_CUDA;
+    out->sram_bytes = optin > 0 ? (uint64_t)optin : 0;
+    out->global_mem_bytes = total;
+    out->max_work_group_size = threads > 0 ? (uint32_t)threads : 0;
+    out->compute_units = sms > 0 ? (uint32_t)sms : 0;
+    arch_caps(major, minor, out);
+    return FA_STATUS_OK;
+}
+
+fa_status fa__cu_device_props(int index, fa_device_props *out, char *why, size_t why_size)
+{
+    int count = 0;
+    fa_status st = fa__cu_device_count(&count, why, why_size);
+    if (st != FA_STATUS_OK)
+        return st;
+    if (index < 0 || index >= count) {
+        fa__format(why, why_size, "no CUDA device %d: there %s %d", index,
+                   count == 1 ? "is" : "are", count);
+        return FA_STATUS_DEVICE_NOT_FOUND;
+    }
+    fa__cu_api api;
+    st = fa__cu_load(&api, why, why_size);
+    CUdevice dev = 0;
+    CUresult err = st == FA_STATUS_OK ? api.DeviceGet(&dev, index) : CUDA_SUCCESS;
+    if (st == FA_STATUS_OK && err != CUDA_SUCCESS) {
+        char desc[256];
+        fa__cu_describe(&api, err, desc, sizeof desc);
+        fa__format(why, why_size, "cuDeviceGet(%d) failed: %s", index, desc);
+        st = fa__cu_status(err);
+    }
+    if (st != FA_STATUS_OK)
+        return st;
+    memset(out, 0, sizeof *out);
+    return fa__cu_props_of(&api, dev, out, why, why_size);
+}
+
+/*
+ * The kernel (kernels_cu/flash_fwd.cu) runs FA_CU_THREADS_PER_ROW threads per query row, so a
+ * block is Br * 4 threads and the device's threads-per-block limit caps Br. Br and Bc above 8
+ * are rounded to multiples of 8: a block is then whole warps (8 rows x 4 threads = 32). The
+ * on-chip budget is exactly the planner's: Q, K, V tiles in the storage type and the S tile in
+ * f32, all in dynamic shared memory up to the opt-in limit per block (M). Bc is capped at 128:
+ * each thread keeps Bc / 4 scores in registers, and 64-128 keys per tile is where
+ * FlashAttention's own kernels sit; smaller tiles also leave room for more blocks per SM.
+ */
+void fa__cu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__plan_rules *rules)
+{
+    (void)dev;
+    (void)p;
+    rules->items_per_row = FA_CU_THREADS_PER_ROW;
+    rules->tile_multiple = 8;
+    rules->max_block_c = 128;
+    rules->max_block_r = 0;
+}
+
+/* ---- known architectures (planning without a device) -------------------------------------- */
+
+typedef struct known_arch {
+    const char *arch;
+    uint64_t sram_optin; /* CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN */
+    uint32_t sms;        /* of the example part */
+    const char *example;
+} known_arch;
+
+static const known_arch known_archs[] = {
+    {"sm_75", 64 * 1024, 40, "Turing class, e.g. T4"},
+    {"sm_80", 163 * 1024, 108, "Ampere class, e.g. A100"},
+    {"sm_86", 99 * 1024, 82, "Ampere class, e.g. RTX 3090"},
+    {"sm_89", 99 * 1024, 128, "Ada class, e.g. RTX 4090"},
+    {"sm_90", 227 * 1024, 132, "Hopper class, e.g. H100 SXM"},
+};
+
+fa_status fa__cuda_arch_props(const char *arch, fa_device_props *out, char *why,
+                              size_t why_size)
+{
+    const size_t n = sizeof known_archs / sizeof known_archs[0];
+    for (size_t i = 0; arch && i < n; i++) {
+        const known_arch *a = &known_archs[i];
+        if (strcmp(arch, a->arch) != 0)
+            continue;
+        memset(out, 0, sizeof *out);
+        fa__format(out->name, sizeof out->name, "%s (%s; known props, no device)", a->arch,
+                   a->example);
+        fa__format(out->vendor, sizeof out->vendor, "NVIDIA");
+        out->backend = FA_BACKEND_CUDA;
+        out->sram_bytes = a->sram_optin;
+        out->max_work_group_size = 1024;
+        out->compute_units = a->sms;
+        arch_caps(a->arch[3] - '0', a->arch[4] - '0', out);
+        return FA_STATUS_OK;
+    }
+    fa__format(why, why_size, "unknown CUDA architecture \"%s\"; known: ", arch ? arch : "(null)");
+    for (size_t i = 0; i < n; i++)
+        fa__append(why, why_size, "%s%s", i ? ", " : "", known_archs[i].arch);
+    return FA_STATUS_INVALID_ARGUMENT;
+}
+
+fa_status fa__cuda_context_for_arch(fa_context **out, const char *arch, char *why,
+                                    size_t why_size)
+{
+    fa__format(why, why_size, "%s", "");
+    if (!out)
+        return FA_STATUS_NULL_POINTER;
+    *out = NULL;
+    fa_device_props props;
+    fa_status st = fa__cuda_arch_props(arch, &props, why, why_size);
+    if (st != FA_STATUS_OK)
+        return st;
+    /* No backend state: every device operation of this context reports that it has no device. */
+    return fa__context_adopt(out, &fa__cuda_ops, -1, NULL, &props, why, why_size);
+}

@@ -1,0 +1,178 @@
+/*
+ * cuda_internal.h - what the CUDA backend's files share: the driver API and NVRTC function
+ * tables (filled with dlopen/dlsym at run time; the Toolkit's cuda.h and nvrtc.h give only the
+ * types), the per-context state, the module cache, device discovery and the known-arch table.
+ * Not installed; users see only include/flashattn_cuda.h.
+ */
+#ifndef FA_CUDA_INTERNAL_H
+#define FA_CUDA_INTERNAL_H
+
+#include <cuda.h>
+#include <nvrtc.h>
+
+#include "internal.h"
+
+/* Threads that share one query row in kernels_cu/flash_fwd.cu (its TPR). */
+#define FA_CU_THREADS_PER_ROW 4
+
+/*
+ * The driver API entry points the backend uses, by their unversioned names. The loader fills
+ * each from the ABI symbol cuda.h maps it to (cuMemAlloc -> cuMemAlloc_v2, ...).
+ */
+typedef struct fa__cu_api {
+    CUresult (*Init)(unsigned int flags);
+    CUresult (*DriverGetVersion)(int *version);
+    CUresult (*GetErrorName)(CUresult err, const char **name);
+    CUresult (*GetErrorString)(CUresult err, const char **text);
+    CUresult (*DeviceGetCount)(int *count);
+    CUresult (*DeviceGet)(CUdevice *dev, int ordinal);
+    CUresult (*DeviceGetName)(char *name, int len, CUdevice dev);
+    CUresult (*DeviceGetAttribute)(int *value, CUdevice_attribute attr, CUdevice dev);
+    CUresult (*DeviceTotalMem)(size_t *bytes, CUdevice dev);
+    CUresult (*DevicePrimaryCtxRetain)(CUcontext *ctx, CUdevice dev);
+    CUresult (*DevicePrimaryCtxRelease)(CUdevice dev);
+    CUresult (*CtxPushCurrent)(CUcontext ctx);
+    CUresult (*CtxPopCurrent)(CUcontext *ctx);
+    CUresult (*CtxGetDevice)(CUdevice *dev);
+    CUresult (*StreamCreate)(CUstream *stream, unsigned int flags);
+    CUresult (*StreamDestroy)(CUstream stream);
+    CUresult (*StreamSynchronize)(CUstream stream);
+    CUresult (*StreamGetCtx)(CUstream stream, CUcontext *ctx);
+    CUresult (*MemAlloc)(CUdeviceptr *ptr, size_t bytes);
+    CUresult (*MemFree)(CUdeviceptr ptr);
+    CUresult (*MemcpyHtoDAsync)(CUdeviceptr dst, const void *src, size_t bytes, CUstream s);
+    CUresult (*MemcpyDtoHAsync)(void *dst, CUdeviceptr src, size_t bytes, CUstream s);
+    CUresult (*MemGetAddressRange)(CUdeviceptr *base, size_t *size, CUdeviceptr ptr);
+    CUresult (*PointerGetAttribute)(void *data, CUpointer_attribute attr, CUdeviceptr ptr);
+    CUresult (*ModuleLoadData)(CUmodule *module, const void *image);
+    CUresult (*ModuleUnload)(CUmodule module);
+    CUresult (*ModuleGetFunction)(CUfunction *fn, CUmodule module, const char *name);
+    CUresult (*FuncGetAttribute)(int *value, CUfunction_attribute attr, CUfunction fn);
+    CUresult (*FuncSetAttribute)(CUfunction fn, CUfunction_attribute attr, int value);
+    CUresult (*LaunchKernel)(CUfunction fn, unsigned int gx, unsigned int gy, unsigned int gz,
+                             unsigned int bx, unsigned int by, unsigned int bz,
+                             unsigned int shared_bytes, CUstream stream, void **params,
+                             void **extra);
+} fa__cu_api;
+
+/* The NVRTC entry points the backend uses. */
+typedef struct fa__nvrtc_api {
+    nvrtcResult (*Version)(int *major, int *minor);
+    const char *(*GetErrorString)(nvrtcResult err);
+    nvrtcResult (*GetNumSupportedArchs)(int *count);
+    nvrtcResult (*GetSupportedArchs)(int *archs);
+    nvrtcResult (*CreateProgram)(nvrtcProgram *prog, const char *src, const char *name,
+                                 int num_headers, const char *const *headers,
+                                 const char *const *include_names);
+    nvrtcResult (*DestroyProgram)(nvrtcProgram *prog);
+    nvrtcResult (*CompileProgram)(nvrtcProgram prog, int num_options,
+                                  const char *const *options);
+    nvrtcResult (*GetProgramLogSize)(nvrtcProgram prog, size_t *size);
+    nvrtcResult (*GetProgramLog)(nvrtcProgram prog, char *log);
+    nvrtcResult (*GetCUBINSize)(nvrtcProgram prog, size_t *size);
+    nvrtcResult (*GetCUBIN)(nvrtcProgram prog, char *cubin);
+    nvrtcResult (*GetPTXSize)(nvrtcProgram prog, size_t *size);
+    nvrtcResult (*GetPTX)(nvrtcProgram prog, char *ptx);
+} fa__nvrtc_api;
+
+/*
+ * Loads libcuda.so.1 and resolves every entry point, then calls cuInit(0). Each call fills its
+ * own table (no global state, so no locking); the library handle stays loaded. Returns
+ * BACKEND_UNAVAILABLE with the reason ("libcuda.so.1 not found: dlopen says ...") or
+ * DEVICE_ERROR when cuInit fails.
+ */
+fa_status fa__cu_load(fa__cu_api *api, char *why, size_t why_size);
+/* Loads NVRTC (FLASHATTN_NVRTC, then libnvrtc.so.13, .so.12, .so, then CUDA_HOME/CUDA_PATH and
+ * /usr/local/cuda); BACKEND_UNAVAILABLE with the reason when none loads. */
+fa_status fa__nvrtc_load(fa__nvrtc_api *nv, char *why, size_t why_size);
+
+/* "CUDA_ERROR_OUT_OF_MEMORY (out of memory)" for a driver error, into buf. */
+void fa__cu_describe(const fa__cu_api *api, CUresult err, char *buf, size_t size);
+/* The status a driver error maps to: OUT_OF_MEMORY for allocation failures, else DEVICE_ERROR. */
+fa_status fa__cu_status(CUresult err);
+/* Records "CUDA: call failed (NAME (text), code)" as ctx's error and returns its status. */
+fa_status fa__cu_fail(fa_context *ctx, const fa__cu_api *api, CUresult err, const char *call);
+
+/* One compiled module and its kernel, keyed by the -D options; lives until context close. */
+typedef struct fa__cu_module {
+    struct fa__cu_module *next;
+    char *options;     /* the cache key */
+    CUmodule module;
+    CUfunction kernel; /* flash_fwd */
+    int max_threads;   /* CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK of the compiled kernel */
+    int static_shared; /* CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES */
+    int dyn_shared;    /* the dynamic shared memory limit set so far */
+} fa__cu_module;
+
+/* A buffer's memory (what buffer_alloc returns): a device pointer, owned or the caller's. */
+typedef struct fa__cu_mem {
+    CUdeviceptr ptr;
+    int owned; /* 1: cuMemFree on release; 0: wrapped caller memory */
+} fa__cu_mem;
+
+/* The backend state of one fa_context (what context_open returns). */
+typedef struct fa__cu_state {
+    fa__cu_api api;
+    fa__nvrtc_api nvrtc;
+    int have_nvrtc;         /* 0: NVRTC failed to load; nvrtc_why says why */
+    char nvrtc_why[512];
+    CUdevice device;
+    CUcontext context;      /* the primary context (retained) or the caller's */
+    CUstream stream;        /* ours (created) or the caller's */
+    int owns_context;       /* 1: release the primary context on close */
+    int owns_stream;        /* 1: destroy the stream on close */
+    char arch[32];          /* "sm_90" */
+    fa__cu_module *modules; /* the module cache */
+} fa__cu_state;
+
+/* Loads NVRTC into a state. It is needed only to build kernels: a context opens without it, and
+ * plan_prepare reports why it is missing. */
+void fa__cu_load_nvrtc(fa__cu_state *s);
+/* Makes ctx's CUDA context current on this thread / restores the previous one. */
+fa_status fa__cu_push(fa_context *ctx, fa__cu_state *s);
+void fa__cu_pop(fa__cu_state *s);
+
+/* Devices: the count (BACKEND_UNAVAILABLE with a reason when none) and their props. */
+fa_status fa__cu_device_count(int *count, char *why, size_t why_size);
+fa_status fa__cu_device_props(int index, fa_device_props *out, char *why, size_t why_size);
+/* Props of an already-opened device through a loaded API table. */
+fa_status fa__cu_props_of(const fa__cu_api *api, CUdevice dev, fa_device_props *out, char *why,
+                          size_t why_size);
+/* The kernel's plan rules (the ops table's plan_rules). */
+void fa__cu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__plan_rules *rules);
+
+/*
+ * Compiles the kernel with NVRTC for `arch` ("sm_90") and `options` (space-separated -D
+ * options). On success *image / *image_size hold a CUBIN (or PTX when NVRTC does not know the
+ * arch but an older one: the driver JIT-compiles it), malloc'ed. On failure returns
+ * KERNEL_BUILD_ERROR (or OUT_OF_MEMORY) with a heap message in *msg holding the full log.
+ */
+fa_status fa__cu_compile(const fa__nvrtc_api *nv, const char *arch, const char *options,
+                         char **image, size_t *image_size, char **msg);
+/* Finds or compiles and loads the module for a set of -D options. */
+fa_status fa__cu_module_get(fa_context *ctx, fa__cu_state *s, const char *options,
+                            fa__cu_module **out);
+/* Unloads every cached module (the context must be current). */
+void fa__cu_modules_release(fa__cu_state *s);
+
+/* The -D options that specialize the kernel for a plan: the module cache key. */
+void fa__cuda_plan_options(const fa_problem *p, const fa__tiles *tiles, char *dst, size_t size);
+/* Props of a known architecture ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90") for planning
+ * without a device; INVALID_ARGUMENT with the list of known ones otherwise. */
+fa_status fa__cuda_arch_props(const char *arch, fa_device_props *out, char *why,
+                              size_t why_size);
+/* A planning-only CUDA context on a known arch's props: plans work, buffers and runs do not. */
+fa_status fa__cuda_context_for_arch(fa_context **out, const char *arch, char *why,
+                                    size_t why_size);
+/*
+ * Compiles the kernel with NVRTC only (no driver needed). Returns OK, BACKEND_UNAVAILABLE (no
+ * NVRTC: the reason), KERNEL_BUILD_ERROR (the full log) or OUT_OF_MEMORY, with the message in
+ * log (may be NULL; truncated, always terminated).
+ */
+fa_status fa__cuda_compile_check(const char *arch, const char *options, char *log,
+                                 size_t log_size);
+
+/* The backend's ops (backends/cuda/cuda.c); the interop entry points need them. */
+extern const fa__backend_ops fa__cuda_ops;
+
+#endif /* FA_CUDA_INTERNAL_H */

@@ -1,0 +1,258 @@
+/*
+ * flash_fwd.cu - the FlashAttention forward kernel (CUDA, compiled at run time by NVRTC):
+ * O = softmax(Q K^T * scale) V with the online softmax of FlashAttention's Algorithm 1, never
+ * materializing Sq x Sk scores. The same tile loop, with the same step comments in the same
+ * order, as kernels_cl/flash_fwd.cl.
+ *
+ * One thread block per (Q tile, head, batch): grid (q_tiles, heads_q, batch); the block loops
+ * over the grid's strides as well, so the host may fold dimensions past the grid limits
+ * (65535 in y and z). TPR threads share one query row (consecutive lanes of one warp): for S
+ * each owns the keys j = t, t + TPR, ...; for O the head-dim elements x = t, t + TPR, ...;
+ * row maxima and sums are combined with warp shuffles. The Q, K and V tiles live in dynamic
+ * shared memory in the storage type (Q and K transposed, d x Br and d x Bc, so the threads of a
+ * warp read consecutive words), the S tile as Br x Bc floats: exactly the planner's budget
+ * (Br*d + 2*Bc*d) * elem + Br*Bc*4, which the host passes as the launch's shared memory.
+ *
+ * CUDA cores only, f32 accumulation, portable to every architecture NVRTC targets. No CUDA
+ * header is included: NVRTC compiles this file without -I; f16 goes through PTX cvt, bf16 through
+ * bit shifts. Every tunable has a default so the file compiles alone (with -I src for
+ * kernel_params.h); the host passes the planned values with -D and prepends kernel_params.h.
+ */
+#ifndef FA_KERNEL_PARAMS_H
+#include "kernel_params.h"
+#endif
+
+#ifndef HEAD_DIM
+#define HEAD_DIM 64 /* d: elements per row of Q, K, V, O */
+#endif
+#ifndef BLOCK_R
+#define BLOCK_R 64 /* Br: query rows per block */
+#endif
+#ifndef BLOCK_C
+#define BLOCK_C 64 /* Bc: keys per K/V tile */
+#endif
+#ifndef DTYPE
+#define DTYPE 0 /* storage: 0 f32, 1 f16, 2 bf16 */
+#endif
+#ifndef MASK
+#define MASK 0 /* fa_mask: 0 none, 1 causal top-left, 2 causal bottom-right */
+#endif
+#ifndef TPR
+#define TPR 4 /* threads per query row: a power of two that divides 32 */
+#endif
+#ifndef WG_SIZE
+#define WG_SIZE (BLOCK_R * TPR) /* threads per block */
+#endif
+
+static_assert(sizeof(fa_kernel_params) == 192, "fa_kernel_params must match the C layout");
+static_assert(TPR >= 1 && TPR <= 32 && (TPR & (TPR - 1)) == 0, "TPR: a power of two <= 32");
+static_assert(WG_SIZE == BLOCK_R * TPR, "WG_SIZE must be BLOCK_R * TPR");
+
+#define KPT ((BLOCK_C + TPR - 1) / TPR)  /* keys of an S row per thread */
+#define XPT ((HEAD_DIM + TPR - 1) / TPR) /* elements of an O row per thread */
+#define LN2 0.69314718055994530942f
+#define NEG_INF __int_as_float(0xff800000)
+
+typedef long long i64;
+
+/* ---- storage type: raw copies global -> shared, f32 conversion on loads from shared ------- */
+#if DTYPE == 0
+typedef float store_t;
+__device__ __forceinline__ float ld(store_t v) { return v; }
+__device__ __forceinline__ store_t st(float v) { return v; }
+#elif DTYPE == 1
+typedef unsigned short store_t; /* IEEE half bits */
+__device__ __forceinline__ float ld(store_t v)
+{
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v));
+    return f;
+}
+__device__ __forceinline__ store_t st(float v)
+{
+    store_t h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v)); /* round to nearest even */
+    return h;
+}
+#else
+typedef unsigned short store_t; /* bf16 bits: the upper half of a binary32 */
+__device__ __forceinline__ float ld(store_t v) { return __int_as_float((int)v << 16); }
+__device__ __forceinline__ store_t st(float v)
+{
+    unsigned u = (unsigned)__float_as_int(v);
+    if (v != v)
+        return (store_t)((u >> 16) | 0x40u); /* keep NaN a (quiet) NaN, not an infinity */
+    return (store_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16); /* round to nearest even */
+}
+#endif
+
+/* The lanes of this thread's row group: TPR consecutive lanes of one warp. */
+__device__ __forceinline__ unsigned row_lanes()
+{
+    unsigned lane = threadIdx.x & 31u;
+    unsigned group = TPR == 32 ? 0xffffffffu : ((1u << TPR) - 1u);
+    return group << (lane & ~(unsigned)(TPR - 1));
+}
+
+/* Butterfly max / sum over the TPR lanes of a row: every lane gets the same (bitwise) value. */
+__device__ __forceinline__ float row_max(float v, unsigned lanes)
+{
+    for (int off = TPR / 2; off > 0; off /= 2)
+        v = fmaxf(v, __shfl_xor_sync(lanes, v, off, TPR));
+    return v;
+}
+
+__device__ __forceinline__ float row_sum(float v, unsigned lanes)
+{
+    for (int off = TPR / 2; off > 0; off /= 2)
+        v += __shfl_xor_sync(lanes, v, off, TPR);
+    return v;
+}
+
+/* Copies rows [row0, row0 + rows) of a [seq, d] slice into a shared tile, zero past `seq`.
+ * transposed: tile[x * rows + r] (d x rows), else tile[r * d + x]. */
+__device__ void load_tile(store_t *tile, const store_t *src, i64 row0, i64 seq, i64 stride,
+                          int rows, bool transposed)
+{
+    for (int idx = (int)threadIdx.x; idx < rows * HEAD_DIM; idx += WG_SIZE) {
+        int r = idx / HEAD_DIM, x = idx - r * HEAD_DIM;
+        i64 row = row0 + r;
+        store_t val = row < seq ? src[row * stride + x] : (store_t)0;
+        tile[transposed ? x * rows + r : idx] = val;
+    }
+}
+
+/* One (Q tile, head, batch) work item of the block. */
+__device__ void tile_fwd(const store_t *__restrict__ q, const store_t *__restrict__ k,
+                         const store_t *__restrict__ v, store_t *__restrict__ o,
+                         float *__restrict__ lse, const fa_kernel_params &p, i64 tile, i64 h,
+                         i64 b, char *smem)
+{
+    float *s_tile = (float *)smem;                     /* S, then P: Br x Bc */
+    store_t *q_tile = (store_t *)(s_tile + BLOCK_R * BLOCK_C); /* Q^T: d x Br */
+    store_t *k_tile = q_tile + HEAD_DIM * BLOCK_R;     /* K^T: d x Bc */
+    store_t *v_tile = k_tile + HEAD_DIM * BLOCK_C;     /* V:   Bc x d */
+
+    const int r = (int)threadIdx.x / TPR, t = (int)threadIdx.x % TPR;
+    const unsigned lanes = row_lanes();
+    const i64 r0 = tile * BLOCK_R; /* first query row of the tile */
+    const i64 hkv = h / (p.heads_q / p.heads_kv); /* GQA: query heads share a K/V head */
+    const i64 sq = p.seqlen_q, sk = p.seqlen_k, row = r0 + r;
+    const store_t *kb = k + p.k_offset + b * p.k_stride_b + hkv * p.k_stride_h;
+    const store_t *vb = v + p.v_offset + b * p.v_stride_b + hkv * p.v_stride_h;
+    float *srow = s_tile + r * BLOCK_C;
+
+    __syncthreads(); /* the previous work item no longer reads the tiles */
+    /* Load Q tile (rows past Sq are zeros; their results are never written). */
+    load_tile(q_tile, q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h, r0, sq,
+              p.q_stride_s, BLOCK_R, true);
+
+    i64 kv_end = sk;
+#if MASK != 0
+    /* Causal: key j is allowed for row i when j <= i + diag (diag = Sk - Sq bottom-right), so
+     * K tiles entirely above the tile's last row are skipped. */
+    const i64 diag = MASK == 2 ? sk - sq : 0;
+    kv_end = min(r0 + BLOCK_R, sq) + diag;
+    kv_end = kv_end < 0 ? 0 : kv_end > sk ? sk : kv_end;
+#endif
+
+    float m = NEG_INF, l = 0.0f;
+    float acc[XPT];
+#pragma unroll
+    for (int i = 0; i < XPT; i++)
+        acc[i] = 0.0f;
+
+    /* Loop over K/V tiles. */
+    for (i64 k0 = 0; k0 < kv_end; k0 += BLOCK_C) {
+        __syncthreads(); /* the previous tiles are no longer read */
+        load_tile(k_tile, kb, k0, sk, p.k_stride_s, BLOCK_C, true);
+        load_tile(v_tile, vb, k0, sk, p.v_stride_s, BLOCK_C, false);
+        __syncthreads();
+
+        /* S = Q K^T * scale (in log2 units, for exp2): keys j = t + i*TPR of row r. */
+        float s[KPT];
+#pragma unroll
+        for (int i = 0; i < KPT; i++)
+            s[i] = 0.0f;
+        for (int x = 0; x < HEAD_DIM; x++) {
+            float qx = ld(q_tile[x * BLOCK_R + r]);
+            const store_t *kr = k_tile + x * BLOCK_C + t;
+#pragma unroll
+            for (int i = 0; i < KPT; i++)
+                if (BLOCK_C % TPR == 0 || t + i * TPR < BLOCK_C)
+                    s[i] += qx * ld(kr[i * TPR]);
+        }
+
+        /* Mask: keys past Sk and, causal, keys after the row's diagonal get -inf. */
+        int kn = (int)min((i64)BLOCK_C, sk - k0); /* valid keys in this tile */
+        i64 lim = sk - k0; /* this row's keys [0, lim) of the tile are allowed */
+#if MASK != 0
+        lim = min(lim, row + diag - k0 + 1);
+#endif
+        float mx = NEG_INF;
+#pragma unroll
+        for (int i = 0; i < KPT; i++) {
+            int j = t + i * TPR;
+            s[i] = (j < BLOCK_C && j < lim) ? s[i] * p.scale_log2 : NEG_INF;
+            mx = fmaxf(mx, s[i]);
+        }
+
+        /* m/l update (online softmax); S becomes P. A row with no allowed key so far keeps
+         * m = -inf: exponents use 0 instead, so P = 0 and alpha = 0, never NaN. */
+        float m_new = fmaxf(m, row_max(mx, lanes));
+        float m_use = m_new == NEG_INF ? 0.0f : m_new;
+        float ls = 0.0f;
+#pragma unroll
+        for (int i = 0; i < KPT; i++) {
+            int j = t + i * TPR;
+            if (j < BLOCK_C) {
+                float pj = exp2f(s[i] - m_use);
+                srow[j] = pj;
+                ls += pj;
+            }
+        }
+        float alpha = exp2f(m - m_use);
+        l = l * alpha + row_sum(ls, lanes);
+        m = m_new;
+        __syncwarp(lanes); /* the row's P values are visible to all its lanes */
+
+        /* Rescale O, then accumulate P V (keys past kn have P = 0 and are skipped). */
+#pragma unroll
+        for (int i = 0; i < XPT; i++)
+            acc[i] *= alpha;
+        for (int j = 0; j < kn; j++) {
+            float pj = srow[j];
+            const store_t *vr = v_tile + j * HEAD_DIM + t;
+#pragma unroll
+            for (int i = 0; i < XPT; i++)
+                if (HEAD_DIM % TPR == 0 || t + i * TPR < HEAD_DIM)
+                    acc[i] += pj * ld(vr[i * TPR]);
+        }
+    }
+
+    /* Final 1/l and LSE: a row with no allowed key (l == 0) gives O = 0 and LSE = -inf. */
+    if (row >= sq)
+        return;
+    float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    store_t *orow = o + p.o_offset + b * p.o_stride_b + h * p.o_stride_h + row * p.o_stride_s;
+#pragma unroll
+    for (int i = 0; i < XPT; i++)
+        if (t + i * TPR < HEAD_DIM)
+            orow[t + i * TPR] = st(acc[i] * inv);
+    if (p.has_lse && t == 0)
+        lse[(b * p.heads_q + h) * sq + row] = l > 0.0f ? (m + log2f(l)) * LN2 : NEG_INF;
+}
+
+extern "C" __global__ void __launch_bounds__(WG_SIZE)
+flash_fwd(const store_t *__restrict__ q, const store_t *__restrict__ k,
+          const store_t *__restrict__ v, store_t *__restrict__ o, float *__restrict__ lse,
+          const fa_kernel_params p)
+{
+    extern __shared__ __align__(16) char smem[];
+    /* Grid-stride loops: every thread of a block takes the same trips, so the barriers inside
+     * tile_fwd are reached by all of them. */
+    for (i64 b = blockIdx.z; b < p.batch; b += gridDim.z)
+        for (i64 h = blockIdx.y; h < p.heads_q; h += gridDim.y)
+            for (i64 tile = blockIdx.x; tile < p.q_tiles; tile += gridDim.x)
+                tile_fwd(q, k, v, o, lse, p, tile, h, b, smem);
+}

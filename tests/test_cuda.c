@@ -1,0 +1,350 @@
+/*
+ * test_cuda.c - CUDA-specific tests that need no GPU:
+ *   (a) NVRTC compiles kernels_cu/flash_fwd.cu for every plan the shared case table produces
+ *       on the known props of sm_75, sm_80, sm_86, sm_89 and sm_90 (identical option strings
+ *       compiled once), and a broken kernel reports KERNEL_BUILD_ERROR with the full log;
+ *   (b) without a driver the backend reports BACKEND_UNAVAILABLE with a reason, contexts fail
+ *       cleanly, planning-only contexts (--arch) plan but refuse device work, and the library
+ *       still runs on the cpu backend.
+ * The numerics on a GPU are the shared forward/invalid suites' job (forward_cuda, invalid_cuda).
+ *
+ *   test_cuda   (exit 77 when NVRTC is missing, unless FLASHATTN_REQUIRE_BACKENDS names cuda or
+ *                FLASHATTN_REQUIRE_NVRTC=1, in which case that is a failure)
+ */
+#define _POSIX_C_SOURCE 200809L /* setenv, mkdtemp */
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "cases.h"
+#include "cuda_internal.h"
+#include "flashattn_cuda.h"
+#include "harness.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define OK FA_STATUS_OK
+#define MAX_KEYS 512
+
+/* The distinct option strings of one arch (the dedupe set of test (a)) and their results. */
+typedef struct compile_jobs {
+    const char *arch;
+    char keys[MAX_KEYS][256];
+    const char *case_name[MAX_KEYS];
+    fa_status status[MAX_KEYS];
+    char *log[MAX_KEYS]; /* heap copy of the log of a failed compile */
+    int count;
+    int next; /* the next job to take, under lock */
+    pthread_mutex_t lock;
+} compile_jobs;
+
+static void jobs_add(compile_jobs *jobs, const char *options, const char *case_name)
+{
+    for (int i = 0; i < jobs->count; i++)
+        if (strcmp(jobs->keys[i], options) == 0)
+            return;
+    assert_true(jobs->count < MAX_KEYS);
+    fa__format(jobs->keys[jobs->count], sizeof jobs->keys[0], "%s", options);
+    jobs->case_name[jobs->count++] = case_name;
+}
+
+/* A worker: compiles jobs until none is left (NVRTC is thread-safe). */
+static void *compile_worker(void *arg)
+{
+    compile_jobs *jobs = arg;
+    static _Thread_local char log[1 << 16];
+    for (;;) {
+        pthread_mutex_lock(&jobs->lock);
+        int i = jobs->next < jobs->count ? jobs->next++ : -1;
+        pthread_mutex_unlock(&jobs->lock);
+        if (i < 0)
+            return NULL;
+        jobs->status[i] = fa__cuda_compile_check(jobs->arch, jobs->keys[i], log, sizeof log);
+        if (jobs->status[i] != OK)
+            jobs->log[i] = strdup(log);
+    }
+}
+
+/* Runs the jobs on up to 8 threads, one per online CPU. */
+static void compile_all(compile_jobs *jobs)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = cpus < 1 ? 1 : cpus > 8 ? 8 : (int)cpus;
+    pthread_t threads[8];
+    jobs->next = 0;
+    assert_int_equal(pthread_mutex_init(&jobs->lock, NULL), 0);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(pthread_create(&threads[i], NULL, compile_worker, jobs), 0);
+    for (int i = 0; i < n; i++)
+        pthread_join(threads[i], NULL);
+    pthread_mutex_destroy(&jobs->lock);
+}
+
+/* Plans one case on an arch's props exactly as fa_plan_create does: the backend's rules. */
+static void plan_case(const fa_device_props *props, const fa_test_case *c, fa_problem *p,
+                      fa__tiles *tiles)
+{
+    char why[512] = "";
+    case_fill_problem(c, p);
+    assert_int_equal(fa__problem_validate(NULL, p), OK);
+    fa__plan_rules rules;
+    memset(&rules, 0, sizeof rules);
+    fa__backend_ops_get(FA_BACKEND_CUDA)->plan_rules(props, p, &rules);
+    fa_status st = fa__plan_tiles(props, &rules, p, tiles, NULL, 0, why, sizeof why);
+    if (st != OK)
+        fail_msg("%s on %s: %s: %s", c->name, props->arch, fa_status_name(st), why);
+}
+
+/* (a) Every distinct plan of the case table compiles for one arch. */
+static void compile_arch(const char *arch)
+{
+    static compile_jobs jobs; /* large: not on the stack */
+    fa_device_props props;
+    char why[256] = "";
+    assert_int_equal(fa__cuda_arch_props(arch, &props, why, sizeof why), OK);
+    memset(&jobs, 0, sizeof jobs);
+    jobs.arch = arch;
+    for (size_t i = 0; i < fa_test_case_count; i++) {
+        fa_problem p;
+        fa__tiles tiles;
+        char options[256];
+        plan_case(&props, &fa_test_cases[i], &p, &tiles);
+        fa__cuda_plan_options(&p, &tiles, options, sizeof options);
+        jobs_add(&jobs, options, fa_test_cases[i].name);
+    }
+    double t0 = harness_seconds();
+    compile_all(&jobs);
+    int failed = 0;
+    for (int i = 0; i < jobs.count; i++) {
+        if (jobs.status[i] != OK) {
+            print_error("%s %s (case %s): %s\n%s\n", arch, jobs.keys[i], jobs.case_name[i],
+                        fa_status_name(jobs.status[i]), jobs.log[i] ? jobs.log[i] : "");
+            failed++;
+        }
+        free(jobs.log[i]);
+    }
+    print_message("%s: %zu cases, %d distinct kernels compiled in %.1f s\n", arch,
+                  fa_test_case_count, jobs.count, harness_seconds() - t0);
+    assert_int_equal(failed, 0);
+}
+
+static void test_compile_sm75(void **state)
+{
+    (void)state;
+    compile_arch("sm_75");
+}
+
+static void test_compile_sm80(void **state)
+{
+    (void)state;
+    compile_arch("sm_80");
+}
+
+static void test_compile_sm86(void **state)
+{
+    (void)state;
+    compile_arch("sm_86");
+}
+
+static void test_compile_sm89(void **state)
+{
+    (void)state;
+    compile_arch("sm_89");
+}
+
+static void test_compile_sm90(void **state)
+{
+    (void)state;
+    compile_arch("sm_90");
+}
+
+/* A kernel that does not compile: KERNEL_BUILD_ERROR with NVRTC's log naming the file. */
+static void test_compile_error_log(void **state)
+{
+    (void)state;
+    static char log[1 << 16];
+    char dir[] = "/tmp/fa_cuda_kernel.XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/flash_fwd.cu", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("extern \"C\" __global__ void flash_fwd() { this_is_not_defined(); }\n", f);
+    fclose(f);
+    harness_env saved;
+    harness_env_save(&saved, "FLASHATTN_KERNEL_DIR");
+    setenv("FLASHATTN_KERNEL_DIR", dir, 1);
+    fa_status st = fa__cuda_compile_check("sm_80", "-DHEAD_DIM=64", log, sizeof log);
+    fa_status st_missing = FA_STATUS_OK;
+    unlink(path);
+    if (st == FA_STATUS_KERNEL_BUILD_ERROR) /* the folder now has no kernel file */
+        st_missing = fa__cuda_compile_check("sm_80", "-DHEAD_DIM=64", NULL, 0);
+    rmdir(dir);
+    harness_env_restore(&saved);
+    assert_int_equal(st, FA_STATUS_KERNEL_BUILD_ERROR);
+    assert_non_null(strstr(log, "this_is_not_defined"));
+    assert_non_null(strstr(log, "flash_fwd.cu"));
+    assert_int_equal(st_missing, FA_STATUS_KERNEL_BUILD_ERROR);
+    assert_int_equal(fa__cuda_compile_check("sm_1x", "", log, sizeof log),
+                     FA_STATUS_INVALID_ARGUMENT);
+}
+
+/* (b) No driver: unavailable with a reason; with a GPU the context opens instead. */
+static void test_no_driver(void **state)
+{
+    (void)state;
+    char why[512] = "";
+    int count = -1;
+    fa_status st = fa_backend_device_count(FA_BACKEND_CUDA, &count, why, sizeof why);
+    fa_context *ctx = NULL;
+    fa_context_options opts = {FA_BACKEND_CUDA, 0};
+    fa_status cst = fa_context_create(&ctx, &opts, why, sizeof why);
+    if (st == OK) {
+        print_message("a CUDA device is present: checking that a context opens\n");
+        assert_true(count > 0);
+        assert_int_equal(cst, OK);
+        fa_context_destroy(ctx);
+        return;
+    }
+    assert_int_equal(st, FA_STATUS_BACKEND_UNAVAILABLE);
+    assert_int_equal(count, 0);
+    assert_int_equal(cst, FA_STATUS_BACKEND_UNAVAILABLE);
+    assert_null(ctx);
+    assert_true(strlen(why) > 10);
+    print_message("cuda unavailable, as expected here: %s\n", why);
+    fa_device_props props;
+    assert_int_equal(fa_backend_device_props(FA_BACKEND_CUDA, 0, &props, why, sizeof why),
+                     FA_STATUS_BACKEND_UNAVAILABLE);
+    /* Interop without a driver: a clean refusal, not a crash. */
+    int fake = 0;
+    assert_int_equal(fa_context_create_cuda(&ctx, (CUcontext)(void *)&fake, NULL, why,
+                                            sizeof why),
+                     FA_STATUS_BACKEND_UNAVAILABLE);
+    assert_null(ctx);
+}
+
+static void test_interop_null(void **state)
+{
+    (void)state;
+    char why[128] = "";
+    fa_context *ctx = NULL;
+    assert_int_equal(fa_context_create_cuda(NULL, NULL, NULL, why, sizeof why),
+                     FA_STATUS_NULL_POINTER);
+    assert_int_equal(fa_context_create_cuda(&ctx, NULL, NULL, why, sizeof why),
+                     FA_STATUS_NULL_POINTER);
+    assert_null(ctx);
+    assert_non_null(strstr(why, "CUcontext"));
+    fa_buffer *buf = NULL;
+    assert_int_equal(fa_buffer_wrap_cuda(NULL, 1, 4, &buf), FA_STATUS_NULL_POINTER);
+    /* A cpu context refuses device pointers. */
+    fa_context_options opts = {FA_BACKEND_CPU, 0};
+    assert_int_equal(fa_context_create(&ctx, &opts, NULL, 0), OK);
+    assert_int_equal(fa_buffer_wrap_cuda(ctx, 4096, 4, &buf), FA_STATUS_UNSUPPORTED);
+    assert_null(buf);
+    fa_context_destroy(ctx);
+}
+
+/* A planning-only context plans like a device would, and refuses device work cleanly. */
+static void test_arch_context(void **state)
+{
+    (void)state;
+    char why[256] = "";
+    fa_context *ctx = NULL;
+    assert_int_equal(fa__cuda_context_for_arch(&ctx, "sm_70", why, sizeof why),
+                     FA_STATUS_INVALID_ARGUMENT);
+    assert_null(ctx);
+    assert_non_null(strstr(why, "sm_90"));
+    assert_int_equal(fa__cuda_context_for_arch(&ctx, "sm_90", why, sizeof why), OK);
+    assert_int_equal(fa_context_backend(ctx), FA_BACKEND_CUDA);
+    fa_problem p;
+    assert_int_equal(fa_problem_init(&p, FA_DTYPE_F16, FA_LAYOUT_BHSD, 4, 16, 16, 4096, 4096,
+                                     128),
+                     OK);
+    fa_plan *plan = NULL;
+    assert_int_equal(fa_plan_create(ctx, &p, &plan), OK);
+    /* M = 232448 / 2: Bc = 227 -> 128 (kernel cap), Br = 128, 4 threads per row. */
+    assert_int_equal(fa_plan_block_r(plan), 128);
+    assert_int_equal(fa_plan_block_c(plan), 128);
+    assert_int_equal(fa_plan_work_group_size(plan), 512);
+    fa_buffer *buf = NULL;
+    assert_int_equal(fa_buffer_create(ctx, 64, &buf), FA_STATUS_BACKEND_UNAVAILABLE);
+    assert_null(buf);
+    assert_int_equal(fa_buffer_wrap_cuda(ctx, 4096, 4, &buf), FA_STATUS_BACKEND_UNAVAILABLE);
+    assert_non_null(strstr(fa_context_last_error(ctx), "sm_90"));
+    fa_plan_destroy(plan);
+    fa_context_destroy(ctx);
+}
+
+/* The cpu backend is unaffected by a CUDA backend without a driver. */
+static void test_cpu_still_works(void **state)
+{
+    (void)state;
+    fa_context *ctx = NULL;
+    fa_context_options opts = {FA_BACKEND_CPU, 0};
+    assert_int_equal(fa_context_create(&ctx, &opts, NULL, 0), OK);
+    fa_problem p;
+    assert_int_equal(fa_problem_init(&p, FA_DTYPE_F32, FA_LAYOUT_BHSD, 1, 1, 1, 3, 5, 4), OK);
+    float q[12], k[20], v[20], o[12];
+    for (int i = 0; i < 20; i++) {
+        k[i] = (float)(i % 7) * 0.25f;
+        v[i] = 1.0f; /* softmax rows sum to 1: O is all ones */
+        if (i < 12)
+            q[i] = (float)(i % 5) * 0.5f;
+    }
+    fa_buffer *bq = NULL, *bk = NULL, *bv = NULL, *bo = NULL;
+    assert_int_equal(fa_buffer_wrap_host(ctx, q, sizeof q, &bq), OK);
+    assert_int_equal(fa_buffer_wrap_host(ctx, k, sizeof k, &bk), OK);
+    assert_int_equal(fa_buffer_wrap_host(ctx, v, sizeof v, &bv), OK);
+    assert_int_equal(fa_buffer_wrap_host(ctx, o, sizeof o, &bo), OK);
+    fa_plan *plan = NULL;
+    assert_int_equal(fa_plan_create(ctx, &p, &plan), OK);
+    assert_int_equal(fa_forward(ctx, plan, bq, bk, bv, bo, NULL), OK);
+    for (int i = 0; i < 12; i++)
+        assert_float_equal(o[i], 1.0f, 1e-6f);
+    fa_plan_destroy(plan);
+    fa_buffer_destroy(bq);
+    fa_buffer_destroy(bk);
+    fa_buffer_destroy(bv);
+    fa_buffer_destroy(bo);
+    fa_context_destroy(ctx);
+}
+
+static bool nvrtc_required(void)
+{
+    const char *e = getenv("FLASHATTN_REQUIRE_NVRTC");
+    return harness_backend_required(FA_BACKEND_CUDA) || (e && strcmp(e, "1") == 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest host_tests[] = {
+        cmocka_unit_test(test_no_driver),
+        cmocka_unit_test(test_interop_null),
+        cmocka_unit_test(test_arch_context),
+        cmocka_unit_test(test_cpu_still_works),
+    };
+    const struct CMUnitTest nvrtc_tests[] = {
+        cmocka_unit_test(test_compile_error_log), cmocka_unit_test(test_compile_sm75),
+        cmocka_unit_test(test_compile_sm80),      cmocka_unit_test(test_compile_sm86),
+        cmocka_unit_test(test_compile_sm89),      cmocka_unit_test(test_compile_sm90),
+    };
+    int failed = cmocka_run_group_tests_name("cuda (no GPU needed)", host_tests, NULL, NULL);
+    fa__nvrtc_api nv;
+    char why[1024] = "";
+    if (fa__nvrtc_load(&nv, why, sizeof why) == OK)
+        return failed + cmocka_run_group_tests_name("cuda NVRTC", nvrtc_tests, NULL, NULL);
+    if (nvrtc_required()) {
+        fprintf(stderr, "FAIL: NVRTC is required (FLASHATTN_REQUIRE_BACKENDS / "
+                        "FLASHATTN_REQUIRE_NVRTC) but missing: %s\n", why);
+        return 1;
+    }
+    fprintf(stderr, "SKIP: the NVRTC compile tests: %s\n", why);
+    return failed ? 1 : HARNESS_EXIT_SKIPPED;
+}

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""bench_torch.py - our CUDA forward against PyTorch on the same GPU, side by side.
+
+For f16 and bf16, batch 4, 16 heads, head dim 64 and 128, seq 512..16384, causal and not, it
+times:
+  flashattn  `flashattn run --backend cuda --repeat N` (median of N after a warm-up; the CLI
+             reports the time of fa_forward and the context's peak device memory)
+  sdpa-flash torch.nn.functional.scaled_dot_product_attention under the flash backend
+  naive      softmax(Q K^T * scale) V materialized (matmul, f32 softmax, matmul)
+and prints TFLOP/s (4*B*H*S*S*d, half for causal) and peak memory per implementation, with the
+device name, the command and the date: a Markdown table for docs/benchmarks.md.
+
+usage: tools/bench_torch.py --flashattn build/tools/flashattn [--repeat 20] [--max-seq 16384]
+Needs PyTorch with CUDA. Timing is not a test: nothing here asserts a speed.
+"""
+import argparse
+import datetime
+import re
+import shlex
+import subprocess
+import sys
+
+BATCH, HEADS = 4, 16
+
+
+def flops(seq, dim, causal):
+    f = 4.0 * BATCH * HEADS * seq * seq * dim
+    return f / 2 if causal else f
+
+
+def run_ours(exe, dtype, seq, dim, causal, repeat):
+    """(ms, peak bytes) from the CLI's output, or (None, reason)."""
+    cmd = [exe, "run", "--backend", "cuda", "--batch", str(BATCH), "--heads", str(HEADS),
+           "--seq", str(seq), "--dim", str(dim), "--dtype", dtype, "--repeat", str(repeat)]
+    if causal:
+        cmd += ["--causal", "top-left"]  # torch's is_causal is top-left aligned
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        return None, (res.stderr.strip() or "exit %d" % res.returncode)[:60]
+    t = re.search(r"^time\s+([0-9.]+) ms", res.stdout, re.M)
+    m = re.search(r"^peak memory\s+([0-9]+) B", res.stdout, re.M)
+    if not t:
+        return None, "no time in output"
+    return float(t.group(1)), int(m.group(1)) if m else 0
+
+
+def time_torch(torch, fn, repeat):
+    """Median ms of fn() over `repeat` runs after one warm-up, and the peak bytes allocated."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    times = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    times.sort()
+    return times[len(times) // 2], torch.cuda.max_memory_allocated()
+
+
+def run_torch(torch, kind, dtype, seq, dim, causal, repeat):
+    import torch.nn.functional as F
+    dt = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    torch.cuda.empty_cache()
+    try:
+        q, k, v = (torch.rand(BATCH, HEADS, seq, dim, device="cuda", dtype=dt) * 2 - 1
+                   for _ in range(3))
+        scale = dim ** -0.5
+        if kind == "sdpa-flash":
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            def fn():
+                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        else:
+            mask = None
+            if causal:
+                mask = torch.ones(seq, seq, device="cuda", dtype=torch.bool).triu(1)
+
+            def fn():
+                s = torch.matmul(q, k.transpose(-1, -2)).float() * scale
+                if mask is not None:
+                    s = s.masked_fill(mask, float("-inf"))
+                return torch.matmul(torch.softmax(s, dim=-1).to(dt), v)
+        return time_torch(torch, fn, repeat)
+    except torch.cuda.OutOfMemoryError:
+        return None, "OOM"
+    except RuntimeError as e:  # e.g. no flash kernel for this dtype / GPU
+        return None, str(e).splitlines()[0][:60]
+    finally:
+        q = k = v = None
+        torch.cuda.empty_cache()
+
+
+def cell(result, f):
+    ms, extra = result
+    if ms is None:
+        return "%s | -" % extra
+    return "%.1f | %.0f MiB" % (f / (ms * 1e-3) / 1e12, extra / 2**20)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--flashattn", required=True, help="path to the flashattn program")
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--max-seq", type=int, default=16384)
+    args = ap.parse_args()
+    import torch
+    if not torch.cuda.is_available():
+        sys.exit("bench_torch.py: PyTorch sees no CUDA device")
+    print("# flashattn vs PyTorch on %s" % torch.cuda.get_device_name(0))
+    print()
+    print("- command: `%s`" % " ".join(shlex.quote(a) for a in sys.argv))
+    now = datetime.datetime.now(datetime.timezone.utc)
+    print("- date: %s" % now.strftime("%Y-%m-%d %H:%M UTC"))
+    print("- torch %s, batch %d, heads %d; TFLOP/s = 4*B*H*S*S*d (half for causal) / time; "
+          "peak = device memory at its highest (inputs and outputs included)" %
+          (torch.__version__, BATCH, HEADS))
+    print()
+    print("| dtype | d | seq | causal | flashattn TFLOP/s | peak | sdpa-flash TFLOP/s | peak "
+          "| naive TFLOP/s | peak |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    seqs = [s for s in (512, 1024, 2048, 4096, 8192, 16384) if s <= args.max_seq]
+    for dtype in ("f16", "bf16"):
+        for dim in (64, 128):
+            for seq in seqs:
+                for causal in (False, True):
+                    f = flops(seq, dim, causal)
+                    ours = run_ours(args.flashattn, dtype, seq, dim, causal, args.repeat)
+                    sdpa = run_torch(torch, "sdpa-flash", dtype, seq, dim, causal, args.repeat)
+                    naive = run_torch(torch, "naive", dtype, seq, dim, causal, args.repeat)
+                    print("| %s | %d | %d | %s | %s | %s | %s |" %
+                          (dtype, dim, seq, "yes" if causal else "no", cell(ours, f),
+                           cell(sdpa, f), cell(naive, f)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
