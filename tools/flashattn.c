@@ -1,9 +1,10 @@
 /*
  * flashattn.c - main() of the `flashattn` command-line program: dispatches to the subcommands
- * (devices, plan, run) and prints the top-level help and version.
+ * (devices, plan, run, bench) and prints the top-level help and version.
  *
  * Exit status: 0 success, 1 a library, data or check failure, 2 a bad command line.
  */
+#include "cli_bench.h"
 #include "cli_commands.h"
 #include "cli_common.h"
 
@@ -20,6 +21,7 @@ static const cli_subcommand cli_subcommands[] = {
     {"devices", cli_cmd_devices, "list backends, devices and their properties"},
     {"plan", cli_cmd_plan, "show the tile plan for a problem and the planner's reasoning"},
     {"run", cli_cmd_run, "run, time and optionally --check one forward pass"},
+    {"bench", cli_cmd_bench, "sweep seq lengths: flash vs naive attention, time and memory"},
 };
 
 #define CLI_NSUB (sizeof cli_subcommands / sizeof cli_subcommands[0])
@@ -41,7 +43,8 @@ int main(int argc, char **argv)
 {
     size_t i;
     if (argc < 2) {
-        fprintf(stderr, "flashattn: missing command: devices, plan or run (try 'flashattn --help')\n");
+        fprintf(stderr, "flashattn: missing command: devices, plan, run or bench "
+                        "(try 'flashattn --help')\n");
         return CLI_EXIT_USAGE;
     }
     if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||

@@ -115,7 +115,7 @@ dict() { printf "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }" "$1" "$2" 
 
 # ---- help, version, dispatch ----------------------------------------------------------------
 expect_stdout "help" '^usage: flashattn' --help
-for cmd in devices plan run; do
+for cmd in devices plan run bench; do
     expect_stdout "$cmd --help" "^usage: flashattn $cmd" "$cmd" --help
 done
 expect_stdout "version" '^flashattn [0-9]+\.[0-9]+\.[0-9]+' --version
@@ -276,6 +276,100 @@ expect_error "--seq with --q" 2 'cannot be combined' \
     run --backend cpu --q "$GOOD/q.npy" --k "$GOOD/k.npy" --v "$GOOD/v.npy" --seq 10
 expect_error "unwritable --out" 1 'cannot create' \
     run "${SMALL[@]}" --out "$TMP/no/such/dir/o.npy"
+
+# ---- bench: tiny sweeps (seconds), flash vs naive --------------------------------------------
+BENCH=(bench --seq-list 16,32 --dim 16 --heads 2 --repeat 1 --quiet)
+BENCH_CSV_HEADER='backend,device,dtype,mask,batch,heads,dim,seq,flops,flash_state,flash_ms,flash_gflops,flash_peak_bytes,naive_state,naive_ms,naive_gflops,naive_peak_bytes,naive_need_bytes,speedup,mem_ratio,err_flash,err_naive,check'
+expect_stdout "bench header command line" '^# flashattn bench --seq-list 16,32 .*--backend cpu$' \
+    "${BENCH[@]}" --backend cpu
+expect_stdout "bench header date" '^# date +[0-9]{4}-[0-9]{2}-[0-9]{2} ' "${BENCH[@]}" --backend cpu
+expect_stdout "bench header device" '^# device +cpu, device 0: ' "${BENCH[@]}" --backend cpu
+expect_stdout "bench cpu table row" \
+    '^cpu +f32 +none +16 +32 \| +[0-9.]+ +[0-9.-]+ +[0-9.]+K \| +[0-9.]+ +[0-9.-]+ +[0-9.]+K \| +[0-9.]+x +[0-9.]+x \| ref +[0-9.]+e' \
+    "${BENCH[@]}" --backend cpu
+expect_stdout "bench causal f16" '^cpu +f16 +causal +16 +16 \|' \
+    "${BENCH[@]}" --backend cpu --dtype f16 --causal
+
+# The CSV: the header, then one row per point (the quoted device name holds commas).
+csv_check() { # csv_check NAME FILE ROWS
+    local name=$1 file=$2 rows=$3 bad
+    if [ "$RC" -ne 0 ] || [ ! -f "$file" ]; then
+        fail "$name" "exit $RC, no $file: $(first_err)"
+    elif [ "$(head -n 1 "$file")" != "$BENCH_CSV_HEADER" ]; then
+        fail "$name" "header is '$(head -n 1 "$file")'"
+    elif [ "$(wc -l <"$file" | tr -d ' ')" != $((rows + 1)) ]; then
+        fail "$name" "$(wc -l <"$file" | tr -d ' ') lines, want $((rows + 1))"
+    else
+        bad=$(tail -n +2 "$file" | sed 's/"[^"]*"//' | awk -F, 'NF != 23' | wc -l | tr -d ' ')
+        if [ "$bad" != 0 ]; then fail "$name" "$bad rows without 23 fields"; else pass "$name"; fi
+    fi
+}
+fa "${BENCH[@]}" --backend cpu --dtype f32,bf16 --csv "$TMP/bench.csv"
+csv_check "bench csv cpu" "$TMP/bench.csv" 4
+if grep -q '^cpu,"cpu, device 0: [^"]*",bf16,none,1,2,16,32,[0-9]*,ok,[0-9.]*,[0-9.]*,[0-9]*,ok,' \
+    "$TMP/bench.csv"; then pass "bench csv values"; else fail "bench csv values" "no bf16 seq 32 row"; fi
+
+# A naive S/P buffer over the cap is OOM in the table; the flash path still runs.
+expect_stdout "bench naive OOM" '^cpu +f32 +none +16 +32 \| +[0-9.]+ .*\| +OOM +- ' \
+    "${BENCH[@]}" --backend cpu --naive-max-bytes 100
+fa "${BENCH[@]}" --backend cpu --naive-max-bytes 100 --csv "$TMP/oom.csv"
+if [ "$RC" -eq 0 ] && grep -q ',ok,[0-9.]*,[0-9.]*,[0-9]*,oom,,,,[0-9][0-9]*,' "$TMP/oom.csv"; then
+    pass "bench csv OOM row"
+else
+    fail "bench csv OOM row" "exit $RC or no oom row in $TMP/oom.csv"
+fi
+expect_stdout "bench skips slow points" '^cpu +f32 +none +16 +64 \| +skip ' \
+    bench --backend cpu --seq-list 16,32,64 --dim 16 --heads 2 --repeat 1 --quiet \
+    --max-seconds 0.0000001
+expect_stdout "bench check above the limit" '^cpu +f32 +none +16 +32 \|.*\| ref +- *$' \
+    "${BENCH[@]}" --backend cpu --check-max-seq 16
+
+# OpenCL: the naive kernels on the same device, both outputs checked against the CPU golden.
+if "$FA" devices 2>/dev/null | grep -Eq '^opencl: [1-9]'; then
+    expect_stdout "bench opencl row" \
+        '^opencl +f32 +none +16 +32 \| +[0-9.]+ .*\| +[0-9.]+ .*\| [0-9]\.[0-9]e[-+][0-9]+ +[0-9]\.[0-9]e' \
+        "${BENCH[@]}" --backend opencl
+    fa "${BENCH[@]}" --backend all --csv "$TMP/all.csv"
+    csv_check "bench csv all backends" "$TMP/all.csv" 4
+    expect_stdout "bench opencl naive OOM" '^opencl +f16 +none +16 +32 \| +[0-9.]+ .*\| +OOM ' \
+        "${BENCH[@]}" --backend opencl --dtype f16 --naive-max-bytes 100
+else
+    echo "SKIP bench opencl: no OpenCL device"
+fi
+
+# --plot: a PNG when gnuplot is there; a clear one-line error when it is not.
+if command -v gnuplot >/dev/null 2>&1; then
+    fa "${BENCH[@]}" --backend cpu --plot "$TMP/bench.png"
+    if [ "$RC" -eq 0 ] && [ -s "$TMP/bench.png" ] && head -c 4 "$TMP/bench.png" | grep -q PNG; then
+        pass "bench plot png"
+    else
+        fail "bench plot png" "exit $RC, $(first_err)"
+    fi
+else
+    echo "SKIP bench plot png: no gnuplot"
+fi
+PATH=/nonexistent "$FA" "${BENCH[@]}" --backend cpu --plot "$TMP/none.png" >"$TMP/out" 2>"$TMP/err"
+RC=$?
+if [ "$RC" -eq 1 ] && [ "$(err_lines)" = 1 ] && grep -q 'gnuplot not found' "$TMP/err"; then
+    pass "bench plot without gnuplot"
+else
+    fail "bench plot without gnuplot" "exit $RC: $(first_err)"
+fi
+
+expect_error "bench seq-list abc" 2 "'abc' is not a positive integer" bench --seq-list 256,abc
+expect_error "bench seq-list empty item" 2 'empty item' bench --seq-list 256,,512
+expect_error "bench seq-list 0" 2 'out of range' bench --seq-list 0
+expect_error "bench dim 300" 2 'out of range' bench --dim 64,300
+expect_error "bench bad backend" 2 "unknown backend 'tpu'" bench --backend tpu
+expect_error "bench bad dtype" 2 "unknown dtype 'f64'" bench --dtype f32,f64
+expect_error "bench bad mask" 2 "unknown mask 'diagonal'" bench --mask diagonal
+expect_error "bench causal and mask" 2 'go together only' bench --causal --mask none
+expect_error "bench max-seconds 0" 2 'positive' bench --max-seconds 0
+expect_error "bench repeat 0" 2 'out of range' bench --repeat 0
+expect_error "bench naive-max-bytes -1" 2 'not a non-negative' bench --naive-max-bytes -1
+expect_error "bench unknown option" 2 "unknown option '--seq'" bench --seq 256
+expect_error "bench unwritable csv" 1 'cannot create' \
+    "${BENCH[@]}" --backend cpu --csv "$TMP/no/such/dir/b.csv"
 
 # ---- bad command lines: one line on stderr, exit 2 ------------------------------------------
 expect_error "seq abc" 2 "'abc' is not an integer" run --seq abc

@@ -1,0 +1,689 @@
+/*
+ * cli_bench.c - the `flashattn bench` subcommand: sweeps sequence length, head dim, dtype and
+ * mask on one backend or all, and for each point times the flash path (fa_forward) against a
+ * naive attention that materializes S and P on the same device (naive.h), records each path's
+ * peak device bytes from the context's counters, and checks both outputs against the CPU golden
+ * backend where the size allows. The reports are in cli_bench_report.c.
+ *
+ * Sweeps are bounded two ways, so that `bench` with its defaults finishes on a slow machine:
+ * a path whose time, extrapolated from the previous point by the FLOP ratio, would exceed
+ * --max-seconds is skipped (and so are the larger points after it), and a naive S/P buffer
+ * above --naive-max-bytes (or the device's limits) is reported as OOM without being allocated.
+ */
+#include "cli_bench.h"
+#include "cli_commands.h"
+#include "cli_common.h"
+#include "cli_session.h"
+#include "cli_tensor.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Most timed repetitions (as `run`). */
+#define BENCH_MAX_REPEAT 1000
+/* Default cap on the naive S/P buffer: 1 GiB. */
+#define BENCH_NAIVE_MAX_BYTES (1ull << 30)
+
+/* `run --check`'s tolerances (cli_run.c): max|O - ref| <= atol + rtol * max|ref|. */
+#define BENCH_TOL_F32 1e-5
+#define BENCH_TOL_F16 2e-3
+#define BENCH_TOL_BF16 1.6e-2
+
+#define BENCH_NOPTS 17
+
+static const cli_cmd bench_cmd = {
+    "bench", "[options]",
+    "Times the flash path (fa_forward) against a naive attention that materializes the\n"
+    "Sq x Sk scores S and probabilities P (f32) on the same backend, over a sweep of sequence\n"
+    "lengths (Sq = Sk), head dims, dtypes and masks. Per point: median ms, GFLOP/s\n"
+    "(4*B*H*Sq*Sk*d, half when causal), peak device bytes of each path from the context's\n"
+    "counters, speedup, memory ratio and max abs error against the CPU golden backend.\n"
+    "The naive path reports OOM when its S/P buffer exceeds --naive-max-bytes or the device;\n"
+    "the flash path goes on. Lists are comma-separated."};
+
+static size_t bench_table(bench_args *a, cli_opt *o)
+{
+    const cli_opt t[BENCH_NOPTS] = {
+        {"backend", CLI_STRING, &a->backend, 0, 0, "B",
+         "cpu, opencl, cuda, auto or all (default auto)", 0},
+        {"device", CLI_INT, &a->device, 0, INT32_MAX, "N",
+         "device index on each backend (default 0)", 0},
+        {"batch", CLI_INT, &a->batch, 1, CLI_MAX_SIZE, "N", "batch size (default 1)", 0},
+        {"heads", CLI_INT, &a->heads, 1, CLI_MAX_SIZE, "N", "heads (default 8)", 0},
+        {"seq-list", CLI_STRING, &a->seq_list, 0, 0, "LIST",
+         "sequence lengths (default 256,512,...,16384)", 0},
+        {"dim", CLI_STRING, &a->dims, 0, 0, "LIST", "head dims (default 64)", 0},
+        {"dtype", CLI_STRING, &a->dtypes, 0, 0, "LIST", "f32, f16, bf16 (default f32)", 0},
+        {"mask", CLI_STRING, &a->masks, 0, 0, "LIST",
+         "none, causal (top-left), bottom-right (default none)", 0},
+        {"causal", CLI_FLAG, &a->causal, 0, 0, NULL, "same as --mask causal", 0},
+        {"repeat", CLI_INT, &a->repeat, 1, BENCH_MAX_REPEAT, "N",
+         "median of N timed runs after 1 warm-up (default 3)", 0},
+        {"max-seconds", CLI_FLOAT, &a->max_seconds, 0, 0, "S",
+         "skip a path whose point would take longer (default 60)", 0},
+        {"naive-max-bytes", CLI_U64, &a->naive_max_bytes, 0, 0, "N",
+         "naive S/P buffer cap, above it OOM (default 1 GiB)", 0},
+        {"check-max-seq", CLI_INT, &a->check_max_seq, 0, CLI_MAX_SIZE, "N",
+         "check against the CPU golden up to this seq (default 1024)", 0},
+        {"seed", CLI_U64, &a->seed, 0, 0, "S", "seed of the random inputs (default 1)", 0},
+        {"csv", CLI_STRING, &a->csv, 0, 0, "FILE", "also write the results as CSV", 0},
+        {"plot", CLI_STRING, &a->plot, 0, 0, "FILE",
+         "draw time and memory vs seq into a PNG (gnuplot)", 0},
+        {"quiet", CLI_FLAG, &a->quiet, 0, 0, NULL, "no progress lines on stderr", 0},
+    };
+    memcpy(o, t, sizeof t);
+    return BENCH_NOPTS;
+}
+
+/* ---- list options ------------------------------------------------------------------------ */
+
+/* Splits a comma list into items (pointers into buf); usage error on an empty item. */
+static int split_list(const char *opt, const char *list, char *buf, size_t size, char **items,
+                      size_t *n)
+{
+    char *p;
+    if (strlen(list) >= size)
+        return cli_usage_error(&bench_cmd, "--%s: list too long", opt);
+    strcpy(buf, list);
+    *n = 0;
+    for (p = buf;;) {
+        char *comma = strchr(p, ',');
+        if (comma)
+            *comma = '\0';
+        if (*p == '\0')
+            return cli_usage_error(&bench_cmd, "--%s: empty item in '%s'", opt, list);
+        if (*n == BENCH_MAX_LIST)
+            return cli_usage_error(&bench_cmd, "--%s: more than %d items", opt, BENCH_MAX_LIST);
+        items[(*n)++] = p;
+        if (!comma)
+            return 0;
+        p = comma + 1;
+    }
+}
+
+/* A list of integers in [min, max]. */
+static int parse_ints(const char *opt, const char *list, int64_t min, int64_t max, int64_t *out,
+                      size_t *n)
+{
+    char buf[1024], *items[BENCH_MAX_LIST], *end;
+    size_t i;
+    if (split_list(opt, list, buf, sizeof buf, items, n) != 0)
+        return CLI_EXIT_USAGE;
+    for (i = 0; i < *n; i++) {
+        long long v;
+        if (items[i][0] < '0' || items[i][0] > '9')
+            return cli_usage_error(&bench_cmd, "--%s: '%s' is not a positive integer", opt,
+                                   items[i]);
+        v = strtoll(items[i], &end, 10);
+        if (*end != '\0')
+            return cli_usage_error(&bench_cmd, "--%s: '%s' is not a positive integer", opt,
+                                   items[i]);
+        if (v < min || v > max)
+            return cli_usage_error(&bench_cmd, "--%s: %s is out of range (%" PRId64 "..%" PRId64
+                                   ")", opt, items[i], min, max);
+        out[i] = v;
+    }
+    return 0;
+}
+
+static int parse_dtypes(const char *list, fa_dtype *out, size_t *n)
+{
+    char buf[1024], *items[BENCH_MAX_LIST];
+    size_t i;
+    if (split_list("dtype", list, buf, sizeof buf, items, n) != 0)
+        return CLI_EXIT_USAGE;
+    for (i = 0; i < *n; i++)
+        if (fa_dtype_from_name(items[i], &out[i]) != FA_STATUS_OK)
+            return cli_usage_error(&bench_cmd, "--dtype: unknown dtype '%s' (f32, f16, bf16)",
+                                   items[i]);
+    return 0;
+}
+
+static int parse_masks(const char *list, fa_mask *out, size_t *n)
+{
+    char buf[1024], *items[BENCH_MAX_LIST];
+    size_t i;
+    if (split_list("mask", list, buf, sizeof buf, items, n) != 0)
+        return CLI_EXIT_USAGE;
+    for (i = 0; i < *n; i++) {
+        if (strcmp(items[i], "causal") == 0)
+            out[i] = FA_MASK_CAUSAL_TOP_LEFT;
+        else if (fa_mask_from_name(items[i], &out[i]) != FA_STATUS_OK)
+            return cli_usage_error(&bench_cmd,
+                                   "--mask: unknown mask '%s' (none, causal, top-left, "
+                                   "bottom-right)", items[i]);
+    }
+    return 0;
+}
+
+/* Parses the list options into r; the defaults stand where an option was not given. */
+static int parse_lists(bench_run *r)
+{
+    const bench_args *a = &r->a;
+    fa_backend b;
+    if (a->backend && strcmp(a->backend, "all") != 0 &&
+        fa_backend_from_name(a->backend, &b) != FA_STATUS_OK)
+        return cli_usage_error(&bench_cmd, "--backend: unknown backend '%s' (cpu, opencl, cuda, "
+                               "auto, all)", a->backend);
+    if (a->causal && a->masks)
+        return cli_usage_error(&bench_cmd, "--causal and --mask go together only as --mask");
+    if (parse_ints("seq-list", a->seq_list ? a->seq_list : "256,512,1024,2048,4096,8192,16384",
+                   1, CLI_MAX_SIZE, r->seqs, &r->nseqs) ||
+        parse_ints("dim", a->dims ? a->dims : "64", 1, FA_MAX_HEAD_DIM, r->dims, &r->ndims) ||
+        parse_dtypes(a->dtypes ? a->dtypes : "f32", r->dtypes, &r->ndtypes) ||
+        parse_masks(a->masks ? a->masks : a->causal ? "causal" : "none", r->masks, &r->nmasks))
+        return CLI_EXIT_USAGE;
+    if (!(a->max_seconds > 0.0f) || !isfinite(a->max_seconds))
+        return cli_usage_error(&bench_cmd, "--max-seconds: must be a positive number");
+    if (a->plot && (strchr(a->plot, '\'') || strchr(a->plot, '\n')))
+        return cli_usage_error(&bench_cmd, "--plot: the file name cannot hold a quote or newline");
+    return 0;
+}
+
+/* ---- devices ----------------------------------------------------------------------------- */
+
+/* Opens the flash context (and on OpenCL the naive objects it shares) on one backend. */
+static int open_device(bench_run *r, fa_backend backend, int required)
+{
+    bench_device *d = &r->devs[r->ndevs];
+    char why[1024] = "";
+    fa_status st;
+    memset(d, 0, sizeof *d);
+    if (backend == FA_BACKEND_OPENCL) {
+        st = naive_cl_open(&d->cl, (int)r->a.device, why, sizeof why);
+        if (st == FA_STATUS_OK)
+            st = naive_cl_fa_context(d->cl, &d->ctx, why, sizeof why);
+    } else {
+        fa_context_options o;
+        o.backend = backend;
+        o.device = (int)r->a.device;
+        st = fa_context_create(&d->ctx, &o, why, sizeof why);
+    }
+    if (st != FA_STATUS_OK) {
+        naive_cl_close(d->cl);
+        d->cl = NULL;
+        size_t len = strlen(r->unavailable);
+        if (required)
+            return cli_lib_error(st, NULL, why);
+        snprintf(r->unavailable + len, sizeof r->unavailable - len, "%s%s: %s",
+                 len ? "; " : "", fa_backend_name(backend), why);
+        return 0;
+    }
+    d->backend = fa_context_backend(d->ctx);
+    cli_describe_context(d->ctx, 0, d->desc, sizeof d->desc);
+    r->ndevs++;
+    return 0;
+}
+
+/* --backend: one (auto resolved through a throwaway context), or all that are available. */
+static int open_devices(bench_run *r)
+{
+    static const fa_backend all[BENCH_MAX_DEVICES] = {FA_BACKEND_CPU, FA_BACKEND_OPENCL,
+                                                      FA_BACKEND_CUDA};
+    const char *name = r->a.backend ? r->a.backend : "auto";
+    fa_backend b;
+    int i;
+    if (strcmp(name, "all") == 0) {
+        for (i = 0; i < BENCH_MAX_DEVICES; i++)
+            if (open_device(r, all[i], 0) != 0)
+                return CLI_EXIT_FAIL;
+        return r->ndevs ? 0 : cli_error("no backend is available");
+    }
+    if (fa_backend_from_name(name, &b) != FA_STATUS_OK)
+        return cli_error("unknown backend '%s'", name); /* parse_lists let it through */
+    if (b == FA_BACKEND_AUTO) {
+        fa_context *probe = NULL;
+        if (cli_context_open(b, (int)r->a.device, &probe) != 0)
+            return CLI_EXIT_FAIL;
+        b = fa_context_backend(probe);
+        fa_context_destroy(probe);
+    }
+    return open_device(r, b, 1);
+}
+
+static void close_devices(bench_run *r)
+{
+    int i;
+    for (i = 0; i < r->ndevs; i++) {
+        fa_context_destroy(r->devs[i].ctx);
+        naive_cl_close(r->devs[i].cl);
+    }
+    r->ndevs = 0;
+}
+
+/* ---- measuring --------------------------------------------------------------------------- */
+
+/* Inputs, outputs and the problem of one point. */
+typedef struct bench_io {
+    fa_problem p;
+    cli_tensor q, k, v, o_flash, o_naive, o_ref;
+} bench_io;
+
+typedef fa_status (*bench_fn)(void *arg, char *why, size_t why_size);
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+/* One warm-up (kernel builds, first touch of the buffers), then the median of `repeat`. */
+static fa_status timed(bench_fn fn, void *arg, int64_t repeat, double *median, char *why,
+                       size_t why_size)
+{
+    double t[BENCH_MAX_REPEAT];
+    fa_status st = fn(arg, why, why_size);
+    int64_t i;
+    for (i = 0; i < repeat && st == FA_STATUS_OK; i++) {
+        double t0 = cli_now_ms();
+        st = fn(arg, why, why_size);
+        t[i] = cli_now_ms() - t0;
+    }
+    if (st != FA_STATUS_OK)
+        return st;
+    qsort(t, (size_t)repeat, sizeof t[0], cmp_double);
+    *median = repeat % 2 ? t[repeat / 2] : 0.5 * (t[repeat / 2 - 1] + t[repeat / 2]);
+    return FA_STATUS_OK;
+}
+
+static fa_status flash_fn(void *arg, char *why, size_t why_size)
+{
+    cli_session *s = arg;
+    fa_status st = fa_forward(s->ctx, s->plan, s->q, s->k, s->v, s->o, NULL);
+    if (st != FA_STATUS_OK)
+        snprintf(why, why_size, "%s", fa_context_last_error(s->ctx));
+    return st;
+}
+
+static fa_status naive_fn(void *arg, char *why, size_t why_size)
+{
+    return naive_forward(arg, why, why_size);
+}
+
+/* Plan and Q, K, V, O buffers on the device's context; statuses kept (OOM is a result). */
+static fa_status flash_setup(cli_session *s, fa_context *ctx, const bench_io *io, char *why,
+                             size_t why_size)
+{
+    size_t esz = fa_dtype_size(io->p.dtype), qb = io->q.count * esz, kb = io->k.count * esz;
+    fa_status st;
+    s->ctx = ctx;
+    st = fa_plan_create(ctx, &io->p, &s->plan);
+    if (st == FA_STATUS_OK)
+        s->problem = *fa_plan_problem(s->plan);
+    st = st ? st : fa_buffer_create(ctx, qb ? qb : 1, &s->q);
+    st = st ? st : fa_buffer_create(ctx, kb ? kb : 1, &s->k);
+    st = st ? st : fa_buffer_create(ctx, kb ? kb : 1, &s->v);
+    st = st ? st : fa_buffer_create(ctx, qb ? qb : 1, &s->o);
+    if (st != FA_STATUS_OK)
+        snprintf(why, why_size, "%s", fa_context_last_error(ctx));
+    else if (cli_session_upload(s, &io->q, &io->k, &io->v) != 0)
+        st = FA_STATUS_DEVICE_ERROR; /* already printed */
+    return st;
+}
+
+/* The flash path: peak device bytes from the context, reset just before its buffers exist. */
+static fa_status run_flash(const bench_run *r, bench_device *d, bench_io *io, bench_path *out,
+                           char *why, size_t why_size)
+{
+    cli_session s;
+    fa_status st;
+    memset(&s, 0, sizeof s);
+    fa_context_reset_peak(d->ctx);
+    st = flash_setup(&s, d->ctx, io, why, why_size);
+    st = st ? st : timed(flash_fn, &s, r->a.repeat, &out->ms, why, why_size);
+    fa_context_memory(d->ctx, NULL, &out->peak);
+    if (st == FA_STATUS_OK && cli_session_download(&s, &io->o_flash, NULL) != 0)
+        st = FA_STATUS_DEVICE_ERROR;
+    s.ctx = NULL; /* the device's, not the session's */
+    cli_session_close(&s);
+    return st;
+}
+
+/* The naive path: context-counted bytes (cpu) plus those the tool allocated itself (opencl). */
+static fa_status run_naive(const bench_run *r, bench_device *d, bench_io *io, int skip_if_fits,
+                           bench_path *out, char *why, size_t why_size)
+{
+    naive_problem np;
+    naive_attn *n = NULL;
+    uint64_t peak = 0;
+    fa_status st;
+    memset(&np, 0, sizeof np);
+    np.dtype = io->p.dtype;
+    np.mask = io->p.mask;
+    np.batch = io->p.batch;
+    np.heads_q = io->p.heads_q;
+    np.heads_kv = io->p.heads_kv;
+    np.seq_q = io->p.seqlen_q;
+    np.seq_k = io->p.seqlen_k;
+    np.dim = io->p.head_dim;
+    np.scale = 1.0f / sqrtf((float)io->p.head_dim);
+    np.max_sp_bytes = r->a.naive_max_bytes;
+    out->need = naive_total_bytes(&np);
+    fa_context_reset_peak(d->ctx);
+    if (d->backend == FA_BACKEND_OPENCL)
+        st = naive_create_opencl(&n, d->cl, &np, why, why_size);
+    else if (d->backend == FA_BACKEND_CPU)
+        st = naive_create_cpu(&n, d->ctx, &np, why, why_size);
+    else
+        st = naive_fail(FA_STATUS_UNSUPPORTED, why, why_size,
+                        "no naive attention for the %s backend", fa_backend_name(d->backend));
+    if (st == FA_STATUS_OK && skip_if_fits) {
+        /* Too slow to run, but created first so that a point that cannot fit says OOM. */
+        out->state = BENCH_SKIPPED;
+        naive_destroy(n);
+        return FA_STATUS_OK;
+    }
+    st = st ? st : naive_upload(n, &io->q, &io->k, &io->v, why, why_size);
+    st = st ? st : timed(naive_fn, n, r->a.repeat, &out->ms, why, why_size);
+    fa_context_memory(d->ctx, NULL, &peak);
+    out->peak = peak + naive_uncounted_bytes(n);
+    st = st ? st : naive_download(n, &io->o_naive, why, why_size);
+    naive_destroy(n);
+    return st;
+}
+
+/* ---- checking against the CPU golden ----------------------------------------------------- */
+
+/* max |o - ref|; infinity when a value is non-finite where the reference is not. */
+static double max_abs_err(const cli_tensor *o, const cli_tensor *ref, double *max_ref)
+{
+    double err = 0.0;
+    size_t i;
+    *max_ref = 0.0;
+    for (i = 0; i < ref->count; i++) {
+        double x = o->data[i], y = ref->data[i];
+        if (!isfinite(x) || !isfinite(y)) {
+            if (!(x == y))
+                return INFINITY;
+            continue;
+        }
+        err = fabs(x - y) > err ? fabs(x - y) : err;
+        *max_ref = fabs(y) > *max_ref ? fabs(y) : *max_ref;
+    }
+    return err;
+}
+
+static double tolerance(fa_dtype dtype, double max_ref)
+{
+    double t = dtype == FA_DTYPE_F16 ? BENCH_TOL_F16
+               : dtype == FA_DTYPE_BF16 ? BENCH_TOL_BF16 : BENCH_TOL_F32;
+    return t + t * max_ref;
+}
+
+/* The same problem and inputs on the CPU golden backend, into io->o_ref. */
+static int run_golden(bench_io *io)
+{
+    cli_session ref;
+    int rc;
+    memset(&ref, 0, sizeof ref);
+    rc = cli_session_open(&ref, FA_BACKEND_CPU, 0, &io->p);
+    rc = rc ? rc : cli_session_buffers(&ref, 0);
+    rc = rc ? rc : cli_session_upload(&ref, &io->q, &io->k, &io->v);
+    rc = rc ? rc : cli_session_forward(&ref);
+    rc = rc ? rc : cli_session_download(&ref, &io->o_ref, NULL);
+    cli_session_close(&ref);
+    return rc;
+}
+
+static void check_point(const bench_run *r, const bench_device *d, bench_io *io,
+                        bench_point *pt)
+{
+    const cli_tensor *ref = &io->o_ref;
+    double max_ref = 0.0;
+    if (d->backend == FA_BACKEND_CPU && pt->flash.state == BENCH_OK) {
+        ref = &io->o_flash; /* the flash path on cpu is the golden itself */
+        pt->flash.check = BENCH_CHECK_IS_REF;
+    }
+    if (pt->seq > r->a.check_max_seq)
+        return;
+    if (pt->flash.check != BENCH_CHECK_IS_REF && run_golden(io) != 0) {
+        return;
+    }
+    if (pt->flash.state == BENCH_OK && pt->flash.check != BENCH_CHECK_IS_REF) {
+        pt->flash.err = max_abs_err(&io->o_flash, ref, &max_ref);
+        pt->flash.check = BENCH_CHECK_DONE;
+        pt->flash.fail = !(pt->flash.err <= tolerance(pt->dtype, max_ref));
+    }
+    if (pt->naive.state == BENCH_OK) {
+        pt->naive.err = max_abs_err(&io->o_naive, ref, &max_ref);
+        pt->naive.check = BENCH_CHECK_DONE;
+    }
+}
+
+/* ---- the sweep --------------------------------------------------------------------------- */
+
+/* The last measured point of one path in the current series, to extrapolate from. */
+typedef struct bench_last {
+    double flops, ms;
+} bench_last;
+
+/* Whether the path, extrapolated by the FLOP ratio, would take longer than --max-seconds. */
+static int too_slow(const bench_run *r, const bench_last *last, double flops)
+{
+    double est;
+    if (last->ms <= 0.0 || last->flops <= 0.0)
+        return 0;
+    est = last->ms * (flops / last->flops) * (double)(r->a.repeat + 1);
+    return est > 1e3 * (double)r->a.max_seconds;
+}
+
+/* Records a path's outcome; a failure other than OOM is also reported on stderr. */
+static int record(bench_path *path, fa_status st, const char *why, const char *what,
+                  const bench_run *r, const bench_point *pt)
+{
+    path->status = st;
+    if (st == FA_STATUS_OK) {
+        path->state = BENCH_OK;
+        return 0;
+    }
+    path->state = st == FA_STATUS_OUT_OF_MEMORY ? BENCH_OOM : BENCH_FAILED;
+    if (st == FA_STATUS_UNSUPPORTED && strcmp(what, "naive") == 0) {
+        path->state = BENCH_NA; /* a baseline that does not exist here, not a failure */
+        return 0;
+    }
+    if (path->state == BENCH_OOM && !r->a.quiet)
+        fprintf(stderr, "bench: %s OOM: %s\n", what, why);
+    if (path->state == BENCH_OOM)
+        return 0;
+    fprintf(stderr, "flashattn bench: %s, %s %s seq %" PRId64 ": %s: %s\n", what,
+            fa_backend_name(r->devs[pt->dev].backend), fa_dtype_name(pt->dtype), pt->seq,
+            fa_status_name(st), *why ? why : fa_status_message(st));
+    return 1;
+}
+
+static int alloc_io(const bench_run *r, bench_point *pt, bench_io *io)
+{
+    uint64_t state = r->a.seed;
+    const fa_problem *p = &io->p;
+    if (fa_problem_init(&io->p, pt->dtype, FA_LAYOUT_BHSD, r->a.batch, r->a.heads, r->a.heads,
+                        pt->seq, pt->seq, pt->dim) != FA_STATUS_OK)
+        return cli_error("cannot describe the problem at seq %" PRId64, pt->seq);
+    io->p.mask = pt->mask;
+    if (cli_tensor_alloc(&io->q, "q", p->batch, p->heads_q, p->seqlen_q, p->head_dim) ||
+        cli_tensor_alloc(&io->k, "k", p->batch, p->heads_kv, p->seqlen_k, p->head_dim) ||
+        cli_tensor_alloc(&io->v, "v", p->batch, p->heads_kv, p->seqlen_k, p->head_dim) ||
+        cli_tensor_alloc(&io->o_flash, "o", p->batch, p->heads_q, p->seqlen_q, p->head_dim) ||
+        cli_tensor_alloc(&io->o_naive, "o", p->batch, p->heads_q, p->seqlen_q, p->head_dim) ||
+        cli_tensor_alloc(&io->o_ref, "o", p->batch, p->heads_q, p->seqlen_q, p->head_dim))
+        return CLI_EXIT_FAIL;
+    cli_tensor_fill_random(&io->q, &state);
+    cli_tensor_fill_random(&io->k, &state);
+    cli_tensor_fill_random(&io->v, &state);
+    cli_tensor_round(&io->q, pt->dtype);
+    cli_tensor_round(&io->k, pt->dtype);
+    cli_tensor_round(&io->v, pt->dtype);
+    return 0;
+}
+
+static void free_io(bench_io *io)
+{
+    cli_tensor_free(&io->q);
+    cli_tensor_free(&io->k);
+    cli_tensor_free(&io->v);
+    cli_tensor_free(&io->o_flash);
+    cli_tensor_free(&io->o_naive);
+    cli_tensor_free(&io->o_ref);
+}
+
+/* Measures both paths of one point; non-zero when something failed (OOM is a result). */
+static int run_point(bench_run *r, bench_point *pt, bench_last last[2])
+{
+    bench_device *d = &r->devs[pt->dev];
+    char why[2048] = "";
+    bench_io io;
+    fa_status st;
+    int rc = 0;
+    memset(&io, 0, sizeof io);
+    if (alloc_io(r, pt, &io) != 0) {
+        free_io(&io);
+        return CLI_EXIT_FAIL;
+    }
+    if (too_slow(r, &last[0], pt->flops))
+        pt->flash.state = BENCH_SKIPPED;
+    else
+        rc |= record(&pt->flash, run_flash(r, d, &io, &pt->flash, why, sizeof why), why,
+                     "flash", r, pt);
+    why[0] = '\0';
+    st = run_naive(r, d, &io, too_slow(r, &last[1], pt->flops), &pt->naive, why, sizeof why);
+    if (pt->naive.state != BENCH_SKIPPED)
+        rc |= record(&pt->naive, st, why, "naive", r, pt);
+    check_point(r, d, &io, pt);
+    rc |= pt->flash.fail;
+    if (pt->flash.state == BENCH_OK)
+        last[0].flops = pt->flops, last[0].ms = pt->flash.ms;
+    if (pt->naive.state == BENCH_OK)
+        last[1].flops = pt->flops, last[1].ms = pt->naive.ms;
+    free_io(&io);
+    return rc;
+}
+
+/* A new point of the sweep, ready to measure. */
+static bench_point *next_point(bench_run *r, int dev, size_t t, size_t m, size_t k, size_t i)
+{
+    bench_point *pt = &r->points[r->npoints++];
+    memset(pt, 0, sizeof *pt);
+    pt->dev = dev;
+    pt->dtype = r->dtypes[t];
+    pt->mask = r->masks[m];
+    pt->dim = r->dims[k];
+    pt->seq = r->seqs[i];
+    pt->flops = 4.0 * (double)r->a.batch * (double)r->a.heads * (double)pt->seq *
+                (double)pt->seq * (double)pt->dim * (pt->mask == FA_MASK_NONE ? 1.0 : 0.5);
+    return pt;
+}
+
+static int sweep(bench_run *r)
+{
+    int dev, rc = 0;
+    size_t t, m, k, i;
+    for (dev = 0; dev < r->ndevs; dev++)
+        for (t = 0; t < r->ndtypes; t++)
+            for (m = 0; m < r->nmasks; m++)
+                for (k = 0; k < r->ndims; k++) {
+                    bench_last last[2] = {{0.0, 0.0}, {0.0, 0.0}};
+                    for (i = 0; i < r->nseqs; i++) {
+                        bench_point *pt = next_point(r, dev, t, m, k, i);
+                        if (!r->a.quiet)
+                            fprintf(stderr, "bench: [%zu/%zu] %s %s %s dim %" PRId64
+                                    " seq %" PRId64 "\n", r->npoints, r->total,
+                                    fa_backend_name(r->devs[dev].backend),
+                                    fa_dtype_name(pt->dtype), bench_mask_name(pt->mask),
+                                    pt->dim, pt->seq);
+                        rc |= run_point(r, pt, last);
+                        bench_print_row(r, pt);
+                        fflush(stdout);
+                    }
+                }
+    return rc;
+}
+
+/* ---- the command ------------------------------------------------------------------------- */
+
+/* The command line as given, for the report's header. */
+static void join_cmdline(bench_run *r, int argc, char **argv)
+{
+    size_t len = (size_t)snprintf(r->cmdline, sizeof r->cmdline, "flashattn bench");
+    int i;
+    for (i = 1; i < argc && len < sizeof r->cmdline; i++) {
+        const char *q = strchr(argv[i], ' ') ? "'" : "";
+        len += (size_t)snprintf(r->cmdline + len, sizeof r->cmdline - len, " %s%s%s", q, argv[i],
+                                q);
+    }
+}
+
+static void set_date(bench_run *r)
+{
+    time_t now = time(NULL);
+    struct tm *tm = gmtime(&now);
+    if (!tm || strftime(r->date, sizeof r->date, "%Y-%m-%d %H:%M UTC", tm) == 0)
+        snprintf(r->date, sizeof r->date, "(unknown date)");
+}
+
+static void bench_defaults(bench_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->batch = 1;
+    a->heads = 8;
+    a->repeat = 3;
+    a->max_seconds = 60.0f;
+    a->naive_max_bytes = BENCH_NAIVE_MAX_BYTES;
+    a->check_max_seq = 1024;
+    a->seed = 1;
+}
+
+/* Everything after the command line was accepted. */
+static int bench_body(bench_run *r)
+{
+    int rc;
+    FILE *f;
+    /* Problems with the outputs surface before the sweep, not after minutes of it. */
+    if (r->a.plot && bench_find_gnuplot() != 0)
+        return CLI_EXIT_FAIL;
+    if (r->a.csv) {
+        if (!(f = fopen(r->a.csv, "w")))
+            return cli_error("%s: cannot create the CSV file", r->a.csv);
+        fclose(f);
+    }
+    if (open_devices(r) != 0)
+        return CLI_EXIT_FAIL;
+    r->total = (size_t)r->ndevs * r->ndtypes * r->nmasks * r->ndims * r->nseqs;
+    r->points = calloc(r->total, sizeof *r->points);
+    if (!r->points)
+        return cli_error("out of host memory");
+    bench_print_header(r);
+    rc = sweep(r) ? CLI_EXIT_FAIL : 0;
+    bench_print_footer(r);
+    if (r->a.csv && bench_write_csv(r, r->a.csv) != 0)
+        rc = CLI_EXIT_FAIL;
+    if (r->a.plot && bench_write_plot(r, r->a.plot) != 0)
+        rc = CLI_EXIT_FAIL;
+    return rc;
+}
+
+int cli_cmd_bench(int argc, char **argv)
+{
+    static bench_run r; /* large (the lists), and one per process */
+    cli_opt opts[BENCH_NOPTS];
+    size_t n;
+    int rc;
+    memset(&r, 0, sizeof r);
+    bench_defaults(&r.a);
+    n = bench_table(&r.a, opts);
+    rc = cli_parse(&bench_cmd, argc, argv, opts, n);
+    if (rc == CLI_PARSE_HELP) {
+        cli_print_help(&bench_cmd, opts, n);
+        return CLI_EXIT_OK;
+    }
+    if (rc != CLI_PARSE_OK || parse_lists(&r) != 0)
+        return CLI_EXIT_USAGE;
+    join_cmdline(&r, argc, argv);
+    set_date(&r);
+    rc = bench_body(&r);
+    close_devices(&r);
+    free(r.points);
+    return rc;
+}

@@ -1,0 +1,464 @@
+/*
+ * naive_cl.c - the OpenCL half of the NAIVE benchmark attention (see naive.h): the tool's own
+ * cl_context, device and queue, the three kernels of tools/naive_attn.cl (embedded at build
+ * time), and their buffers. Not part of the library.
+ *
+ * The tool owns the OpenCL objects so that the library's flash path (an fa_context made with
+ * fa_context_create_opencl on them) and this naive path share one device and one in-order
+ * queue. Every OpenCL call's result is checked; allocation failures, which some drivers report
+ * only when a kernel first touches the buffer, become FA_STATUS_OUT_OF_MEMORY.
+ */
+#include "naive.h"
+
+#ifdef FLASHATTN_WITH_OPENCL
+
+#include "flashattn_opencl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* tools/naive_attn.cl, embedded by cmake/embed.cmake. */
+extern const unsigned char cli_naive_attn_cl[];
+extern const size_t cli_naive_attn_cl_len;
+
+#define NAIVE_NDTYPES 3
+#define NAIVE_NMASKS 3
+
+struct naive_cl {
+    cl_context context;
+    cl_device_id device;
+    cl_command_queue queue;
+    cl_ulong max_alloc, global_mem;
+    cl_program programs[NAIVE_NDTYPES][NAIVE_NMASKS]; /* built on first use */
+};
+
+struct naive_cl_attn {
+    naive_cl *cl;
+    naive_problem p;
+    cl_mem q, k, v, o, s;
+    cl_kernel scores, softmax, pv;
+    uint64_t bytes; /* what the clCreateBuffer calls above hold */
+};
+
+/* Allocation failures are the caller's OUT_OF_MEMORY; anything else is a device error. */
+static fa_status cl_status(cl_int err)
+{
+    switch (err) {
+    case CL_MEM_OBJECT_ALLOCATION_FAILURE:
+    case CL_OUT_OF_RESOURCES:
+    case CL_OUT_OF_HOST_MEMORY:
+    case CL_INVALID_BUFFER_SIZE:
+        return FA_STATUS_OUT_OF_MEMORY;
+    default:
+        return FA_STATUS_DEVICE_ERROR;
+    }
+}
+
+static fa_status cl_fail(cl_int err, const char *call, char *why, size_t why_size)
+{
+    return naive_fail(cl_status(err), why, why_size, "naive opencl: %s failed (error %d)", call,
+                      (int)err);
+}
+
+/* ---- device ------------------------------------------------------------------------------ */
+
+/* Device `index` counting CL_DEVICE_TYPE_ALL devices over all platforms in order, as the library
+ * numbers them, so --device means the same device on both paths. */
+static fa_status find_device(int index, cl_device_id *out, char *why, size_t why_size)
+{
+    cl_platform_id plats[16];
+    cl_uint np = 0, i;
+    int seen = 0;
+    if (clGetPlatformIDs(16, plats, &np) != CL_SUCCESS || np == 0)
+        return naive_fail(FA_STATUS_BACKEND_UNAVAILABLE, why, why_size,
+                          "naive opencl: no OpenCL platform");
+    for (i = 0; i < np && i < 16; i++) {
+        cl_device_id ids[64];
+        cl_uint n = 0;
+        if (clGetDeviceIDs(plats[i], CL_DEVICE_TYPE_ALL, 64, ids, &n) != CL_SUCCESS)
+            continue; /* CL_DEVICE_NOT_FOUND: a platform without devices */
+        if (n > 64)
+            n = 64;
+        if (index < seen + (int)n) {
+            *out = ids[index - seen];
+            return FA_STATUS_OK;
+        }
+        seen += (int)n;
+    }
+    return naive_fail(seen ? FA_STATUS_DEVICE_NOT_FOUND : FA_STATUS_BACKEND_UNAVAILABLE, why,
+                      why_size, "naive opencl: no device %d (%d found)", index, seen);
+}
+
+static fa_status query_limits(naive_cl *cl, char *why, size_t why_size)
+{
+    cl_int err = clGetDeviceInfo(cl->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof cl->max_alloc,
+                                 &cl->max_alloc, NULL);
+    if (err != CL_SUCCESS)
+        return cl_fail(err, "clGetDeviceInfo(CL_DEVICE_MAX_MEM_ALLOC_SIZE)", why, why_size);
+    err = clGetDeviceInfo(cl->device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof cl->global_mem,
+                          &cl->global_mem, NULL);
+    if (err != CL_SUCCESS)
+        return cl_fail(err, "clGetDeviceInfo(CL_DEVICE_GLOBAL_MEM_SIZE)", why, why_size);
+    return FA_STATUS_OK;
+}
+
+fa_status naive_cl_open(naive_cl **out, int index, char *why, size_t why_size)
+{
+    naive_cl *cl = calloc(1, sizeof *cl);
+    fa_status st;
+    cl_int err = CL_SUCCESS;
+    *out = NULL;
+    if (!cl)
+        return naive_fail(FA_STATUS_OUT_OF_MEMORY, why, why_size, "out of host memory");
+    st = find_device(index, &cl->device, why, why_size);
+    if (st == FA_STATUS_OK) {
+        cl->context = clCreateContext(NULL, 1, &cl->device, NULL, NULL, &err);
+        if (!cl->context || err != CL_SUCCESS)
+            st = cl_fail(err, "clCreateContext", why, why_size);
+    }
+    if (st == FA_STATUS_OK) {
+        cl->queue = clCreateCommandQueue(cl->context, cl->device, 0, &err);
+        if (!cl->queue || err != CL_SUCCESS)
+            st = cl_fail(err, "clCreateCommandQueue", why, why_size);
+    }
+    st = st ? st : query_limits(cl, why, why_size);
+    if (st != FA_STATUS_OK) {
+        naive_cl_close(cl);
+        return st;
+    }
+    *out = cl;
+    return FA_STATUS_OK;
+}
+
+fa_status naive_cl_fa_context(naive_cl *cl, fa_context **out, char *why, size_t why_size)
+{
+    return fa_context_create_opencl(out, cl->context, cl->device, cl->queue, why, why_size);
+}
+
+void naive_cl_close(naive_cl *cl)
+{
+    int d, m;
+    if (!cl)
+        return;
+    for (d = 0; d < NAIVE_NDTYPES; d++)
+        for (m = 0; m < NAIVE_NMASKS; m++)
+            if (cl->programs[d][m])
+                clReleaseProgram(cl->programs[d][m]);
+    if (cl->queue)
+        clReleaseCommandQueue(cl->queue);
+    if (cl->context)
+        clReleaseContext(cl->context);
+    free(cl);
+}
+
+/* ---- program ----------------------------------------------------------------------------- */
+
+/* The build log of a failed build, into why. */
+static fa_status build_failed(naive_cl *cl, cl_program prog, cl_int err, char *why,
+                              size_t why_size)
+{
+    char log[2048] = "";
+    size_t n = 0;
+    if (clGetProgramBuildInfo(prog, cl->device, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, &n) !=
+        CL_SUCCESS)
+        strcpy(log, "(no build log)");
+    log[sizeof log - 1] = '\0';
+    return naive_fail(FA_STATUS_KERNEL_BUILD_ERROR, why, why_size,
+                      "naive opencl: clBuildProgram failed (error %d): %s", (int)err, log);
+}
+
+/* The program for (dtype, mask), built once per naive_cl. */
+static fa_status get_program(naive_cl *cl, fa_dtype dtype, fa_mask mask, cl_program *out,
+                             char *why, size_t why_size)
+{
+    const char *src = (const char *)cli_naive_attn_cl;
+    size_t len = cli_naive_attn_cl_len;
+    char opts[64];
+    cl_program prog;
+    cl_int err = CL_SUCCESS;
+    if ((int)dtype < 0 || (int)dtype >= NAIVE_NDTYPES || (int)mask < 0 ||
+        (int)mask >= NAIVE_NMASKS)
+        return naive_fail(FA_STATUS_INVALID_ARGUMENT, why, why_size, "naive opencl: bad dtype");
+    if ((*out = cl->programs[dtype][mask]) != NULL)
+        return FA_STATUS_OK;
+    prog = clCreateProgramWithSource(cl->context, 1, &src, &len, &err);
+    if (!prog || err != CL_SUCCESS)
+        return cl_fail(err, "clCreateProgramWithSource", why, why_size);
+    snprintf(opts, sizeof opts, "-D DTYPE=%d -D MASK=%d", (int)dtype, (int)mask);
+    err = clBuildProgram(prog, 1, &cl->device, opts, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        fa_status st = build_failed(cl, prog, err, why, why_size);
+        clReleaseProgram(prog);
+        return st;
+    }
+    cl->programs[dtype][mask] = prog;
+    *out = prog;
+    return FA_STATUS_OK;
+}
+
+/* ---- buffers and kernels ----------------------------------------------------------------- */
+
+static fa_status make_buffer(naive_cl_attn *a, uint64_t bytes, cl_mem *out, char *why,
+                             size_t why_size)
+{
+    cl_int err = CL_SUCCESS;
+    if (bytes == 0)
+        bytes = sizeof(float); /* OpenCL refuses empty buffers */
+    *out = clCreateBuffer(a->cl->context, CL_MEM_READ_WRITE, (size_t)bytes, NULL, &err);
+    if (!*out || err != CL_SUCCESS) {
+        *out = NULL;
+        return cl_fail(err, "clCreateBuffer", why, why_size);
+    }
+    a->bytes += bytes;
+    return FA_STATUS_OK;
+}
+
+static fa_status make_kernel(cl_program prog, const char *name, cl_kernel *out, char *why,
+                             size_t why_size)
+{
+    cl_int err = CL_SUCCESS;
+    *out = clCreateKernel(prog, name, &err);
+    if (!*out || err != CL_SUCCESS) {
+        *out = NULL;
+        return cl_fail(err, "clCreateKernel", why, why_size);
+    }
+    return FA_STATUS_OK;
+}
+
+/* Sets argument i of k; records the first failure in *err. */
+static void set_arg(cl_kernel k, cl_uint i, size_t size, const void *value, cl_int *err)
+{
+    if (*err == CL_SUCCESS)
+        *err = clSetKernelArg(k, i, size, value);
+}
+
+/* The arguments never change for one instance, so they are set once here. */
+static fa_status set_args(naive_cl_attn *a, char *why, size_t why_size)
+{
+    const naive_problem *p = &a->p;
+    cl_long sq = p->seq_q, sk = p->seq_k, d = p->dim, hq = p->heads_q, hkv = p->heads_kv;
+    cl_float scale = p->scale;
+    cl_int err = CL_SUCCESS;
+    set_arg(a->scores, 0, sizeof(cl_mem), &a->q, &err);
+    set_arg(a->scores, 1, sizeof(cl_mem), &a->k, &err);
+    set_arg(a->scores, 2, sizeof(cl_mem), &a->s, &err);
+    set_arg(a->scores, 3, sizeof sq, &sq, &err);
+    set_arg(a->scores, 4, sizeof sk, &sk, &err);
+    set_arg(a->scores, 5, sizeof d, &d, &err);
+    set_arg(a->scores, 6, sizeof hq, &hq, &err);
+    set_arg(a->scores, 7, sizeof hkv, &hkv, &err);
+    set_arg(a->scores, 8, sizeof scale, &scale, &err);
+    set_arg(a->softmax, 0, sizeof(cl_mem), &a->s, &err);
+    set_arg(a->softmax, 1, sizeof sq, &sq, &err);
+    set_arg(a->softmax, 2, sizeof sk, &sk, &err);
+    set_arg(a->pv, 0, sizeof(cl_mem), &a->s, &err);
+    set_arg(a->pv, 1, sizeof(cl_mem), &a->v, &err);
+    set_arg(a->pv, 2, sizeof(cl_mem), &a->o, &err);
+    set_arg(a->pv, 3, sizeof sq, &sq, &err);
+    set_arg(a->pv, 4, sizeof sk, &sk, &err);
+    set_arg(a->pv, 5, sizeof d, &d, &err);
+    set_arg(a->pv, 6, sizeof hq, &hq, &err);
+    set_arg(a->pv, 7, sizeof hkv, &hkv, &err);
+    return err == CL_SUCCESS ? FA_STATUS_OK : cl_fail(err, "clSetKernelArg", why, why_size);
+}
+
+static fa_status create_objects(naive_cl_attn *a, char *why, size_t why_size)
+{
+    const naive_problem *p = &a->p;
+    uint64_t esz = fa_dtype_size(p->dtype);
+    uint64_t qb = (uint64_t)(p->batch * p->heads_q * p->seq_q * p->dim) * esz;
+    uint64_t kvb = (uint64_t)(p->batch * p->heads_kv * p->seq_k * p->dim) * esz;
+    cl_program prog = NULL;
+    fa_status st = get_program(a->cl, p->dtype, p->mask, &prog, why, why_size);
+    st = st ? st : make_buffer(a, qb, &a->q, why, why_size);
+    st = st ? st : make_buffer(a, kvb, &a->k, why, why_size);
+    st = st ? st : make_buffer(a, kvb, &a->v, why, why_size);
+    st = st ? st : make_buffer(a, qb, &a->o, why, why_size);
+    st = st ? st : make_buffer(a, naive_sp_bytes(p), &a->s, why, why_size);
+    st = st ? st : make_kernel(prog, "naive_scores", &a->scores, why, why_size);
+    st = st ? st : make_kernel(prog, "naive_softmax", &a->softmax, why, why_size);
+    st = st ? st : make_kernel(prog, "naive_pv", &a->pv, why, why_size);
+    return st ? st : set_args(a, why, why_size);
+}
+
+fa_status naive_cl_attn_create(naive_cl_attn **out, naive_cl *cl, const naive_problem *p,
+                               char *why, size_t why_size)
+{
+    naive_cl_attn *a;
+    fa_status st = naive_check_size(p, cl->max_alloc, "largest allocation "
+                                    "(CL_DEVICE_MAX_MEM_ALLOC_SIZE)", why, why_size);
+    *out = NULL;
+    if (st == FA_STATUS_OK && naive_total_bytes(p) > cl->global_mem)
+        st = naive_fail(FA_STATUS_OUT_OF_MEMORY, why, why_size,
+                        "naive buffers need %llu bytes, more than the device's memory of %llu "
+                        "(CL_DEVICE_GLOBAL_MEM_SIZE)",
+                        (unsigned long long)naive_total_bytes(p),
+                        (unsigned long long)cl->global_mem);
+    if (st != FA_STATUS_OK)
+        return st;
+    a = calloc(1, sizeof *a);
+    if (!a)
+        return naive_fail(FA_STATUS_OUT_OF_MEMORY, why, why_size, "out of host memory");
+    a->cl = cl;
+    a->p = *p;
+    st = create_objects(a, why, why_size);
+    if (st != FA_STATUS_OK) {
+        naive_cl_attn_destroy(a);
+        return st;
+    }
+    *out = a;
+    return FA_STATUS_OK;
+}
+
+static fa_status write_one(naive_cl_attn *a, cl_mem mem, const void *src, size_t bytes,
+                           char *why, size_t why_size)
+{
+    cl_int err;
+    if (bytes == 0)
+        return FA_STATUS_OK;
+    err = clEnqueueWriteBuffer(a->cl->queue, mem, CL_TRUE, 0, bytes, src, 0, NULL, NULL);
+    return err == CL_SUCCESS ? FA_STATUS_OK
+                             : cl_fail(err, "clEnqueueWriteBuffer", why, why_size);
+}
+
+fa_status naive_cl_attn_upload(naive_cl_attn *a, const void *q, const void *k, const void *v,
+                               char *why, size_t why_size)
+{
+    const naive_problem *p = &a->p;
+    size_t esz = fa_dtype_size(p->dtype);
+    size_t qb = (size_t)(p->batch * p->heads_q * p->seq_q * p->dim) * esz;
+    size_t kvb = (size_t)(p->batch * p->heads_kv * p->seq_k * p->dim) * esz;
+    fa_status st = write_one(a, a->q, q, qb, why, why_size);
+    st = st ? st : write_one(a, a->k, k, kvb, why, why_size);
+    return st ? st : write_one(a, a->v, v, kvb, why, why_size);
+}
+
+static fa_status enqueue(naive_cl_attn *a, cl_kernel k, cl_uint dims, const size_t *global,
+                         const char *name, char *why, size_t why_size)
+{
+    cl_int err = clEnqueueNDRangeKernel(a->cl->queue, k, dims, NULL, global, NULL, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        return naive_fail(cl_status(err), why, why_size,
+                          "naive opencl: clEnqueueNDRangeKernel(%s) failed (error %d)", name,
+                          (int)err);
+    return FA_STATUS_OK;
+}
+
+fa_status naive_cl_attn_forward(naive_cl_attn *a, char *why, size_t why_size)
+{
+    const naive_problem *p = &a->p;
+    size_t bh = (size_t)(p->batch * p->heads_q);
+    size_t g_scores[3] = {(size_t)p->seq_k, (size_t)p->seq_q, bh};
+    size_t g_softmax[2] = {(size_t)p->seq_q, bh};
+    size_t g_pv[3] = {(size_t)p->dim, (size_t)p->seq_q, bh};
+    fa_status st = FA_STATUS_OK;
+    cl_int err;
+    if (bh == 0 || p->seq_q == 0)
+        return FA_STATUS_OK; /* nothing to compute; OpenCL refuses empty NDRanges */
+    if (p->seq_k > 0)
+        st = enqueue(a, a->scores, 3, g_scores, "naive_scores", why, why_size);
+    st = st ? st : enqueue(a, a->softmax, 2, g_softmax, "naive_softmax", why, why_size);
+    st = st ? st : enqueue(a, a->pv, 3, g_pv, "naive_pv", why, why_size);
+    err = clFinish(a->cl->queue);
+    if (st == FA_STATUS_OK && err != CL_SUCCESS)
+        st = cl_fail(err, "clFinish", why, why_size);
+    return st;
+}
+
+fa_status naive_cl_attn_download(naive_cl_attn *a, void *o, char *why, size_t why_size)
+{
+    const naive_problem *p = &a->p;
+    size_t bytes = (size_t)(p->batch * p->heads_q * p->seq_q * p->dim) * fa_dtype_size(p->dtype);
+    cl_int err;
+    if (bytes == 0)
+        return FA_STATUS_OK;
+    err = clEnqueueReadBuffer(a->cl->queue, a->o, CL_TRUE, 0, bytes, o, 0, NULL, NULL);
+    return err == CL_SUCCESS ? FA_STATUS_OK : cl_fail(err, "clEnqueueReadBuffer", why, why_size);
+}
+
+uint64_t naive_cl_attn_bytes(const naive_cl_attn *a)
+{
+    return a ? a->bytes : 0;
+}
+
+void naive_cl_attn_destroy(naive_cl_attn *a)
+{
+    cl_kernel kernels[3];
+    cl_mem mems[5];
+    int i;
+    if (!a)
+        return;
+    kernels[0] = a->scores, kernels[1] = a->softmax, kernels[2] = a->pv;
+    mems[0] = a->q, mems[1] = a->k, mems[2] = a->v, mems[3] = a->o, mems[4] = a->s;
+    for (i = 0; i < 3; i++)
+        if (kernels[i])
+            clReleaseKernel(kernels[i]);
+    for (i = 0; i < 5; i++)
+        if (mems[i])
+            clReleaseMemObject(mems[i]);
+    free(a);
+}
+
+#else /* !FLASHATTN_WITH_OPENCL: the tool was built without OpenCL */
+
+fa_status naive_cl_open(naive_cl **out, int index, char *why, size_t why_size)
+{
+    (void)index;
+    *out = NULL;
+    return naive_fail(FA_STATUS_BACKEND_UNAVAILABLE, why, why_size,
+                      "naive opencl: the tool was built without OpenCL");
+}
+
+fa_status naive_cl_fa_context(naive_cl *cl, fa_context **out, char *why, size_t why_size)
+{
+    (void)cl;
+    *out = NULL;
+    return naive_fail(FA_STATUS_BACKEND_UNAVAILABLE, why, why_size, "no OpenCL in this build");
+}
+
+void naive_cl_close(naive_cl *cl)
+{
+    (void)cl;
+}
+
+fa_status naive_cl_attn_create(naive_cl_attn **out, naive_cl *cl, const naive_problem *p,
+                               char *why, size_t why_size)
+{
+    (void)cl;
+    (void)p;
+    *out = NULL;
+    return naive_fail(FA_STATUS_BACKEND_UNAVAILABLE, why, why_size, "no OpenCL in this build");
+}
+
+fa_status naive_cl_attn_upload(naive_cl_attn *a, const void *q, const void *k, const void *v,
+                               char *why, size_t why_size)
+{
+    (void)a, (void)q, (void)k, (void)v;
+    return naive_fail(FA_STATUS_BACKEND_UNAVAILABLE, why, why_size, "no OpenCL in this build");
+}
+
+fa_status naive_cl_attn_forward(naive_cl_attn *a, char *why, size_t why_size)
+{
+    (void)a;
+    return naive_fail(FA_STATUS_BACKEND_UNAVAILABLE, why, why_size, "no OpenCL in this build");
+}
+
+fa_status naive_cl_attn_download(naive_cl_attn *a, void *o, char *why, size_t why_size)
+{
+    (void)a, (void)o;
+    return naive_fail(FA_STATUS_BACKEND_UNAVAILABLE, why, why_size, "no OpenCL in this build");
+}
+
+uint64_t naive_cl_attn_bytes(const naive_cl_attn *a)
+{
+    (void)a;
+    return 0;
+}
+
+void naive_cl_attn_destroy(naive_cl_attn *a)
+{
+    (void)a;
+}
+
+#endif
