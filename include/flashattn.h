@@ -194,7 +194,8 @@ FA_API int fa_context_device(const fa_context *ctx);
 FA_API fa_status fa_context_device_props(const fa_context *ctx, fa_device_props *out);
 /*
  * The detailed message of the last failure on this context (including an OpenCL build log or an
- * NVRTC log), or "" when the last call succeeded. Valid until the next call on the context.
+ * NVRTC log), or "" when the last call succeeded. Getters that take a const context leave it as
+ * it is. Valid until the next call on the context.
  */
 FA_API const char *fa_context_last_error(const fa_context *ctx);
 /*

@@ -270,9 +270,10 @@ static fa_status check_range(const fa_buffer *buf, size_t offset, const void *ho
 fa_status fa_buffer_write(fa_buffer *buf, size_t offset, const void *src, size_t bytes)
 {
     fa_status st = check_range(buf, offset, src, bytes);
-    if (st != FA_STATUS_OK || bytes == 0)
+    if (st != FA_STATUS_OK)
         return st;
-    st = buf->ctx->ops->buffer_write(buf->ctx, buf->mem, offset, src, bytes);
+    if (bytes > 0)
+        st = buf->ctx->ops->buffer_write(buf->ctx, buf->mem, offset, src, bytes);
     if (st == FA_STATUS_OK)
         fa__error_clear(buf->ctx);
     return st;
@@ -281,9 +282,10 @@ fa_status fa_buffer_write(fa_buffer *buf, size_t offset, const void *src, size_t
 fa_status fa_buffer_read(const fa_buffer *buf, size_t offset, void *dst, size_t bytes)
 {
     fa_status st = check_range(buf, offset, dst, bytes);
-    if (st != FA_STATUS_OK || bytes == 0)
+    if (st != FA_STATUS_OK)
         return st;
-    st = buf->ctx->ops->buffer_read(buf->ctx, buf->mem, offset, dst, bytes);
+    if (bytes > 0)
+        st = buf->ctx->ops->buffer_read(buf->ctx, buf->mem, offset, dst, bytes);
     if (st == FA_STATUS_OK)
         fa__error_clear(buf->ctx);
     return st;

@@ -171,11 +171,16 @@ void fa__append(char *dst, size_t size, const char *fmt, ...)
     va_end(ap);
 }
 
-/* When the message itself cannot be allocated, the generic one is better than nothing. */
-static void set_message(fa_context *ctx, char *msg)
+/* Replaces the last message with msg (heap, owned from now on). A failure whose message cannot
+ * be allocated (msg NULL, status not OK) still reports its code and generic message. */
+static void set_message(fa_context *ctx, fa_status status, char *msg)
 {
     free(ctx->error);
     ctx->error = msg;
+    ctx->error_fallback[0] = '\0';
+    if (!msg && status != FA_STATUS_OK)
+        snprintf(ctx->error_fallback, sizeof ctx->error_fallback, "%s: %s",
+                 fa_status_name(status), fa_status_message(status));
 }
 
 fa_status fa__error_text(fa_context *ctx, fa_status status, const char *text)
@@ -187,7 +192,7 @@ fa_status fa__error_text(fa_context *ctx, fa_status status, const char *text)
     char *msg = malloc(n);
     if (msg)
         snprintf(msg, n, "%s: %s", name, text);
-    set_message(ctx, msg);
+    set_message(ctx, status, msg);
     return status;
 }
 
@@ -206,14 +211,14 @@ fa_status fa__error(fa_context *ctx, fa_status status, const char *fmt, ...)
 void fa__error_clear(fa_context *ctx)
 {
     if (ctx)
-        set_message(ctx, NULL);
+        set_message(ctx, FA_STATUS_OK, NULL);
 }
 
 const char *fa_context_last_error(const fa_context *ctx)
 {
     if (!ctx)
         return "FA_STATUS_NULL_POINTER: the context is NULL";
-    return ctx->error ? ctx->error : "";
+    return ctx->error ? ctx->error : ctx->error_fallback;
 }
 
 /* ---- memory counters ---------------------------------------------------------------------- */

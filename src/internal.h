@@ -106,6 +106,9 @@ struct fa_context {
     int device;
     fa_device_props props;
     char *error; /* heap message of the last failure, or NULL */
+    /* The last failure's code and generic message when its detailed one could not be allocated,
+     * so a failure never reads as success; "" otherwise. */
+    char error_fallback[160];
     uint64_t mem_current;
     uint64_t mem_peak;
 };

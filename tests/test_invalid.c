@@ -610,6 +610,15 @@ static void test_last_error(void **state)
     assert_true(fa_context_last_error(fx->ctx)[0] != '\0');
     assert_int_equal(fa_buffer_write(fx->base.q, 0, host, 4), OK);
     assert_string_equal(fa_context_last_error(fx->ctx), "");
+    /* An empty copy is a successful call too: it clears the last failure. */
+    assert_int_equal(fa_buffer_read(fx->base.q, fx->base.bytes[0], host, 4),
+                     FA_STATUS_BUFFER_TOO_SMALL);
+    assert_int_equal(fa_buffer_read(fx->base.q, 0, host, 0), OK);
+    assert_string_equal(fa_context_last_error(fx->ctx), "");
+    assert_int_equal(fa_buffer_write(fx->base.q, fx->base.bytes[0], host, 4),
+                     FA_STATUS_BUFFER_TOO_SMALL);
+    assert_int_equal(fa_buffer_write(fx->base.q, 0, host, 0), OK);
+    assert_string_equal(fa_context_last_error(fx->ctx), "");
     fixture_close(fx);
 }
 
