@@ -72,38 +72,56 @@ static fa_status align(plan_state *s, bool is_r, int64_t m)
     return FA_STATUS_OK;
 }
 
-/* Shrinks Bc, then Br, until the tiles fit in the on-chip memory. */
+/* The largest Bc whose K, V and S tiles fit beside the Q tile, or 0. */
+static uint64_t bc_that_fits(const plan_state *s, uint64_t sram, int64_t d, size_t elem)
+{
+    uint64_t q_bytes = (uint64_t)s->br * (uint64_t)d * elem;
+    return sram > q_bytes ? (sram - q_bytes) / (2 * (uint64_t)d * elem + 4 * (uint64_t)s->br) : 0;
+}
+
+/* The largest Br whose Q and S tiles fit beside the K and V tiles, or 0. */
+static uint64_t br_that_fits(const plan_state *s, uint64_t sram, int64_t d, size_t elem)
+{
+    uint64_t kv_bytes = 2 * (uint64_t)s->bc * (uint64_t)d * elem;
+    return sram > kv_bytes ? (sram - kv_bytes) / ((uint64_t)d * elem + 4 * (uint64_t)s->bc) : 0;
+}
+
+static void shrink(plan_state *s, bool is_r, uint64_t fit, int64_t m, const char *reason)
+{
+    int64_t *v = is_r ? &s->br : &s->bc;
+    int64_t to = round_down(*v < (int64_t)fit ? *v : (int64_t)fit, m);
+    fa__append(s->explain, s->explain_size, "%s %lld -> %lld: %s\n", is_r ? "Br" : "Bc",
+               (long long)*v, (long long)to, reason);
+    *v = to;
+}
+
+/* Shrinks the tiles that were not overridden until the Q, K, V and S tiles fit in the on-chip
+ * memory: Bc first (Br keeps the work-group busy), then Br. An override is never changed: when
+ * it cannot fit, the plan is rejected. */
 static fa_status fit_sram(plan_state *s, uint64_t sram, int64_t d, size_t elem, int64_t m)
 {
-    uint64_t need = fa__tile_bytes(s->br, s->bc, d, elem);
     char msg[256];
+    while (fa__tile_bytes(s->br, s->bc, d, elem) > sram) {
+        uint64_t fit_c = bc_that_fits(s, sram, d, elem);
+        uint64_t fit_r = br_that_fits(s, sram, d, elem);
+        if (!s->override_c && fit_c >= 1) {
+            shrink(s, false, fit_c, m, "Q, K, V and S tiles must fit in the on-chip memory");
+        } else if (s->override_c && !s->override_r && fit_r >= 1) {
+            shrink(s, true, fit_r, m, "Q, K, V and S tiles must fit beside the overridden Bc");
+        } else if (!s->override_r && !s->override_c && s->br > 1) {
+            shrink(s, true, (uint64_t)(s->br / 2), m,
+                   "not even one key column fits beside the Q tile");
+        } else {
+            break;
+        }
+    }
+    uint64_t need = fa__tile_bytes(s->br, s->bc, d, elem);
     if (need <= sram)
         return FA_STATUS_OK;
     if (s->override_r || s->override_c) {
         fa__format(msg, sizeof msg, "override tiles need %llu bytes of on-chip memory, the "
                    "device has %llu", (unsigned long long)need, (unsigned long long)sram);
         return reject(s, FA_STATUS_INVALID_TILE, msg);
-    }
-    for (;;) {
-        uint64_t q_bytes = (uint64_t)s->br * (uint64_t)d * elem;
-        uint64_t fit = sram > q_bytes
-                           ? (sram - q_bytes) / (2 * (uint64_t)d * elem + 4 * (uint64_t)s->br)
-                           : 0;
-        if (fit >= 1) {
-            int64_t bc = round_down(s->bc < (int64_t)fit ? s->bc : (int64_t)fit, m);
-            fa__append(s->explain, s->explain_size,
-                       "Bc %lld -> %lld: Q, K, V and S tiles must fit in %llu bytes\n",
-                       (long long)s->bc, (long long)bc, (unsigned long long)sram);
-            s->bc = bc;
-            return FA_STATUS_OK;
-        }
-        if (s->br <= 1)
-            break;
-        int64_t br = round_down(s->br / 2, m);
-        fa__append(s->explain, s->explain_size,
-                   "Br %lld -> %lld: not even one key column fits beside the Q tile\n",
-                   (long long)s->br, (long long)br);
-        s->br = br;
     }
     fa__format(msg, sizeof msg, "a 1 x 1 tile needs %llu bytes of on-chip memory at head_dim "
                "%lld, the device has %llu", (unsigned long long)fa__tile_bytes(1, 1, d, elem),

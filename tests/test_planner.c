@@ -88,6 +88,14 @@ static const planner_case cases[] = {
      FA_STATUS_INVALID_TILE, 0, 0, 0, 0},
     {"override above work-group", {"small wg", 65536, 64}, {4, 1, 0, 0}, F32, 128, 512, 512,
      32, 0, FA_STATUS_INVALID_TILE, 0, 0, 0, 0},
+    /* Overriding one tile leaves the other to the fit: Bc = (524288 - 65536) / 1536 = 298. */
+    {"override Br, Bc fitted", POCL, ONE_ITEM, F32, 64, 2048, 2048, 256, 0, OK, 256, 298, 256,
+     523264},
+    /* Bc = 256 fixed: Br = (232448 - 131072) / 1280 = 79 -> 64 (multiple of 16). */
+    {"override Bc, Br fitted", H100, CUDA_LIKE, F16, 128, 4096, 4096, 0, 256, OK, 64, 256, 256,
+     212992},
+    {"overrides both too big", POCL, ONE_ITEM, F32, 64, 2048, 2048, 256, 512,
+     FA_STATUS_INVALID_TILE, 0, 0, 0, 0},
     /* An override longer than the sequence is clamped like the rule's value, not an error. */
     {"override clamped to seq", POCL, ONE_ITEM, F32, 64, 17, 2048, 64, 0, OK, 17, 512, 17,
      301312},
