@@ -230,6 +230,22 @@ static void test_no_driver(void **state)
     assert_null(ctx);
 }
 
+/* FLASHATTN_NVRTC names the library to use: when it cannot be loaded, NVRTC is unavailable
+ * with that reason, never another library found on the search path. */
+static void test_nvrtc_explicit_path(void **state)
+{
+    (void)state;
+    harness_env saved;
+    harness_env_save(&saved, "FLASHATTN_NVRTC");
+    setenv("FLASHATTN_NVRTC", "/nonexistent/libnvrtc.so", 1);
+    fa__nvrtc_api nv;
+    char why[1024] = "";
+    fa_status st = fa__nvrtc_load(&nv, why, sizeof why);
+    harness_env_restore(&saved);
+    assert_int_equal(st, FA_STATUS_BACKEND_UNAVAILABLE);
+    assert_non_null(strstr(why, "FLASHATTN_NVRTC=/nonexistent/libnvrtc.so"));
+}
+
 static void test_interop_null(void **state)
 {
     (void)state;
@@ -326,6 +342,7 @@ int main(void)
 {
     const struct CMUnitTest host_tests[] = {
         cmocka_unit_test(test_no_driver),
+        cmocka_unit_test(test_nvrtc_explicit_path),
         cmocka_unit_test(test_interop_null),
         cmocka_unit_test(test_arch_context),
         cmocka_unit_test(test_cpu_still_works),

@@ -83,7 +83,8 @@ typedef struct fa__nvrtc_api {
  */
 fa_status fa__cu_load(fa__cu_api *api, char *why, size_t why_size);
 /* Loads NVRTC (FLASHATTN_NVRTC, then libnvrtc.so.13, .so.12, .so, then CUDA_HOME/CUDA_PATH and
- * /usr/local/cuda); BACKEND_UNAVAILABLE with the reason when none loads. */
+ * /usr/local/cuda); BACKEND_UNAVAILABLE with the reason when none loads, or when FLASHATTN_NVRTC
+ * is set and cannot be loaded. */
 fa_status fa__nvrtc_load(fa__nvrtc_api *nv, char *why, size_t why_size);
 
 /* "CUDA_ERROR_OUT_OF_MEMORY (out of memory)" for a driver error, into buf. */

@@ -151,8 +151,15 @@ fa_status fa__nvrtc_load(fa__nvrtc_api *nv, char *why, size_t why_size)
     char tried[1024] = "";
     void *lib = NULL;
     const char *explicit_path = getenv("FLASHATTN_NVRTC");
-    if (explicit_path && *explicit_path)
+    if (explicit_path && *explicit_path) {
+        /* A path the user named is the one they want: no silent fallback to another NVRTC. */
         lib = try_open(explicit_path, tried, sizeof tried);
+        if (!lib) {
+            fa__format(why, why_size, "FLASHATTN_NVRTC=%s cannot be loaded: dlopen says %s",
+                       explicit_path, tried);
+            return FA_STATUS_BACKEND_UNAVAILABLE;
+        }
+    }
     for (size_t i = 0; !lib && i < sizeof names / sizeof names[0]; i++)
         lib = try_open(names[i], tried, sizeof tried);
     if (!lib)
