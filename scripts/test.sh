@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test.sh - the whole test suite: set up and build, run every ctest suite with the cpu and
 # opencl backends required (a missing OpenCL device is a failure, not a skip), then build a
-# second tree with AddressSanitizer + UndefinedBehaviorSanitizer and run the suites there too.
+# second tree with AddressSanitizer + UndefinedBehaviorSanitizer and run the suites there too,
+# and the emulated CUDA kernel under ThreadSanitizer.
 set -eu
 cd "$(dirname "$0")/.."
 export FLASHATTN_REQUIRE_BACKENDS=${FLASHATTN_REQUIRE_BACKENDS:-cpu,opencl}
@@ -20,10 +21,23 @@ echo "== test suite (build/)"
 echo "== test suite under ASan + UBSan (build-asan/)"
 san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 bash scripts/bootstrap.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS="$san" \
-    -DFLASHATTN_INSTALL_TEST=OFF
+    -DCMAKE_CXX_FLAGS="$san" -DFLASHATTN_INSTALL_TEST=OFF
 # Leaks are checked with suppressions for the OpenCL runtime's own one-time allocations.
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp:print_suppressions=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # Oclgrind preloads its own OpenCL runtime, which the ASan runtime refuses to follow.
 (cd build-asan && ctest -j"$jobs" --output-on-failure -LE oclgrind)
+
+# The CUDA kernel, emulated on the host (tests/cuda_emu/), under ThreadSanitizer: a missing
+# __syncthreads shows as a data race on shared memory. Only where the CUDA backend is built.
+if [ -x build/tests/test_cuda_emu ]; then
+    echo "== the emulated CUDA kernel under ThreadSanitizer (build-tsan/)"
+    mkdir -p build-tsan
+    cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS=-fsanitize=thread \
+        -DCMAKE_CXX_FLAGS=-fsanitize=thread -DFLASHATTN_OPENCL=OFF -DFLASHATTN_INSTALL_TEST=OFF \
+        >build-tsan/configure.log 2>&1 || { cat build-tsan/configure.log; exit 1; }
+    cmake --build build-tsan -j"$jobs" --target test_cuda_emu
+    (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --no-tests=error --output-on-failure \
+        -R '^cuda_emu$')
+fi

@@ -1,0 +1,60 @@
+/*
+ * cuda_emu.h - just enough of CUDA C++ for kernels_cu/flash_fwd.cu to compile as host C++ and
+ * run one thread block as WG_SIZE host threads, so the CUDA kernel's tile loop (indexing, masks,
+ * online softmax, tails, grid-stride folding) is checked on machines without a GPU.
+ *
+ * The model, and what it does not check:
+ * - every CUDA thread of a block is a host thread; __syncthreads is a barrier over the block;
+ * - __syncwarp and __shfl_xor_sync are block-wide barriers too (the kernel calls them from every
+ *   thread the same number of times), so they are stronger than the hardware's: a missing warp
+ *   barrier is not found here (compute-sanitizer's synccheck on a GPU is for that);
+ * - shared memory is one array per kernel configuration, filled with NaN bytes before each
+ *   launch, so a read of a shared word that no thread wrote shows in the output;
+ * - f16 storage goes through PTX `cvt` in the kernel and is not emulated: f32 and bf16 only.
+ */
+#ifndef FA_CUDA_EMU_H
+#define FA_CUDA_EMU_H
+
+#include "emu_api.h"
+
+#include <math.h>
+#include <string.h>
+
+struct fa_emu_dim3 {
+    unsigned x, y, z;
+};
+
+/* The calling host thread's coordinates, set by the launcher (emu_launch.cpp). */
+extern thread_local fa_emu_dim3 threadIdx, blockIdx, gridDim;
+
+void fa_emu_barrier();
+float fa_emu_shfl_xor(float v, int lane_mask, int width);
+
+#define __device__
+#define __global__
+#define __forceinline__ inline
+#define __launch_bounds__(n)
+#define __shared__
+#define __align__(n) __attribute__((aligned(n)))
+
+inline void __syncthreads() { fa_emu_barrier(); }
+inline void __syncwarp(unsigned) { fa_emu_barrier(); }
+inline float __shfl_xor_sync(unsigned, float v, int lane_mask, int width)
+{
+    return fa_emu_shfl_xor(v, lane_mask, width);
+}
+inline float __int_as_float(int i)
+{
+    float f;
+    memcpy(&f, &i, sizeof f);
+    return f;
+}
+inline int __float_as_int(float f)
+{
+    int i;
+    memcpy(&i, &f, sizeof i);
+    return i;
+}
+inline long long min(long long a, long long b) { return a < b ? a : b; }
+
+#endif /* FA_CUDA_EMU_H */

@@ -1,0 +1,76 @@
+/*
+ * emu_launch.cpp - runs an emulated kernel configuration (emu_kernel.cpp) over a grid: one host
+ * thread per CUDA thread of the block, the blocks one after another, a barrier between them.
+ * The C test driver (tests/test_cuda_emu.c) calls the extern "C" functions below.
+ */
+#include "cuda_emu.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <thread>
+#include <vector>
+
+thread_local fa_emu_dim3 threadIdx, blockIdx, gridDim;
+
+namespace {
+std::vector<const fa_emu_kernel *> &registry()
+{
+    static std::vector<const fa_emu_kernel *> kernels;
+    return kernels;
+}
+
+/* The launch in progress: one at a time (the test driver is single-threaded). */
+pthread_barrier_t block_barrier;
+std::vector<float> exchange; /* __shfl_xor_sync's values, one per thread */
+} // namespace
+
+void fa_emu_register(const fa_emu_kernel *k) { registry().push_back(k); }
+
+void fa_emu_barrier() { pthread_barrier_wait(&block_barrier); }
+
+/* Every thread publishes its value, then reads its partner's: lanes differ only in the bits of
+ * lane_mask, which stay inside a warp's segment of `width` lanes as on the hardware. */
+float fa_emu_shfl_xor(float v, int lane_mask, int width)
+{
+    unsigned tid = threadIdx.x;
+    (void)width;
+    exchange[tid] = v;
+    fa_emu_barrier();
+    float r = exchange[tid ^ (unsigned)lane_mask];
+    fa_emu_barrier();
+    return r;
+}
+
+size_t fa_emu_kernel_count(void) { return registry().size(); }
+
+const fa_emu_kernel *fa_emu_kernel_at(size_t i)
+{
+    return i < registry().size() ? registry()[i] : nullptr;
+}
+
+void fa_emu_launch(const fa_emu_kernel *k, unsigned gx, unsigned gy, unsigned gz,
+                   const void *q, const void *kk, const void *v, void *o, float *lse,
+                   const void *params)
+{
+    memset(k->smem, 0xFF, k->smem_bytes);
+    exchange.assign((size_t)k->wg_size, 0.0f);
+    pthread_barrier_init(&block_barrier, nullptr, (unsigned)k->wg_size);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < k->wg_size; t++) {
+        threads.emplace_back([=] {
+            threadIdx = {(unsigned)t, 0, 0};
+            gridDim = {gx, gy, gz};
+            for (unsigned z = 0; z < gz; z++)
+                for (unsigned y = 0; y < gy; y++)
+                    for (unsigned x = 0; x < gx; x++) {
+                        blockIdx = {x, y, z};
+                        k->entry(q, kk, v, o, lse, params);
+                        fa_emu_barrier(); /* the block is done before the next one starts */
+                    }
+        });
+    }
+    for (std::thread &t : threads)
+        t.join();
+    pthread_barrier_destroy(&block_barrier);
+}
+
