@@ -117,7 +117,7 @@ static void compile_arch(const char *arch)
         fa__tiles tiles;
         char options[256];
         plan_case(&props, &fa_test_cases[i], &p, &tiles);
-        fa__cuda_plan_options(&p, &tiles, options, sizeof options);
+        fa__cuda_plan_options(&props, &p, &tiles, options, sizeof options);
         jobs_add(&jobs, options, fa_test_cases[i].name);
     }
     double t0 = harness_seconds();
@@ -285,10 +285,21 @@ static void test_arch_context(void **state)
                      OK);
     fa_plan *plan = NULL;
     assert_int_equal(fa_plan_create(ctx, &p, &plan), OK);
-    /* M = 232448 / 2: Bc = 227 -> 128 (kernel cap), Br = 128, 4 threads per row. */
+    /* Tensor cores: M = 232448 / 2, Bc = 227 -> 64 (the accumulators' register cap at d 128),
+     * Br = 128, one warp per 16 rows. */
     assert_int_equal(fa_plan_block_r(plan), 128);
-    assert_int_equal(fa_plan_block_c(plan), 128);
-    assert_int_equal(fa_plan_work_group_size(plan), 512);
+    assert_int_equal(fa_plan_block_c(plan), 64);
+    assert_int_equal(fa_plan_work_group_size(plan), 256);
+    assert_non_null(strstr(fa_plan_explain(plan), "kernel: tensor cores"));
+    fa_plan_destroy(plan);
+    /* CUDA cores for f32: M = 58112, Bc = 114 -> 112 (multiple of 8), Br = 112, 4 threads per
+     * row; (112*128 + 2*112*128)*4 + 112*112*4 = 222208 bytes fit. */
+    p.dtype = FA_DTYPE_F32;
+    assert_int_equal(fa_plan_create(ctx, &p, &plan), OK);
+    assert_int_equal(fa_plan_block_r(plan), 112);
+    assert_int_equal(fa_plan_block_c(plan), 112);
+    assert_int_equal(fa_plan_work_group_size(plan), 448);
+    assert_non_null(strstr(fa_plan_explain(plan), "kernel: CUDA cores"));
     fa_buffer *buf = NULL;
     assert_int_equal(fa_buffer_create(ctx, 64, &buf), FA_STATUS_BACKEND_UNAVAILABLE);
     assert_null(buf);

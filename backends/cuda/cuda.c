@@ -215,10 +215,16 @@ static fa_status check_module(fa_context *ctx, fa__cu_state *s, fa__cu_module *e
 static fa_status cu_plan_prepare(fa_context *ctx, fa_plan *plan)
 {
     fa__cu_state *s = ctx->state;
+    fa__append(plan->explain, sizeof plan->explain, "%s\n",
+               fa__cu_tensor_cores(&ctx->props, &plan->problem)
+                   ? "kernel: tensor cores (mma.sync m16n8k16, f32 accumulation)"
+                   : "kernel: CUDA cores (tensor cores need sm_80+, f16 or bf16, d a multiple of "
+                     "16 up to 128, both sequences >= 16 and tile overrides multiples of 16)");
     if (!s)
         return FA_STATUS_OK; /* planning only: nothing to build for a device that is not here */
     char options[256];
-    fa__cuda_plan_options(&plan->problem, &plan->tiles, options, sizeof options);
+    fa__cuda_plan_options(&ctx->props, &plan->problem, &plan->tiles, options,
+                          sizeof options);
     fa_status st = fa__cu_push(ctx, s);
     if (st != FA_STATUS_OK)
         return st;

@@ -123,10 +123,42 @@ fa_status fa__cu_device_props(int index, fa_device_props *out, char *why, size_t
  * each thread keeps Bc / 4 scores in registers, and 64-128 keys per tile is where
  * FlashAttention's own kernels sit; smaller tiles also leave room for more blocks per SM.
  */
+/* The compute capability of "sm_XY" as XY; 0 when the tag is not one. */
+static int arch_number(const char *arch)
+{
+    int n = 0;
+    if (strncmp(arch, "sm_", 3) != 0)
+        return 0;
+    for (const char *c = arch + 3; *c >= '0' && *c <= '9'; c++)
+        n = n * 10 + (*c - '0');
+    return n;
+}
+
+/* An override must already be what the tensor-core path needs: 0 or a multiple of 16. */
+static bool mma_tile(int32_t block)
+{
+    return block == 0 || block % FA_CU_MMA_M == 0;
+}
+
+bool fa__cu_tensor_cores(const fa_device_props *dev, const fa_problem *p)
+{
+    return arch_number(dev->arch) >= 80 && p->dtype != FA_DTYPE_F32 && p->head_dim % 16 == 0 &&
+           p->head_dim <= FA_CU_MMA_MAX_HEAD_DIM && p->seqlen_q >= FA_CU_MMA_M &&
+           p->seqlen_k >= FA_CU_MMA_M && mma_tile(p->block_r) && mma_tile(p->block_c);
+}
+
 void fa__cu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__plan_rules *rules)
 {
-    (void)dev;
-    (void)p;
+    if (fa__cu_tensor_cores(dev, p)) {
+        /* One warp per 16 rows; Br and Bc multiples of the mma shape (sequences of at least
+         * 16 keep them so after clamping); Br <= 128 (8 warps) and Bc so that the S and O
+         * accumulators (Bc/2 + d/2 floats per thread) stay within 128 registers. */
+        rules->items_per_row = 32 / FA_CU_MMA_M;
+        rules->tile_multiple = FA_CU_MMA_M;
+        rules->max_block_r = 128;
+        rules->max_block_c = p->head_dim <= 64 ? 128 : 64;
+        return;
+    }
     rules->items_per_row = FA_CU_THREADS_PER_ROW;
     rules->tile_multiple = 8;
     rules->max_block_c = 128;

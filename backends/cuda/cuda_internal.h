@@ -14,6 +14,9 @@
 
 /* Threads that share one query row in kernels_cu/flash_fwd.cu (its TPR). */
 #define FA_CU_THREADS_PER_ROW 4
+/* The tensor-core path (-DMMA=1): rows of one mma.sync tile, one warp each; largest d. */
+#define FA_CU_MMA_M 16
+#define FA_CU_MMA_MAX_HEAD_DIM 128
 
 /*
  * The driver API entry points the backend uses, by their unversioned names. The loader fills
@@ -156,8 +159,13 @@ fa_status fa__cu_module_get(fa_context *ctx, fa__cu_state *s, const char *option
 /* Unloads every cached module (the context must be current). */
 void fa__cu_modules_release(fa__cu_state *s);
 
-/* The -D options that specialize the kernel for a plan: the module cache key. */
-void fa__cuda_plan_options(const fa_problem *p, const fa__tiles *tiles, char *dst, size_t size);
+/* True when the plan for p on dev takes the tensor-core path: sm_80 or newer, f16 or bf16, d a
+ * multiple of 16 up to 128, both sequences at least 16 long and tile overrides (if any)
+ * multiples of 16. Otherwise the CUDA-core path. */
+bool fa__cu_tensor_cores(const fa_device_props *dev, const fa_problem *p);
+/* The -D options that specialize the kernel for a plan on dev: the module cache key. */
+void fa__cuda_plan_options(const fa_device_props *dev, const fa_problem *p,
+                           const fa__tiles *tiles, char *dst, size_t size);
 /* Props of a known architecture ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90") for planning
  * without a device; INVALID_ARGUMENT with the list of known ones otherwise. */
 fa_status fa__cuda_arch_props(const char *arch, fa_device_props *out, char *why,

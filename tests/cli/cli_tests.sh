@@ -140,8 +140,12 @@ expect_error "plan heads mismatch" 1 '^flashattn: FA_STATUS_HEADS_MISMATCH: ' \
 if ! "$FA" devices --backend cuda 2>/dev/null | grep -q 'not built into'; then
     expect_stdout "plan cuda --arch sm_90" '^Br +128$' \
         plan --backend cuda --arch sm_90 --dtype f16 --dim 128 --seq 4096
-    expect_stdout "plan cuda --arch sm_90 Bc" '^Bc +128$' \
+    expect_stdout "plan cuda --arch sm_90 Bc" '^Bc +64$' \
         plan --backend cuda --arch sm_90 --dtype f16 --dim 128 --seq 4096
+    expect_stdout "plan cuda --arch sm_90 tensor cores" '^kernel: tensor cores' \
+        plan --backend cuda --arch sm_90 --dtype f16 --dim 128 --seq 4096
+    expect_stdout "plan cuda --arch sm_75 CUDA cores" '^kernel: CUDA cores' \
+        plan --backend cuda --arch sm_75 --dtype f16 --dim 128 --seq 4096
     expect_error "plan cuda --arch unknown" 1 'unknown CUDA architecture "sm_70"' \
         plan --backend cuda --arch sm_70
     expect_error "plan --arch needs cuda" 2 'needs --backend cuda' plan --backend cpu --arch sm_90

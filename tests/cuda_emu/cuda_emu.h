@@ -10,12 +10,15 @@
  *   barrier is not found here (compute-sanitizer's synccheck on a GPU is for that);
  * - shared memory is one array per kernel configuration, filled with NaN bytes before each
  *   launch, so a read of a shared word that no thread wrote shows in the output;
- * - f16 storage goes through PTX `cvt` in the kernel and is not emulated: f32 and bf16 only.
+ * - the kernel's PTX (f16 `cvt`, `mma.sync`) comes from FA_EMULATED hooks: the conversions are
+ *   the library's, mma.sync gathers the warp's fragments between two barriers and multiplies
+ *   with f32 accumulation, following the PTX ISA's m16n8k16 fragment layouts.
  */
 #ifndef FA_CUDA_EMU_H
 #define FA_CUDA_EMU_H
 
 #include "emu_api.h"
+#include "flashattn.h"
 
 #include <math.h>
 #include <string.h>
@@ -29,6 +32,14 @@ extern thread_local fa_emu_dim3 threadIdx, blockIdx, gridDim;
 
 void fa_emu_barrier();
 float fa_emu_shfl_xor(float v, int lane_mask, int width);
+/* mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}: the 32 lanes of a warp together. */
+void fa_emu_mma16816(float c[4], const unsigned a[4], const unsigned b[2], int dtype);
+/* PTX cvt.f32.f16 and cvt.rn.f16.f32, through the library's own conversions. */
+inline float fa_emu_f16_to_f32(unsigned short h) { return fa_f16_to_f32(h); }
+inline unsigned short fa_emu_f32_to_f16(float x) { return fa_f32_to_f16(x); }
+
+/* The kernel's hooks for the three PTX pieces (see kernels_cu/flash_fwd.cu). */
+#define FA_EMULATED 1
 
 #define __device__
 #define __global__

@@ -22,6 +22,17 @@ std::vector<const fa_emu_kernel *> &registry()
 /* The launch in progress: one at a time (the test driver is single-threaded). */
 pthread_barrier_t block_barrier;
 std::vector<float> exchange; /* __shfl_xor_sync's values, one per thread */
+
+struct mma_regs {
+    unsigned a[4], b[2];
+};
+std::vector<mma_regs> fragments; /* mma.sync's operands, one per thread */
+
+float element(unsigned bits, int half, int dtype)
+{
+    unsigned short h = (unsigned short)(half ? bits >> 16 : bits & 0xFFFFu);
+    return dtype == FA_DTYPE_F16 ? fa_f16_to_f32(h) : fa_bf16_to_f32(h);
+}
 } // namespace
 
 void fa_emu_register(const fa_emu_kernel *k) { registry().push_back(k); }
@@ -41,6 +52,31 @@ float fa_emu_shfl_xor(float v, int lane_mask, int width)
     return r;
 }
 
+/* The PTX ISA's m16n8k16 layouts (g = lane / 4, t = lane % 4): A[r][k] is half k % 2 of
+ * a[(r >= 8) + 2 * (k >= 8)] of lane (r % 8) * 4 + (k % 8) / 2; B[k][n] is half k % 2 of
+ * b[k >= 8] of lane n * 4 + (k % 8) / 2; c[e] is D[g + 8 * (e >= 2)][2t + e % 2]. */
+void fa_emu_mma16816(float c[4], const unsigned a[4], const unsigned b[2], int dtype)
+{
+    unsigned tid = threadIdx.x, warp = tid & ~31u, lane = tid & 31u;
+    memcpy(fragments[tid].a, a, sizeof fragments[tid].a);
+    memcpy(fragments[tid].b, b, sizeof fragments[tid].b);
+    fa_emu_barrier();
+    float d[4];
+    for (int e = 0; e < 4; e++) {
+        int r = (int)lane / 4 + (e >= 2 ? 8 : 0), n = (int)(lane % 4) * 2 + e % 2;
+        float sum = 0.0f;
+        for (int kk = 0; kk < 16; kk++) {
+            const mma_regs &ra = fragments[warp + (unsigned)((r % 8) * 4 + (kk % 8) / 2)];
+            const mma_regs &rb = fragments[warp + (unsigned)(n * 4 + (kk % 8) / 2)];
+            sum += element(ra.a[(r >= 8) + 2 * (kk >= 8)], kk % 2, dtype) *
+                   element(rb.b[kk >= 8], kk % 2, dtype);
+        }
+        d[e] = c[e] + sum;
+    }
+    fa_emu_barrier();
+    memcpy(c, d, sizeof d);
+}
+
 size_t fa_emu_kernel_count(void) { return registry().size(); }
 
 const fa_emu_kernel *fa_emu_kernel_at(size_t i)
@@ -54,6 +90,7 @@ void fa_emu_launch(const fa_emu_kernel *k, unsigned gx, unsigned gy, unsigned gz
 {
     memset(k->smem, 0xFF, k->smem_bytes);
     exchange.assign((size_t)k->wg_size, 0.0f);
+    fragments.assign((size_t)k->wg_size, mma_regs{});
     pthread_barrier_init(&block_barrier, nullptr, (unsigned)k->wg_size);
     std::vector<std::thread> threads;
     for (int t = 0; t < k->wg_size; t++) {
