@@ -149,6 +149,21 @@ __device__ void load_tile(store_t *tile, const store_t *src, i64 row0, i64 seq, 
     }
 }
 
+/* Causal: key j is allowed for row i when j <= i + diag (diag = Sk - Sq bottom-right, 0
+ * top-left), so K tiles entirely past the tile's last row are skipped: the keys [0, end) to
+ * visit for the tile starting at row r0. */
+__device__ __forceinline__ i64 keys_to_visit(const fa_kernel_params &p, i64 r0)
+{
+#if MASK != 0
+    const i64 diag = MASK == 2 ? p.seqlen_k - p.seqlen_q : 0;
+    i64 end = min(r0 + BLOCK_R, p.seqlen_q) + diag;
+    return end < 0 ? 0 : end > p.seqlen_k ? p.seqlen_k : end;
+#else
+    (void)r0;
+    return p.seqlen_k;
+#endif
+}
+
 #if !MMA
 /* One (Q tile, head, batch) work item of the block. */
 __device__ void tile_fwd(const store_t *__restrict__ q, const store_t *__restrict__ k,
@@ -175,13 +190,9 @@ __device__ void tile_fwd(const store_t *__restrict__ q, const store_t *__restric
     load_tile(q_tile, q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h, r0, sq,
               p.q_stride_s, BLOCK_R, true);
 
-    i64 kv_end = sk;
+    const i64 kv_end = keys_to_visit(p, r0);
 #if MASK != 0
-    /* Causal: key j is allowed for row i when j <= i + diag (diag = Sk - Sq bottom-right), so
-     * K tiles entirely above the tile's last row are skipped. */
     const i64 diag = MASK == 2 ? sk - sq : 0;
-    kv_end = min(r0 + BLOCK_R, sq) + diag;
-    kv_end = kv_end < 0 ? 0 : kv_end > sk ? sk : kv_end;
 #endif
 
     float m = NEG_INF, l = 0.0f;
@@ -333,11 +344,9 @@ __device__ void tile_fwd(const store_t *__restrict__ q, const store_t *__restric
     load_tile(q_tile, q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h, r0, sq,
               p.q_stride_s, BLOCK_R, false);
 
-    i64 kv_end = sk;
+    const i64 kv_end = keys_to_visit(p, r0);
 #if MASK != 0
     const i64 diag = MASK == 2 ? sk - sq : 0;
-    kv_end = min(r0 + BLOCK_R, sq) + diag;
-    kv_end = kv_end < 0 ? 0 : kv_end > sk ? sk : kv_end;
 #endif
 
     float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f};
