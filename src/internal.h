@@ -20,6 +20,7 @@ typedef struct fa__plan_rules {
     uint32_t tile_multiple; /* Br and Bc above it are rounded down to a multiple of it (>= 1) */
     uint32_t max_block_c;   /* 0: no limit; else the kernel's largest Bc */
     uint32_t max_block_r;   /* 0: no limit; else the kernel's largest Br */
+    bool scores_in_registers; /* the kernel keeps S in registers: no f32 S tile on chip */
 } fa__plan_rules;
 
 typedef struct fa__tiles {
@@ -37,8 +38,10 @@ typedef struct fa__tiles {
 fa_status fa__plan_tiles(const fa_device_props *dev, const fa__plan_rules *rules,
                          const fa_problem *p, fa__tiles *out, char *explain, size_t explain_size,
                          char *why, size_t why_size);
-/* (Br*d + 2*Bc*d) * elem + Br*Bc*4. */
-uint64_t fa__tile_bytes(int64_t block_r, int64_t block_c, int64_t head_dim, size_t elem);
+/* (Br*d + 2*Bc*d) * elem + Br*Bc*s_elem: the Q, K, V tiles and the S tile (s_elem 4, f32; 0
+ * when the kernel keeps S in registers). */
+uint64_t fa__tile_bytes(int64_t block_r, int64_t block_c, int64_t head_dim, size_t elem,
+                        size_t s_elem);
 
 /* ---- validation (src/problem.c) ---------------------------------------------------------- */
 

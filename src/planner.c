@@ -8,10 +8,11 @@
 
 #include <string.h>
 
-uint64_t fa__tile_bytes(int64_t block_r, int64_t block_c, int64_t head_dim, size_t elem)
+uint64_t fa__tile_bytes(int64_t block_r, int64_t block_c, int64_t head_dim, size_t elem,
+                        size_t s_elem)
 {
     uint64_t r = (uint64_t)block_r, c = (uint64_t)block_c, d = (uint64_t)head_dim;
-    return (r * d + 2 * c * d) * elem + r * c * 4;
+    return (r * d + 2 * c * d) * elem + r * c * s_elem;
 }
 
 static int64_t round_down(int64_t v, int64_t multiple)
@@ -21,6 +22,7 @@ static int64_t round_down(int64_t v, int64_t multiple)
 
 typedef struct plan_state {
     int64_t br, bc;
+    size_t s_elem; /* bytes per S element on chip: 4, or 0 when S stays in registers */
     bool override_r, override_c;
     char *explain;
     size_t explain_size;
@@ -76,14 +78,16 @@ static fa_status align(plan_state *s, bool is_r, int64_t m)
 static uint64_t bc_that_fits(const plan_state *s, uint64_t sram, int64_t d, size_t elem)
 {
     uint64_t q_bytes = (uint64_t)s->br * (uint64_t)d * elem;
-    return sram > q_bytes ? (sram - q_bytes) / (2 * (uint64_t)d * elem + 4 * (uint64_t)s->br) : 0;
+    uint64_t per_key = 2 * (uint64_t)d * elem + s->s_elem * (uint64_t)s->br;
+    return sram > q_bytes ? (sram - q_bytes) / per_key : 0;
 }
 
 /* The largest Br whose Q and S tiles fit beside the K and V tiles, or 0. */
 static uint64_t br_that_fits(const plan_state *s, uint64_t sram, int64_t d, size_t elem)
 {
     uint64_t kv_bytes = 2 * (uint64_t)s->bc * (uint64_t)d * elem;
-    return sram > kv_bytes ? (sram - kv_bytes) / ((uint64_t)d * elem + 4 * (uint64_t)s->bc) : 0;
+    uint64_t per_row = (uint64_t)d * elem + s->s_elem * (uint64_t)s->bc;
+    return sram > kv_bytes ? (sram - kv_bytes) / per_row : 0;
 }
 
 static void shrink(plan_state *s, bool is_r, uint64_t fit, int64_t m, const char *reason)
@@ -101,7 +105,7 @@ static void shrink(plan_state *s, bool is_r, uint64_t fit, int64_t m, const char
 static fa_status fit_sram(plan_state *s, uint64_t sram, int64_t d, size_t elem, int64_t m)
 {
     char msg[256];
-    while (fa__tile_bytes(s->br, s->bc, d, elem) > sram) {
+    while (fa__tile_bytes(s->br, s->bc, d, elem, s->s_elem) > sram) {
         uint64_t fit_c = bc_that_fits(s, sram, d, elem);
         uint64_t fit_r = br_that_fits(s, sram, d, elem);
         if (!s->override_c && fit_c >= 1) {
@@ -115,7 +119,7 @@ static fa_status fit_sram(plan_state *s, uint64_t sram, int64_t d, size_t elem, 
             break;
         }
     }
-    uint64_t need = fa__tile_bytes(s->br, s->bc, d, elem);
+    uint64_t need = fa__tile_bytes(s->br, s->bc, d, elem, s->s_elem);
     if (need <= sram)
         return FA_STATUS_OK;
     if (s->override_r || s->override_c) {
@@ -124,7 +128,7 @@ static fa_status fit_sram(plan_state *s, uint64_t sram, int64_t d, size_t elem, 
         return reject(s, FA_STATUS_INVALID_TILE, msg);
     }
     fa__format(msg, sizeof msg, "a 1 x 1 tile needs %llu bytes of on-chip memory at head_dim "
-               "%lld, the device has %llu", (unsigned long long)fa__tile_bytes(1, 1, d, elem),
+               "%lld, the device has %llu", (unsigned long long)fa__tile_bytes(1, 1, d, elem, s->s_elem),
                (long long)d, (unsigned long long)sram);
     return reject(s, FA_STATUS_SRAM_TOO_SMALL, msg);
 }
@@ -182,7 +186,8 @@ fa_status fa__plan_tiles(const fa_device_props *dev, const fa__plan_rules *rules
                          const fa_problem *p, fa__tiles *out, char *explain, size_t explain_size,
                          char *why, size_t why_size)
 {
-    plan_state s = {0, 0, false, false, explain, explain_size, why, why_size};
+    plan_state s = {0, 0, rules->scores_in_registers ? 0 : 4, false, false,
+                    explain, explain_size, why, why_size};
     size_t elem = fa_dtype_size(p->dtype);
     int64_t d = p->head_dim, m = rules->tile_multiple > 0 ? rules->tile_multiple : 1;
     if (explain && explain_size)
@@ -209,7 +214,7 @@ fa_status fa__plan_tiles(const fa_device_props *dev, const fa__plan_rules *rules
     out->block_r = (int32_t)s.br;
     out->block_c = (int32_t)s.bc;
     out->work_group_size = rules->items_per_row > 0 ? (int32_t)(s.br * rules->items_per_row) : 1;
-    out->sram_bytes = fa__tile_bytes(s.br, s.bc, d, elem);
+    out->sram_bytes = fa__tile_bytes(s.br, s.bc, d, elem, s.s_elem);
     fa__append(explain, explain_size,
                "plan: Br = %d, Bc = %d, work-group size %d, %llu of %llu on-chip bytes\n",
                (int)out->block_r, (int)out->block_c, (int)out->work_group_size,

@@ -35,9 +35,11 @@ typedef struct fake_device {
 static const fake_device POCL = {"pocl-like cpu", 524288, 4096};
 static const fake_device H100 = {"h100-like", 232448, 1024};
 
-/* {items_per_row, tile_multiple, max_block_c, max_block_r} */
-static const fa__plan_rules ONE_ITEM = {1, 1, 0, 0};
-static const fa__plan_rules CUDA_LIKE = {4, 16, 0, 0};
+/* {items_per_row, tile_multiple, max_block_c, max_block_r}, S tile on chip */
+#define RULES(items, multiple, max_c, max_r) {items, multiple, max_c, max_r, false}
+static const fa__plan_rules ONE_ITEM = RULES(1, 1, 0, 0);
+static const fa__plan_rules CUDA_LIKE = RULES(4, 16, 0, 0);
+static const fa__plan_rules S_IN_REGISTERS = {2, 16, 0, 0, true};
 
 typedef struct planner_case {
     const char *name;
@@ -63,10 +65,10 @@ static const planner_case cases[] = {
     {"tiny sram", {"tiny", 1024, 256}, ONE_ITEM, F32, 256, 128, 128, 0, 0,
      FA_STATUS_SRAM_TOO_SMALL, 0, 0, 0, 0},
     /* 64 MiB: Bc = 65536 is clamped to seqlen_k = 3000; CPU-like rules give wg 1. */
-    {"huge sram", {"huge", 67108864, 1}, {0, 1, 0, 0}, F16, 128, 1000, 3000, 0, 0, OK, 128,
+    {"huge sram", {"huge", 67108864, 1}, RULES(0, 1, 0, 0), F16, 128, 1000, 3000, 0, 0, OK, 128,
      3000, 1, 3104768},
     /* Br = 32, but 32 rows * 4 items > 64: Br = 64 / 4 = 16. */
-    {"work-group limit", {"small wg", 65536, 64}, {4, 1, 0, 0}, F32, 128, 512, 512, 0, 0, OK,
+    {"work-group limit", {"small wg", 65536, 64}, RULES(4, 1, 0, 0), F32, 128, 512, 512, 0, 0, OK,
      16, 32, 64, 43008},
     {"short sequences", POCL, ONE_ITEM, F32, 64, 17, 5, 0, 0, OK, 17, 5, 17, 7252},
     {"empty sequences", POCL, ONE_ITEM, F32, 64, 0, 0, 0, 0, OK, 1, 1, 1, 772},
@@ -76,6 +78,9 @@ static const planner_case cases[] = {
     {"pocl f16 d64", POCL, ONE_ITEM, F16, 64, 2048, 2048, 0, 0, OK, 64, 1008, 64, 524288},
     /* Bc = 227 -> 224 (multiple of 16) needs 262144 > 232448; fit 195 -> 192. */
     {"h100 f16 d128", H100, CUDA_LIKE, F16, 128, 4096, 4096, 0, 0, OK, 128, 192, 512, 229376},
+    /* The same without an S tile on chip: Bc = 227 -> 224 fits, (128*128 + 2*224*128)*2. */
+    {"h100 f16 d128 S in registers", H100, S_IN_REGISTERS, F16, 128, 4096, 4096, 0, 0, OK, 128,
+     224, 256, 147456},
     /* M = 257: Bc = Br = 2 leaves no room for a key column beside the Q tile; Br halves to 1. */
     {"Br halving", {"halving", 1028, 1024}, ONE_ITEM, F32, 64, 100, 100, 0, 0, OK, 1, 1, 1,
      772},
@@ -84,9 +89,9 @@ static const planner_case cases[] = {
      FA_STATUS_INVALID_TILE, 0, 0, 0, 0},
     {"override too big for sram", POCL, ONE_ITEM, F32, 64, 8192, 8192, 0, 4096,
      FA_STATUS_INVALID_TILE, 0, 0, 0, 0},
-    {"override above kernel cap", POCL, {1, 1, 256, 0}, F32, 64, 2048, 2048, 0, 512,
+    {"override above kernel cap", POCL, RULES(1, 1, 256, 0), F32, 64, 2048, 2048, 0, 512,
      FA_STATUS_INVALID_TILE, 0, 0, 0, 0},
-    {"override above work-group", {"small wg", 65536, 64}, {4, 1, 0, 0}, F32, 128, 512, 512,
+    {"override above work-group", {"small wg", 65536, 64}, RULES(4, 1, 0, 0), F32, 128, 512, 512,
      32, 0, FA_STATUS_INVALID_TILE, 0, 0, 0, 0},
     /* Overriding one tile leaves the other to the fit: Bc = (524288 - 65536) / 1536 = 298. */
     {"override Br, Bc fitted", POCL, ONE_ITEM, F32, 64, 2048, 2048, 256, 0, OK, 256, 298, 256,
@@ -102,18 +107,18 @@ static const planner_case cases[] = {
     /* An override at or below the tile multiple is not rounded. */
     {"override below multiple", H100, CUDA_LIKE, F16, 128, 4096, 4096, 8, 0, OK, 8, 224, 32,
      123904},
-    {"kernel caps", POCL, {1, 1, 128, 32}, F32, 64, 2048, 2048, 0, 0, OK, 32, 128, 32, 90112},
+    {"kernel caps", POCL, RULES(1, 1, 128, 32), F32, 64, 2048, 2048, 0, 0, OK, 32, 128, 32, 90112},
     /* Bc = ceil(25000 / 160) = 157, Br = 40; multiple 16: 32 x 144. */
-    {"tile multiple", {"mult16", 100000, 1024}, {1, 16, 0, 0}, F32, 40, 1000, 1000, 0, 0, OK,
+    {"tile multiple", {"mult16", 100000, 1024}, RULES(1, 16, 0, 0), F32, 40, 1000, 1000, 0, 0, OK,
      32, 144, 32, 69632},
-    {"mali-like f16 d96", {"mali", 32768, 384}, {2, 8, 0, 0}, F16, 96, 777, 333, 0, 0, OK, 40,
+    {"mali-like f16 d96", {"mali", 32768, 384}, RULES(2, 8, 0, 0), F16, 96, 777, 333, 0, 0, OK, 40,
      40, 80, 29440},
     /* Bc = 103 needs 78720 bytes; fit (65536 - 12800) / 640 = 82. */
     {"intel-like bf16 d80", {"intel", 65536, 512}, ONE_ITEM, BF16, 80, 300, 300, 0, 0, OK, 80,
      82, 80, 65280},
-    {"amd-like f32 d32", {"amd", 65536, 256}, {2, 4, 0, 0}, F32, 32, 4096, 4096, 0, 0, OK, 32,
+    {"amd-like f32 d32", {"amd", 65536, 256}, RULES(2, 4, 0, 0), F32, 32, 4096, 4096, 0, 0, OK, 32,
      128, 64, 53248},
-    {"cpu-like l1d", {"l1d", 32768, 1}, {0, 1, 0, 0}, F32, 64, 1000, 1000, 0, 0, OK, 32, 32, 1,
+    {"cpu-like l1d", {"l1d", 32768, 1}, RULES(0, 1, 0, 0), F32, 64, 1000, 1000, 0, 0, OK, 32, 32, 1,
      28672},
 };
 
@@ -169,11 +174,12 @@ static void test_invented_devices(void **state)
 static void test_tile_bytes(void **state)
 {
     (void)state;
-    assert_int_equal(fa__tile_bytes(64, 512, 64, 4), 409600);
-    assert_int_equal(fa__tile_bytes(1, 1, 256, 4), 3076);
-    assert_int_equal(fa__tile_bytes(128, 192, 128, 2), 229376);
+    assert_int_equal(fa__tile_bytes(64, 512, 64, 4, 4), 409600);
+    assert_int_equal(fa__tile_bytes(1, 1, 256, 4, 4), 3076);
+    assert_int_equal(fa__tile_bytes(128, 192, 128, 2, 4), 229376);
+    assert_int_equal(fa__tile_bytes(128, 224, 128, 2, 0), 147456);
     /* Sizes whose product passes 2^32 stay exact in 64 bits. */
-    assert_int_equal(fa__tile_bytes(65536, 65536, 256, 4), 17179869184ull + 201326592ull);
+    assert_int_equal(fa__tile_bytes(65536, 65536, 256, 4, 4), 17179869184ull + 201326592ull);
 }
 
 /* A NULL explain / why buffer is allowed. */

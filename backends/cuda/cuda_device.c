@@ -152,17 +152,20 @@ void fa__cu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__plan
     if (fa__cu_tensor_cores(dev, p)) {
         /* One warp per 16 rows; Br and Bc multiples of the mma shape (sequences of at least
          * 16 keep them so after clamping); Br <= 128 (8 warps) and Bc so that the S and O
-         * accumulators (Bc/2 + d/2 floats per thread) stay within 128 registers. */
+         * accumulators (Bc/2 + d/2 floats per thread) stay within 128 registers. S lives in
+         * those registers, so the shared memory is the Q, K and V tiles only. */
         rules->items_per_row = 32 / FA_CU_MMA_M;
         rules->tile_multiple = FA_CU_MMA_M;
         rules->max_block_r = 128;
         rules->max_block_c = p->head_dim <= 64 ? 128 : 64;
+        rules->scores_in_registers = true;
         return;
     }
     rules->items_per_row = FA_CU_THREADS_PER_ROW;
     rules->tile_multiple = 8;
     rules->max_block_c = 128;
     rules->max_block_r = 0;
+    rules->scores_in_registers = false;
 }
 
 /* ---- known architectures (planning without a device) -------------------------------------- */
