@@ -218,6 +218,20 @@ float softmax_update(__local float *srow, float m_old, float *l, float *alpha)
     return m_new;
 }
 
+/* Causal: key j is allowed for row i when j <= i + diag (diag = Sk - Sq bottom-right, 0
+ * top-left), so K tiles entirely past the tile's last row are skipped: the keys [0, end) to
+ * visit for the tile starting at row r0. */
+long keys_to_visit(const fa_kernel_params *p, long r0)
+{
+#if MASK != 0
+    const long diag = MASK == 2 ? p->seqlen_k - p->seqlen_q : 0;
+    return clamp(min(r0 + BLOCK_R, p->seqlen_q) + diag, 0L, p->seqlen_k);
+#else
+    (void)r0;
+    return p->seqlen_k;
+#endif
+}
+
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 flash_fwd(__global const store_t *q, __global const store_t *k, __global const store_t *v,
           __global store_t *o, __global float *lse, const fa_kernel_params p)
@@ -240,12 +254,9 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
     load_tile(q_tile, q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h, r0, sq,
               p.q_stride_s, BLOCK_R, 1);
 
-    long kv_end = sk;
+    const long kv_end = keys_to_visit(&p, r0);
 #if MASK != 0
-    /* Causal: key j is allowed for row i when j <= i + diag (diag = Sk - Sq bottom-right), so
-     * K tiles entirely above the tile's last row are skipped. */
     const long diag = MASK == 2 ? sk - sq : 0;
-    kv_end = clamp(min(r0 + BLOCK_R, sq) + diag, 0L, sk);
 #endif
 
     float m = -INFINITY, l = 0.0f;
