@@ -47,7 +47,8 @@ uint64_t fa__tile_bytes(int64_t block_r, int64_t block_c, int64_t head_dim, size
 
 /* Checks every field of a problem; on failure sets ctx's error (ctx may be NULL) and returns it. */
 fa_status fa__problem_validate(fa_context *ctx, const fa_problem *p);
-/* Elements a tensor spans from element 0 of its buffer: offset + last index + 1 (0 if empty). */
+/* Elements a tensor spans from element 0 of its buffer: offset + last index + 1 (0 if empty);
+ * UINT64_MAX when that passes 2^60 (validation rejects such a layout: INVALID_STRIDE). */
 uint64_t fa__layout_extent(const fa_tensor_layout *t, int64_t batch, int64_t heads, int64_t seq,
                            int64_t head_dim);
 /* Fills the kernel params of a validated problem with its resolved scale. */

@@ -110,7 +110,40 @@ static fa_status check_sizes(fa_context *ctx, const fa_problem *p)
     return FA_STATUS_OK;
 }
 
-static fa_status check_layout(fa_context *ctx, const char *name, const fa_tensor_layout *t)
+/* (n - 1) * stride for a count n >= 1 and a stride in [0, 2^60], or UINT64_MAX when it passes
+ * 2^60: the product of a count below 2^31 and such a stride would not fit in 64 bits. */
+static uint64_t step_span(int64_t n, int64_t stride)
+{
+    if (n <= 1 || stride == 0)
+        return 0;
+    if ((uint64_t)stride > (uint64_t)FA__MAX_ELEMS / (uint64_t)(n - 1))
+        return UINT64_MAX;
+    return (uint64_t)(n - 1) * (uint64_t)stride;
+}
+
+uint64_t fa__layout_extent(const fa_tensor_layout *t, int64_t batch, int64_t heads, int64_t seq,
+                           int64_t head_dim)
+{
+    if (batch == 0 || heads == 0 || seq == 0 || head_dim == 0)
+        return 0;
+    const uint64_t terms[5] = {(uint64_t)t->offset, step_span(batch, t->stride_batch),
+                               step_span(heads, t->stride_head), step_span(seq, t->stride_seq),
+                               (uint64_t)head_dim};
+    uint64_t sum = 0;
+    for (int i = 0; i < 5; i++) {
+        /* Each term is at most 2^60 (or the UINT64_MAX mark), so the sum saturates, never
+         * wraps. */
+        if (terms[i] > (uint64_t)FA__MAX_ELEMS || sum > (uint64_t)FA__MAX_ELEMS)
+            return UINT64_MAX;
+        sum += terms[i];
+    }
+    return sum;
+}
+
+/* Offsets and strides in [0, 2^60], and the elements the tensor spans at most 2^60, so that
+ * every index and byte count a backend forms from them fits in int64. */
+static fa_status check_layout(fa_context *ctx, const fa_problem *p, const char *name,
+                              const fa_tensor_layout *t, int64_t heads, int64_t seq)
 {
     const int64_t v[4] = {t->offset, t->stride_batch, t->stride_head, t->stride_seq};
     const char *const what[4] = {"offset", "stride_batch", "stride_head", "stride_seq"};
@@ -119,12 +152,20 @@ static fa_status check_layout(fa_context *ctx, const char *name, const fa_tensor
             return fa__error(ctx, FA_STATUS_INVALID_STRIDE, "%s.%s = %lld is outside [0, 2^60]",
                              name, what[i], (long long)v[i]);
     }
+    if (fa__layout_extent(t, p->batch, heads, seq, p->head_dim) > (uint64_t)FA__MAX_ELEMS)
+        return fa__error(ctx, FA_STATUS_INVALID_STRIDE,
+                         "%s spans more than 2^60 elements: offset %lld + strides (batch %lld, "
+                         "head %lld, seq %lld) times sizes (%lld, %lld, %lld)",
+                         name, (long long)t->offset, (long long)t->stride_batch,
+                         (long long)t->stride_head, (long long)t->stride_seq,
+                         (long long)p->batch, (long long)heads, (long long)seq);
     return FA_STATUS_OK;
 }
 
 /*
  * O's rows must not overlap, or the result would depend on the order of writes. Sorting the
  * three (stride, count) pairs by stride, each must step over everything the smaller ones span.
+ * Runs after check_layout: O spans at most 2^60 elements, so no product or sum here overflows.
  */
 static fa_status check_output_rows(fa_context *ctx, const fa_problem *p)
 {
@@ -152,7 +193,7 @@ static fa_status check_output_rows(fa_context *ctx, const fa_problem *p)
                              "rows of O overlap: a stride of %lld is smaller than the %lld "
                              "elements it must step over",
                              (long long)d[i].stride, (long long)span);
-        span = d[i].stride * (d[i].count - 1) + span;
+        span += (int64_t)step_span(d[i].count, d[i].stride);
     }
     return FA_STATUS_OK;
 }
@@ -173,7 +214,9 @@ fa_status fa__problem_validate(fa_context *ctx, const fa_problem *p)
     const fa_tensor_layout *t[4] = {&p->q, &p->k, &p->v, &p->o};
     const char *const names[4] = {"q", "k", "v", "o"};
     for (int i = 0; i < 4; i++) {
-        st = check_layout(ctx, names[i], t[i]);
+        bool is_kv = i == 1 || i == 2;
+        st = check_layout(ctx, p, names[i], t[i], is_kv ? p->heads_kv : p->heads_q,
+                          is_kv ? p->seqlen_k : p->seqlen_q);
         if (st != FA_STATUS_OK)
             return st;
     }
@@ -186,16 +229,6 @@ fa_status fa__problem_validate(fa_context *ctx, const fa_problem *p)
                          "tile overrides block_r = %d, block_c = %d must be in [0, %d]",
                          (int)p->block_r, (int)p->block_c, FA__MAX_TILE);
     return FA_STATUS_OK;
-}
-
-uint64_t fa__layout_extent(const fa_tensor_layout *t, int64_t batch, int64_t heads, int64_t seq,
-                           int64_t head_dim)
-{
-    if (batch == 0 || heads == 0 || seq == 0 || head_dim == 0)
-        return 0;
-    return (uint64_t)t->offset + (uint64_t)(batch - 1) * (uint64_t)t->stride_batch +
-           (uint64_t)(heads - 1) * (uint64_t)t->stride_head +
-           (uint64_t)(seq - 1) * (uint64_t)t->stride_seq + (uint64_t)head_dim;
 }
 
 static void copy_layout(const fa_tensor_layout *t, fa_kp_i64 *offset, fa_kp_i64 *sb,

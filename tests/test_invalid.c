@@ -431,6 +431,58 @@ static void test_strides(void **state)
     fixture_close(fx);
 }
 
+/*
+ * Offsets and strides each inside [0, 2^60] whose products with the sizes pass 2^64: the span
+ * of the tensor must not wrap to a small number that a small buffer satisfies (issue 10: a
+ * 32-byte q passed the buffer check with stride_batch = 2^60, then the forward read far past
+ * it), and O's rows must not be judged apart by a sum that overflowed.
+ */
+static void test_wrapping_extents(void **state)
+{
+    (void)state;
+    fixture *fx = fixture_open();
+    const int64_t e60 = (int64_t)1 << 60;
+    fa_problem p;
+    for (int t = 0; t < 2; t++) { /* q: an out-of-bounds read; o: a wild write */
+        fa_problem_init(&p, FA_DTYPE_F32, FA_LAYOUT_BHSD, 17, 1, 1, 1, 1, 8);
+        fa_tensor_layout *lay = t == 0 ? &p.q : &p.o;
+        lay->stride_batch = e60;
+        expect_rejected(fx, &p, FA_STATUS_INVALID_STRIDE, "spans", "batch 17, stride_batch 2^60",
+                        __LINE__);
+        fa_problem_init(&p, FA_DTYPE_F32, FA_LAYOUT_BHSD, 4, 1, 1, 1, 1, 8);
+        lay->stride_batch = e60;
+        lay->offset = e60;
+        expect_rejected(fx, &p, FA_STATUS_INVALID_STRIDE, "spans",
+                        "batch 4, offset = stride_batch = 2^60", __LINE__);
+    }
+    /* Rows (h = 1, s = 0) and (h = 0, s = 1) of O are the same memory. */
+    fa_problem_init(&p, FA_DTYPE_F32, FA_LAYOUT_BHSD, 1, 9, 1, 2, 2, 8);
+    p.o.stride_head = e60;
+    p.o.stride_seq = e60;
+    expect_rejected(fx, &p, FA_STATUS_INVALID_STRIDE, NULL, "o.stride_head = o.stride_seq = 2^60",
+                    __LINE__);
+    /* The limit itself: a span of exactly 2^60 elements is a valid layout, one more is not. */
+    fa_problem_init(&p, FA_DTYPE_F32, FA_LAYOUT_BHSD, 1, 1, 1, 1, 1, 8);
+    p.k.offset = e60 - 8;
+    EXPECT(fx, fa_problem_check(fx->ctx, &p), OK, NULL);
+    p.k.offset = e60 - 7;
+    expect_rejected(fx, &p, FA_STATUS_INVALID_STRIDE, "spans", "k spans 2^60 + 1", __LINE__);
+    /* A large stride that does not wrap is planned, and then a small buffer is too small. */
+    fa_problem_init(&p, FA_DTYPE_F32, FA_LAYOUT_BHSD, 2, 1, 1, 1, 1, 8);
+    p.q.stride_batch = (int64_t)1 << 59;
+    fa_plan *plan = NULL;
+    EXPECT(fx, fa_plan_create(fx->ctx, &p, &plan), OK, NULL);
+    fa_buffer *small = make_buffer(fx->ctx, 2 * 8 * 4, 0);
+    fa_buffer *o = make_buffer(fx->ctx, 2 * 8 * 4, OUT_PATTERN);
+    EXPECT(fx, fa_forward(fx->ctx, plan, small, small, small, o, NULL), FA_STATUS_BUFFER_TOO_SMALL,
+           "q");
+    assert_true(untouched(o));
+    fa_buffer_destroy(small);
+    fa_buffer_destroy(o);
+    fa_plan_destroy(plan);
+    fixture_close(fx);
+}
+
 /* ---- fa_forward's buffers --------------------------------------------------------------- */
 
 static void test_forward_context_mismatch(void **state)
@@ -758,6 +810,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_problem_fields),
         cmocka_unit_test(test_overflowing_shapes),
         cmocka_unit_test(test_strides),
+        cmocka_unit_test(test_wrapping_extents),
         cmocka_unit_test(test_forward_context_mismatch),
         cmocka_unit_test(test_forward_too_small),
         cmocka_unit_test(test_forward_overlap),
