@@ -123,6 +123,24 @@ typedef enum fa_mask {
     FA_MASK_CAUSAL_BOTTOM_RIGHT = 2
 } fa_mask;
 
+/*
+ * Non-finite values and the f32 range (the same on every backend, tested by test_nonfinite):
+ * - A score s = scale * q.k that is NaN or +inf makes its row's O and LSE NaN. LSE = -inf keeps
+ *   its one meaning: the row had no key to attend to.
+ * - A score of -inf weighs nothing, as a masked key does; a row whose every allowed score is
+ *   -inf is a row with no key (O = 0, LSE = -inf).
+ * - NaN or +-inf in V reaches O but not LSE. On opencl and cuda it may also reach rows for
+ *   which that key is masked but shares a key tile with allowed ones (0 * NaN is NaN); the cpu
+ *   backend never reads a masked key.
+ * - The f32 range: the GPU kernels form q.k and the score in f32, so a score whose magnitude
+ *   passes FLT_MAX (3.4e38, counted in log2 units: |score| * 1.44) is +-inf there; the cpu
+ *   backend saturates the same way, so such rows follow the two rules above everywhere. A
+ *   partial sum of q.k that passes FLT_MAX while the whole does not is not mirrored by the cpu
+ *   backend. O is accumulated unnormalised in f32: with |V| * seqlen_k below FLT_MAX every
+ *   backend is exact to f32; past it opencl and cuda may return +-inf (never a finite wrong
+ *   value), while the cpu backend, in fp64, returns the exact result.
+ */
+
 /* "none", "top-left", "bottom-right"; NULL for an unknown value. */
 FA_API const char *fa_mask_name(fa_mask mask);
 FA_API fa_status fa_mask_from_name(const char *name, fa_mask *out);

@@ -199,7 +199,8 @@ void scores(__local float *srow, __local const store_t *qt, __local const store_
 /* Online softmax over one S row: returns the new running max (log2 units) and replaces the
  * row by P = exp2(S - m_new); *alpha = exp2(m_old - m_new) rescales the earlier O and l.
  * A row with no allowed key so far keeps m = -inf: exponents use 0 instead, so P = 0 and
- * alpha = 0, never NaN (the FlashAttention rescale rule). */
+ * alpha = 0, never NaN (the FlashAttention rescale rule). fmax skips a NaN score, whose
+ * exp2 then makes l NaN, as does a +inf max (exp2(inf - inf)). */
 float softmax_update(__local float *srow, float m_old, float *l, float *alpha)
 {
     floatj mv = -INFINITY;
@@ -304,10 +305,11 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
         }
     }
 
-    /* Final 1/l and LSE: a row with no allowed key (l == 0) gives O = 0 and LSE = -inf. */
+    /* Final 1/l and LSE: a row with no allowed key (l == 0) gives O = 0 and LSE = -inf; a
+     * NaN l (a NaN or +inf score) gives NaN in both. */
     if (row >= sq)
         return;
-    float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    float inv = l == 0.0f ? 0.0f : 1.0f / l;
     __global store_t *orow = o + p.o_offset + b * p.o_stride_b + h * p.o_stride_h +
                              row * p.o_stride_s;
     for (int xb = 0; xb < NDB; xb++) {
@@ -317,5 +319,5 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
             store_out(tmp[e], orow + xb * VD + e);
     }
     if (p.has_lse)
-        lse[(b * p.heads_q + h) * sq + row] = l > 0.0f ? (m + log2(l)) * LN2 : -INFINITY;
+        lse[(b * p.heads_q + h) * sq + row] = l == 0.0f ? -INFINITY : (m + log2(l)) * LN2;
 }

@@ -269,17 +269,18 @@ __device__ void tile_fwd(const store_t *__restrict__ q, const store_t *__restric
         }
     }
 
-    /* Final 1/l and LSE: a row with no allowed key (l == 0) gives O = 0 and LSE = -inf. */
+    /* Final 1/l and LSE: a row with no allowed key (l == 0) gives O = 0 and LSE = -inf; a
+     * NaN l (a NaN or +inf score) gives NaN in both. */
     if (row >= sq)
         return;
-    float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    float inv = l == 0.0f ? 0.0f : 1.0f / l;
     store_t *orow = o + p.o_offset + b * p.o_stride_b + h * p.o_stride_h + row * p.o_stride_s;
 #pragma unroll
     for (int i = 0; i < XPT; i++)
         if (t + i * TPR < HEAD_DIM)
             orow[t + i * TPR] = st(acc[i] * inv);
     if (p.has_lse && t == 0)
-        lse[(b * p.heads_q + h) * sq + row] = l > 0.0f ? (m + log2f(l)) * LN2 : NEG_INF;
+        lse[(b * p.heads_q + h) * sq + row] = l == 0.0f ? NEG_INF : (m + log2f(l)) * LN2;
 }
 #else
 /* ---- the tensor-core path: mma.sync m16n8k16, f16/bf16 in, f32 accumulate (sm_80+) ------- */
@@ -439,12 +440,13 @@ __device__ void tile_fwd(const store_t *__restrict__ q, const store_t *__restric
         }
     }
 
-    /* Final 1/l and LSE: a row with no allowed key (l == 0) gives O = 0 and LSE = -inf. */
+    /* Final 1/l and LSE: a row with no allowed key (l == 0) gives O = 0 and LSE = -inf; a
+     * NaN l (a NaN or +inf score) gives NaN in both. */
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         if (rows[i] >= sq)
             continue;
-        float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+        float inv = l[i] == 0.0f ? 0.0f : 1.0f / l[i];
         store_t *orow = o + p.o_offset + b * p.o_stride_b + h * p.o_stride_h +
                         rows[i] * p.o_stride_s + 2 * t;
 #pragma unroll
@@ -454,7 +456,7 @@ __device__ void tile_fwd(const store_t *__restrict__ q, const store_t *__restric
         }
         if (p.has_lse && t == 0)
             lse[(b * p.heads_q + h) * sq + rows[i]] =
-                l[i] > 0.0f ? (m[i] + log2f(l[i])) * LN2 : NEG_INF;
+                l[i] == 0.0f ? NEG_INF : (m[i] + log2f(l[i])) * LN2;
     }
 }
 #endif

@@ -37,40 +37,47 @@ typedef struct emu_case {
     int32_t block_r, block_c; /* overrides (0: the planner's), so the plan is a compiled one */
     int64_t pad;              /* > 0: every row stride and offset padded by this many elements */
     bool fold;                /* a 1 x 1 x 1 grid: the kernel's grid-stride loops do the rest */
+    bool poison;              /* a NaN in Q and a +inf in K: rows the golden makes NaN */
 } emu_case;
 
 static const emu_case cases[] = {
     {"gqa_bshd_f32", FA_DTYPE_F32, FA_MASK_NONE, FA_LAYOUT_BSHD, 2, 4, 2, 37, 45, 64, 16, 32, 0,
-     false},
+     false, false},
     {"gqa_bshd_f32_folded", FA_DTYPE_F32, FA_MASK_NONE, FA_LAYOUT_BSHD, 2, 4, 2, 37, 45, 64, 16,
-     32, 0, true},
+     32, 0, true, false},
     {"mqa_top_left_bf16_padded", FA_DTYPE_BF16, FA_MASK_CAUSAL_TOP_LEFT, FA_LAYOUT_BHSD, 1, 3, 1,
-     29, 53, 40, 8, 24, 3, false},
+     29, 53, 40, 8, 24, 3, false, false},
     /* Sq > Sk bottom-right: the first 36 rows have no allowed key (O = 0, LSE = -inf). */
     {"masked_rows_bottom_right_f32", FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT, FA_LAYOUT_BHSD, 2,
-     2, 2, 53, 17, 16, 8, 16, 0, false},
+     2, 2, 53, 17, 16, 8, 16, 0, false, false},
     {"tail_tiles_top_left_f32_d128", FA_DTYPE_F32, FA_MASK_CAUSAL_TOP_LEFT, FA_LAYOUT_BHSD, 1, 1,
-     1, 70, 70, 128, 16, 64, 0, true},
+     1, 70, 70, 128, 16, 64, 0, true, false},
     {"d256_bottom_right_f32", FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT, FA_LAYOUT_BSHD, 1, 2, 1,
-     9, 12, 256, 8, 8, 0, false},
+     9, 12, 256, 8, 8, 0, false, false},
     {"f16_d40_cuda_cores", FA_DTYPE_F16, FA_MASK_NONE, FA_LAYOUT_BHSD, 1, 2, 1, 29, 53, 40, 8, 24,
-     0, false},
+     0, false, false},
     /* No overrides: the plans sm_80 really gets (CUDA cores 64 x 128 with 256 threads for f32;
      * tensor cores 128 x 64 with 256 threads for bf16 d 128). */
     {"default_plan_f32_d64", FA_DTYPE_F32, FA_MASK_NONE, FA_LAYOUT_BHSD, 1, 2, 2, 300, 300, 64, 0,
-     0, 0, false},
+     0, 0, false, false},
     {"mma_default_plan_bf16_d128_top_left", FA_DTYPE_BF16, FA_MASK_CAUSAL_TOP_LEFT,
-     FA_LAYOUT_BSHD, 1, 2, 1, 200, 200, 128, 0, 0, 0, false},
+     FA_LAYOUT_BSHD, 1, 2, 1, 200, 200, 128, 0, 0, 0, false, false},
     /* Tensor cores (sm_80, f16/bf16, d a multiple of 16), planned tiles clamped to short
      * sequences: tails, GQA, masks with fully masked rows, padding, a folded grid. */
     {"mma_one_key_tile_bf16_padded", FA_DTYPE_BF16, FA_MASK_NONE, FA_LAYOUT_BHSD, 1, 2, 2, 33, 16,
-     80, 16, 16, 5, false},
+     80, 16, 16, 5, false, false},
     {"mma_gqa_bshd_f16", FA_DTYPE_F16, FA_MASK_NONE, FA_LAYOUT_BSHD, 2, 4, 2, 37, 45, 64, 0, 0, 0,
-     false},
+     false, false},
     {"mma_masked_rows_bottom_right_bf16", FA_DTYPE_BF16, FA_MASK_CAUSAL_BOTTOM_RIGHT,
-     FA_LAYOUT_BHSD, 2, 2, 2, 53, 17, 128, 0, 0, 0, false},
+     FA_LAYOUT_BHSD, 2, 2, 2, 53, 17, 128, 0, 0, 0, false, false},
     {"mma_top_left_f16_d16_padded_folded", FA_DTYPE_F16, FA_MASK_CAUSAL_TOP_LEFT, FA_LAYOUT_BHSD,
-     1, 3, 1, 70, 70, 16, 0, 0, 3, true},
+     1, 3, 1, 70, 70, 16, 0, 0, 3, true, false},
+    /* Non-finite inputs on both paths: NaN and +inf scores give NaN rows (O and LSE), -inf
+     * scores weigh nothing, as on the golden (flashattn.h, "Non-finite values"). */
+    {"poison_gqa_bshd_f32", FA_DTYPE_F32, FA_MASK_NONE, FA_LAYOUT_BSHD, 2, 4, 2, 37, 45, 64, 16,
+     32, 0, false, true},
+    {"mma_poison_gqa_bshd_f16", FA_DTYPE_F16, FA_MASK_NONE, FA_LAYOUT_BSHD, 2, 4, 2, 37, 45, 64, 0,
+     0, 0, false, true},
 };
 
 /* Pads one tensor's BHSD rows: stride_seq d + pad, offset pad. */
@@ -156,7 +163,8 @@ static int compare(const emu_case *c, const fa_problem *p, bool mma, const unsig
         double got = oracle_load(c->dtype, o, (int64_t)i);
         double want = oracle_load(c->dtype, o_ref, (int64_t)i);
         bool same_bits = memcmp(o + i * elem, o_ref + i * elem, elem) == 0;
-        if (same_bits || fabs(got - want) <= abs_tol + rel * fabs(want))
+        bool both_nan = isnan(got) && isnan(want);
+        if (same_bits || both_nan || fabs(got - want) <= abs_tol + rel * fabs(want))
             continue;
         if (bad++ < 5)
             print_message("  %s: O element %zu is %.9g, golden %.9g\n", c->name, i, got, want);
@@ -164,13 +172,21 @@ static int compare(const emu_case *c, const fa_problem *p, bool mma, const unsig
     size_t rows = (size_t)(p->batch * p->heads_q * p->seqlen_q);
     for (size_t i = 0; i < rows; i++) {
         bool both_inf = isinf(lse[i]) && isinf(lse_ref[i]) && lse[i] < 0 && lse_ref[i] < 0;
-        if (both_inf || fabsf(lse[i] - lse_ref[i]) <= 1e-5f * (1.0f + fabsf(lse_ref[i])))
+        if (both_inf || (isnan(lse[i]) && isnan(lse_ref[i])) || fabsf(lse[i] - lse_ref[i]) <= 1e-5f * (1.0f + fabsf(lse_ref[i])))
             continue;
         if (bad++ < 10)
             print_message("  %s: LSE row %zu is %.9g, golden %.9g\n", c->name, i, lse[i],
                           lse_ref[i]);
     }
     return bad;
+}
+
+static size_t count_nan(const float *x, size_t n)
+{
+    size_t nan = 0;
+    for (size_t i = 0; i < n; i++)
+        nan += isnan(x[i]) != 0;
+    return nan;
 }
 
 static void fill_random(const emu_case *c, void *t, size_t n, const char *salt)
@@ -230,6 +246,11 @@ static int run_case(const emu_case *c, float scale_error)
     fill_random(c, t[0], n[0], "q");
     fill_random(c, t[1], n[1], "k");
     fill_random(c, t[2], n[2], "v");
+    if (c->poison) {
+        /* Element 3 of Q row 5 and element 0 of K row 7, in batch 0, head 0's layout. */
+        oracle_store(c->dtype, t[0], p.q.offset + 5 * p.q.stride_seq + 3, NAN);
+        oracle_store(c->dtype, t[1], p.k.offset + 7 * p.k.stride_seq, INFINITY);
+    }
     memset(t[3], 0xFF, bytes[3]);
     memset(o_ref, 0xFF, bytes[3]);
 
@@ -243,6 +264,8 @@ static int run_case(const emu_case *c, float scale_error)
                       lse_ref);
     print_message("  %-30s %s, grid %u x %u x %u, %.2f s: %s\n", c->name, options, gx, gy, gz,
                   secs, bad ? "MISMATCH" : "matches the golden");
+    if (c->poison && count_nan(lse_ref, rows) == 0)
+        fail_msg("%s: the golden has no NaN row, so the case checks nothing", c->name);
 
     for (int i = 0; i < 4; i++)
         free(t[i]);

@@ -12,6 +12,7 @@
 
 #include "internal.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -188,6 +189,19 @@ static int64_t keys_allowed(const fa_kernel_params *kp, int64_t i)
     return n < 0 ? 0 : n > kp->seqlen_k ? kp->seqlen_k : n;
 }
 
+/*
+ * The GPU kernels form q.k in f32 and scale it by scale * log2(e) in f32: a score whose dot or
+ * scaled value passes FLT_MAX is +-inf there. The golden keeps its fp64 value inside that
+ * range and saturates outside it the same way, so every backend answers the same (a +inf score
+ * gives a NaN row, a -inf one weighs nothing); see "Non-finite values" in flashattn.h.
+ */
+static double f32_range(double dot, double score)
+{
+    if (fabs(dot) > FLT_MAX || fabs(score * 1.4426950408889634) > FLT_MAX)
+        return copysign(INFINITY, score);
+    return score;
+}
+
 typedef struct head_view {
     fa_dtype dt;
     int64_t d;
@@ -212,18 +226,21 @@ static void row_step(const head_view *hv, const fa_kernel_params *kp, tile_state
         for (int64_t x = 0; x < d; x++)
             dot += load(hv->dt, hv->q, hv->q0 + row * hv->qs + x) *
                    load(hv->dt, hv->k, hv->k0 + j * hv->ks + x);
-        t->s[j - c0] = dot * (double)kp->scale;
+        t->s[j - c0] = f32_range(dot, dot * (double)kp->scale);
         if (t->s[j - c0] > m_new)
             m_new = t->s[j - c0];
     }
-    /* m/l update; alpha rescales what was accumulated under the old max (0 when none was). */
-    double alpha = t->m[r] == -INFINITY ? 0.0 : exp(t->m[r] - m_new);
+    /* m/l update; alpha rescales what was accumulated under the old max. While every score
+     * so far is -inf the exponents use 0 instead of the max, so P = 0 and alpha = 0: a -inf
+     * score weighs nothing, as a masked key. A NaN or +inf score makes l NaN. */
+    double m_use = m_new == -INFINITY ? 0.0 : m_new;
+    double alpha = exp(t->m[r] - m_use);
     double *acc = t->acc + (int64_t)r * d;
     t->l[r] *= alpha;
     for (int64_t x = 0; x < d; x++)
         acc[x] *= alpha;
     for (int64_t j = c0; j < c1; j++) { /* accumulate P V */
-        double pj = exp(t->s[j - c0] - m_new);
+        double pj = exp(t->s[j - c0] - m_use);
         t->l[r] += pj;
         for (int64_t x = 0; x < d; x++)
             acc[x] += pj * load(hv->dt, hv->v, hv->v0 + j * hv->vs + x);
@@ -248,13 +265,14 @@ static void q_tile(const head_view *hv, const fa_kernel_params *kp, int32_t bloc
         for (int r = 0; r < rows; r++)
             row_step(hv, kp, t, r, r0 + r, c0, c1);
     }
-    /* Final 1/l; a row with no allowed key gives O = 0 and LSE = -inf. */
+    /* Final 1/l; a row with no allowed key (l == 0) gives O = 0 and LSE = -inf; a NaN l
+     * (a NaN or +inf score) gives NaN in both. */
     for (int r = 0; r < rows; r++) {
-        double inv = t->l[r] > 0.0 ? 1.0 / t->l[r] : 0.0;
+        double inv = t->l[r] == 0.0 ? 0.0 : 1.0 / t->l[r];
         for (int64_t x = 0; x < d; x++)
             store(hv->dt, o, o0 + (r0 + r) * kp->o_stride_s + x, t->acc[(int64_t)r * d + x] * inv);
         if (lse_row)
-            lse_row[r0 + r] = t->l[r] > 0.0 ? (float)(t->m[r] + log(t->l[r])) : -INFINITY;
+            lse_row[r0 + r] = t->l[r] == 0.0 ? -INFINITY : (float)(t->m[r] + log(t->l[r]));
     }
 }
 
