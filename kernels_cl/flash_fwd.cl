@@ -47,39 +47,39 @@ typedef char fa_kernel_params_size_check[sizeof(fa_kernel_params) == 192 ? 1 : -
 
 /* Widest of 8, 4, 2, 1 that divides n: the vector width of loops over n elements. */
 #if BLOCK_C % 8 == 0
-#define VJ 8
+#define KEYS_PER_VEC 8
 #elif BLOCK_C % 4 == 0
-#define VJ 4
+#define KEYS_PER_VEC 4
 #elif BLOCK_C % 2 == 0
-#define VJ 2
+#define KEYS_PER_VEC 2
 #else
-#define VJ 1
+#define KEYS_PER_VEC 1
 #endif
 #if HEAD_DIM % 8 == 0
-#define VD 8
+#define DIMS_PER_VEC 8
 #elif HEAD_DIM % 4 == 0
-#define VD 4
+#define DIMS_PER_VEC 4
 #elif HEAD_DIM % 2 == 0
-#define VD 2
+#define DIMS_PER_VEC 2
 #else
-#define VD 1
+#define DIMS_PER_VEC 1
 #endif
-#define NJB (BLOCK_C / VJ)  /* vectors per S row */
-#define NDB (HEAD_DIM / VD) /* vectors per O row */
+#define VECS_PER_S_ROW (BLOCK_C / KEYS_PER_VEC)  /* vectors per S row */
+#define VECS_PER_O_ROW (HEAD_DIM / DIMS_PER_VEC) /* vectors per O row */
 
 /* ---- storage type: raw copies global -> local, f32 conversion on loads from local ---------- */
 #if DTYPE == 0
 typedef float store_t;
-#define LD1(p) (*(p))
-#define LDN(n, p) CAT(vload, n)(0, p)
+#define LOAD_ONE_F32(p) (*(p))
+#define LOAD_N_F32(n, p) CAT(vload, n)(0, p)
 #elif DTYPE == 1
 typedef ushort store_t; /* half bits; vload_half needs no cl_khr_fp16 */
-#define LD1(p) vload_half(0, (__local const half *)(p))
-#define LDN(n, p) CAT(vload_half, n)(0, (__local const half *)(p))
+#define LOAD_ONE_F32(p) vload_half(0, (__local const half *)(p))
+#define LOAD_N_F32(n, p) CAT(vload_half, n)(0, (__local const half *)(p))
 #else
 typedef ushort store_t; /* bf16 bits: the upper half of a binary32 */
-#define LD1(p) as_float((uint)(*(p)) << 16)
-#define LDN(n, p) CAT(as_float, n)(CAT(convert_uint, n)(CAT(vload, n)(0, p)) << 16)
+#define LOAD_ONE_F32(p) as_float((uint)(*(p)) << 16)
+#define LOAD_N_F32(n, p) CAT(as_float, n)(CAT(convert_uint, n)(CAT(vload, n)(0, p)) << 16)
 #endif
 
 /* Stores one f32 value to global O in the storage type, rounding to nearest even. */
@@ -98,54 +98,54 @@ void store_out(float v, __global store_t *p)
 #endif
 }
 
-/* floatj: VJ keys of one S row; floatd: VD elements of one O row. */
-#if VJ == 1
-typedef float floatj;
-#define LOADJ(p) LD1(p)
-#define SLOADJ(p) (*(p))
-#define SSTOREJ(v, p) (*(p) = (v))
+/* float_keys: KEYS_PER_VEC keys of one S row; float_dims: DIMS_PER_VEC elements of one O row. */
+#if KEYS_PER_VEC == 1
+typedef float float_keys;
+#define LOAD_KEYS_F32(p) LOAD_ONE_F32(p)
+#define S_LOAD_KEYS(p) (*(p))
+#define S_STORE_KEYS(v, p) (*(p) = (v))
 #else
-typedef CAT(float, VJ) floatj;
-#define LOADJ(p) LDN(VJ, p)
-#define SLOADJ(p) CAT(vload, VJ)(0, p)
-#define SSTOREJ(v, p) CAT(vstore, VJ)(v, 0, p)
+typedef CAT(float, KEYS_PER_VEC) float_keys;
+#define LOAD_KEYS_F32(p) LOAD_N_F32(KEYS_PER_VEC, p)
+#define S_LOAD_KEYS(p) CAT(vload, KEYS_PER_VEC)(0, p)
+#define S_STORE_KEYS(v, p) CAT(vstore, KEYS_PER_VEC)(v, 0, p)
 #endif
-#if VD == 1
-typedef float floatd;
-#define LOADD(p) LD1(p)
-#define PSTORED(v, p) (*(p) = (v))
+#if DIMS_PER_VEC == 1
+typedef float float_dims;
+#define LOAD_DIMS_F32(p) LOAD_ONE_F32(p)
+#define STORE_DIMS_PRIVATE(v, p) (*(p) = (v))
 #else
-typedef CAT(float, VD) floatd;
-#define LOADD(p) LDN(VD, p)
-#define PSTORED(v, p) CAT(vstore, VD)(v, 0, p)
+typedef CAT(float, DIMS_PER_VEC) float_dims;
+#define LOAD_DIMS_F32(p) LOAD_N_F32(DIMS_PER_VEC, p)
+#define STORE_DIMS_PRIVATE(v, p) CAT(vstore, DIMS_PER_VEC)(v, 0, p)
 #endif
 
-float hmax_j(floatj v)
+float hmax_keys(float_keys v)
 {
-#if VJ == 8
+#if KEYS_PER_VEC == 8
     float4 a = fmax(v.lo, v.hi);
     float2 b = fmax(a.lo, a.hi);
     return fmax(b.lo, b.hi);
-#elif VJ == 4
+#elif KEYS_PER_VEC == 4
     float2 b = fmax(v.lo, v.hi);
     return fmax(b.lo, b.hi);
-#elif VJ == 2
+#elif KEYS_PER_VEC == 2
     return fmax(v.lo, v.hi);
 #else
     return v;
 #endif
 }
 
-float hsum_j(floatj v)
+float hsum_keys(float_keys v)
 {
-#if VJ == 8
+#if KEYS_PER_VEC == 8
     float4 a = v.lo + v.hi;
     float2 b = a.lo + a.hi;
     return b.lo + b.hi;
-#elif VJ == 4
+#elif KEYS_PER_VEC == 4
     float2 b = v.lo + v.hi;
     return b.lo + b.hi;
-#elif VJ == 2
+#elif KEYS_PER_VEC == 2
     return v.lo + v.hi;
 #else
     return v;
@@ -165,34 +165,37 @@ void load_tile(__local store_t *tile, __global const store_t *src, long row0, lo
     }
 }
 
-/* S row = (q K^T) * scale * log2(e), four vectors of keys at a time so each q element loaded
+/* One S row, in log2 units: S[r][c] = sum_x Q[r][x] * K[c][x] * scale * log2(e) for the Bc keys
+ * c of the tile, reading qt = Q^T[x][r] (column r of the d x Br tile, stride Br) and
+ * kt = K^T[x][c] (d x Bc, stride Bc). Four vectors of keys at a time, so each Q element loaded
  * feeds four multiply-adds. */
 void scores(__local float *srow, __local const store_t *qt, __local const store_t *kt,
             float scale_log2)
 {
     int jb = 0;
-    for (; jb + 4 <= NJB; jb += 4) {
-        floatj a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-        __local const store_t *kc = kt + jb * VJ;
+    for (; jb + 4 <= VECS_PER_S_ROW; jb += 4) {
+        float_keys a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+        __local const store_t *kc = kt + jb * KEYS_PER_VEC;
 #pragma unroll 4
         for (int x = 0; x < HEAD_DIM; x++) {
-            float qx = LD1(qt + x * BLOCK_R);
+            float qx = LOAD_ONE_F32(qt + x * BLOCK_R);
             __local const store_t *kr = kc + x * BLOCK_C;
-            a0 += qx * LOADJ(kr);
-            a1 += qx * LOADJ(kr + VJ);
-            a2 += qx * LOADJ(kr + 2 * VJ);
-            a3 += qx * LOADJ(kr + 3 * VJ);
+            a0 += qx * LOAD_KEYS_F32(kr);
+            a1 += qx * LOAD_KEYS_F32(kr + KEYS_PER_VEC);
+            a2 += qx * LOAD_KEYS_F32(kr + 2 * KEYS_PER_VEC);
+            a3 += qx * LOAD_KEYS_F32(kr + 3 * KEYS_PER_VEC);
         }
-        SSTOREJ(a0 * scale_log2, srow + jb * VJ);
-        SSTOREJ(a1 * scale_log2, srow + (jb + 1) * VJ);
-        SSTOREJ(a2 * scale_log2, srow + (jb + 2) * VJ);
-        SSTOREJ(a3 * scale_log2, srow + (jb + 3) * VJ);
+        S_STORE_KEYS(a0 * scale_log2, srow + jb * KEYS_PER_VEC);
+        S_STORE_KEYS(a1 * scale_log2, srow + (jb + 1) * KEYS_PER_VEC);
+        S_STORE_KEYS(a2 * scale_log2, srow + (jb + 2) * KEYS_PER_VEC);
+        S_STORE_KEYS(a3 * scale_log2, srow + (jb + 3) * KEYS_PER_VEC);
     }
-    for (; jb < NJB; jb++) {
-        floatj a0 = 0.0f;
+    for (; jb < VECS_PER_S_ROW; jb++) {
+        float_keys a0 = 0.0f;
         for (int x = 0; x < HEAD_DIM; x++)
-            a0 += LD1(qt + x * BLOCK_R) * LOADJ(kt + x * BLOCK_C + jb * VJ);
-        SSTOREJ(a0 * scale_log2, srow + jb * VJ);
+            a0 += LOAD_ONE_F32(qt + x * BLOCK_R) *
+                  LOAD_KEYS_F32(kt + x * BLOCK_C + jb * KEYS_PER_VEC);
+        S_STORE_KEYS(a0 * scale_log2, srow + jb * KEYS_PER_VEC);
     }
 }
 
@@ -203,34 +206,27 @@ void scores(__local float *srow, __local const store_t *qt, __local const store_
  * exp2 then makes l NaN, as does a +inf max (exp2(inf - inf)). */
 float softmax_update(__local float *srow, float m_old, float *l, float *alpha)
 {
-    floatj mv = -INFINITY;
-    for (int jb = 0; jb < NJB; jb++)
-        mv = fmax(mv, SLOADJ(srow + jb * VJ));
-    float m_new = fmax(m_old, hmax_j(mv));
+    float_keys mv = -INFINITY;
+    for (int jb = 0; jb < VECS_PER_S_ROW; jb++)
+        mv = fmax(mv, S_LOAD_KEYS(srow + jb * KEYS_PER_VEC));
+    float m_new = fmax(m_old, hmax_keys(mv));
     float m_use = m_new == -INFINITY ? 0.0f : m_new;
-    floatj ls = 0.0f;
-    for (int jb = 0; jb < NJB; jb++) {
-        floatj p = exp2(SLOADJ(srow + jb * VJ) - m_use);
-        SSTOREJ(p, srow + jb * VJ);
+    float_keys ls = 0.0f;
+    for (int jb = 0; jb < VECS_PER_S_ROW; jb++) {
+        float_keys p = exp2(S_LOAD_KEYS(srow + jb * KEYS_PER_VEC) - m_use);
+        S_STORE_KEYS(p, srow + jb * KEYS_PER_VEC);
         ls += p;
     }
     *alpha = exp2(m_old - m_use);
-    *l = *l * *alpha + hsum_j(ls);
+    *l = *l * *alpha + hsum_keys(ls);
     return m_new;
 }
 
-/* Causal: key j is allowed for row i when j <= i + diag (diag = Sk - Sq bottom-right, 0
- * top-left), so K tiles entirely past the tile's last row are skipped: the keys [0, end) to
- * visit for the tile starting at row r0. */
+/* The keys [0, end) that the tile starting at row r0 visits: those its last row may attend
+ * to, so causal launches skip K tiles entirely past the diagonal. */
 long keys_to_visit(const fa_kernel_params *p, long r0)
 {
-#if MASK != 0
-    const long diag = MASK == 2 ? p->seqlen_k - p->seqlen_q : 0;
-    return clamp(min(r0 + BLOCK_R, p->seqlen_q) + diag, 0L, p->seqlen_k);
-#else
-    (void)r0;
-    return p->seqlen_k;
-#endif
+    return fa_keys_allowed(MASK, min(r0 + BLOCK_R, p->seqlen_q) - 1, p->seqlen_q, p->seqlen_k);
 }
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
@@ -256,13 +252,12 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
               p.q_stride_s, BLOCK_R, 1);
 
     const long kv_end = keys_to_visit(&p, r0);
-#if MASK != 0
-    const long diag = MASK == 2 ? sk - sq : 0;
-#endif
+    const long row_keys = fa_keys_allowed(MASK, row, sq, sk);  /* this row's keys: [0, row_keys) */
+    const long tile_keys = fa_keys_allowed(MASK, r0, sq, sk); /* the fewest of any row here */
 
     float m = -INFINITY, l = 0.0f;
-    floatd acc[NDB];
-    for (int xb = 0; xb < NDB; xb++)
+    float_dims acc[VECS_PER_O_ROW];
+    for (int xb = 0; xb < VECS_PER_O_ROW; xb++)
         acc[xb] = 0.0f;
 
     /* Loop over K/V tiles. */
@@ -278,12 +273,8 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
         /* Mask: keys past Sk and, causal, keys after the row's diagonal get -inf. Only tiles
          * at the sequence end or crossing the diagonal need it (uniform per work-group). */
         int kn = (int)min((long)BLOCK_C, sk - k0); /* valid keys in this tile */
-        bool edge = kn < BLOCK_C;
-        long lim = sk - k0; /* this row's keys [0, lim) of the tile are allowed */
-#if MASK != 0
-        edge = edge || k0 + BLOCK_C - 1 > r0 + diag;
-        lim = min(lim, row + diag - k0 + 1);
-#endif
+        bool edge = tile_keys < k0 + BLOCK_C;
+        long lim = row_keys - k0; /* this row's keys [0, lim) of the tile are allowed */
         if (edge) {
             for (int j = (int)max(lim, 0L); j < BLOCK_C; j++)
                 srow[j] = -INFINITY;
@@ -294,14 +285,14 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
         m = softmax_update(srow, m, &l, &alpha);
 
         /* Rescale O, then accumulate P V (keys past kn have P = 0 and are skipped). */
-        for (int xb = 0; xb < NDB; xb++)
+        for (int xb = 0; xb < VECS_PER_O_ROW; xb++)
             acc[xb] *= alpha;
         for (int j = 0; j < kn; j++) {
             float pj = srow[j];
             __local const store_t *vr = v_tile + j * HEAD_DIM;
 #pragma unroll
-            for (int xb = 0; xb < NDB; xb++)
-                acc[xb] += pj * LOADD(vr + xb * VD);
+            for (int xb = 0; xb < VECS_PER_O_ROW; xb++)
+                acc[xb] += pj * LOAD_DIMS_F32(vr + xb * DIMS_PER_VEC);
         }
     }
 
@@ -312,11 +303,11 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
     float inv = l == 0.0f ? 0.0f : 1.0f / l;
     __global store_t *orow = o + p.o_offset + b * p.o_stride_b + h * p.o_stride_h +
                              row * p.o_stride_s;
-    for (int xb = 0; xb < NDB; xb++) {
-        float tmp[VD];
-        PSTORED(acc[xb] * inv, tmp);
-        for (int e = 0; e < VD; e++)
-            store_out(tmp[e], orow + xb * VD + e);
+    for (int xb = 0; xb < VECS_PER_O_ROW; xb++) {
+        float tmp[DIMS_PER_VEC];
+        STORE_DIMS_PRIVATE(acc[xb] * inv, tmp);
+        for (int e = 0; e < DIMS_PER_VEC; e++)
+            store_out(tmp[e], orow + xb * DIMS_PER_VEC + e);
     }
     if (p.has_lse)
         lse[(b * p.heads_q + h) * sq + row] = l == 0.0f ? -INFINITY : (m + log2(l)) * LN2;

@@ -70,8 +70,8 @@ static_assert(WG_SIZE == BLOCK_R * 2, "MMA: WG_SIZE must be one warp per 16 rows
 static_assert(WG_SIZE == BLOCK_R * TPR, "WG_SIZE must be BLOCK_R * TPR");
 #endif
 
-#define KPT ((BLOCK_C + TPR - 1) / TPR)  /* keys of an S row per thread */
-#define XPT ((HEAD_DIM + TPR - 1) / TPR) /* elements of an O row per thread */
+#define KEYS_PER_THREAD ((BLOCK_C + TPR - 1) / TPR)  /* keys of an S row per thread */
+#define DIMS_PER_THREAD ((HEAD_DIM + TPR - 1) / TPR) /* elements of an O row per thread */
 #define LN2 0.69314718055994530942f
 #define NEG_INF __int_as_float(0xff800000)
 
@@ -149,27 +149,20 @@ __device__ void load_tile(store_t *tile, const store_t *src, i64 row0, i64 seq, 
     }
 }
 
-/* Causal: key j is allowed for row i when j <= i + diag (diag = Sk - Sq bottom-right, 0
- * top-left), so K tiles entirely past the tile's last row are skipped: the keys [0, end) to
- * visit for the tile starting at row r0. */
+/* The keys [0, end) that the tile starting at row r0 visits: those its last row may attend
+ * to, so causal launches skip K tiles entirely past the diagonal. */
 __device__ __forceinline__ i64 keys_to_visit(const fa_kernel_params &p, i64 r0)
 {
-#if MASK != 0
-    const i64 diag = MASK == 2 ? p.seqlen_k - p.seqlen_q : 0;
-    i64 end = min(r0 + BLOCK_R, p.seqlen_q) + diag;
-    return end < 0 ? 0 : end > p.seqlen_k ? p.seqlen_k : end;
-#else
-    (void)r0;
-    return p.seqlen_k;
-#endif
+    return fa_keys_allowed(MASK, min(r0 + BLOCK_R, p.seqlen_q) - 1, p.seqlen_q, p.seqlen_k);
 }
 
 #if !MMA
 /* One (Q tile, head, batch) work item of the block. */
-__device__ void tile_fwd(const store_t *__restrict__ q, const store_t *__restrict__ k,
-                         const store_t *__restrict__ v, store_t *__restrict__ o,
-                         float *__restrict__ lse, const fa_kernel_params &p, i64 tile, i64 h,
-                         i64 b, char *smem)
+__device__ void tile_fwd_cuda_cores(const store_t *__restrict__ q,
+                                     const store_t *__restrict__ k,
+                                     const store_t *__restrict__ v, store_t *__restrict__ o,
+                                     float *__restrict__ lse, const fa_kernel_params &p,
+                                     i64 tile, i64 h, i64 b, char *smem)
 {
     float *s_tile = (float *)smem;                     /* S, then P: Br x Bc */
     store_t *q_tile = (store_t *)(s_tile + BLOCK_R * BLOCK_C); /* Q^T: d x Br */
@@ -191,14 +184,11 @@ __device__ void tile_fwd(const store_t *__restrict__ q, const store_t *__restric
               p.q_stride_s, BLOCK_R, true);
 
     const i64 kv_end = keys_to_visit(p, r0);
-#if MASK != 0
-    const i64 diag = MASK == 2 ? sk - sq : 0;
-#endif
 
     float m = NEG_INF, l = 0.0f;
-    float acc[XPT];
+    float acc[DIMS_PER_THREAD];
 #pragma unroll
-    for (int i = 0; i < XPT; i++)
+    for (int i = 0; i < DIMS_PER_THREAD; i++)
         acc[i] = 0.0f;
 
     /* Loop over K/V tiles. */
@@ -209,28 +199,25 @@ __device__ void tile_fwd(const store_t *__restrict__ q, const store_t *__restric
         __syncthreads();
 
         /* S = Q K^T * scale (in log2 units, for exp2): keys j = t + i*TPR of row r. */
-        float s[KPT];
+        float s[KEYS_PER_THREAD];
 #pragma unroll
-        for (int i = 0; i < KPT; i++)
+        for (int i = 0; i < KEYS_PER_THREAD; i++)
             s[i] = 0.0f;
         for (int x = 0; x < HEAD_DIM; x++) {
             float qx = ld(q_tile[x * BLOCK_R + r]);
             const store_t *kr = k_tile + x * BLOCK_C + t;
 #pragma unroll
-            for (int i = 0; i < KPT; i++)
+            for (int i = 0; i < KEYS_PER_THREAD; i++)
                 if (BLOCK_C % TPR == 0 || t + i * TPR < BLOCK_C)
                     s[i] += qx * ld(kr[i * TPR]);
         }
 
         /* Mask: keys past Sk and, causal, keys after the row's diagonal get -inf. */
         int kn = (int)min((i64)BLOCK_C, sk - k0); /* valid keys in this tile */
-        i64 lim = sk - k0; /* this row's keys [0, lim) of the tile are allowed */
-#if MASK != 0
-        lim = min(lim, row + diag - k0 + 1);
-#endif
+        i64 lim = fa_keys_allowed(MASK, row, sq, sk) - k0; /* this row's keys [0, lim) here */
         float mx = NEG_INF;
 #pragma unroll
-        for (int i = 0; i < KPT; i++) {
+        for (int i = 0; i < KEYS_PER_THREAD; i++) {
             int j = t + i * TPR;
             s[i] = (j < BLOCK_C && j < lim) ? s[i] * p.scale_log2 : NEG_INF;
             mx = fmaxf(mx, s[i]);
@@ -242,7 +229,7 @@ __device__ void tile_fwd(const store_t *__restrict__ q, const store_t *__restric
         float m_use = m_new == NEG_INF ? 0.0f : m_new;
         float ls = 0.0f;
 #pragma unroll
-        for (int i = 0; i < KPT; i++) {
+        for (int i = 0; i < KEYS_PER_THREAD; i++) {
             int j = t + i * TPR;
             if (j < BLOCK_C) {
                 float pj = exp2f(s[i] - m_use);
@@ -257,13 +244,13 @@ __device__ void tile_fwd(const store_t *__restrict__ q, const store_t *__restric
 
         /* Rescale O, then accumulate P V (keys past kn have P = 0 and are skipped). */
 #pragma unroll
-        for (int i = 0; i < XPT; i++)
+        for (int i = 0; i < DIMS_PER_THREAD; i++)
             acc[i] *= alpha;
         for (int j = 0; j < kn; j++) {
             float pj = srow[j];
             const store_t *vr = v_tile + j * HEAD_DIM + t;
 #pragma unroll
-            for (int i = 0; i < XPT; i++)
+            for (int i = 0; i < DIMS_PER_THREAD; i++)
                 if (HEAD_DIM % TPR == 0 || t + i * TPR < HEAD_DIM)
                     acc[i] += pj * ld(vr[i * TPR]);
         }
@@ -276,7 +263,7 @@ __device__ void tile_fwd(const store_t *__restrict__ q, const store_t *__restric
     float inv = l == 0.0f ? 0.0f : 1.0f / l;
     store_t *orow = o + p.o_offset + b * p.o_stride_b + h * p.o_stride_h + row * p.o_stride_s;
 #pragma unroll
-    for (int i = 0; i < XPT; i++)
+    for (int i = 0; i < DIMS_PER_THREAD; i++)
         if (t + i * TPR < HEAD_DIM)
             orow[t + i * TPR] = st(acc[i] * inv);
     if (p.has_lse && t == 0)
@@ -284,8 +271,8 @@ __device__ void tile_fwd(const store_t *__restrict__ q, const store_t *__restric
 }
 #else
 /* ---- the tensor-core path: mma.sync m16n8k16, f16/bf16 in, f32 accumulate (sm_80+) ------- */
-#define NS (BLOCK_C / 8)  /* S accumulator tiles (16 x 8) per warp */
-#define NO (HEAD_DIM / 8) /* O accumulator tiles (16 x 8) per warp */
+#define S_TILES (BLOCK_C / 8)  /* S accumulator tiles (16 x 8) per warp */
+#define O_TILES (HEAD_DIM / 8) /* O accumulator tiles (16 x 8) per warp */
 
 /* Two consecutive storage elements as one .b32 register (the lower index in the low half). */
 __device__ __forceinline__ unsigned ld2(const store_t *s)
@@ -321,10 +308,10 @@ __device__ __forceinline__ void mma16816(float c[4], const unsigned a[4], const 
 
 /* One (Q tile, head, batch) work item of the block: warp w owns rows 16w .. 16w+15 of the
  * tile; each lane holds rows g and g+8 of them (index i = 0, 1 below). */
-__device__ void tile_fwd(const store_t *__restrict__ q, const store_t *__restrict__ k,
-                         const store_t *__restrict__ v, store_t *__restrict__ o,
-                         float *__restrict__ lse, const fa_kernel_params &p, i64 tile, i64 h,
-                         i64 b, char *smem)
+__device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__restrict__ k,
+                             const store_t *__restrict__ v, store_t *__restrict__ o,
+                             float *__restrict__ lse, const fa_kernel_params &p, i64 tile,
+                             i64 h, i64 b, char *smem)
 {
     store_t *q_tile = (store_t *)smem;             /* Q: Br x d */
     store_t *k_tile = q_tile + BLOCK_R * HEAD_DIM; /* K: Bc x d */
@@ -346,14 +333,11 @@ __device__ void tile_fwd(const store_t *__restrict__ q, const store_t *__restric
               p.q_stride_s, BLOCK_R, false);
 
     const i64 kv_end = keys_to_visit(p, r0);
-#if MASK != 0
-    const i64 diag = MASK == 2 ? sk - sq : 0;
-#endif
 
     float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f};
-    float acc[NO][4];
+    float acc[O_TILES][4];
 #pragma unroll
-    for (int n = 0; n < NO; n++)
+    for (int n = 0; n < O_TILES; n++)
         acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 
     /* Loop over K/V tiles. */
@@ -364,9 +348,9 @@ __device__ void tile_fwd(const store_t *__restrict__ q, const store_t *__restric
         __syncthreads();
 
         /* S = Q K^T: B[kk][n] = K[n][kk], so a K row gives a B column. */
-        float s[NS][4];
+        float s[S_TILES][4];
 #pragma unroll
-        for (int n = 0; n < NS; n++)
+        for (int n = 0; n < S_TILES; n++)
             s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < HEAD_DIM; kk += 16) {
@@ -374,7 +358,7 @@ __device__ void tile_fwd(const store_t *__restrict__ q, const store_t *__restric
             unsigned a[4] = {ld2(qa), ld2(qa + 8 * HEAD_DIM), ld2(qa + 8),
                              ld2(qa + 8 * HEAD_DIM + 8)};
 #pragma unroll
-            for (int n = 0; n < NS; n++) {
+            for (int n = 0; n < S_TILES; n++) {
                 const store_t *kr = k_tile + (n * 8 + g) * HEAD_DIM + kk + 2 * t;
                 unsigned bf[2] = {ld2(kr), ld2(kr + 8)};
                 mma16816(s[n], a, bf);
@@ -382,14 +366,11 @@ __device__ void tile_fwd(const store_t *__restrict__ q, const store_t *__restric
         }
 
         /* Mask: keys past Sk and, causal, keys after the row's diagonal get -inf; scale. */
-        i64 lim[2] = {sk - k0, sk - k0};
-#if MASK != 0
-        lim[0] = min(lim[0], rows[0] + diag - k0 + 1);
-        lim[1] = min(lim[1], rows[1] + diag - k0 + 1);
-#endif
+        i64 lim[2] = {fa_keys_allowed(MASK, rows[0], sq, sk) - k0,
+                      fa_keys_allowed(MASK, rows[1], sq, sk) - k0};
         float mx[2] = {NEG_INF, NEG_INF};
 #pragma unroll
-        for (int n = 0; n < NS; n++)
+        for (int n = 0; n < S_TILES; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int i = e / 2, j = n * 8 + 2 * t + (e & 1);
@@ -408,7 +389,7 @@ __device__ void tile_fwd(const store_t *__restrict__ q, const store_t *__restric
             m[i] = m_new;
         }
 #pragma unroll
-        for (int n = 0; n < NS; n++)
+        for (int n = 0; n < S_TILES; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 s[n][e] = exp2f(s[n][e] - m_use[e / 2]);
@@ -421,7 +402,7 @@ __device__ void tile_fwd(const store_t *__restrict__ q, const store_t *__restric
         /* Rescale O, then accumulate P V: the S tiles 2c, 2c+1 are the A fragment of keys
          * 16c .. 16c+15; B[key][x] = V[key][x] (masked keys have P = 0, V rows past Sk are 0). */
 #pragma unroll
-        for (int n = 0; n < NO; n++)
+        for (int n = 0; n < O_TILES; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 acc[n][e] *= alpha[e / 2];
@@ -431,7 +412,7 @@ __device__ void tile_fwd(const store_t *__restrict__ q, const store_t *__restric
                              pack2(s[2 * c + 1][0], s[2 * c + 1][1]),
                              pack2(s[2 * c + 1][2], s[2 * c + 1][3])};
 #pragma unroll
-            for (int n = 0; n < NO; n++) {
+            for (int n = 0; n < O_TILES; n++) {
                 const store_t *vr = v_tile + (c * 16 + 2 * t) * HEAD_DIM + n * 8 + g;
                 unsigned bf[2] = {(unsigned)vr[0] | ((unsigned)vr[HEAD_DIM] << 16),
                                   (unsigned)vr[8 * HEAD_DIM] | ((unsigned)vr[9 * HEAD_DIM] << 16)};
@@ -450,7 +431,7 @@ __device__ void tile_fwd(const store_t *__restrict__ q, const store_t *__restric
         store_t *orow = o + p.o_offset + b * p.o_stride_b + h * p.o_stride_h +
                         rows[i] * p.o_stride_s + 2 * t;
 #pragma unroll
-        for (int n = 0; n < NO; n++) {
+        for (int n = 0; n < O_TILES; n++) {
             orow[n * 8] = st(acc[n][2 * i] * inv);
             orow[n * 8 + 1] = st(acc[n][2 * i + 1] * inv);
         }
@@ -468,9 +449,13 @@ flash_fwd(const store_t *__restrict__ q, const store_t *__restrict__ k,
 {
     extern __shared__ __align__(16) char smem[];
     /* Grid-stride loops: every thread of a block takes the same trips, so the barriers inside
-     * tile_fwd are reached by all of them. */
+     * the tile function are reached by all of them. */
     for (i64 b = blockIdx.z; b < p.batch; b += gridDim.z)
         for (i64 h = blockIdx.y; h < p.heads_q; h += gridDim.y)
             for (i64 tile = blockIdx.x; tile < p.q_tiles; tile += gridDim.x)
-                tile_fwd(q, k, v, o, lse, p, tile, h, b, smem);
+#if MMA
+                tile_fwd_mma(q, k, v, o, lse, p, tile, h, b, smem);
+#else
+                tile_fwd_cuda_cores(q, k, v, o, lse, p, tile, h, b, smem);
+#endif
 }

@@ -1,9 +1,11 @@
 /*
- * kernel_params.h - the one parameter struct every backend's forward kernel receives by value.
+ * kernel_params.h - the one parameter struct every backend's forward kernel receives by value,
+ * and the mask rule every backend applies.
  *
- * Included by the C core and, embedded as text, by the OpenCL and CUDA kernels, so the layout is
- * written once. 8-byte fields come first so no language inserts padding; the C side checks the
- * size and offsets with _Static_assert (src/core.c). All offsets and strides count elements.
+ * Included by the C core and, embedded as text, by the OpenCL and CUDA kernels, so the layout
+ * and the rule are written once. 8-byte fields come first so no language inserts padding; the C
+ * side checks the size and offsets with _Static_assert (src/core.c). All offsets and strides
+ * count elements.
  */
 #ifndef FA_KERNEL_PARAMS_H
 #define FA_KERNEL_PARAMS_H
@@ -38,5 +40,28 @@ typedef struct fa_kernel_params {
     float scale_log2;   /* scale * log2(e), for kernels that use exp2 */
     fa_kp_i32 pad_;     /* keeps the size a multiple of 8 */
 } fa_kernel_params;
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define FA_KP_FN static __device__ __forceinline__
+#else
+#define FA_KP_FN static inline
+#endif
+
+/*
+ * The mask rule: query row `row` may attend to keys [0, fa_keys_allowed(...)), i.e. key j when
+ *   mask 0 (FA_MASK_NONE):                 always
+ *   mask 1 (FA_MASK_CAUSAL_TOP_LEFT):      j <= row
+ *   mask 2 (FA_MASK_CAUSAL_BOTTOM_RIGHT):  j <= row + (seqlen_k - seqlen_q)
+ * clamped to [0, seqlen_k]. The count never decreases with the row, so a tile's first row has
+ * the fewest keys and its last row the most.
+ */
+FA_KP_FN fa_kp_i64 fa_keys_allowed(fa_kp_i32 mask, fa_kp_i64 row, fa_kp_i64 seqlen_q,
+                                   fa_kp_i64 seqlen_k)
+{
+    if (mask == 0)
+        return seqlen_k;
+    fa_kp_i64 n = row + 1 + (mask == 2 ? seqlen_k - seqlen_q : 0);
+    return n < 0 ? 0 : n > seqlen_k ? seqlen_k : n;
+}
 
 #endif /* FA_KERNEL_PARAMS_H */

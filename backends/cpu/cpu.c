@@ -179,14 +179,10 @@ typedef struct tile_state {
     double *s;   /* one S row, Bc */
 } tile_state;
 
-/* Keys of row i that the mask allows: [0, n). */
+/* Keys of row i that the mask allows: [0, n) (the rule in kernel_params.h). */
 static int64_t keys_allowed(const fa_kernel_params *kp, int64_t i)
 {
-    if (kp->mask == FA_MASK_NONE)
-        return kp->seqlen_k;
-    int64_t diag = kp->mask == FA_MASK_CAUSAL_BOTTOM_RIGHT ? kp->seqlen_k - kp->seqlen_q : 0;
-    int64_t n = i + diag + 1;
-    return n < 0 ? 0 : n > kp->seqlen_k ? kp->seqlen_k : n;
+    return fa_keys_allowed(kp->mask, i, kp->seqlen_q, kp->seqlen_k);
 }
 
 /*
