@@ -4,5 +4,9 @@
 # backend. Extra arguments go to `flashattn run` (see `build/tools/flashattn run --help`).
 set -eu
 cd "$(dirname "$0")/.."
-bash scripts/bootstrap.sh >/dev/null
+mkdir -p build
+# The first build takes about 20 s on 2 cores (packages missing: a few minutes more); its output
+# goes to a log that is shown when something fails.
+echo "run.sh: setting up and building (log: build/run-setup.log) ..."
+bash scripts/bootstrap.sh >build/run-setup.log 2>&1 || { cat build/run-setup.log; exit 1; }
 exec build/tools/flashattn run --check --batch 1 --heads 8 --seq 1024 --dim 64 --repeat 3 "$@"
