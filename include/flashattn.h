@@ -66,7 +66,6 @@ FA_API const char *fa_version(void);
     X(INVALID_SCALE, "the softmax scale is not a finite number")                                \
     X(INVALID_TILE, "a tile size override is invalid")                                          \
     X(CONTEXT_MISMATCH, "a plan or buffer belongs to another context")                          \
-    X(PLAN_MISMATCH, "the plan was made for another backend, device or problem")                \
     X(UNSUPPORTED, "the backend cannot run this problem")
 
 typedef enum fa_status {
@@ -332,7 +331,12 @@ FA_API int32_t fa_plan_block_r(const fa_plan *plan);
 FA_API int32_t fa_plan_block_c(const fa_plan *plan);
 /* Work-items (threads) per work-group (block) the backend launches; 1 on the CPU backend. */
 FA_API int32_t fa_plan_work_group_size(const fa_plan *plan);
-/* On-chip bytes the tiles use: (Br*d + 2*Bc*d) * elem + Br*Bc*4. */
+/*
+ * On-chip bytes one work-group's tiles use: (Br*d + 2*Bc*d) * elem for the Q, K and V tiles in
+ * the storage type, plus Br*Bc*4 for the f32 S tile where the kernel keeps S on chip (the cpu and
+ * opencl backends, and cuda's CUDA-core path); cuda's tensor-core path keeps S in registers and
+ * uses (Br*d + 2*Bc*d) * elem. `flashattn plan` prints the formula the plan used.
+ */
 FA_API uint64_t fa_plan_sram_bytes(const fa_plan *plan);
 /* Number of work-groups launched: batch * heads_q * ceil(seqlen_q / Br). */
 FA_API uint64_t fa_plan_work_groups(const fa_plan *plan);
@@ -349,7 +353,8 @@ FA_API const char *fa_plan_explain(const fa_plan *plan);
  * O = softmax(Q K^T * scale + mask) V for the plan's problem, on the plan's context.
  * lse may be NULL; otherwise it receives f32 [batch, heads_q, seqlen_q] log-sum-exp values.
  * Buffers are checked against the problem's layout before anything runs.
- * Returns FA_STATUS_NULL_POINTER, CONTEXT_MISMATCH, PLAN_MISMATCH, BUFFER_TOO_SMALL,
+ * Returns FA_STATUS_NULL_POINTER, CONTEXT_MISMATCH (a plan or buffer of another context),
+ * BUFFER_TOO_SMALL (a buffer smaller than the plan's problem's layout needs),
  * INVALID_ARGUMENT (O overlapping an input or LSE), DEVICE_ERROR, OUT_OF_MEMORY.
  * Same inputs, plan and device give bitwise identical outputs.
  */
