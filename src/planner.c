@@ -215,6 +215,12 @@ fa_status fa__plan_tiles(const fa_device_props *dev, const fa__plan_rules *rules
     out->block_c = (int32_t)s.bc;
     out->work_group_size = rules->items_per_row > 0 ? (int32_t)(s.br * rules->items_per_row) : 1;
     out->sram_bytes = fa__tile_bytes(s.br, s.bc, d, elem, s.s_elem);
+    if (s.s_elem)
+        fa__append(explain, explain_size, "on-chip bytes = (Br*d + 2*Bc*d) * %zu + Br*Bc*%zu "
+                   "(Q, K, V tiles and the f32 S tile)\n", elem, s.s_elem);
+    else
+        fa__append(explain, explain_size, "on-chip bytes = (Br*d + 2*Bc*d) * %zu (Q, K, V "
+                   "tiles; the kernel keeps S in registers)\n", elem);
     fa__append(explain, explain_size,
                "plan: Br = %d, Bc = %d, work-group size %d, %llu of %llu on-chip bytes\n",
                (int)out->block_r, (int)out->block_c, (int)out->work_group_size,
