@@ -175,7 +175,12 @@ typedef struct fa_device_props {
  */
 FA_API fa_status fa_backend_device_count(fa_backend backend, int *count, char *why,
                                          size_t why_size);
-/* Properties of device `index` of a backend. FA_STATUS_DEVICE_NOT_FOUND for a bad index. */
+/*
+ * Properties of device `index` of a backend. FA_STATUS_DEVICE_NOT_FOUND for a negative index
+ * (whatever the backend has) or one at or past the count; BACKEND_UNAVAILABLE (as
+ * fa_backend_device_count) when a backend built in has no device at all; INVALID_ARGUMENT for
+ * FA_BACKEND_AUTO or a value that is not a backend.
+ */
 FA_API fa_status fa_backend_device_props(fa_backend backend, int index, fa_device_props *out,
                                          char *why, size_t why_size);
 
@@ -194,10 +199,12 @@ typedef struct fa_context_options {
  * Creates a context on one backend and device. opts may be NULL (AUTO, device 0).
  * With FA_BACKEND_AUTO, the environment variable FLASHATTN_BACKEND (cpu, opencl, cuda) names the
  * backend and FLASHATTN_DEVICE the device index; without them the first available backend of
- * CUDA, OpenCL and CPU is picked, once, here. An explicit backend never falls back to another.
- * Returns FA_STATUS_NULL_POINTER, INVALID_ARGUMENT (bad option or environment value),
- * BACKEND_UNAVAILABLE, DEVICE_NOT_FOUND, DEVICE_ERROR or OUT_OF_MEMORY. On failure *out is NULL;
- * the reason is in `why` when given (the context does not exist to hold it).
+ * CUDA, OpenCL and CPU is picked, once, here, and fa_context_backend_note says what was passed
+ * over and why. An explicit backend never falls back to another.
+ * Returns FA_STATUS_NULL_POINTER, INVALID_ARGUMENT (bad option, a negative device, or a bad
+ * environment value), BACKEND_UNAVAILABLE, DEVICE_NOT_FOUND (a device index at or past the
+ * count), DEVICE_ERROR or OUT_OF_MEMORY. On failure *out is NULL; the reason is in `why` when
+ * given (the context does not exist to hold it).
  */
 FA_API fa_status fa_context_create(fa_context **out, const fa_context_options *opts, char *why,
                                    size_t why_size);
@@ -205,6 +212,14 @@ FA_API fa_status fa_context_create(fa_context **out, const fa_context_options *o
 FA_API void fa_context_destroy(fa_context *ctx);
 /* The backend the context runs on (never FA_BACKEND_AUTO). */
 FA_API fa_backend fa_context_backend(const fa_context *ctx);
+/*
+ * How an FA_BACKEND_AUTO context chose its backend: "auto: " then each backend passed over with
+ * the status and reason it offered no device, then the one picked, e.g. "auto: cuda skipped
+ * (FA_STATUS_BACKEND_UNAVAILABLE: ...); opencl skipped (...); picked cpu", or "auto:
+ * FLASHATTN_BACKEND = opencl". "" for a context made with an explicit backend, through interop,
+ * or NULL. Never NULL; valid as long as the context.
+ */
+FA_API const char *fa_context_backend_note(const fa_context *ctx);
 /* The device index the context runs on. */
 FA_API int fa_context_device(const fa_context *ctx);
 /* Copies the context's device properties. */
@@ -231,7 +246,11 @@ FA_API void fa_context_reset_peak(fa_context *ctx);
 
 typedef struct fa_buffer fa_buffer;
 
-/* Allocates `bytes` of device memory (bytes > 0). FA_STATUS_OUT_OF_MEMORY when it cannot. */
+/*
+ * Allocates `bytes` of device memory (bytes > 0). FA_STATUS_OUT_OF_MEMORY when the device cannot
+ * back it; on OpenCL, drivers that would allocate only at first use are made to allocate here, so
+ * a buffer returned is usable. The contents are unspecified.
+ */
 FA_API fa_status fa_buffer_create(fa_context *ctx, size_t bytes, fa_buffer **out);
 /*
  * Wraps caller host memory without a copy; CPU backend only (FA_STATUS_UNSUPPORTED elsewhere).

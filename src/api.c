@@ -50,6 +50,12 @@ fa_status fa_backend_device_props(fa_backend backend, int index, fa_device_props
     const fa__backend_ops *ops = ops_or_reason(backend, why, why_size, &st);
     if (!ops)
         return st;
+    /* Checked here, once for every backend; each backend checks the upper end it knows. */
+    if (index < 0) {
+        fa__format(why, why_size, "no %s device %d: device indices start at 0",
+                   fa_backend_name(backend), index);
+        return FA_STATUS_DEVICE_NOT_FOUND;
+    }
     fa_device_props props;
     memset(&props, 0, sizeof props);
     st = ops->device_props(index, &props, why, why_size);
@@ -83,16 +89,29 @@ static fa_status resolve_env(fa_backend *backend, int *device, char *why, size_t
     return FA_STATUS_OK;
 }
 
-/* AUTO without an environment choice: the first backend with a device, fastest first. */
-static fa_backend pick_backend(void)
+/*
+ * AUTO without an environment choice: the first backend with a device, fastest first. Each
+ * backend passed over goes into note with its status and reason, so the context can say why it
+ * runs where it does (an OpenCL driver that failed to start is not silent).
+ */
+static fa_backend pick_backend(char *note, size_t note_size)
 {
     const fa_backend order[] = {FA_BACKEND_CUDA, FA_BACKEND_OPENCL};
+    fa_backend picked = FA_BACKEND_CPU;
+    fa__format(note, note_size, "auto: ");
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
         int n = 0;
-        if (fa_backend_device_count(order[i], &n, NULL, 0) == FA_STATUS_OK && n > 0)
-            return order[i];
+        char why[512] = "";
+        fa_status st = fa_backend_device_count(order[i], &n, why, sizeof why);
+        if (st == FA_STATUS_OK && n > 0) {
+            picked = order[i];
+            break;
+        }
+        fa__append(note, note_size, "%s skipped (%s: %s); ", fa_backend_name(order[i]),
+                   fa_status_name(st), why[0] ? why : "no device");
     }
-    return FA_BACKEND_CPU;
+    fa__append(note, note_size, "picked %s", fa_backend_name(picked));
+    return picked;
 }
 
 fa_status fa__context_adopt(fa_context **out, const fa__backend_ops *ops, int device, void *state,
@@ -126,12 +145,15 @@ fa_status fa_context_create(fa_context **out, const fa_context_options *opts, ch
         fa__format(why, why_size, "device index %d is negative", device);
         return FA_STATUS_INVALID_ARGUMENT;
     }
+    char note[FA__BACKEND_NOTE_SIZE] = "";
     if (backend == FA_BACKEND_AUTO) {
         st = resolve_env(&backend, &device, why, why_size);
         if (st != FA_STATUS_OK)
             return st;
         if (backend == FA_BACKEND_AUTO)
-            backend = pick_backend();
+            backend = pick_backend(note, sizeof note);
+        else
+            fa__format(note, sizeof note, "auto: FLASHATTN_BACKEND = %s", fa_backend_name(backend));
     }
     const fa__backend_ops *ops = ops_or_reason(backend, why, why_size, &st);
     if (!ops)
@@ -152,7 +174,10 @@ fa_status fa_context_create(fa_context **out, const fa_context_options *opts, ch
         fa__error_clear(&scratch);
         return st;
     }
-    return fa__context_adopt(out, ops, device, state, &props, why, why_size);
+    st = fa__context_adopt(out, ops, device, state, &props, why, why_size);
+    if (st == FA_STATUS_OK)
+        fa__format((*out)->backend_note, sizeof (*out)->backend_note, "%s", note);
+    return st;
 }
 
 void fa_context_destroy(fa_context *ctx)
@@ -167,6 +192,11 @@ void fa_context_destroy(fa_context *ctx)
 fa_backend fa_context_backend(const fa_context *ctx)
 {
     return ctx ? ctx->ops->backend : FA_BACKEND_AUTO;
+}
+
+const char *fa_context_backend_note(const fa_context *ctx)
+{
+    return ctx ? ctx->backend_note : "";
 }
 
 int fa_context_device(const fa_context *ctx)

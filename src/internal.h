@@ -104,6 +104,8 @@ const fa__backend_ops *fa__backend_ops_get(fa_backend backend);
 
 /* ---- objects ----------------------------------------------------------------------------- */
 
+#define FA__BACKEND_NOTE_SIZE 1024
+
 struct fa_context {
     const fa__backend_ops *ops;
     void *state; /* backend's */
@@ -113,6 +115,8 @@ struct fa_context {
     /* The last failure's code and generic message when its detailed one could not be allocated,
      * so a failure never reads as success; "" otherwise. */
     char error_fallback[160];
+    /* How FA_BACKEND_AUTO chose the backend (fa_context_backend_note); "" otherwise. */
+    char backend_note[FA__BACKEND_NOTE_SIZE];
     uint64_t mem_current;
     uint64_t mem_peak;
 };
@@ -162,6 +166,16 @@ fa_status fa__context_adopt(fa_context **out, const fa__backend_ops *ops, int de
  */
 fa_status fa__buffer_adopt(fa_context *ctx, void *mem, size_t bytes, bool wrapped,
                            fa_buffer **out);
+
+/* The most a kernel source file read through FLASHATTN_KERNEL_DIR may hold. */
+#define FA__KERNEL_FILE_MAX ((size_t)16 << 20)
+
+/*
+ * Reads a regular file of 1 to max_bytes bytes into a NUL-terminated heap string (*len bytes
+ * before the NUL). NULL with the reason, naming the path, in `why` for anything else: a missing
+ * or unreadable file, a directory, a FIFO or device (never waited on), an empty or larger file.
+ */
+char *fa__read_file(const char *path, size_t max_bytes, size_t *len, char *why, size_t why_size);
 
 /* snprintf into a fixed buffer that may be NULL; always terminates. */
 void fa__format(char *dst, size_t size, const char *fmt, ...)

@@ -19,6 +19,7 @@
 
 #include "harness.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -792,6 +793,84 @@ static void test_names(void **state)
     }
 }
 
+/* ---- device indices and the AUTO note (every backend's process) ------------------------- */
+
+/*
+ * A device index below 0 or at or past the count: DEVICE_NOT_FOUND from fa_backend_device_props
+ * (never a device error from querying a device that does not exist) with the props untouched,
+ * and from fa_context_create for the upper end (a negative device is a bad option there).
+ */
+static void test_device_indices(void **state)
+{
+    (void)state;
+    if (decision == HARNESS_FAIL)
+        fail_msg("%s", skip_reason);
+    if (decision == HARNESS_SKIP)
+        skip();
+    int count = 0;
+    char why[512];
+    assert_int_equal(fa_backend_device_count(the_backend, &count, why, sizeof why), OK);
+    const int bad[] = {-1, INT_MIN, count, INT_MAX};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fa_device_props props, before;
+        memset(&props, OUT_PATTERN, sizeof props);
+        before = props;
+        why[0] = '\0';
+        fa_status st = fa_backend_device_props(the_backend, bad[i], &props, why, sizeof why);
+        if (st != FA_STATUS_DEVICE_NOT_FOUND)
+            fail_msg("device_props(%s, %d) returned %s (%s)", fa_backend_name(the_backend),
+                     bad[i], fa_status_name(st), why);
+        assert_true(why[0] != '\0');
+        assert_memory_equal(&props, &before, sizeof props);
+    }
+    for (size_t i = 2; i < sizeof bad / sizeof bad[0]; i++)
+        expect_create(the_backend, bad[i], FA_STATUS_DEVICE_NOT_FOUND, NULL, __LINE__);
+    expect_create(the_backend, -1, FA_STATUS_INVALID_ARGUMENT, "negative", __LINE__);
+}
+
+/* fa_context_backend_note: empty for an explicit backend, and for AUTO every backend passed over
+ * with its reason, then the one picked. */
+static void test_backend_note(void **state)
+{
+    (void)state;
+    harness_env be, dev;
+    harness_env_save(&be, "FLASHATTN_BACKEND");
+    harness_env_save(&dev, "FLASHATTN_DEVICE");
+    unsetenv("FLASHATTN_BACKEND");
+    unsetenv("FLASHATTN_DEVICE");
+    assert_string_equal(fa_context_backend_note(NULL), "");
+    fa_context *ctx = NULL;
+    fa_context_options opts = {FA_BACKEND_CPU, 0};
+    assert_int_equal(fa_context_create(&ctx, &opts, NULL, 0), OK);
+    assert_string_equal(fa_context_backend_note(ctx), "");
+    fa_context_destroy(ctx);
+
+    assert_int_equal(fa_context_create(&ctx, NULL, NULL, 0), OK);
+    const char *note = fa_context_backend_note(ctx);
+    char want[160];
+    snprintf(want, sizeof want, "picked %s", fa_backend_name(fa_context_backend(ctx)));
+    assert_true(strncmp(note, "auto: ", 6) == 0);
+    assert_non_null(strstr(note, want));
+    /* Each faster backend that was not picked is named, with the status it gave. */
+    const fa_backend order[] = {FA_BACKEND_CUDA, FA_BACKEND_OPENCL};
+    for (size_t i = 0; i < 2 && order[i] != fa_context_backend(ctx); i++) {
+        int n = 0;
+        fa_status st = fa_backend_device_count(order[i], &n, NULL, 0);
+        snprintf(want, sizeof want, "%s skipped (%s: ", fa_backend_name(order[i]),
+                 fa_status_name(st));
+        if (!strstr(note, want))
+            fail_msg("note \"%s\" does not say \"%s\"", note, want);
+    }
+    fa_context_destroy(ctx);
+
+    setenv("FLASHATTN_BACKEND", "cpu", 1);
+    assert_int_equal(fa_context_create(&ctx, NULL, NULL, 0), OK);
+    assert_string_equal(fa_context_backend_note(ctx), "auto: FLASHATTN_BACKEND = cpu");
+    fa_context_destroy(ctx);
+    harness_env_restore(&be);
+    harness_env_restore(&dev);
+}
+
 int main(int argc, char **argv)
 {
     fa_backend backends[HARNESS_MAX_BACKENDS];
@@ -816,6 +895,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_forward_overlap),
         cmocka_unit_test(test_buffers),
         cmocka_unit_test(test_last_error),
+        cmocka_unit_test(test_device_indices),
+        cmocka_unit_test(test_backend_note),
         cmocka_unit_test(test_context_create), /* the last two only in the cpu process */
         cmocka_unit_test(test_names),
     };

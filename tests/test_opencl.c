@@ -3,11 +3,13 @@
  * queue, fa_buffers around the caller's cl_mem, with reference counts balanced), the wrap
  * checks (alignment, size, foreign context), the kernel-folder override and the full build log
  * on a failed build. The shared forward/invalid suites cover the numerics; here the forward runs
- * once through wrapped sub-buffers against the fp64 oracle.
+ * once through wrapped sub-buffers against the fp64 oracle. Some checks need a fresh process (a
+ * first initialisation, an address-space limit): they run this program again in a child mode.
  *
  *   test_opencl        (exit 77 when there is no OpenCL device and CI does not require one)
+ *   test_opencl --pocl-cache-unwritable   (with POCL_CACHE_DIR unwritable: the reasons given)
  */
-#define _POSIX_C_SOURCE 200809L /* setenv, mkdtemp */
+#define _POSIX_C_SOURCE 200809L /* setenv, mkdtemp, mkfifo, fork, setrlimit */
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,11 +22,26 @@
 #include "harness.h"
 #include "oracle.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+/* AddressSanitizer reserves terabytes of address space: an RLIMIT_AS test cannot run under it. */
+#if defined(__SANITIZE_ADDRESS__)
+#define FA_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FA_TEST_ASAN 1
+#endif
+#endif
 
 #define OK FA_STATUS_OK
 
@@ -394,11 +411,366 @@ static void test_kernel_dir(void **state)
     rmdir(dir);
 }
 
-int main(void)
+/* A kernel path that is not a usable file: refused with KERNEL_BUILD_ERROR naming it, at once
+ * (a FIFO must not block, a directory must not be sized as a file). */
+static void test_kernel_dir_bad_files(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/fa_test_opencl_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[128], msg[8192];
+    snprintf(path, sizeof path, "%s/flash_fwd.cl", dir);
+    alarm(120); /* a plan that waits on the FIFO ends the test as a failure, not a hang */
+
+    assert_int_equal(mkdir(path, 0700), 0);
+    assert_int_equal(plan_with_kernel_dir(dir, msg, sizeof msg), FA_STATUS_KERNEL_BUILD_ERROR);
+    assert_non_null(strstr(msg, path));
+    assert_non_null(strstr(msg, "directory"));
+    assert_int_equal(rmdir(path), 0);
+
+    assert_int_equal(mkfifo(path, 0600), 0);
+    assert_int_equal(plan_with_kernel_dir(dir, msg, sizeof msg), FA_STATUS_KERNEL_BUILD_ERROR);
+    assert_non_null(strstr(msg, "FIFO"));
+    assert_int_equal(remove(path), 0);
+
+    FILE *f = fopen(path, "w"); /* empty */
+    assert_non_null(f);
+    fclose(f);
+    assert_int_equal(plan_with_kernel_dir(dir, msg, sizeof msg), FA_STATUS_KERNEL_BUILD_ERROR);
+    assert_non_null(strstr(msg, "empty"));
+
+    f = fopen(path, "w"); /* compiles, but has no flash_fwd */
+    assert_non_null(f);
+    fputs("__kernel void not_flash_fwd(__global float *o) { o[0] = 1.0f; }\n", f);
+    fclose(f);
+    assert_int_equal(plan_with_kernel_dir(dir, msg, sizeof msg), FA_STATUS_KERNEL_BUILD_ERROR);
+    assert_non_null(strstr(msg, "no kernel named \"flash_fwd\""));
+    alarm(0);
+    remove(path);
+    rmdir(dir);
+}
+
+/* ---- checks in a fresh process ------------------------------------------------------------ */
+
+static const char *self_path; /* argv[0]: this program, run again in a child mode */
+
+/* Runs this program with one argument and returns its wait status. */
+static int run_self(const char *mode)
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execl(self_path, self_path, mode, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        assert_int_equal(errno, EINTR);
+    return status;
+}
+
+/* A child's exit: 0 passes, 77 skips, a signal or any other code fails. */
+static void expect_child_passed(int status, const char *mode, int run)
+{
+    if (WIFSIGNALED(status))
+        fail_msg("%s (run %d): killed by signal %d", mode, run, WTERMSIG(status));
+    if (WIFEXITED(status) && WEXITSTATUS(status) == HARNESS_EXIT_SKIPPED)
+        skip();
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("%s (run %d): exit status %d", mode, run, WEXITSTATUS(status));
+}
+
+#define THREADS 8
+#define TINY 8 /* seq_q = seq_k = head_dim of the threads' forward */
+
+typedef struct worker {
+    fa_status st;
+    char msg[512];
+    float o[TINY * TINY];
+} worker;
+
+/* The threads' shared input: Q = K = V, a fixed pattern. */
+static float tiny_input(size_t i)
+{
+    return (float)((int)(i % 7) - 3) * 0.25f;
+}
+
+/* One thread's whole life of a context: create, plan, forward, read back, destroy. */
+static void *thread_forward(void *arg)
+{
+    worker *w = arg;
+    fa_context *ctx = NULL;
+    fa_context_options opts = {FA_BACKEND_OPENCL, 0};
+    w->st = fa_context_create(&ctx, &opts, w->msg, sizeof w->msg);
+    if (w->st != OK)
+        return NULL;
+    fa_problem p;
+    fa_problem_init(&p, FA_DTYPE_F32, FA_LAYOUT_BHSD, 1, 1, 1, TINY, TINY, TINY);
+    float in[TINY * TINY];
+    for (size_t i = 0; i < TINY * TINY; i++)
+        in[i] = tiny_input(i);
+    fa_plan *plan = NULL;
+    fa_buffer *b[4] = {NULL, NULL, NULL, NULL};
+    w->st = fa_plan_create(ctx, &p, &plan);
+    for (int i = 0; i < 4 && w->st == OK; i++)
+        w->st = fa_buffer_create(ctx, sizeof in, &b[i]);
+    for (int i = 0; i < 3 && w->st == OK; i++)
+        w->st = fa_buffer_write(b[i], 0, in, sizeof in);
+    if (w->st == OK)
+        w->st = fa_forward(ctx, plan, b[0], b[1], b[2], b[3], NULL);
+    if (w->st == OK)
+        w->st = fa_buffer_read(b[3], 0, w->o, sizeof w->o);
+    if (w->st != OK)
+        snprintf(w->msg, sizeof w->msg, "%s", fa_context_last_error(ctx));
+    for (int i = 0; i < 4; i++)
+        fa_buffer_destroy(b[i]);
+    fa_plan_destroy(plan);
+    fa_context_destroy(ctx);
+    return NULL;
+}
+
+/* Child mode: THREADS threads each make their own context at once, in a process where OpenCL
+ * was never initialised; each output is checked against the fp64 oracle. */
+static int child_threads(void)
+{
+    static worker w[THREADS];
+    pthread_t t[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        if (pthread_create(&t[i], NULL, thread_forward, &w[i]) != 0) {
+            fprintf(stderr, "pthread_create failed\n");
+            return 1;
+        }
+    }
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(t[i], NULL);
+    fa_problem p;
+    fa_problem_init(&p, FA_DTYPE_F32, FA_LAYOUT_BHSD, 1, 1, 1, TINY, TINY, TINY);
+    double in[TINY * TINY], ref[TINY * TINY], lse[TINY];
+    for (size_t i = 0; i < TINY * TINY; i++)
+        in[i] = tiny_input(i);
+    oracle_attention_f64(&p, in, in, in, ref, lse);
+    int bad = 0;
+    for (int i = 0; i < THREADS; i++) {
+        if (w[i].st != OK) {
+            fprintf(stderr, "thread %d: %s: %s\n", i, fa_status_name(w[i].st), w[i].msg);
+            bad++;
+            continue;
+        }
+        for (size_t j = 0; j < TINY * TINY; j++)
+            if (!(fabs(w[i].o[j] - ref[j]) <= 1e-5 + 1e-5 * fabs(ref[j]))) {
+                fprintf(stderr, "thread %d: o[%zu] = %g, want %g\n", i, j, w[i].o[j], ref[j]);
+                bad++;
+                break;
+            }
+    }
+    return bad ? 1 : 0;
+}
+
+/* pocl 3.1 crashed in 8 of 10 such processes before discovery and context creation were
+ * serialised; five fresh processes miss a regression with odds of about 3 in 10000. */
+static void test_threads_fresh_process(void **state)
+{
+    (void)state;
+#ifdef FA_TEST_ASAN
+    /* pocl's LLVM replaces a compiling thread's signal stack with one from malloc, which ASan
+     * then fails to munmap when the thread exits; without ASan's own signal stacks it does not. */
+    harness_env saved;
+    harness_env_save(&saved, "ASAN_OPTIONS");
+    char opts[sizeof saved.value + 32];
+    snprintf(opts, sizeof opts, "%s%suse_sigaltstack=0", saved.value, saved.value[0] ? ":" : "");
+    setenv("ASAN_OPTIONS", opts, 1);
+    print_message("ASan build: the children run with ASAN_OPTIONS=%s\n", opts);
+#endif
+    for (int run = 0; run < 5; run++)
+        expect_child_passed(run_self("--child-threads"), "--child-threads", run);
+#ifdef FA_TEST_ASAN
+    harness_env_restore(&saved);
+#endif
+}
+
+#define CHUNK ((size_t)256 << 20)
+#define MAX_CHUNKS 16
+
+/* The process's address space now, in bytes, from /proc (0 where there is none). */
+static size_t address_space_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long pages = 0;
+    if (!f)
+        return 0;
+    if (fscanf(f, "%lu", &pages) != 1)
+        pages = 0;
+    fclose(f);
+    return (size_t)pages * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* Creates CHUNK buffers until one is refused; each one created must take a full write. Returns
+ * the number created, or -1 when a create failed with another status or a write failed. */
+static int fill_address_space(fa_context *ctx, const unsigned char *host, fa_buffer **bufs)
+{
+    for (int i = 0; i < MAX_CHUNKS; i++) {
+        fa_status st = fa_buffer_create(ctx, CHUNK, &bufs[i]);
+        if (st == FA_STATUS_OUT_OF_MEMORY)
+            return i;
+        if (st == OK)
+            st = fa_buffer_write(bufs[i], 0, host, CHUNK);
+        if (st != OK) {
+            fprintf(stderr, "buffer %d: %s: %s\n", i, fa_status_name(st),
+                    fa_context_last_error(ctx));
+            return -1;
+        }
+    }
+    fprintf(stderr, "%d buffers of 256 MiB fit under the limit\n", MAX_CHUNKS);
+    return -1;
+}
+
+/* Child mode: with 1 GiB of address space to spare, 256 MiB buffers are usable until one is
+ * refused with OUT_OF_MEMORY, and the context works after that. */
+static int child_alloc_limit(void)
+{
+    fa_context *ctx = NULL;
+    fa_context_options opts = {FA_BACKEND_OPENCL, 0};
+    char why[512] = "";
+    unsigned char *host = calloc(1, CHUNK);
+    if (!host || fa_context_create(&ctx, &opts, why, sizeof why) != OK) {
+        fprintf(stderr, "setup failed: %s\n", why);
+        return 1;
+    }
+    size_t used = address_space_bytes();
+    if (used == 0) {
+        printf("SKIPPED: no /proc/self/statm to measure the address space\n");
+        return HARNESS_EXIT_SKIPPED;
+    }
+    struct rlimit lim = {used + ((size_t)1 << 30), used + ((size_t)1 << 30)};
+    if (setrlimit(RLIMIT_AS, &lim) != 0) {
+        fprintf(stderr, "setrlimit(RLIMIT_AS) failed\n");
+        return 1;
+    }
+    fa_buffer *bufs[MAX_CHUNKS] = {NULL};
+    int made = fill_address_space(ctx, host, bufs);
+    const char *msg = fa_context_last_error(ctx);
+    int rc = made >= 1 && strstr(msg, "FA_STATUS_OUT_OF_MEMORY") ? 0 : 1;
+    for (int i = 0; i < MAX_CHUNKS; i++)
+        fa_buffer_destroy(bufs[i]);
+    fa_buffer *small = NULL;
+    if (rc == 0 && (fa_buffer_create(ctx, 4096, &small) != OK ||
+                    fa_buffer_write(small, 0, host, 4096) != OK)) {
+        fprintf(stderr, "the context does not work after the refusal: %s\n",
+                fa_context_last_error(ctx));
+        rc = 1;
+    }
+    fa_buffer_destroy(small);
+    fa_context_destroy(ctx);
+    free(host);
+    return rc;
+}
+
+static void test_buffer_address_limit(void **state)
+{
+    (void)state;
+#ifdef FA_TEST_ASAN
+    print_message("SKIPPED: a sanitizer build (ASan reserves terabytes of address space, so a "
+                  "limit on it cannot stand in for memory exhaustion)\n");
+    skip();
+#else
+    app a;
+    app_open(&a);
+    cl_device_type type = 0;
+    assert_int_equal(clGetDeviceInfo(a.device, CL_DEVICE_TYPE, sizeof type, &type, NULL),
+                     CL_SUCCESS);
+    app_close(&a);
+    if (!(type & CL_DEVICE_TYPE_CPU)) {
+        print_message("SKIPPED: device 0 is not a CPU device; an address-space limit stands in "
+                      "for its memory only where that memory is the host's\n");
+        skip();
+    }
+    expect_child_passed(run_self("--child-alloc-limit"), "--child-alloc-limit", 0);
+#endif
+}
+
+/* ---- POCL_CACHE_DIR unwritable (its own ctest, with the variable set) --------------------- */
+
+static void test_unwritable_cache(void **state)
+{
+    (void)state;
+    const char *dir = getenv("POCL_CACHE_DIR");
+    assert_non_null(dir);
+    char why[1024] = "";
+    int n = -1;
+    assert_int_equal(fa_backend_device_count(FA_BACKEND_OPENCL, &n, why, sizeof why),
+                     FA_STATUS_BACKEND_UNAVAILABLE);
+    assert_non_null(strstr(why, "clGetDeviceIDs returned"));
+    assert_non_null(strstr(why, "POCL_CACHE_DIR"));
+    assert_non_null(strstr(why, dir));
+    /* An explicit backend says so; AUTO runs elsewhere and the context says why. */
+    fa_context *ctx = NULL;
+    fa_context_options opts = {FA_BACKEND_OPENCL, 0};
+    assert_int_equal(fa_context_create(&ctx, &opts, why, sizeof why),
+                     FA_STATUS_BACKEND_UNAVAILABLE);
+    assert_non_null(strstr(why, "POCL_CACHE_DIR"));
+    unsetenv("FLASHATTN_BACKEND");
+    unsetenv("FLASHATTN_DEVICE");
+    assert_int_equal(fa_context_create(&ctx, NULL, why, sizeof why), OK);
+    assert_int_not_equal(fa_context_backend(ctx), FA_BACKEND_OPENCL);
+    const char *note = fa_context_backend_note(ctx);
+    assert_non_null(strstr(note, "opencl skipped (FA_STATUS_BACKEND_UNAVAILABLE"));
+    assert_non_null(strstr(note, "POCL_CACHE_DIR"));
+    assert_non_null(strstr(note, fa_backend_name(fa_context_backend(ctx))));
+    fa_context_destroy(ctx);
+}
+
+/* True when a pocl platform is registered and offers no device (asked of OpenCL directly, so
+ * the answer does not depend on the library under test). */
+static bool pocl_without_devices(void)
+{
+    cl_platform_id platforms[16];
+    cl_uint np = 0;
+    if (clGetPlatformIDs(16, platforms, &np) != CL_SUCCESS)
+        return false;
+    for (cl_uint i = 0; i < np && i < 16; i++) {
+        char name[256] = "";
+        cl_uint n = 0;
+        if (clGetPlatformInfo(platforms[i], CL_PLATFORM_NAME, sizeof name, name, NULL) ==
+                CL_SUCCESS &&
+            strstr(name, "Portable Computing Language") &&
+            (clGetDeviceIDs(platforms[i], CL_DEVICE_TYPE_ALL, 0, NULL, &n) != CL_SUCCESS ||
+             n == 0))
+            return true;
+    }
+    return false;
+}
+
+/* The ctest that sets POCL_CACHE_DIR to an unwritable path; skipped (77) where no pocl platform
+ * lost its devices to it (another OpenCL, which ignores the variable, or no pocl at all). */
+static int run_unwritable_cache(void)
+{
+    if (!pocl_without_devices()) {
+        printf("SKIPPED: no pocl platform that lost its devices to POCL_CACHE_DIR = \"%s\"\n",
+               getenv("POCL_CACHE_DIR") ? getenv("POCL_CACHE_DIR") : "(unset)");
+        return HARNESS_EXIT_SKIPPED;
+    }
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_unwritable_cache)};
+    return cmocka_run_group_tests_name("opencl_pocl_cache", tests, NULL, NULL);
+}
+
+int main(int argc, char **argv)
 {
     unsetenv("FLASHATTN_KERNEL_DIR");
     unsetenv("FLASHATTN_BLOCK_R");
     unsetenv("FLASHATTN_BLOCK_C");
+    self_path = argv[0];
+    if (argc > 1 && strcmp(argv[1], "--child-threads") == 0)
+        return child_threads();
+    if (argc > 1 && strcmp(argv[1], "--child-alloc-limit") == 0)
+        return child_alloc_limit();
+    if (argc > 1 && strcmp(argv[1], "--pocl-cache-unwritable") == 0)
+        return run_unwritable_cache();
+    if (argc > 1) {
+        fprintf(stderr, "usage: test_opencl [--pocl-cache-unwritable]\n");
+        return 2;
+    }
     char why[600];
     harness_decision d = harness_decide(FA_BACKEND_OPENCL, why, sizeof why);
     if (d != HARNESS_RUN) {
@@ -409,7 +781,9 @@ int main(void)
         cmocka_unit_test(test_device_props),    cmocka_unit_test(test_context_create_args),
         cmocka_unit_test(test_context_retains), cmocka_unit_test(test_wrap_checks),
         cmocka_unit_test(test_wrap_on_cpu),     cmocka_unit_test(test_forward_wrapped),
-        cmocka_unit_test(test_kernel_dir),
+        cmocka_unit_test(test_kernel_dir),      cmocka_unit_test(test_kernel_dir_bad_files),
+        cmocka_unit_test(test_threads_fresh_process),
+        cmocka_unit_test(test_buffer_address_limit),
     };
     return cmocka_run_group_tests_name("opencl", tests, NULL, NULL);
 }

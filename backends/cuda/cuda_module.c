@@ -44,25 +44,15 @@ static char *heap_format(const char *fmt, ...)
     return s;
 }
 
-/* Reads FLASHATTN_KERNEL_DIR/flash_fwd.cu into a heap string; NULL when it cannot. */
-static char *read_kernel_file(const char *dir)
+/* Reads FLASHATTN_KERNEL_DIR/flash_fwd.cu into a heap string; NULL with the reason in why. */
+static char *read_kernel_file(const char *dir, char *why, size_t why_size)
 {
-    char path[1024];
-    fa__format(path, sizeof path, "%s/%s", dir, FA_CU_KERNEL_FILE);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *text = NULL;
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0)
-        text = malloc((size_t)n + 1);
-    if (text && fread(text, 1, (size_t)n, f) != (size_t)n) {
-        free(text);
-        text = NULL;
-    }
-    fclose(f);
-    if (text)
-        text[n] = '\0';
+    char *path = heap_format("%s/%s", dir, FA_CU_KERNEL_FILE);
+    size_t len = 0;
+    char *text = path ? fa__read_file(path, FA__KERNEL_FILE_MAX, &len, why, why_size) : NULL;
+    if (!path)
+        fa__format(why, why_size, "cannot allocate a kernel path");
+    free(path);
     return text;
 }
 
@@ -71,10 +61,9 @@ static fa_status kernel_source(char **out, char **msg)
 {
     static const char line[] = "\n#line 1 \"" FA_CU_KERNEL_FILE "\"\n";
     const char *dir = getenv("FLASHATTN_KERNEL_DIR");
-    char *body = NULL;
-    if (dir && *dir && !(body = read_kernel_file(dir))) {
-        *msg = heap_format("cannot read the CUDA kernel \"%s/%s\" (FLASHATTN_KERNEL_DIR)", dir,
-                           FA_CU_KERNEL_FILE);
+    char *body = NULL, why[1024];
+    if (dir && *dir && !(body = read_kernel_file(dir, why, sizeof why))) {
+        *msg = heap_format("cannot use the CUDA kernel from FLASHATTN_KERNEL_DIR: %s", why);
         return FA_STATUS_KERNEL_BUILD_ERROR;
     }
     const char *b = body ? body : (const char *)fa__cu_embed_flash_fwd;

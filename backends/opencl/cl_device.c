@@ -2,11 +2,18 @@
  * cl_device.c - OpenCL error names and status mapping, platform/device discovery (every device
  * of every platform, flattened into one index list) and the fa_device_props each device reports.
  * Discovery runs on every call, so a device list never goes stale; it is cheap next to a build.
+ * When no device is found, the reason says why where it can (pocl's unwritable kernel cache).
  */
+#define _POSIX_C_SOURCE 200809L /* stat, access */
+
 #include "opencl_internal.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define FA_CL_ERRORS(X)                                                                         \
     X(CL_SUCCESS) X(CL_DEVICE_NOT_FOUND) X(CL_DEVICE_NOT_AVAILABLE)                             \
@@ -62,12 +69,93 @@ fa_status fa__cl_fail(fa_context *ctx, cl_int err, const char *call)
                      fa__cl_error_name(err), (int)err);
 }
 
+/*
+ * pocl 3.1 is not safe when threads enumerate devices or create contexts at once: eight threads
+ * doing so in a fresh process crashed it (a NULL name inside clGetDeviceInfo(CL_DEVICE_NAME)) in
+ * 8 of 10 runs, plain OpenCL calls as well. The library promises that different contexts may be
+ * used from different threads, so every discovery and context creation or release of the
+ * backend runs under this one lock.
+ */
+static pthread_mutex_t discovery_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* pthread_mutex_lock of a default mutex fails only on misuse (an uninitialised mutex), which a
+ * static initializer rules out; there is nothing to report. */
+void fa__cl_lock(void)
+{
+    (void)pthread_mutex_lock(&discovery_lock);
+}
+
+void fa__cl_unlock(void)
+{
+    (void)pthread_mutex_unlock(&discovery_lock);
+}
+
+/* ---- why no device ------------------------------------------------------------------------ */
+
+/* True when a folder exists and can be written, or else its nearest existing ancestor can. */
+static bool folder_writable(const char *path)
+{
+    char p[1024];
+    if (strlen(path) >= sizeof p)
+        return true; /* too long to judge: claim no cause */
+    fa__format(p, sizeof p, "%s", path);
+    for (;;) {
+        struct stat st;
+        if (stat(p, &st) == 0)
+            return S_ISDIR(st.st_mode) && access(p, W_OK | X_OK) == 0;
+        if (errno != ENOENT)
+            return false; /* ENOTDIR: a file stands in the path, as in /dev/null/x */
+        char *slash = strrchr(p, '/');
+        if (!slash)
+            return access(".", W_OK | X_OK) == 0;
+        if (slash == p)
+            return access("/", W_OK | X_OK) == 0;
+        *slash = '\0';
+    }
+}
+
+/*
+ * pocl reports no device at all when it cannot create its kernel cache folder (POCL_CACHE_DIR,
+ * else $XDG_CACHE_HOME/pocl, else $HOME/.cache/pocl): a read-only HOME on a CI machine makes the
+ * backend vanish. Appends the folder when it is not writable, or the hint when it cannot tell.
+ */
+static void pocl_cache_hint(char *why, size_t why_size)
+{
+    const char *env = getenv("POCL_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"),
+               *home = getenv("HOME");
+    char dir[1024] = "";
+    const char *from = "POCL_CACHE_DIR";
+    if (env && *env) {
+        fa__format(dir, sizeof dir, "%s", env);
+    } else if (xdg && *xdg) {
+        fa__format(dir, sizeof dir, "%s/pocl", xdg);
+        from = "$XDG_CACHE_HOME/pocl";
+    } else if (home && *home) {
+        fa__format(dir, sizeof dir, "%s/.cache/pocl", home);
+        from = "$HOME/.cache/pocl";
+    }
+    if (dir[0] && !folder_writable(dir))
+        fa__append(why, why_size,
+                   "; pocl's kernel cache \"%s\" (%s) cannot be created or written: pocl needs "
+                   "a writable POCL_CACHE_DIR, or a writable $XDG_CACHE_HOME or $HOME/.cache",
+                   dir, from);
+    else
+        fa__append(why, why_size,
+                   "; pocl finds no device when its kernel cache (POCL_CACHE_DIR, else "
+                   "$XDG_CACHE_HOME/pocl or $HOME/.cache/pocl) cannot be written");
+}
+
+/* ---- discovery ---------------------------------------------------------------------------- */
+
 /* All platform ids, malloc'ed; BACKEND_UNAVAILABLE when there are none. */
 static fa_status list_platforms(cl_platform_id **out, cl_uint *n, char *why, size_t why_size)
 {
     cl_int err = clGetPlatformIDs(0, NULL, n);
     if (err != CL_SUCCESS || *n == 0) {
-        fa__format(why, why_size, "no OpenCL platform found (clGetPlatformIDs returned %s, %d)",
+        fa__format(why, why_size,
+                   "no OpenCL platform found (clGetPlatformIDs returned %s, %d): no OpenCL "
+                   "driver is registered with the ICD loader (/etc/OpenCL/vendors, or "
+                   "OCL_ICD_VENDORS), or none could start",
                    fa__cl_error_name(err), (int)err);
         return FA_STATUS_BACKEND_UNAVAILABLE;
     }
@@ -86,55 +174,102 @@ static fa_status list_platforms(cl_platform_id **out, cl_uint *n, char *why, siz
     return FA_STATUS_OK;
 }
 
-/* The devices of one platform, malloc'ed (NULL with *n == 0 when it has none or fails). */
-static cl_device_id *platform_devices(cl_platform_id platform, cl_uint *n)
+/* The devices of one platform, malloc'ed (NULL with *n == 0 when it has none or fails); *err
+ * is clGetDeviceIDs' result, CL_DEVICE_NOT_FOUND for a platform without devices. */
+static cl_device_id *platform_devices(cl_platform_id platform, cl_uint *n, cl_int *err)
 {
     *n = 0;
     cl_uint count = 0;
-    if (clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 0, NULL, &count) != CL_SUCCESS || !count)
-        return NULL; /* CL_DEVICE_NOT_FOUND: a platform with no device is not an error */
+    *err = clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 0, NULL, &count);
+    if (*err != CL_SUCCESS || !count)
+        return NULL; /* a platform with no device is not an error while another has one */
     cl_device_id *ids = malloc(count * sizeof *ids);
-    if (ids && clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, count, ids, NULL) == CL_SUCCESS) {
-        *n = count;
-        return ids;
+    if (!ids) {
+        *err = CL_OUT_OF_HOST_MEMORY;
+        return NULL;
     }
-    free(ids);
-    return NULL;
+    *err = clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, count, ids, NULL);
+    if (*err != CL_SUCCESS) {
+        free(ids);
+        return NULL;
+    }
+    *n = count;
+    return ids;
+}
+
+/* Why no platform offered a device: each one's name and clGetDeviceIDs result, and pocl's
+ * kernel cache when one of them is pocl. */
+static void explain_no_device(const cl_platform_id *platforms, const cl_int *errs, cl_uint np,
+                              char *why, size_t why_size)
+{
+    fa__format(why, why_size, "no OpenCL device found on %u platform%s:", (unsigned)np,
+               np == 1 ? "" : "s");
+    bool pocl = false;
+    for (cl_uint i = 0; i < np; i++) {
+        char name[128] = "";
+        if (clGetPlatformInfo(platforms[i], CL_PLATFORM_NAME, sizeof name, name, NULL) !=
+            CL_SUCCESS)
+            fa__format(name, sizeof name, "%s", "(no name)");
+        name[sizeof name - 1] = '\0';
+        pocl = pocl || strstr(name, "Portable Computing Language") || strstr(name, "pocl");
+        fa__append(why, why_size, "%s \"%s\" (clGetDeviceIDs returned %s, %d)", i ? "," : "",
+                   name, fa__cl_error_name(errs[i]), (int)errs[i]);
+    }
+    if (pocl)
+        pocl_cache_hint(why, why_size);
+}
+
+/* Walks every platform's devices; *out is set when index is one of them. */
+static int count_devices(const cl_platform_id *platforms, cl_uint np, int index,
+                         cl_device_id *out, cl_int *errs)
+{
+    int total = 0;
+    for (cl_uint i = 0; i < np; i++) {
+        cl_uint n = 0;
+        cl_device_id *ids = platform_devices(platforms[i], &n, &errs[i]);
+        if (index >= total && index - total < (int)n)
+            *out = ids[index - total];
+        total += (int)n;
+        free(ids);
+    }
+    return total;
 }
 
 fa_status fa__cl_find_device(int index, cl_device_id *out, int *count, char *why,
                              size_t why_size)
 {
+    if (out && index < 0) {
+        fa__format(why, why_size, "no OpenCL device %d: device indices start at 0", index);
+        return FA_STATUS_DEVICE_NOT_FOUND;
+    }
     cl_platform_id *platforms = NULL;
     cl_uint np = 0;
     fa_status st = list_platforms(&platforms, &np, why, why_size);
     if (st != FA_STATUS_OK)
         return st;
-    int total = 0;
-    bool found = false;
-    for (cl_uint i = 0; i < np; i++) {
-        cl_uint n = 0;
-        cl_device_id *ids = platform_devices(platforms[i], &n);
-        if (index >= total && index < total + (int)n) {
-            *out = ids[index - total];
-            found = true;
-        }
-        total += (int)n;
-        free(ids);
+    cl_int *errs = calloc(np, sizeof *errs);
+    if (!errs) {
+        free(platforms);
+        fa__format(why, why_size, "cannot allocate the OpenCL platform list");
+        return FA_STATUS_OUT_OF_MEMORY;
     }
+    cl_device_id found = NULL;
+    int total = count_devices(platforms, np, index, &found, errs);
+    if (total == 0)
+        explain_no_device(platforms, errs, np, why, why_size);
+    free(errs);
     free(platforms);
     if (count)
         *count = total;
-    if (total == 0) {
-        fa__format(why, why_size, "no OpenCL device found on %u platform%s", (unsigned)np,
-                   np == 1 ? "" : "s");
+    if (total == 0)
         return FA_STATUS_BACKEND_UNAVAILABLE;
-    }
-    if (index >= 0 && !found) {
+    if (out && !found) {
         fa__format(why, why_size, "no OpenCL device %d: there %s %d", index,
                    total == 1 ? "is" : "are", total);
         return FA_STATUS_DEVICE_NOT_FOUND;
     }
+    if (out)
+        *out = found;
     return FA_STATUS_OK;
 }
 
@@ -266,10 +401,12 @@ fa_status fa__cl_device_props(cl_device_id device, fa_device_props *out, char *w
 
 fa_status fa__cl_state_limits(fa_context *ctx, fa__cl_state *s)
 {
+    cl_device_type type = 0;
     const device_query q[] = {FA_CL_QUERY(CL_DEVICE_MEM_BASE_ADDR_ALIGN, s->base_align_bits),
                               FA_CL_QUERY(CL_DEVICE_MAX_MEM_ALLOC_SIZE, s->max_alloc),
                               FA_CL_QUERY(CL_DEVICE_LOCAL_MEM_SIZE, s->local_mem),
-                              FA_CL_QUERY(CL_DEVICE_COMPILER_AVAILABLE, s->compiler)};
+                              FA_CL_QUERY(CL_DEVICE_COMPILER_AVAILABLE, s->compiler),
+                              FA_CL_QUERY(CL_DEVICE_TYPE, type)};
     const char *failed = "";
     cl_int err = run_queries(s->device, q, sizeof q / sizeof q[0], &failed);
     if (err != CL_SUCCESS)
@@ -277,5 +414,9 @@ fa_status fa__cl_state_limits(fa_context *ctx, fa__cl_state *s)
                          failed, fa__cl_error_name(err), (int)err);
     if (s->base_align_bits < 8)
         s->base_align_bits = 8; /* bits; a byte is the least any device can mean */
+    /* A CPU device's memory is host memory: allocating it as such costs nothing and makes
+     * clCreateBuffer allocate at once (pocl otherwise allocates at first use, where a failure
+     * is an abort inside pocl 3.1, not an error code). */
+    s->alloc_flags = (type & CL_DEVICE_TYPE_CPU) ? CL_MEM_ALLOC_HOST_PTR : 0;
     return FA_STATUS_OK;
 }

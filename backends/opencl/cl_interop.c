@@ -91,15 +91,19 @@ fa_status fa_context_create_opencl(fa_context **out, cl_context context, cl_devi
     }
     fa_status st = check_queue(context, device, queue, why, why_size);
     fa_device_props props;
+    int index = -1;
+    fa__cl_lock();
     if (st == FA_STATUS_OK)
         st = fa__cl_device_props(device, &props, why, why_size);
+    if (st == FA_STATUS_OK)
+        index = fa__cl_device_index(device);
+    fa__cl_unlock();
     fa__cl_state *s = NULL;
     if (st == FA_STATUS_OK)
         st = adopt_state(context, device, queue, &s, why, why_size);
     if (st != FA_STATUS_OK)
         return st;
-    return fa__context_adopt(out, &fa__opencl_ops, fa__cl_device_index(device), s, &props, why,
-                             why_size);
+    return fa__context_adopt(out, &fa__opencl_ops, index, s, &props, why, why_size);
 }
 
 /* The cl_mem a wrap hands to the core: mem itself (retained) or a sub-buffer at the offset. A

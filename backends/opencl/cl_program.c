@@ -7,7 +7,6 @@
  */
 #include "opencl_internal.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,33 +19,18 @@ extern const size_t fa__cl_embed_flash_fwd_len;
 #define FA_CL_KERNEL_FILE "flash_fwd.cl"
 #define FA_CL_KERNEL_NAME "flash_fwd"
 
-/* Reads a whole file into a NUL-terminated heap string; NULL when it cannot. */
-static char *read_file(const char *path, size_t *len)
+/* FLASHATTN_KERNEL_DIR, or NULL when it is unset or empty. */
+static const char *kernel_dir(void)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *text = NULL;
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0)
-        text = malloc((size_t)n + 1);
-    if (text && fread(text, 1, (size_t)n, f) != (size_t)n) {
-        free(text);
-        text = NULL;
-    }
-    fclose(f);
-    if (text) {
-        text[n] = '\0';
-        *len = (size_t)n;
-    }
-    return text;
+    const char *dir = getenv("FLASHATTN_KERNEL_DIR");
+    return dir && *dir ? dir : NULL;
 }
 
 /* The kernel's text: the embedded one, or FLASHATTN_KERNEL_DIR/flash_fwd.cl when set. */
 static fa_status kernel_body(fa_context *ctx, char **body, size_t *len)
 {
-    const char *dir = getenv("FLASHATTN_KERNEL_DIR");
-    if (!dir || !*dir) {
+    const char *dir = kernel_dir();
+    if (!dir) {
         *body = NULL; /* the embedded copy */
         *len = fa__cl_embed_flash_fwd_len;
         return FA_STATUS_OK;
@@ -56,14 +40,13 @@ static fa_status kernel_body(fa_context *ctx, char **body, size_t *len)
     if (!path)
         return fa__error(ctx, FA_STATUS_OUT_OF_MEMORY, "cannot allocate a kernel path");
     fa__format(path, plen, "%s/%s", dir, FA_CL_KERNEL_FILE);
-    *body = read_file(path, len);
-    fa_status st = FA_STATUS_OK;
-    if (!*body)
-        st = fa__error(ctx, FA_STATUS_KERNEL_BUILD_ERROR,
-                       "cannot read the OpenCL kernel \"%s\" (FLASHATTN_KERNEL_DIR = \"%s\")",
-                       path, dir);
+    char why[1024];
+    *body = fa__read_file(path, FA__KERNEL_FILE_MAX, len, why, sizeof why);
     free(path);
-    return st;
+    if (!*body)
+        return fa__error(ctx, FA_STATUS_KERNEL_BUILD_ERROR,
+                         "cannot use the OpenCL kernel from FLASHATTN_KERNEL_DIR: %s", why);
+    return FA_STATUS_OK;
 }
 
 /* kernel_params.h, then a #line so build-log line numbers match flash_fwd.cl, then the kernel. */
@@ -147,6 +130,13 @@ static fa_status build(fa_context *ctx, fa__cl_state *s, fa__cl_program *e)
         return is_build_error(err) ? build_failure(ctx, s, e->program, err, e->options)
                                    : fa__cl_fail(ctx, err, "clBuildProgram");
     e->kernel = clCreateKernel(e->program, FA_CL_KERNEL_NAME, &err);
+    if (err == CL_INVALID_KERNEL_NAME) /* a source without the kernel builds, and is still wrong */
+        return fa__error(ctx, FA_STATUS_KERNEL_BUILD_ERROR,
+                         "OpenCL: the program built from %s has no kernel named \"%s\" "
+                         "(clCreateKernel returned CL_INVALID_KERNEL_NAME, %d)",
+                         kernel_dir() ? "FLASHATTN_KERNEL_DIR/" FA_CL_KERNEL_FILE
+                                      : "the embedded " FA_CL_KERNEL_FILE,
+                         FA_CL_KERNEL_NAME, (int)err);
     if (err != CL_SUCCESS)
         return fa__cl_fail(ctx, err, "clCreateKernel(" FA_CL_KERNEL_NAME ")");
     err = clGetKernelWorkGroupInfo(e->kernel, s->device, CL_KERNEL_WORK_GROUP_SIZE,

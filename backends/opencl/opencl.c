@@ -11,14 +11,21 @@
 
 static fa_status cl_device_count(int *count, char *why, size_t why_size)
 {
-    return fa__cl_find_device(-1, NULL, count, why, why_size);
+    fa__cl_lock();
+    fa_status st = fa__cl_find_device(-1, NULL, count, why, why_size);
+    fa__cl_unlock();
+    return st;
 }
 
 static fa_status cl_device_props(int index, fa_device_props *out, char *why, size_t why_size)
 {
     cl_device_id device = NULL;
+    fa__cl_lock();
     fa_status st = fa__cl_find_device(index, &device, NULL, why, why_size);
-    return st == FA_STATUS_OK ? fa__cl_device_props(device, out, why, why_size) : st;
+    if (st == FA_STATUS_OK)
+        st = fa__cl_device_props(device, out, why, why_size);
+    fa__cl_unlock();
+    return st;
 }
 
 /*
@@ -42,19 +49,47 @@ static void cl_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__p
     rules->max_block_r = 0;
 }
 
+/*
+ * Release results are not checked: a destroy function returns nothing, and a failed release
+ * leaves nothing the library could undo or retry.
+ */
 static void cl_context_close(void *state)
 {
     fa__cl_state *s = state;
     if (!s)
         return;
     fa__cl_programs_release(s);
+    fa__cl_lock();
     if (s->queue)
         clReleaseCommandQueue(s->queue);
     if (s->context)
         clReleaseContext(s->context);
     if (s->device)
         clReleaseDevice(s->device); /* balances the retain; a no-op for root devices */
+    fa__cl_unlock();
     free(s);
+}
+
+/* The device, its cl_context and queue, and its limits; call under fa__cl_lock. */
+static fa_status open_locked(fa_context *ctx, fa__cl_state *s, int device)
+{
+    char why[1024] = "";
+    fa_status st = fa__cl_find_device(device, &s->device, NULL, why, sizeof why);
+    if (st != FA_STATUS_OK) {
+        s->device = NULL;
+        return fa__error(ctx, st, "%s", why);
+    }
+    cl_int err = clRetainDevice(s->device);
+    if (err != CL_SUCCESS) {
+        s->device = NULL;
+        return fa__cl_fail(ctx, err, "clRetainDevice");
+    }
+    s->context = clCreateContext(NULL, 1, &s->device, NULL, NULL, &err);
+    if (err == CL_SUCCESS)
+        s->queue = clCreateCommandQueue(s->context, s->device, 0, &err);
+    if (err != CL_SUCCESS)
+        return fa__cl_fail(ctx, err, s->context ? "clCreateCommandQueue" : "clCreateContext");
+    return fa__cl_state_limits(ctx, s);
 }
 
 static fa_status cl_context_open(fa_context *ctx, int device, void **state)
@@ -62,27 +97,9 @@ static fa_status cl_context_open(fa_context *ctx, int device, void **state)
     fa__cl_state *s = calloc(1, sizeof *s);
     if (!s)
         return fa__error(ctx, FA_STATUS_OUT_OF_MEMORY, "cannot allocate the OpenCL state");
-    char why[512] = "";
-    fa_status st = fa__cl_find_device(device, &s->device, NULL, why, sizeof why);
-    if (st != FA_STATUS_OK) {
-        free(s);
-        return fa__error(ctx, st, "%s", why);
-    }
-    cl_int err = clRetainDevice(s->device);
-    if (err != CL_SUCCESS) {
-        s->device = NULL;
-        cl_context_close(s);
-        return fa__cl_fail(ctx, err, "clRetainDevice");
-    }
-    s->context = clCreateContext(NULL, 1, &s->device, NULL, NULL, &err);
-    if (err == CL_SUCCESS)
-        s->queue = clCreateCommandQueue(s->context, s->device, 0, &err);
-    if (err != CL_SUCCESS) {
-        st = fa__cl_fail(ctx, err, s->context ? "clCreateCommandQueue" : "clCreateContext");
-        cl_context_close(s);
-        return st;
-    }
-    st = fa__cl_state_limits(ctx, s);
+    fa__cl_lock();
+    fa_status st = open_locked(ctx, s, device);
+    fa__cl_unlock();
     if (st != FA_STATUS_OK) {
         cl_context_close(s);
         return st;
@@ -93,6 +110,30 @@ static fa_status cl_context_open(fa_context *ctx, int device, void **state)
 
 /* ---- buffers ------------------------------------------------------------------------------ */
 
+/*
+ * Drivers may back a buffer only when a command first uses it, and then fail where no status
+ * can reach the caller. Zero-filling it at creation makes the allocation real, so a buffer the
+ * library hands out is usable, or refused here with OUT_OF_MEMORY. The pattern is the largest
+ * power of two up to 128 bytes that divides the size, so the fill runs in wide stores.
+ */
+static fa_status touch(fa_context *ctx, fa__cl_state *s, cl_mem m, size_t bytes)
+{
+    static const unsigned char zeros[128];
+    size_t pattern = 128;
+    while (bytes % pattern != 0)
+        pattern /= 2;
+    cl_int err = clEnqueueFillBuffer(s->queue, m, zeros, pattern, 0, bytes, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clFinish(s->queue);
+    if (err == CL_SUCCESS)
+        return FA_STATUS_OK;
+    bool memory = err == CL_OUT_OF_RESOURCES || fa__cl_status(err) == FA_STATUS_OUT_OF_MEMORY;
+    return fa__error(ctx, memory ? FA_STATUS_OUT_OF_MEMORY : FA_STATUS_DEVICE_ERROR,
+                     "OpenCL: the device could not back a %zu-byte buffer (clEnqueueFillBuffer "
+                     "at creation failed: %s, %d)",
+                     bytes, fa__cl_error_name(err), (int)err);
+}
+
 static fa_status cl_buffer_alloc(fa_context *ctx, size_t bytes, void **mem)
 {
     fa__cl_state *s = ctx->state;
@@ -102,9 +143,14 @@ static fa_status cl_buffer_alloc(fa_context *ctx, size_t bytes, void **mem)
                          "(CL_DEVICE_MAX_MEM_ALLOC_SIZE = %llu)",
                          bytes, (unsigned long long)s->max_alloc);
     cl_int err = CL_SUCCESS;
-    cl_mem m = clCreateBuffer(s->context, CL_MEM_READ_WRITE, bytes, NULL, &err);
+    cl_mem m = clCreateBuffer(s->context, CL_MEM_READ_WRITE | s->alloc_flags, bytes, NULL, &err);
     if (err != CL_SUCCESS)
         return fa__cl_fail(ctx, err, "clCreateBuffer");
+    fa_status st = s->alloc_flags & CL_MEM_ALLOC_HOST_PTR ? FA_STATUS_OK : touch(ctx, s, m, bytes);
+    if (st != FA_STATUS_OK) {
+        clReleaseMemObject(m);
+        return st;
+    }
     *mem = m;
     return FA_STATUS_OK;
 }

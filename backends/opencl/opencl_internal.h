@@ -32,6 +32,7 @@ typedef struct fa__cl_state {
     cl_ulong max_alloc;      /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
     cl_ulong local_mem;      /* CL_DEVICE_LOCAL_MEM_SIZE */
     cl_bool compiler;        /* CL_DEVICE_COMPILER_AVAILABLE */
+    cl_mem_flags alloc_flags; /* added to CL_MEM_READ_WRITE: CL_MEM_ALLOC_HOST_PTR on CPUs */
     fa__cl_program *programs; /* the program cache */
 } fa__cl_state;
 
@@ -43,15 +44,25 @@ fa_status fa__cl_status(cl_int err);
 fa_status fa__cl_fail(fa_context *ctx, cl_int err, const char *call);
 
 /*
- * Flattens every device of every platform into one list and returns device `index` (or, with
- * index < 0, only the count). BACKEND_UNAVAILABLE with a reason when there is no platform or
- * device; DEVICE_NOT_FOUND for an index past the end.
+ * Serialises device discovery and context creation and release across threads (pocl 3.1 is not
+ * safe there). Held around the calls below that enumerate, and around clCreateContext /
+ * clReleaseContext; never while a program builds or a kernel runs.
+ */
+void fa__cl_lock(void);
+void fa__cl_unlock(void);
+
+/*
+ * Flattens every device of every platform into one list and stores device `index` in *out (with
+ * out NULL, only the count). BACKEND_UNAVAILABLE with a reason (each platform's error, and
+ * pocl's kernel cache when it is the likely cause) when there is no platform or device;
+ * DEVICE_NOT_FOUND for a negative index or one past the end. Call under fa__cl_lock.
  */
 fa_status fa__cl_find_device(int index, cl_device_id *out, int *count, char *why,
                              size_t why_size);
-/* The index of a device in that list, or -1 (a sub-device, or a device not listed). */
+/* The index of a device in that list, or -1 (a sub-device, or a device not listed). Call under
+ * fa__cl_lock. */
 int fa__cl_device_index(cl_device_id device);
-/* Fills fa_device_props from a device's queries. */
+/* Fills fa_device_props from a device's queries. Call under fa__cl_lock. */
 fa_status fa__cl_device_props(cl_device_id device, fa_device_props *out, char *why,
                               size_t why_size);
 /* Reads the device limits the backend keeps in its state. */
