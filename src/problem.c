@@ -245,8 +245,12 @@ void fa__kernel_params_fill(const fa_problem *p, int32_t block_r, bool has_lse,
 {
     memset(kp, 0, sizeof *kp);
     copy_layout(&p->q, &kp->q_offset, &kp->q_stride_b, &kp->q_stride_h, &kp->q_stride_s);
-    copy_layout(&p->k, &kp->k_offset, &kp->k_stride_b, &kp->k_stride_h, &kp->k_stride_s);
-    copy_layout(&p->v, &kp->v_offset, &kp->v_stride_b, &kp->v_stride_h, &kp->v_stride_s);
+    /* K and V with no rows are never read, and validation leaves their strides free up to
+     * 2^60, where b * stride_b would overflow int64: such layouts reach no backend. */
+    if (p->seqlen_k > 0) {
+        copy_layout(&p->k, &kp->k_offset, &kp->k_stride_b, &kp->k_stride_h, &kp->k_stride_s);
+        copy_layout(&p->v, &kp->v_offset, &kp->v_stride_b, &kp->v_stride_h, &kp->v_stride_s);
+    }
     copy_layout(&p->o, &kp->o_offset, &kp->o_stride_b, &kp->o_stride_h, &kp->o_stride_s);
     kp->batch = p->batch;
     kp->seqlen_q = p->seqlen_q;
