@@ -12,13 +12,14 @@
 #   oclgrind                            the OpenCL race / uninitialised-read checks
 #   gnuplot-nox                         `flashattn bench --plot`
 #   clinfo                              to see what OpenCL finds when something is wrong
+#   clang, libclang-rt-dev              the libFuzzer harnesses (tests/fuzz/fuzz.sh)
 # The CUDA Toolkit is not installed here: the build uses it when it is present (nvcc on PATH or
 # /usr/local/cuda) and builds without it otherwise.
 set -eu
 cd "$(dirname "$0")/.."
 
 packages=(cmake gcc make pkg-config ocl-icd-opencl-dev opencl-headers pocl-opencl-icd
-    libcmocka-dev oclgrind gnuplot-nox clinfo)
+    libcmocka-dev oclgrind gnuplot-nox clinfo clang libclang-rt-dev)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -2,7 +2,8 @@
 # test.sh - the whole test suite: set up and build, run every ctest suite with the cpu and
 # opencl backends required (a missing OpenCL device is a failure, not a skip), then build a
 # second tree with AddressSanitizer + UndefinedBehaviorSanitizer and run the suites there too,
-# and the emulated CUDA kernel under ThreadSanitizer.
+# the emulated CUDA kernel under ThreadSanitizer, and the libFuzzer harnesses (tests/fuzz/) for
+# FLASHATTN_FUZZ_SECONDS each (default 20) where clang can build them.
 set -eu
 cd "$(dirname "$0")/.."
 export FLASHATTN_REQUIRE_BACKENDS=${FLASHATTN_REQUIRE_BACKENDS:-cpu,opencl}
@@ -40,4 +41,14 @@ if [ -x build/tests/test_cuda_emu ]; then
     cmake --build build-tsan -j"$jobs" --target test_cuda_emu
     (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --no-tests=error --output-on-failure \
         -R '^cuda_emu$')
+fi
+
+# The fuzz harnesses (tests/fuzz/): built with clang + libFuzzer in build-fuzz/, each run for a
+# bounded time from its seed corpus; a crash or a violated property fails the suite. The ctest
+# cases above already replayed the corpus with gcc. Skipped where clang cannot link libFuzzer.
+echo "== fuzzing (build-fuzz/)"
+fuzz_rc=0
+bash tests/fuzz/fuzz.sh build-fuzz || fuzz_rc=$?
+if [ "$fuzz_rc" -ne 0 ] && [ "$fuzz_rc" -ne 77 ]; then
+    exit "$fuzz_rc"
 fi
