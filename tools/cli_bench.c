@@ -13,6 +13,7 @@
 #include "cli_bench.h"
 #include "cli_commands.h"
 #include "cli_common.h"
+#include "cli_memory.h"
 #include "cli_session.h"
 #include "cli_tensor.h"
 
@@ -28,11 +29,6 @@
 /* Default cap on the naive S/P buffer: 1 GiB. */
 #define BENCH_NAIVE_MAX_BYTES (1ull << 30)
 
-/* `run --check`'s tolerances (cli_run.c): max|O - ref| <= atol + rtol * max|ref|. */
-#define BENCH_TOL_F32 1e-5
-#define BENCH_TOL_F16 2e-3
-#define BENCH_TOL_BF16 1.6e-2
-
 #define BENCH_NOPTS 17
 
 static const cli_cmd bench_cmd = {
@@ -43,7 +39,9 @@ static const cli_cmd bench_cmd = {
     "(4*B*H*Sq*Sk*d, half when causal), peak device bytes of each path from the context's\n"
     "counters, speedup, memory ratio and max abs error against the CPU golden backend.\n"
     "The naive path reports OOM when its S/P buffer exceeds --naive-max-bytes or the device;\n"
-    "the flash path goes on. Lists are comma-separated."};
+    "the flash path goes on. A point that does not fit in the host's or the device's memory is\n"
+    "OOM without being allocated. Lists are comma-separated. Exit status 1 when a flash\n"
+    "measurement failed (an error, or OOM) or its check failed."};
 
 static size_t bench_table(bench_args *a, cli_opt *o)
 {
@@ -59,8 +57,9 @@ static size_t bench_table(bench_args *a, cli_opt *o)
         {"dim", CLI_STRING, &a->dims, 0, 0, "LIST", "head dims (default 64)", 0},
         {"dtype", CLI_STRING, &a->dtypes, 0, 0, "LIST", "f32, f16, bf16 (default f32)", 0},
         {"mask", CLI_STRING, &a->masks, 0, 0, "LIST",
-         "none, causal (top-left), bottom-right (default none)", 0},
-        {"causal", CLI_FLAG, &a->causal, 0, 0, NULL, "same as --mask causal", 0},
+         "none, top-left, bottom-right (default none)", 0},
+        {"causal", CLI_MASK, &a->causal, 0, 0, "ALIGN",
+         "causal mask: top-left or bottom-right; same as --mask ALIGN", 0},
         {"repeat", CLI_INT, &a->repeat, 1, BENCH_MAX_REPEAT, "N",
          "median of N timed runs after 1 warm-up (default 3)", 0},
         {"max-seconds", CLI_FLOAT, &a->max_seconds, 0, 0, "S",
@@ -72,7 +71,7 @@ static size_t bench_table(bench_args *a, cli_opt *o)
         {"seed", CLI_U64, &a->seed, 0, 0, "S", "seed of the random inputs (default 1)", 0},
         {"csv", CLI_STRING, &a->csv, 0, 0, "FILE", "also write the results as CSV", 0},
         {"plot", CLI_STRING, &a->plot, 0, 0, "FILE",
-         "draw time and memory vs seq into a PNG (gnuplot)", 0},
+         "draw time and memory vs seq into a PNG, or SVG for *.svg (gnuplot)", 0},
         {"quiet", CLI_FLAG, &a->quiet, 0, 0, NULL, "no progress lines on stderr", 0},
     };
     memcpy(o, t, sizeof t);
@@ -149,14 +148,11 @@ static int parse_masks(const char *list, fa_mask *out, size_t *n)
     size_t i;
     if (split_list("mask", list, buf, sizeof buf, items, n) != 0)
         return CLI_EXIT_USAGE;
-    for (i = 0; i < *n; i++) {
-        if (strcmp(items[i], "causal") == 0)
-            out[i] = FA_MASK_CAUSAL_TOP_LEFT;
-        else if (fa_mask_from_name(items[i], &out[i]) != FA_STATUS_OK)
+    for (i = 0; i < *n; i++)
+        if (fa_mask_from_name(items[i], &out[i]) != FA_STATUS_OK)
             return cli_usage_error(&bench_cmd,
-                                   "--mask: unknown mask '%s' (none, causal, top-left, "
-                                   "bottom-right)", items[i]);
-    }
+                                   "--mask: unknown mask '%s' (none, top-left, bottom-right)",
+                                   items[i]);
     return 0;
 }
 
@@ -169,14 +165,16 @@ static int parse_lists(bench_run *r)
         fa_backend_from_name(a->backend, &b) != FA_STATUS_OK)
         return cli_usage_error(&bench_cmd, "--backend: unknown backend '%s' (cpu, opencl, cuda, "
                                "auto, all)", a->backend);
-    if (a->causal && a->masks)
+    if (a->causal_given && a->masks)
         return cli_usage_error(&bench_cmd, "--causal and --mask go together only as --mask");
     if (parse_ints("seq-list", a->seq_list ? a->seq_list : "256,512,1024,2048,4096,8192,16384",
                    1, CLI_MAX_SIZE, r->seqs, &r->nseqs) ||
         parse_ints("dim", a->dims ? a->dims : "64", 1, FA_MAX_HEAD_DIM, r->dims, &r->ndims) ||
         parse_dtypes(a->dtypes ? a->dtypes : "f32", r->dtypes, &r->ndtypes) ||
-        parse_masks(a->masks ? a->masks : a->causal ? "causal" : "none", r->masks, &r->nmasks))
+        parse_masks(a->masks ? a->masks : "none", r->masks, &r->nmasks))
         return CLI_EXIT_USAGE;
+    if (a->causal_given)
+        r->masks[0] = a->causal; /* --causal ALIGN is --mask ALIGN */
     if (!(a->max_seconds > 0.0f) || !isfinite(a->max_seconds))
         return cli_usage_error(&bench_cmd, "--max-seconds: must be a positive number");
     if (a->plot && (strchr(a->plot, '\'') || strchr(a->plot, '\n')))
@@ -309,17 +307,21 @@ static fa_status flash_setup(cli_session *s, fa_context *ctx, const bench_io *io
                              size_t why_size)
 {
     size_t esz = fa_dtype_size(io->p.dtype), qb = io->q.count * esz, kb = io->k.count * esz;
+    char req[160] = "";
     fa_status st;
     s->ctx = ctx;
     st = fa_plan_create(ctx, &io->p, &s->plan);
     if (st == FA_STATUS_OK)
         s->problem = *fa_plan_problem(s->plan);
+    else if (st == FA_STATUS_INVALID_TILE)
+        cli_tile_request(&io->p, req, sizeof req); /* FLASHATTN_BLOCK_R / _C */
     st = st ? st : fa_buffer_create(ctx, qb ? qb : 1, &s->q);
     st = st ? st : fa_buffer_create(ctx, kb ? kb : 1, &s->k);
     st = st ? st : fa_buffer_create(ctx, kb ? kb : 1, &s->v);
     st = st ? st : fa_buffer_create(ctx, qb ? qb : 1, &s->o);
     if (st != FA_STATUS_OK)
-        snprintf(why, why_size, "%s", fa_context_last_error(ctx));
+        snprintf(why, why_size, "%s%s%s", cli_status_detail(st, fa_context_last_error(ctx)),
+                 *req ? "; " : "", req);
     else if (cli_session_upload(s, &io->q, &io->k, &io->v) != 0)
         st = FA_STATUS_DEVICE_ERROR; /* already printed */
     return st;
@@ -343,25 +345,32 @@ static fa_status run_flash(const bench_run *r, bench_device *d, bench_io *io, be
     return st;
 }
 
+/* The naive attention of a point's problem, with the --naive-max-bytes cap. */
+static naive_problem naive_problem_of(const bench_run *r, const fa_problem *p)
+{
+    naive_problem np;
+    memset(&np, 0, sizeof np);
+    np.dtype = p->dtype;
+    np.mask = p->mask;
+    np.batch = p->batch;
+    np.heads_q = p->heads_q;
+    np.heads_kv = p->heads_kv;
+    np.seq_q = p->seqlen_q;
+    np.seq_k = p->seqlen_k;
+    np.dim = p->head_dim;
+    np.scale = 1.0f / sqrtf((float)p->head_dim);
+    np.max_sp_bytes = r->a.naive_max_bytes;
+    return np;
+}
+
 /* The naive path: context-counted bytes (cpu) plus those the tool allocated itself (opencl). */
 static fa_status run_naive(const bench_run *r, bench_device *d, bench_io *io, int skip_if_fits,
                            bench_path *out, char *why, size_t why_size)
 {
-    naive_problem np;
+    naive_problem np = naive_problem_of(r, &io->p);
     naive_attn *n = NULL;
     uint64_t peak = 0;
     fa_status st;
-    memset(&np, 0, sizeof np);
-    np.dtype = io->p.dtype;
-    np.mask = io->p.mask;
-    np.batch = io->p.batch;
-    np.heads_q = io->p.heads_q;
-    np.heads_kv = io->p.heads_kv;
-    np.seq_q = io->p.seqlen_q;
-    np.seq_k = io->p.seqlen_k;
-    np.dim = io->p.head_dim;
-    np.scale = 1.0f / sqrtf((float)io->p.head_dim);
-    np.max_sp_bytes = r->a.naive_max_bytes;
     out->need = naive_total_bytes(&np);
     fa_context_reset_peak(d->ctx);
     if (d->backend == FA_BACKEND_OPENCL)
@@ -386,33 +395,16 @@ static fa_status run_naive(const bench_run *r, bench_device *d, bench_io *io, in
     return st;
 }
 
+/* "flash, opencl f32 top-left dim 64 seq 512": which path of which point, for messages. */
+static void point_label(const bench_run *r, const bench_point *pt, const char *what, char *buf,
+                        size_t size)
+{
+    snprintf(buf, size, "%s%s%s %s %s dim %" PRId64 " seq %" PRId64, what, *what ? ", " : "",
+             fa_backend_name(r->devs[pt->dev].backend), fa_dtype_name(pt->dtype),
+             fa_mask_name(pt->mask), pt->dim, pt->seq);
+}
+
 /* ---- checking against the CPU golden ----------------------------------------------------- */
-
-/* max |o - ref|; infinity when a value is non-finite where the reference is not. */
-static double max_abs_err(const cli_tensor *o, const cli_tensor *ref, double *max_ref)
-{
-    double err = 0.0;
-    size_t i;
-    *max_ref = 0.0;
-    for (i = 0; i < ref->count; i++) {
-        double x = o->data[i], y = ref->data[i];
-        if (!isfinite(x) || !isfinite(y)) {
-            if (!(x == y))
-                return INFINITY;
-            continue;
-        }
-        err = fabs(x - y) > err ? fabs(x - y) : err;
-        *max_ref = fabs(y) > *max_ref ? fabs(y) : *max_ref;
-    }
-    return err;
-}
-
-static double tolerance(fa_dtype dtype, double max_ref)
-{
-    double t = dtype == FA_DTYPE_F16 ? BENCH_TOL_F16
-               : dtype == FA_DTYPE_BF16 ? BENCH_TOL_BF16 : BENCH_TOL_F32;
-    return t + t * max_ref;
-}
 
 /* The same problem and inputs on the CPU golden backend, into io->o_ref. */
 static int run_golden(bench_io *io)
@@ -429,29 +421,46 @@ static int run_golden(bench_io *io)
     return rc;
 }
 
+/* err and fail of one path by `run --check`'s rule; a failure is explained on stderr. err is
+ * infinite where the outputs disagree on NaN or infinity. */
+static void check_path(const bench_run *r, const bench_point *pt, const char *what,
+                       bench_path *path, const cli_tensor *o, const cli_tensor *ref)
+{
+    cli_compare c;
+    double atol, rtol;
+    char why[256], label[128];
+    cli_tensor_compare(o, ref, &c);
+    cli_check_tolerance(pt->dtype, &atol, &rtol);
+    path->check = BENCH_CHECK_DONE;
+    path->err = c.mismatches ? INFINITY : c.max_err;
+    path->fail = c.mismatches || !(c.max_err <= atol + rtol * c.max_ref);
+    if (!path->fail)
+        return;
+    if (c.mismatches)
+        cli_describe_mismatch(&c, ref, why, sizeof why);
+    else
+        snprintf(why, sizeof why, "max abs error %.3e exceeds the tolerance %.3e", c.max_err,
+                 atol + rtol * c.max_ref);
+    point_label(r, pt, what, label, sizeof label);
+    fprintf(stderr, "flashattn bench: %s: check failed: %s\n", label, why);
+}
+
 static void check_point(const bench_run *r, const bench_device *d, bench_io *io,
                         bench_point *pt)
 {
     const cli_tensor *ref = &io->o_ref;
-    double max_ref = 0.0;
     if (d->backend == FA_BACKEND_CPU && pt->flash.state == BENCH_OK) {
         ref = &io->o_flash; /* the flash path on cpu is the golden itself */
         pt->flash.check = BENCH_CHECK_IS_REF;
     }
     if (pt->seq > r->a.check_max_seq)
         return;
-    if (pt->flash.check != BENCH_CHECK_IS_REF && run_golden(io) != 0) {
+    if (pt->flash.check != BENCH_CHECK_IS_REF && run_golden(io) != 0)
         return;
-    }
-    if (pt->flash.state == BENCH_OK && pt->flash.check != BENCH_CHECK_IS_REF) {
-        pt->flash.err = max_abs_err(&io->o_flash, ref, &max_ref);
-        pt->flash.check = BENCH_CHECK_DONE;
-        pt->flash.fail = !(pt->flash.err <= tolerance(pt->dtype, max_ref));
-    }
-    if (pt->naive.state == BENCH_OK) {
-        pt->naive.err = max_abs_err(&io->o_naive, ref, &max_ref);
-        pt->naive.check = BENCH_CHECK_DONE;
-    }
+    if (pt->flash.state == BENCH_OK && pt->flash.check != BENCH_CHECK_IS_REF)
+        check_path(r, pt, "flash", &pt->flash, &io->o_flash, ref);
+    if (pt->naive.state == BENCH_OK)
+        check_path(r, pt, "naive", &pt->naive, &io->o_naive, ref);
 }
 
 /* ---- the sweep --------------------------------------------------------------------------- */
@@ -471,38 +480,91 @@ static int too_slow(const bench_run *r, const bench_last *last, double flops)
     return est > 1e3 * (double)r->a.max_seconds;
 }
 
-/* Records a path's outcome; a failure other than OOM is also reported on stderr. */
+/*
+ * Records a path's outcome. A naive OOM, or a naive path that does not exist for the backend,
+ * is a result; anything else that kept a path from being measured is a failure, reported on
+ * stderr and returned as 1 (a flash OOM too: the sweep asked for a number it could not give).
+ */
 static int record(bench_path *path, fa_status st, const char *why, const char *what,
                   const bench_run *r, const bench_point *pt)
 {
+    int naive = strcmp(what, "naive") == 0;
+    char label[128];
     path->status = st;
     if (st == FA_STATUS_OK) {
         path->state = BENCH_OK;
         return 0;
     }
     path->state = st == FA_STATUS_OUT_OF_MEMORY ? BENCH_OOM : BENCH_FAILED;
-    if (st == FA_STATUS_UNSUPPORTED && strcmp(what, "naive") == 0) {
+    if (st == FA_STATUS_UNSUPPORTED && naive) {
         path->state = BENCH_NA; /* a baseline that does not exist here, not a failure */
         return 0;
     }
-    if (path->state == BENCH_OOM && !r->a.quiet)
-        fprintf(stderr, "bench: %s OOM: %s\n", what, why);
-    if (path->state == BENCH_OOM)
+    if (path->state == BENCH_OOM && naive) {
+        if (!r->a.quiet)
+            fprintf(stderr, "bench: naive OOM: %s\n", cli_status_detail(st, why));
         return 0;
-    fprintf(stderr, "flashattn bench: %s, %s %s seq %" PRId64 ": %s: %s\n", what,
-            fa_backend_name(r->devs[pt->dev].backend), fa_dtype_name(pt->dtype), pt->seq,
-            fa_status_name(st), *why ? why : fa_status_message(st));
+    }
+    point_label(r, pt, what, label, sizeof label);
+    fprintf(stderr, "flashattn bench: %s: %s: %s\n", label, fa_status_name(st),
+            cli_status_detail(st, why));
     return 1;
 }
 
-static int alloc_io(const bench_run *r, bench_point *pt, bench_io *io)
+/* The point's problem: contiguous BHSD, Sq = Sk, the default scale. */
+static int point_problem(const bench_run *r, const bench_point *pt, fa_problem *p)
 {
-    uint64_t state = r->a.seed;
-    const fa_problem *p = &io->p;
-    if (fa_problem_init(&io->p, pt->dtype, FA_LAYOUT_BHSD, r->a.batch, r->a.heads, r->a.heads,
+    if (fa_problem_init(p, pt->dtype, FA_LAYOUT_BHSD, r->a.batch, r->a.heads, r->a.heads,
                         pt->seq, pt->seq, pt->dim) != FA_STATUS_OK)
         return cli_error("cannot describe the problem at seq %" PRId64, pt->seq);
-    io->p.mask = pt->mask;
+    p->mask = pt->mask;
+    return 0;
+}
+
+/*
+ * Whether a point fits before anything of it is allocated: the six host tensors (f32: Q, K, V
+ * and three outputs) and the transfer images, the flash path's device buffers (*flash_bytes),
+ * and the CPU golden's buffers (host memory) when it runs. The naive path checks its own.
+ */
+static int point_fits(const bench_run *r, const bench_device *d, const bench_point *pt,
+                      const fa_problem *p, uint64_t *flash_bytes, char *why, size_t why_size)
+{
+    uint64_t esz = fa_dtype_size(p->dtype), rows_q, rows_kv, nq, nkv;
+    cli_memory_need need;
+    rows_q = cli_mul_sat(cli_mul_sat((uint64_t)p->batch, (uint64_t)p->heads_q),
+                         (uint64_t)p->seqlen_q);
+    rows_kv = cli_mul_sat(cli_mul_sat((uint64_t)p->batch, (uint64_t)p->heads_kv),
+                          (uint64_t)p->seqlen_k);
+    nq = cli_mul_sat(rows_q, (uint64_t)p->head_dim);
+    nkv = cli_mul_sat(rows_kv, (uint64_t)p->head_dim);
+    *flash_bytes = cli_mul_sat(cli_add_sat(cli_mul_sat(nq, 2), cli_mul_sat(nkv, 2)), esz);
+    need.device = *flash_bytes;
+    need.host = cli_mul_sat(cli_add_sat(cli_mul_sat(nq, 4), cli_mul_sat(nkv, 2)), sizeof(float));
+    need.host = cli_add_sat(need.host, cli_mul_sat(cli_add_sat(nq, cli_mul_sat(nkv, 2)), esz));
+    if (pt->seq <= r->a.check_max_seq && d->backend != FA_BACKEND_CPU)
+        need.host = cli_add_sat(need.host, *flash_bytes);
+    return cli_memory_fits(d->ctx, need, why, why_size);
+}
+
+/* A point that cannot be held in memory: both paths OOM, neither run; 1 (a failure). */
+static int point_oom(const bench_run *r, bench_point *pt, const fa_problem *p, const char *why)
+{
+    naive_problem np = naive_problem_of(r, p);
+    char label[128];
+    pt->flash.state = pt->naive.state = BENCH_OOM;
+    pt->flash.status = pt->naive.status = FA_STATUS_OUT_OF_MEMORY;
+    pt->naive.need = naive_total_bytes(&np);
+    point_label(r, pt, "", label, sizeof label);
+    if (*why)
+        fprintf(stderr, "flashattn bench: %s: the point %s; neither path was run\n", label, why);
+    return 1;
+}
+
+/* The point's host tensors, Q, K and V drawn from the seed (the same stream at every point). */
+static int alloc_io(const bench_point *pt, uint64_t seed, bench_io *io)
+{
+    const fa_problem *p = &io->p;
+    uint64_t state = seed;
     if (cli_tensor_alloc(&io->q, "q", p->batch, p->heads_q, p->seqlen_q, p->head_dim) ||
         cli_tensor_alloc(&io->k, "k", p->batch, p->heads_kv, p->seqlen_k, p->head_dim) ||
         cli_tensor_alloc(&io->v, "v", p->batch, p->heads_kv, p->seqlen_k, p->head_dim) ||
@@ -529,7 +591,7 @@ static void free_io(bench_io *io)
     cli_tensor_free(&io->o_ref);
 }
 
-/* Measures both paths of one point; non-zero when something failed (OOM is a result). */
+/* Measures both paths of one point; non-zero when something failed (a naive OOM is a result). */
 static int run_point(bench_run *r, bench_point *pt, bench_last last[2])
 {
     bench_device *d = &r->devs[pt->dev];
@@ -538,9 +600,13 @@ static int run_point(bench_run *r, bench_point *pt, bench_last last[2])
     fa_status st;
     int rc = 0;
     memset(&io, 0, sizeof io);
-    if (alloc_io(r, pt, &io) != 0) {
-        free_io(&io);
+    if (point_problem(r, pt, &io.p) != 0)
         return CLI_EXIT_FAIL;
+    if (point_fits(r, d, pt, &io.p, &pt->flash.need, why, sizeof why) != 0)
+        return point_oom(r, pt, &io.p, why);
+    if (alloc_io(pt, r->a.seed, &io) != 0) {
+        free_io(&io);
+        return point_oom(r, pt, &io.p, ""); /* cli_tensor_alloc said why */
     }
     if (too_slow(r, &last[0], pt->flops))
         pt->flash.state = BENCH_SKIPPED;
@@ -566,6 +632,9 @@ static bench_point *next_point(bench_run *r, int dev, size_t t, size_t m, size_t
 {
     bench_point *pt = &r->points[r->npoints++];
     memset(pt, 0, sizeof *pt);
+    /* Failed until a path says otherwise, so a point no path reached never looks measured. */
+    pt->flash.state = pt->naive.state = BENCH_FAILED;
+    pt->flash.status = pt->naive.status = FA_STATUS_INVALID_ARGUMENT;
     pt->dev = dev;
     pt->dtype = r->dtypes[t];
     pt->mask = r->masks[m];
@@ -591,7 +660,7 @@ static int sweep(bench_run *r)
                             fprintf(stderr, "bench: [%zu/%zu] %s %s %s dim %" PRId64
                                     " seq %" PRId64 "\n", r->npoints, r->total,
                                     fa_backend_name(r->devs[dev].backend),
-                                    fa_dtype_name(pt->dtype), bench_mask_name(pt->mask),
+                                    fa_dtype_name(pt->dtype), fa_mask_name(pt->mask),
                                     pt->dim, pt->seq);
                         rc |= run_point(r, pt, last);
                         bench_print_row(r, pt);
@@ -639,15 +708,12 @@ static void bench_defaults(bench_args *a)
 static int bench_body(bench_run *r)
 {
     int rc;
-    FILE *f;
     /* Problems with the outputs surface before the sweep, not after minutes of it. */
-    if (r->a.plot && bench_find_gnuplot() != 0)
+    if (r->a.plot &&
+        (bench_find_gnuplot() != 0 || cli_check_writable(r->a.plot, "the plot") != 0))
         return CLI_EXIT_FAIL;
-    if (r->a.csv) {
-        if (!(f = fopen(r->a.csv, "w")))
-            return cli_error("%s: cannot create the CSV file", r->a.csv);
-        fclose(f);
-    }
+    if (r->a.csv && cli_check_writable(r->a.csv, "the CSV file") != 0)
+        return CLI_EXIT_FAIL;
     if (open_devices(r) != 0)
         return CLI_EXIT_FAIL;
     r->total = (size_t)r->ndevs * r->ndtypes * r->nmasks * r->ndims * r->nseqs;
@@ -678,7 +744,10 @@ int cli_cmd_bench(int argc, char **argv)
         cli_print_help(&bench_cmd, opts, n);
         return CLI_EXIT_OK;
     }
-    if (rc != CLI_PARSE_OK || parse_lists(&r) != 0)
+    if (rc != CLI_PARSE_OK)
+        return CLI_EXIT_USAGE;
+    r.a.causal_given = cli_find(opts, n, "causal")->seen;
+    if (parse_lists(&r) != 0)
         return CLI_EXIT_USAGE;
     join_cmdline(&r, argc, argv);
     set_date(&r);

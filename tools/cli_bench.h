@@ -1,7 +1,8 @@
 /*
  * cli_bench.h - the `flashattn bench` subcommand's shared state: the options, the devices of a
  * sweep and one measured point (flash path and naive path), shared by the sweep (cli_bench.c)
- * and the reports: the table, the CSV and the gnuplot figure (cli_bench_report.c).
+ * and the reports: the table and the CSV (cli_bench_report.c), the gnuplot figure
+ * (cli_bench_plot.c).
  */
 #ifndef FLASHATTN_TOOLS_CLI_BENCH_H
 #define FLASHATTN_TOOLS_CLI_BENCH_H
@@ -66,7 +67,9 @@ typedef struct bench_args {
     int64_t device, batch, heads, repeat, check_max_seq;
     uint64_t naive_max_bytes, seed;
     float max_seconds;
-    int causal, quiet;
+    fa_mask causal;   /* --causal ALIGN */
+    int causal_given; /* --causal was given (it may say "none") */
+    int quiet;
 } bench_args;
 
 typedef struct bench_run {
@@ -98,12 +101,12 @@ void bench_print_row(const bench_run *r, const bench_point *pt);
 void bench_print_footer(const bench_run *r);
 /* --csv: one header line and one line per point. Prints and returns CLI_EXIT_FAIL on error. */
 int bench_write_csv(const bench_run *r, const char *path);
-/* 0 when gnuplot is on PATH; prints a one-line error and returns CLI_EXIT_FAIL otherwise. */
+/* 0 when gnuplot is on PATH; prints a one-line error and returns CLI_EXIT_FAIL otherwise
+ * (cli_bench_plot.c). */
 int bench_find_gnuplot(void);
 /* --plot: time and memory against seq length, log axes, flash and naive per series. */
 int bench_write_plot(const bench_run *r, const char *path);
-
-/* "none" or "causal" (top-left and bottom-right coincide: the bench's Sq == Sk). */
-const char *bench_mask_name(fa_mask mask);
+/* Whether --plot writes an SVG (the name ends in ".svg") rather than a PNG. */
+int bench_plot_is_svg(const char *path);
 
 #endif /* FLASHATTN_TOOLS_CLI_BENCH_H */

@@ -7,7 +7,7 @@
  * a huge unsigned value, or LLONG_MAX.
  */
 #if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
-#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, access */
 #endif
 
 #include "cli_common.h"
@@ -21,6 +21,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#if defined(_WIN32)
+#include <io.h>
+#define cli_access(path) _access(path, 0)
+#else
+#include <unistd.h>
+#define cli_access(path) access(path, F_OK)
+#endif
 
 /* Width of the option column in --help. */
 #define CLI_HELP_COLUMN 28
@@ -49,14 +57,58 @@ int cli_error(const char *fmt, ...)
     return CLI_EXIT_FAIL;
 }
 
+const char *cli_status_detail(fa_status status, const char *msg)
+{
+    const char *name = fa_status_name(status);
+    size_t len = strlen(name);
+    if (!msg || !*msg)
+        return fa_status_message(status);
+    if (strncmp(msg, name, len) == 0 && msg[len] == ':' && msg[len + 1] == ' ' && msg[len + 2])
+        return msg + len + 2;
+    return msg;
+}
+
 int cli_lib_error(fa_status status, const fa_context *ctx, const char *why)
 {
     const char *msg = why;
     if (!msg || !*msg)
         msg = ctx ? fa_context_last_error(ctx) : NULL;
-    if (!msg || !*msg)
-        msg = fa_status_message(status);
-    fprintf(stderr, "flashattn: %s: %s\n", fa_status_name(status), msg);
+    fprintf(stderr, "flashattn: %s: %s\n", fa_status_name(status), cli_status_detail(status, msg));
+    return CLI_EXIT_FAIL;
+}
+
+/* One override as requested: the option's value, else the environment variable's when it is a
+ * plain number (anything else the library's message already quotes as given). */
+static void tile_request_one(int32_t value, const char *tile, const char *option,
+                             const char *env, char *buf, size_t size)
+{
+    const char *s = getenv(env);
+    size_t used = strlen(buf);
+    const char *sep = used ? ", " : "requested ";
+    if (value > 0)
+        snprintf(buf + used, size - used, "%s%s = %d (--%s)", sep, tile, (int)value, option);
+    else if (s && *s && strlen(s) <= 10 && strspn(s, "0123456789") == strlen(s))
+        snprintf(buf + used, size - used, "%s%s = %s (%s)", sep, tile, s, env);
+}
+
+void cli_tile_request(const fa_problem *p, char *buf, size_t size)
+{
+    if (size == 0)
+        return;
+    buf[0] = '\0';
+    tile_request_one(p->block_r, "Br", "block-r", "FLASHATTN_BLOCK_R", buf, size);
+    tile_request_one(p->block_c, "Bc", "block-c", "FLASHATTN_BLOCK_C", buf, size);
+}
+
+int cli_plan_error(fa_status status, const fa_context *ctx, const fa_problem *p)
+{
+    char req[160] = "";
+    if (status == FA_STATUS_INVALID_TILE)
+        cli_tile_request(p, req, sizeof req);
+    if (!*req)
+        return cli_lib_error(status, ctx, NULL);
+    fprintf(stderr, "flashattn: %s: %s; %s\n", fa_status_name(status),
+            cli_status_detail(status, ctx ? fa_context_last_error(ctx) : NULL), req);
     return CLI_EXIT_FAIL;
 }
 
@@ -211,6 +263,18 @@ static cli_opt *find_n(cli_opt *opts, size_t nopts, const char *name, size_t len
     return NULL;
 }
 
+/* Whether arg is "--name" or "--name=..." for an option of the table, or -h/--help. */
+static int is_option(cli_opt *opts, size_t nopts, const char *arg)
+{
+    const char *eq;
+    if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0)
+        return 1;
+    if (strncmp(arg, "--", 2) != 0)
+        return 0;
+    eq = strchr(arg + 2, '=');
+    return find_n(opts, nopts, arg + 2, eq ? (size_t)(eq - arg - 2) : strlen(arg + 2)) != NULL;
+}
+
 int cli_parse(const cli_cmd *cmd, int argc, char **argv, cli_opt *opts, size_t nopts)
 {
     int i;
@@ -238,7 +302,8 @@ int cli_parse(const cli_cmd *cmd, int argc, char **argv, cli_opt *opts, size_t n
         }
         val = eq ? eq + 1 : NULL;
         if (o->kind != CLI_FLAG && !val) {
-            if (i + 1 >= argc) {
+            /* "--causal --check": the next option is not this one's value. */
+            if (i + 1 >= argc || is_option(opts, nopts, argv[i + 1])) {
                 cli_usage_error(cmd, "--%s needs a value (%s)", o->name, o->metavar);
                 return CLI_PARSE_ERROR;
             }
@@ -283,13 +348,14 @@ void cli_problem_opts(cli_problem_args *a, cli_opt *o)
 {
     const cli_opt table[CLI_PROBLEM_NOPTS] = {
         {"batch", CLI_INT, &a->batch, 0, CLI_MAX_SIZE, "N", "batch size (default 1)", 0},
-        {"heads", CLI_INT, &a->heads, 0, CLI_MAX_SIZE, "N", "query heads (default 8)", 0},
-        {"heads-kv", CLI_INT, &a->heads_kv, 0, CLI_MAX_SIZE, "N",
+        {"heads", CLI_INT, &a->heads, 1, CLI_MAX_SIZE, "N", "query heads (default 8)", 0},
+        {"heads-kv", CLI_INT, &a->heads_kv, 1, CLI_MAX_SIZE, "N",
          "key/value heads, divides --heads (default: --heads)", 0},
         {"seq", CLI_INT, &a->seq, 0, CLI_MAX_SIZE, "N", "query sequence length (default 256)", 0},
         {"seq-k", CLI_INT, &a->seq_k, 0, CLI_MAX_SIZE, "N",
          "key/value sequence length (default: --seq)", 0},
-        {"dim", CLI_INT, &a->dim, 0, CLI_MAX_SIZE, "D", "head dimension (default 64)", 0},
+        {"dim", CLI_INT, &a->dim, 1, FA_MAX_HEAD_DIM, "D",
+         "head dimension, 1.." CLI_STRINGIFY(FA_MAX_HEAD_DIM) " (default 64)", 0},
         {"dtype", CLI_DTYPE, &a->dtype, 0, 0, "T", "f32, f16 or bf16 (default f32)", 0},
         {"causal", CLI_MASK, &a->mask, 0, 0, "ALIGN",
          "causal mask: top-left or bottom-right (default none)", 0},
@@ -404,6 +470,21 @@ void cli_format_bytes(uint64_t bytes, char *buf, size_t size)
         snprintf(buf, size, "%" PRIu64 " B", bytes);
     else
         snprintf(buf, size, "%" PRIu64 " B (%.1f %s)", bytes, v, units[u]);
+}
+
+/* ---- output paths ------------------------------------------------------------------------ */
+
+int cli_check_writable(const char *path, const char *what)
+{
+    /* Appending creates a missing file and leaves an existing one's bytes alone. */
+    int existed = cli_access(path) == 0;
+    FILE *f = fopen(path, "ab");
+    if (!f)
+        return cli_error("%s: cannot create %s: %s", path, what, strerror(errno));
+    fclose(f);
+    if (!existed)
+        remove(path);
+    return 0;
 }
 
 /* ---- clock and random numbers ------------------------------------------------------------ */

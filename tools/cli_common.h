@@ -20,6 +20,10 @@
 #define CLI_PRINTF(fmt, args)
 #endif
 
+/* A macro's value as a string literal, for limits quoted in help text. */
+#define CLI_STRINGIFY_(x) #x
+#define CLI_STRINGIFY(x) CLI_STRINGIFY_(x)
+
 enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2 };
 
 /* Largest size a shape option accepts; products are checked again before any allocation. */
@@ -76,9 +80,24 @@ int cli_error(const char *fmt, ...) CLI_PRINTF(1, 2);
 /*
  * "flashattn: FA_STATUS_X: message" on stderr; returns CLI_EXIT_FAIL. The message is `why`
  * when not empty, else the context's last error when ctx is given and it is not empty, else the
- * status's generic message.
+ * status's generic message; the status name is printed once (see cli_status_detail).
  */
 int cli_lib_error(fa_status status, const fa_context *ctx, const char *why);
+/*
+ * The library's message for `status` without a leading "FA_STATUS_X: " (the library's messages
+ * may carry the name, and every caller prints the name itself); the status's generic message
+ * when msg is NULL or empty.
+ */
+const char *cli_status_detail(fa_status status, const char *msg);
+
+/*
+ * cli_lib_error for a failed fa_plan_create. For FA_STATUS_INVALID_TILE it adds the overrides as
+ * requested (--block-r / --block-c, else FLASHATTN_BLOCK_R / FLASHATTN_BLOCK_C), because the
+ * library's message may name a tile already clamped to the sequence length.
+ */
+int cli_plan_error(fa_status status, const fa_context *ctx, const fa_problem *p);
+/* "requested Br = 500 (--block-r)" and the like into buf; "" when no override was requested. */
+void cli_tile_request(const fa_problem *p, char *buf, size_t size);
 
 /* The problem description options that `plan` and `run` share. */
 typedef struct cli_problem_args {
@@ -115,6 +134,13 @@ int cli_context_open(fa_backend backend, int device, fa_context **out);
 void cli_describe_context(const fa_context *ctx, int picked_automatically, char *buf, size_t size);
 /* A byte count as "12345 B (12.1 KiB)". */
 void cli_format_bytes(uint64_t bytes, char *buf, size_t size);
+
+/*
+ * Whether `path` can be written, checked before long work so that a bad output path fails at
+ * once, not after the work. Leaves an existing file as it is and creates no file. Prints
+ * "flashattn: PATH: cannot create WHAT: reason" and returns CLI_EXIT_FAIL when it cannot.
+ */
+int cli_check_writable(const char *path, const char *what);
 
 /* A monotonic clock in milliseconds (arbitrary origin). */
 double cli_now_ms(void);

@@ -178,7 +178,7 @@ int cli_cmd_plan(int argc, char **argv)
         return r;
     st = fa_plan_create(ctx, &p, &plan);
     if (st != FA_STATUS_OK)
-        r = cli_lib_error(st, ctx, NULL);
+        r = cli_plan_error(st, ctx, &p);
     else
         print_plan(ctx, backend == FA_BACKEND_AUTO, plan, pa.layout);
     fa_plan_destroy(plan);

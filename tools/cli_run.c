@@ -4,8 +4,10 @@
  * optional .npy outputs, and --check against the CPU golden backend on the same inputs.
  *
  * Order of work: resolve the shape (from the options or the files), let the library validate
- * and plan it, and only then allocate and fill the big host tensors, so that a bad problem is
- * reported by the library rather than by a failed allocation.
+ * and plan it, check what the run will allocate against the host's and the device's memory, and
+ * only then allocate and fill the big host tensors, so that a bad problem is reported by the
+ * library and a too large one by its size, in milliseconds, rather than by a failed allocation
+ * or an OOM kill.
  */
 #if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200809L /* mkdir */
@@ -13,6 +15,7 @@
 
 #include "cli_commands.h"
 #include "cli_common.h"
+#include "cli_memory.h"
 #include "cli_session.h"
 #include "cli_tensor.h"
 
@@ -29,18 +32,6 @@
 #include <sys/stat.h>
 #define cli_mkdir(path) mkdir(path, 0777)
 #endif
-
-/*
- * --check tolerances: max |O - O_ref| <= ATOL + RTOL * max |O_ref|. f32 matches the tests' rule;
- * f16 and bf16 allow for the rounding of O itself to the storage type (2^-11 and 2^-8 relative,
- * with headroom for the different accumulation order of a tiled kernel).
- */
-#define CLI_CHECK_ATOL_F32 1e-5
-#define CLI_CHECK_RTOL_F32 1e-5
-#define CLI_CHECK_ATOL_F16 2e-3
-#define CLI_CHECK_RTOL_F16 2e-3
-#define CLI_CHECK_ATOL_BF16 1.6e-2
-#define CLI_CHECK_RTOL_BF16 1.6e-2
 
 /* Longest path built for --save-inputs. */
 #define CLI_PATH_MAX 4096
@@ -297,52 +288,28 @@ static int write_outputs(const run_args *a, const cli_session *s, const run_data
     return 0;
 }
 
-static void tolerance_for(fa_dtype dtype, double *atol, double *rtol)
-{
-    if (dtype == FA_DTYPE_F16) {
-        *atol = CLI_CHECK_ATOL_F16;
-        *rtol = CLI_CHECK_RTOL_F16;
-    } else if (dtype == FA_DTYPE_BF16) {
-        *atol = CLI_CHECK_ATOL_BF16;
-        *rtol = CLI_CHECK_RTOL_BF16;
-    } else {
-        *atol = CLI_CHECK_ATOL_F32;
-        *rtol = CLI_CHECK_RTOL_F32;
-    }
-}
-
-/* Compares O with the reference; prints the errors and returns CLI_EXIT_FAIL when out of bounds. */
+/* Compares O with the reference; prints the errors and returns CLI_EXIT_FAIL when they differ
+ * on NaN or infinity or by more than the tolerance. */
 static int compare(const cli_tensor *o, const cli_tensor *ref, fa_dtype dtype)
 {
-    double max_err = 0.0, max_ref = 0.0, num = 0.0, den = 0.0, atol, rtol, tol, nmse;
-    size_t i, bad = 0;
-    for (i = 0; i < ref->count; i++) {
-        double r = ref->data[i], x = o->data[i], e = fabs(x - r);
-        if (!isfinite(x) || !isfinite(r)) {
-            /* NaN or inf: only an identical non-finite value is a match (inf == inf). */
-            bad += !(x == r);
-            continue;
-        }
-        max_err = e > max_err ? e : max_err;
-        max_ref = fabs(r) > max_ref ? fabs(r) : max_ref;
-        num += e * e;
-        den += r * r;
-    }
-    tolerance_for(dtype, &atol, &rtol);
-    tol = atol + rtol * max_ref;
-    nmse = den > 0.0 ? num / den : num;
-    printf(KEY "%.3e\n", "max abs err", max_err);
-    printf(KEY "%.3e\n", "NMSE", nmse);
-    printf(KEY "%.3e = %g + %g * max|ref| %.4g (%s)\n", "tolerance", tol, atol, rtol, max_ref,
+    cli_compare c;
+    double atol, rtol, tol;
+    char why[256];
+    cli_tensor_compare(o, ref, &c);
+    cli_check_tolerance(dtype, &atol, &rtol);
+    tol = atol + rtol * c.max_ref;
+    printf(KEY "%.3e\n", "max abs err", c.max_err);
+    printf(KEY "%.3e\n", "NMSE", c.nmse);
+    printf(KEY "%.3e = %g + %g * max|ref| %.4g (%s)\n", "tolerance", tol, atol, rtol, c.max_ref,
            fa_dtype_name(dtype));
-    if (bad) {
+    if (c.mismatches) {
         printf(KEY "FAIL\n", "check");
-        return cli_error("check failed: %zu outputs are NaN or infinite where the reference is not",
-                         bad);
+        cli_describe_mismatch(&c, ref, why, sizeof why);
+        return cli_error("check failed: %s", why);
     }
-    if (max_err > tol) {
+    if (c.max_err > tol) {
         printf(KEY "FAIL\n", "check");
-        return cli_error("check failed: max abs error %.3e exceeds the tolerance %.3e", max_err,
+        return cli_error("check failed: max abs error %.3e exceeds the tolerance %.3e", c.max_err,
                          tol);
     }
     printf(KEY "PASS\n", "check");
@@ -375,16 +342,69 @@ static int check_against_cpu(const cli_session *s, run_data *d)
     return rc;
 }
 
+/* Elements of a [batch, heads, seq, head_dim] shape (saturating). */
+static uint64_t shape_elems(const int64_t s[4])
+{
+    return cli_mul_sat(cli_mul_sat((uint64_t)s[0], (uint64_t)s[1]),
+                       cli_mul_sat((uint64_t)s[2], (uint64_t)s[3]));
+}
+
+/*
+ * Everything the run allocates from here on, checked before the first large allocation: the
+ * host tensors (f32; Q, K and V only when random, files are held already), one transfer image
+ * at a time, the device buffers and, with --check, the CPU reference session's buffers (host
+ * memory) and the reference O.
+ */
+static int check_memory(const run_args *a, const cli_session *s)
+{
+    const fa_problem *p = &s->problem;
+    int64_t qs[4], kvs[4];
+    size_t img[4];
+    uint64_t nq, nkv, rows, host_floats, device = 0, staging = 0;
+    cli_memory_need need;
+    char why[512];
+    int i;
+    cli_problem_shapes(p, qs, kvs);
+    if (cli_image_bytes(qs, &p->q, p->dtype, &img[0]) ||
+        cli_image_bytes(kvs, &p->k, p->dtype, &img[1]) ||
+        cli_image_bytes(kvs, &p->v, p->dtype, &img[2]) ||
+        cli_image_bytes(qs, &p->o, p->dtype, &img[3]))
+        return CLI_EXIT_FAIL;
+    for (i = 0; i < 4; i++) {
+        device = cli_add_sat(device, img[i]);
+        staging = img[i] > staging ? img[i] : staging;
+    }
+    nq = shape_elems(qs);
+    nkv = shape_elems(kvs);
+    rows = cli_mul_sat(cli_mul_sat((uint64_t)p->batch, (uint64_t)p->heads_q),
+                       (uint64_t)p->seqlen_q);
+    host_floats = a->q_path ? nq : cli_add_sat(cli_mul_sat(nq, 2), cli_mul_sat(nkv, 2));
+    if (a->lse_path)
+        host_floats = cli_add_sat(host_floats, rows);
+    if (a->check)
+        host_floats = cli_add_sat(host_floats, nq);
+    need.host = cli_add_sat(cli_mul_sat(host_floats, sizeof(float)), staging);
+    if (a->check)
+        need.host = cli_add_sat(need.host, device);
+    need.device = a->lse_path ? cli_add_sat(device, cli_mul_sat(rows, sizeof(float))) : device;
+    if (cli_memory_fits(s->ctx, need, why, sizeof why) != 0)
+        return cli_error("the run %s", why);
+    return 0;
+}
+
 /* Everything after option parsing; d and s are released by the caller. */
 static int run_body(run_args *a, int dtype_given, run_data *d, cli_session *s)
 {
     int want_lse = a->lse_path != NULL;
     double ms = 0.0;
     fa_problem p;
+    if ((a->out_path && cli_check_writable(a->out_path, "the O file") != 0) ||
+        (a->lse_path && cli_check_writable(a->lse_path, "the LSE file") != 0))
+        return CLI_EXIT_FAIL;
     if (a->q_path && load_inputs(a, dtype_given, d) != 0)
         return CLI_EXIT_FAIL;
     if (cli_problem_build(&a->pa, &p) != 0 ||
-        cli_session_open(s, a->backend, (int)a->device, &p) != 0)
+        cli_session_open(s, a->backend, (int)a->device, &p) != 0 || check_memory(a, s) != 0)
         return CLI_EXIT_FAIL;
     if (!a->q_path && random_inputs(a, &s->problem, d) != 0)
         return CLI_EXIT_FAIL;
@@ -413,7 +433,8 @@ int cli_cmd_run(int argc, char **argv)
         "Runs one attention forward pass O = softmax(Q K^T * scale) V and reports its time,\n"
         "throughput and peak device memory. Inputs are random (seeded) or --q/--k/--v .npy\n"
         "files (float32 or float16, C order, [batch, heads, seq, head_dim]). --check compares O\n"
-        "with the CPU golden backend and fails when max|O - ref| > atol + rtol * max|ref|."};
+        "with the CPU golden backend and fails when max|O - ref| > atol + rtol * max|ref| or\n"
+        "when they disagree on NaN or infinity (NaN where the reference has NaN agrees)."};
     run_args a;
     run_data d;
     cli_session s;

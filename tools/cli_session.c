@@ -29,7 +29,7 @@ int cli_session_open(cli_session *s, fa_backend backend, int device, const fa_pr
         return CLI_EXIT_FAIL;
     st = fa_plan_create(s->ctx, p, &s->plan);
     if (st != FA_STATUS_OK)
-        return cli_lib_error(st, s->ctx, NULL);
+        return cli_plan_error(st, s->ctx, p);
     s->problem = *fa_plan_problem(s->plan);
     return 0;
 }

@@ -7,6 +7,8 @@
 #include "cli_common.h"
 
 #include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,6 +61,72 @@ void cli_tensor_round(cli_tensor *t, fa_dtype dtype)
     else if (dtype == FA_DTYPE_BF16)
         for (i = 0; i < t->count; i++)
             t->data[i] = fa_bf16_to_f32(fa_f32_to_bf16(t->data[i]));
+}
+
+/* Whether two values agree as far as NaN and infinity go (both finite counts as agreeing). */
+static int same_non_finite(double x, double r)
+{
+    if (isfinite(x) && isfinite(r))
+        return 1;
+    return (isnan(x) && isnan(r)) || x == r;
+}
+
+void cli_tensor_compare(const cli_tensor *o, const cli_tensor *ref, cli_compare *out)
+{
+    double num = 0.0, den = 0.0;
+    size_t i;
+    memset(out, 0, sizeof *out);
+    for (i = 0; i < ref->count; i++) {
+        double x = o->data[i], r = ref->data[i], e;
+        if (!same_non_finite(x, r)) {
+            if (out->mismatches++ == 0) {
+                out->first = i;
+                out->first_x = o->data[i];
+                out->first_ref = ref->data[i];
+            }
+            continue;
+        }
+        if (isfinite(r) && fabs(r) > out->max_ref)
+            out->max_ref = fabs(r);
+        if (!isfinite(x))
+            continue; /* the same non-finite value on both sides */
+        e = fabs(x - r);
+        out->max_err = e > out->max_err ? e : out->max_err;
+        num += e * e;
+        den += r * r;
+    }
+    out->nmse = den > 0.0 ? num / den : num;
+}
+
+void cli_describe_mismatch(const cli_compare *c, const cli_tensor *ref, char *buf, size_t size)
+{
+    int64_t idx[4];
+    size_t rest = c->first;
+    int i;
+    for (i = 3; i >= 0; i--) {
+        idx[i] = ref->shape[i] > 0 ? (int64_t)(rest % (size_t)ref->shape[i]) : 0;
+        rest = ref->shape[i] > 0 ? rest / (size_t)ref->shape[i] : rest;
+    }
+    snprintf(buf, size,
+             "%zu output%s disagree%s with the reference on NaN or infinity; the first, "
+             "O[%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "], is %g where the reference "
+             "is %g",
+             c->mismatches, c->mismatches == 1 ? "" : "s", c->mismatches == 1 ? "s" : "", idx[0],
+             idx[1], idx[2], idx[3], (double)c->first_x, (double)c->first_ref);
+}
+
+void cli_check_tolerance(fa_dtype dtype, double *atol, double *rtol)
+{
+    if (dtype == FA_DTYPE_F16) {
+        *atol = 2e-3;
+        *rtol = 2e-3;
+    } else if (dtype == FA_DTYPE_BF16) {
+        *atol = 1.6e-2;
+        *rtol = 1.6e-2;
+    } else {
+        *atol = 1e-5;
+        *rtol = 1e-5;
+    }
 }
 
 npy_dtype cli_npy_dtype(fa_dtype dtype)

@@ -35,6 +35,35 @@ void cli_tensor_fill_random(cli_tensor *t, uint64_t *state);
 /* Rounds every value to the nearest value of dtype (a no-op for f32). */
 void cli_tensor_round(cli_tensor *t, fa_dtype dtype);
 
+/*
+ * Comparing an output with a reference (`run --check`, bench's err columns). Two non-finite
+ * values agree when they are the same: NaN and NaN (the library gives NaN in a row whose scores
+ * hold NaN or +inf, on every backend), +inf and +inf, -inf and -inf. Any other pair with a
+ * non-finite value is a mismatch, whatever the tolerance.
+ */
+typedef struct cli_compare {
+    double max_err;    /* max |x - ref| where both are finite */
+    double max_ref;    /* max |ref| where it is finite */
+    double nmse;       /* sum (x - ref)^2 / sum ref^2 where both are finite */
+    size_t mismatches; /* elements that disagree on NaN or infinity */
+    size_t first;      /* the first of them (when mismatches > 0) */
+    float first_x, first_ref;
+} cli_compare;
+
+/* Compares o with ref (the same shape). */
+void cli_tensor_compare(const cli_tensor *o, const cli_tensor *ref, cli_compare *out);
+/*
+ * "3 outputs disagree with the reference on NaN or infinity; the first, O[0, 1, 5, 2], is nan
+ * where the reference is 0.25" into buf (shape from ref).
+ */
+void cli_describe_mismatch(const cli_compare *c, const cli_tensor *ref, char *buf, size_t size);
+/*
+ * The check's tolerance: max |O - ref| <= atol + rtol * max |ref|. f32 matches the tests' rule;
+ * f16 and bf16 allow for the rounding of O itself to the storage type (2^-11 and 2^-8 relative,
+ * with headroom for the different accumulation order of a tiled kernel).
+ */
+void cli_check_tolerance(fa_dtype dtype, double *atol, double *rtol);
+
 /* The file element type used to store values of dtype: '<f2' for f16, '<f4' otherwise. */
 npy_dtype cli_npy_dtype(fa_dtype dtype);
 /*

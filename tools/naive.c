@@ -10,6 +10,9 @@
  */
 #include "naive.h"
 
+#include "cli_common.h"
+#include "cli_memory.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -127,7 +130,8 @@ static fa_status pack_image(const cli_tensor *t, fa_dtype dtype, void **img, cha
 
 static fa_status cpu_error(naive_attn *n, fa_status st, char *why, size_t why_size)
 {
-    return naive_fail(st, why, why_size, "naive cpu: %s", fa_context_last_error(n->ctx));
+    return naive_fail(st, why, why_size, "naive cpu: %s",
+                      cli_status_detail(st, fa_context_last_error(n->ctx)));
 }
 
 static fa_status cpu_alloc_scratch(naive_attn *n, char *why, size_t why_size)
@@ -156,9 +160,19 @@ fa_status naive_create_cpu(naive_attn **out, fa_context *ctx, const naive_proble
                            size_t why_size)
 {
     size_t esz = fa_dtype_size(p->dtype);
+    const char *source = "";
+    uint64_t host = cli_host_memory_available(&source);
     naive_attn *n;
     fa_status st = naive_check_size(p, 0, "", why, why_size);
     *out = NULL;
+    /* The cpu backend's buffers are host memory: a size over what is available would be
+     * granted by overcommit and the process killed while filling it. */
+    if (st == FA_STATUS_OK && host != 0 && naive_total_bytes(p) > host)
+        st = naive_fail(FA_STATUS_OUT_OF_MEMORY, why, why_size,
+                        "naive buffers need %llu bytes, more than the %llu bytes of host memory "
+                        "available (%s)",
+                        (unsigned long long)naive_total_bytes(p), (unsigned long long)host,
+                        source);
     if (st != FA_STATUS_OK)
         return st;
     n = calloc(1, sizeof *n);

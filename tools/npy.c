@@ -233,6 +233,26 @@ static const char *cur_dict(npy_cursor *c, npy_array *a, char *descr, int *fortr
     return NULL;
 }
 
+/*
+ * Copies text from a file into out for a message: printable ASCII as is, a backslash doubled,
+ * anything else as \xNN, so a header cannot put control characters (terminal escapes) on the
+ * user's screen. out needs 4 bytes per input byte plus 1.
+ */
+static void escape_text(const char *s, char *out, size_t cap)
+{
+    size_t n = 0;
+    for (; *s && n + 5 <= cap; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '\\')
+            n += (size_t)snprintf(out + n, cap - n, "\\\\");
+        else if (ch >= 0x20 && ch < 0x7f)
+            out[n++] = (char)ch;
+        else
+            n += (size_t)snprintf(out + n, cap - n, "\\x%02x", ch);
+    }
+    out[n] = '\0';
+}
+
 /* ---- parse ------------------------------------------------------------------------------- */
 
 /* Magic, version and header length: sets *header_start and *header_len within buf. */
@@ -322,7 +342,9 @@ int npy_parse(const unsigned char *buf, size_t len, npy_array *out, size_t *data
     } else if (strcmp(descr, "<f2") == 0) {
         a.dtype = NPY_F16;
     } else {
-        set_err(err, err_size, "unsupported dtype '%s' (want '<f4' or '<f2')", descr);
+        char shown[4 * NPY_DESCR_CAP];
+        escape_text(descr, shown, sizeof shown);
+        set_err(err, err_size, "unsupported dtype '%s' (want '<f4' or '<f2')", shown);
         return -1;
     }
     if (fortran) {

@@ -27,8 +27,13 @@ pass() { PASSED=$((PASSED + 1)); echo "PASS $1"; }
 fail() { FAILED=$((FAILED + 1)); echo "FAIL $1: $2"; }
 
 # fa ARGS...: runs the CLI; sets RC, and leaves stdout in $TMP/out and stderr in $TMP/err.
+# With LIMIT=S set, a run that takes longer than S seconds is stopped (exit 124).
 fa() {
-    "$FA" "$@" >"$TMP/out" 2>"$TMP/err"
+    if [ -n "${LIMIT:-}" ]; then
+        timeout "$LIMIT" "$FA" "$@" >"$TMP/out" 2>"$TMP/err"
+    else
+        "$FA" "$@" >"$TMP/out" 2>"$TMP/err"
+    fi
     RC=$?
 }
 
@@ -132,7 +137,7 @@ expect_stdout "plan prints work-groups" '^work-groups +[1-9]' plan --backend cpu
 expect_stdout "plan gqa causal f16" '^problem .*heads 8 \(kv 2\).*f16.*mask bottom-right' \
     plan --backend cpu --seq 100 --seq-k 300 --heads 8 --heads-kv 2 --dim 80 --dtype f16 \
     --causal bottom-right
-expect_error "plan head_dim too large" 1 '^flashattn: FA_STATUS_UNSUPPORTED_HEAD_DIM: ' \
+expect_error "plan head_dim too large" 2 '--dim: 1000 is out of range \(1\.\.256\)' \
     plan --backend cpu --dim 1000
 expect_error "plan heads mismatch" 1 '^flashattn: FA_STATUS_HEADS_MISMATCH: ' \
     plan --backend cpu --heads 8 --heads-kv 3
@@ -227,6 +232,10 @@ bad_q "empty file" 'bad magic' "$M/empty.npy"
 bad_q "bad magic" 'bad magic' "$M/magic.npy"
 make_npy "$M/f8.npy" 1 "$(dict '<f8' False '(2, 4, 33, 24)')" $((2 * 4 * 33 * 24 * 8))
 bad_q "dtype <f8" "unsupported dtype '<f8'" "$M/f8.npy"
+make_npy "$M/esc.npy" 1 "$(dict $'\x1b[31m\x01' False '(2, 4, 33, 24)')" 64
+bad_q "dtype with control bytes, escaped" "unsupported dtype '\\\\x1b\\[31m\\\\x01'" "$M/esc.npy"
+if grep -q $'\x1b' "$TMP/err"; then fail "npy descr: no raw escape byte" "stderr holds ESC"
+else pass "npy descr: no raw escape byte"; fi
 make_npy "$M/be.npy" 1 "$(dict '>f4' False '(2, 4, 33, 24)')" $((2 * 4 * 33 * 24 * 4))
 bad_q "dtype >f4" "unsupported dtype '>f4'" "$M/be.npy"
 make_npy "$M/fortran.npy" 1 "$(dict '<f4' True '(2, 4, 33, 24)')" $((2 * 4 * 33 * 24 * 4))
@@ -291,8 +300,25 @@ expect_stdout "bench header device" '^# device +cpu, device 0: ' "${BENCH[@]}" -
 expect_stdout "bench cpu table row" \
     '^cpu +f32 +none +16 +32 \| +[0-9.]+ +[0-9.-]+ +[0-9.]+K \| +[0-9.]+ +[0-9.-]+ +[0-9.]+K \| +[0-9.]+x +[0-9.]+x \| ref +[0-9.]+e' \
     "${BENCH[@]}" --backend cpu
-expect_stdout "bench causal f16" '^cpu +f16 +causal +16 +16 \|' \
-    "${BENCH[@]}" --backend cpu --dtype f16 --causal
+expect_stdout "bench causal f16" '^cpu +f16 +top-left +16 +16 \|' \
+    "${BENCH[@]}" --backend cpu --dtype f16 --causal top-left
+# One spelling of the masks everywhere: run's --causal ALIGN, bench's --causal ALIGN and --mask
+# none,top-left,bottom-right, and the same words in the table and the CSV.
+expect_stdout "bench causal bottom-right" '^cpu +f32 +bottom-right +16 +32 \|' \
+    "${BENCH[@]}" --backend cpu --causal bottom-right
+fa "${BENCH[@]}" --backend cpu --mask none,top-left,bottom-right --csv "$TMP/masks.csv"
+# The mask is the 5th field: the 2nd (the device) is quoted but holds exactly one comma.
+masks=$(cut -d, -f5 "$TMP/masks.csv" | sed 1d | sort -u | tr '\n' ' ')
+if [ "$RC" -eq 0 ] && [ "$masks" = 'bottom-right none top-left ' ]; then
+    pass "bench csv mask names"
+else
+    fail "bench csv mask names" "exit $RC, masks: $masks"
+fi
+expect_error "bench mask causal is not a spelling" 2 \
+    "unknown mask 'causal' \(none, top-left, bottom-right\)" \
+    "${BENCH[@]}" --backend cpu --mask causal
+expect_error "bench causal needs its alignment" 2 '--causal needs a value' \
+    "${BENCH[@]}" --backend cpu --causal --repeat 3
 
 # The CSV: the header, then one row per point (the quoted device name holds commas).
 csv_check() { # csv_check NAME FILE ROWS
@@ -349,6 +375,34 @@ if command -v gnuplot >/dev/null 2>&1; then
     else
         fail "bench plot png" "exit $RC, $(first_err)"
     fi
+    # The figure reads alone: each path and baseline named in the legend, every device in the
+    # title (an SVG is text, so the words can be checked).
+    fa "${BENCH[@]}" --backend all --plot "$TMP/bench.svg"
+    if [ "$RC" -ne 0 ] || [ ! -s "$TMP/bench.svg" ]; then
+        fail "bench plot svg" "exit $RC, $(first_err)"
+    elif ! grep -q 'cpu flash (fp64 golden reference' "$TMP/bench.svg" ||
+        ! grep -q 'cpu naive (plain f32 C loop)' "$TMP/bench.svg"; then
+        fail "bench plot svg" "the legend does not say what the cpu paths are"
+    elif grep -q 'and others' "$TMP/bench.svg" || ! grep -q 'cpu, device 0: ' "$TMP/bench.svg"; then
+        fail "bench plot svg" "the title does not name every device"
+    elif "$FA" devices 2>/dev/null | grep -Eq '^opencl: [1-9]' &&
+        ! grep -q 'opencl naive (untuned reference kernels)' "$TMP/bench.svg"; then
+        fail "bench plot svg" "the legend does not say the OpenCL naive kernels are untuned"
+    else
+        pass "bench plot svg"
+    fi
+    # A one-point sweep draws without gnuplot's "empty x range" warnings.
+    fa "${BENCH[@]}" --seq-list 32 --backend cpu --plot "$TMP/one.png"
+    if [ "$RC" -eq 0 ] && [ -s "$TMP/one.png" ] && [ ! -s "$TMP/err" ]; then
+        pass "bench plot one point"
+    else
+        fail "bench plot one point" "exit $RC, stderr: $(first_err)"
+    fi
+    # An unwritable --plot fails before the sweep (no table), in one line.
+    expect_error "bench unwritable plot" 1 'no/such/dir/b.png: cannot create the plot' \
+        "${BENCH[@]}" --backend cpu --plot "$TMP/no/such/dir/b.png"
+    if [ -s "$TMP/out" ]; then fail "bench unwritable plot: before the sweep" "a table was printed"
+    else pass "bench unwritable plot: before the sweep"; fi
 else
     echo "SKIP bench plot png: no gnuplot"
 fi
@@ -367,7 +421,7 @@ expect_error "bench dim 300" 2 'out of range' bench --dim 64,300
 expect_error "bench bad backend" 2 "unknown backend 'tpu'" bench --backend tpu
 expect_error "bench bad dtype" 2 "unknown dtype 'f64'" bench --dtype f32,f64
 expect_error "bench bad mask" 2 "unknown mask 'diagonal'" bench --mask diagonal
-expect_error "bench causal and mask" 2 'go together only' bench --causal --mask none
+expect_error "bench causal and mask" 2 'go together only' bench --causal top-left --mask none
 expect_error "bench max-seconds 0" 2 'positive' bench --max-seconds 0
 expect_error "bench repeat 0" 2 'out of range' bench --repeat 0
 expect_error "bench naive-max-bytes -1" 2 'not a non-negative' bench --naive-max-bytes -1
@@ -391,6 +445,11 @@ expect_error "scale 1e999" 2 'out of range' run --scale 1e999
 expect_error "missing value" 2 'needs a value' run --seq
 expect_error "unknown option" 2 "unknown option '--frobnicate'" run --frobnicate 3
 expect_error "flag with a value" 2 'takes no value' run --check=yes
+expect_error "value missing before an option" 2 '--causal needs a value' run --causal --check
+# The options' ranges are the library's limits, not INT32_MAX.
+expect_error "dim 0" 2 '--dim: 0 is out of range \(1\.\.256\)' run --backend cpu --dim 0
+expect_error "heads 0" 2 '--heads: 0 is out of range \(1\.\.' run --backend cpu --heads 0
+expect_error "heads-kv 0" 2 '--heads-kv: 0 is out of range \(1\.\.' run --backend cpu --heads-kv 0
 expect_error "positional argument" 2 "unexpected argument 'extra'" run extra
 expect_error "bad backend" 2 "unknown backend 'tpu'" run --backend tpu
 expect_error "bad dtype" 2 "unknown dtype 'f64'" run --dtype f64
@@ -401,7 +460,7 @@ expect_error "devices unknown option" 2 "unknown option" devices --all
 # ---- library errors: "flashattn: FA_STATUS_X: message", exit 1 ------------------------------
 expect_error "run heads mismatch" 1 '^flashattn: FA_STATUS_HEADS_MISMATCH: ' \
     run --backend cpu --heads 8 --heads-kv 3
-expect_error "run head_dim 300" 1 '^flashattn: FA_STATUS_UNSUPPORTED_HEAD_DIM: ' \
+expect_error "run head_dim 300" 2 '--dim: 300 is out of range \(1\.\.256\)' \
     run --backend cpu --dim 300
 expect_error "run scale nan" 1 '^flashattn: FA_STATUS_INVALID_SCALE: ' \
     run --backend cpu --scale nan
@@ -409,6 +468,70 @@ expect_error "run bad device" 1 '^flashattn: FA_STATUS_DEVICE_NOT_FOUND: ' \
     run --backend cpu --device 7
 expect_error "run huge problem" 1 '^flashattn: ' \
     run --backend cpu --batch 2000000000 --heads 2000000000 --seq 2000000000 --dim 64
+
+# The status name once: "flashattn: FA_STATUS_X: message", not "FA_STATUS_X: FA_STATUS_X: ...".
+status_once() { # status_once NAME ARGS...: one FA_STATUS_ word on stderr
+    local name=$1
+    shift
+    fa "$@"
+    if [ "$RC" -ne 1 ]; then
+        fail "$name" "exit $RC, want 1: $(first_err)"
+    elif [ "$(grep -o 'FA_STATUS_[A-Z_]*' "$TMP/err" | wc -l | tr -d ' ')" != 1 ]; then
+        fail "$name" "stderr '$(first_err)' names the status more than once"
+    else
+        pass "$name"
+    fi
+}
+status_once "status once: heads mismatch" run --backend cpu --heads 8 --heads-kv 3
+status_once "status once: scale nan" run --backend cpu --scale nan
+status_once "status once: plan" plan --backend cpu --heads 8 --heads-kv 3
+FLASHATTN_BLOCK_R=abc status_once "status once: FLASHATTN_BLOCK_R=abc" run --backend cpu
+
+# A tile override that cannot fit is named as requested, not as clamped to the sequence.
+BIG_TILES=(plan --backend cpu --seq 3000 --dim 256)
+expect_error "override named as requested" 1 \
+    'INVALID_TILE: .*; requested Br = 5000 \(--block-r\), Bc = 5000 \(--block-c\)$' \
+    "${BIG_TILES[@]}" --block-r 5000 --block-c 5000
+FLASHATTN_BLOCK_R=5000 FLASHATTN_BLOCK_C=5000 expect_error "env override named as requested" 1 \
+    'requested Br = 5000 \(FLASHATTN_BLOCK_R\), Bc = 5000 \(FLASHATTN_BLOCK_C\)$' "${BIG_TILES[@]}"
+
+# ---- sizes past this machine's memory: one line with the numbers, at once -------------------
+# 1e9 rows of 64 floats is terabytes: past any host; before the check it was OOM-killed (with
+# overcommit) or failed in calloc with no numbers.
+LIMIT=20
+expect_error "run too large for host memory" 1 \
+    'the run needs [0-9]+ B \([0-9.]+ TiB\) of host memory, more than the [0-9]+ B .* available' \
+    run --backend cpu --seq 1000000000
+expect_error "bench too large for host memory" 1 \
+    'seq 1000000000: the point needs [0-9]+ B .* of host memory, more than .* available.*neither' \
+    bench --backend cpu --seq-list 1000000000 --dim 16 --heads 2 --repeat 1 --quiet
+if grep -Eq '^cpu +f32 +none +16 1000000000 \| +OOM .*\| +OOM ' "$TMP/out" &&
+    grep -q '^# FAILED: ' "$TMP/out"; then
+    pass "bench host OOM row says OOM"
+else
+    fail "bench host OOM row says OOM" "row: $(grep '^cpu' "$TMP/out")"
+fi
+if "$FA" devices 2>/dev/null | grep -Eq '^opencl: [1-9]'; then
+    expect_error "run too large for the device" 1 \
+        'the run needs [0-9]+ B .* of (device|host) memory, more than the [0-9]+ B' \
+        run --backend opencl --seq 100000000
+fi
+unset LIMIT
+
+# ---- NaN: the same NaN in O and in the reference is agreement -------------------------------
+# Q row 0 starts with a NaN, so row 0 of O is NaN on every backend (both sides of --check).
+N=$TMP/nan
+mkdir -p "$N"
+make_npy "$N/q.npy" 1 "$(dict '<f4' False '(1, 1, 4, 8)')" 0
+{ printf '\x00\x00\xc0\x7f'; head -c $((31 * 4)) /dev/zero; } >>"$N/q.npy"
+make_npy "$N/k.npy" 1 "$(dict '<f4' False '(1, 1, 4, 8)')" $((32 * 4))
+cp "$N/k.npy" "$N/v.npy"
+expect_stdout "check: NaN where the reference has NaN" '^check +PASS' \
+    run --backend cpu --q "$N/q.npy" --k "$N/k.npy" --v "$N/v.npy" --check
+if "$FA" devices 2>/dev/null | grep -Eq '^opencl: [1-9]'; then
+    expect_stdout "check opencl: NaN where the reference has NaN" '^check +PASS' \
+        run --backend opencl --q "$N/q.npy" --k "$N/k.npy" --v "$N/v.npy" --check
+fi
 
 echo "$PASSED passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]
