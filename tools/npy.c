@@ -299,20 +299,25 @@ static int parse_preamble(const unsigned char *buf, size_t len, size_t *header_s
     return 0;
 }
 
-/* Element count of the shape, overflow-checked so that count * elem fits in size_t. */
-static int shape_count(const npy_array *a, size_t elem, size_t *count, char *err, size_t err_size)
+/* Element count of a shape, the one rule of the reader and the writer: every dimension and the
+ * product must fit in size_t as floats (the in-memory form of both dtypes), so a shape that
+ * npy_read accepts npy_write accepts too, whatever the order of its dimensions or a zero in it. */
+static int shape_count(int rank, const int64_t *shape, size_t *count)
 {
+    const size_t cap = SIZE_MAX / sizeof(float);
     size_t n = 1;
-    int r;
-    for (r = 0; r < a->rank; r++) {
-        uint64_t d = (uint64_t)a->shape[r];
-        if (d > SIZE_MAX || (d != 0 && n > SIZE_MAX / elem / (size_t)d)) {
-            set_err(err, err_size, "shape is too large (its size overflows)");
+    int r, zero = 0;
+    for (r = 0; r < rank; r++) {
+        if (shape[r] < 0 || (uint64_t)shape[r] > cap)
             return -1;
-        }
-        n *= (size_t)d;
+        zero |= shape[r] == 0;
     }
-    *count = n;
+    for (r = 0; r < rank && !zero; r++) {
+        if (n > cap / (size_t)shape[r])
+            return -1;
+        n *= (size_t)shape[r];
+    }
+    *count = zero ? 0 : n;
     return 0;
 }
 
@@ -351,8 +356,10 @@ int npy_parse(const unsigned char *buf, size_t len, npy_array *out, size_t *data
         set_err(err, err_size, "fortran_order is True (only C order is supported)");
         return -1;
     }
-    if (shape_count(&a, npy_elem_size(a.dtype), &count, err, err_size) != 0)
+    if (shape_count(a.rank, a.shape, &count) != 0) {
+        set_err(err, err_size, "shape is too large (its size overflows)");
         return -1;
+    }
     need = count * npy_elem_size(a.dtype);
     have = len - hstart - hlen;
     if (have != need) {
@@ -527,20 +534,17 @@ int npy_write(const char *path, npy_dtype dtype, int rank, const int64_t *shape,
               const float *values, char *err, size_t err_size)
 {
     char hdr[512];
-    size_t hlen, count = 1;
+    size_t hlen, count;
     FILE *f;
-    int r, bad;
+    int bad;
 
     if (rank < 0 || rank > NPY_MAX_RANK) {
         set_err(err, err_size, "cannot write rank %d", rank);
         return -1;
     }
-    for (r = 0; r < rank; r++) {
-        if (shape[r] < 0 || (shape[r] != 0 && count > SIZE_MAX / 4 / (uint64_t)shape[r])) {
-            set_err(err, err_size, "cannot write: bad or too large shape");
-            return -1;
-        }
-        count *= (size_t)shape[r];
+    if (shape_count(rank, shape, &count) != 0) {
+        set_err(err, err_size, "cannot write: bad or too large shape");
+        return -1;
     }
     if (build_header(dtype, rank, shape, hdr, sizeof hdr, &hlen) != 0) {
         set_err(err, err_size, "cannot write: header too long");

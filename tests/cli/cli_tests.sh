@@ -249,7 +249,7 @@ bad_q "shape overflows size_t" 'too large' "$M/overflow.npy"
 make_npy "$M/overflow64.npy" 1 "$(dict '<f4' False '(99999999999999999999, 1, 1, 1)')" 64
 bad_q "dimension past 64 bits" '64 bits' "$M/overflow64.npy"
 make_npy "$M/zero_huge.npy" 1 "$(dict '<f4' False '(0, 4611686018427387904, 1, 1)')" 0
-bad_q "empty but huge dimension" 'more than' "$M/zero_huge.npy"
+bad_q "empty but huge dimension" 'too large' "$M/zero_huge.npy"
 make_npy "$M/negative.npy" 1 "$(dict '<f4' False '(2, -4, 33, 24)')" 64
 bad_q "negative dimension" 'non-negative' "$M/negative.npy"
 make_npy "$M/absurd.npy" 2 "$(dict '<f4' False '(2, 4, 33, 24)')" 0 4294967280

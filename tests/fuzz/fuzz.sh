@@ -5,6 +5,7 @@
 #   tests/fuzz/fuzz.sh [BUILD_DIR]          (default build-fuzz/)
 #   FLASHATTN_FUZZ_SECONDS=N                seconds per harness (default 20)
 #   FLASHATTN_FUZZ_ONLY="npy cli"           a subset of the harnesses: npy problem cli
+#   FLASHATTN_FUZZ_SEED=N                   libFuzzer's seed (default 1; 0 = a random one)
 #
 # Each harness starts from its seed corpus, tests/fuzz/corpus/NAME/ (read only), and what
 # earlier runs found, BUILD_DIR/corpus/NAME/ (where new inputs go). A crash or a violated
@@ -16,6 +17,10 @@ set -eu
 cd "$(dirname "$0")/../.."
 build=${1:-build-fuzz}
 secs=${FLASHATTN_FUZZ_SECONDS:-20}
+# A fixed seed makes a run from a fresh tree try the same inputs in the same order on every
+# machine, so what CI finds, a developer finds with the same command; longer or random-seeded
+# runs are for hunting.
+seed=${FLASHATTN_FUZZ_SEED:-1}
 names=${FLASHATTN_FUZZ_ONLY:-npy problem cli}
 cc=${FLASHATTN_FUZZ_CC:-clang}
 # A halting sanitizer report is a failure; test.sh sets these too (with leak suppressions).
@@ -53,7 +58,7 @@ declare -A max_len=([npy]=4096 [problem]=128 [cli]=1024)
 run_one() {
     local name=$1 bin=$build/tests/fuzz/fuzz_$1 corpus=$build/corpus/$1
     local crashes=$build/crashes/$1 log=$build/fuzz_$1.log rc=0
-    local opts=(-max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
+    local opts=(-max_total_time="$secs" -seed="$seed" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
         -max_len="${max_len[$name]}" -artifact_prefix="$crashes/")
     [ -f "tests/fuzz/$name.dict" ] && opts+=(-dict="tests/fuzz/$name.dict")
     # The CLI prints usage errors for almost every input; libFuzzer keeps its own report.
