@@ -95,6 +95,14 @@ typedef enum fa_backend {
 FA_API const char *fa_backend_name(fa_backend backend);
 /* Parses a name as above (case-insensitive). FA_STATUS_INVALID_ARGUMENT for an unknown one. */
 FA_API fa_status fa_backend_from_name(const char *name, fa_backend *out);
+/*
+ * The backends this library knows, built in or not, in the order FA_BACKEND_AUTO tries them
+ * (fastest first: cuda, opencl, cpu): fa_backend_at(i) for i in [0, fa_backend_count()), and
+ * FA_BACKEND_AUTO for an index outside that range. fa_backend_device_count tells whether one is
+ * built in and has a device.
+ */
+FA_API int fa_backend_count(void);
+FA_API fa_backend fa_backend_at(int index);
 
 typedef enum fa_dtype {
     FA_DTYPE_F32 = 0, /* IEEE binary32 */
@@ -208,6 +216,18 @@ typedef struct fa_context_options {
  */
 FA_API fa_status fa_context_create(fa_context **out, const fa_context_options *opts, char *why,
                                    size_t why_size);
+/*
+ * Creates a planning-only context: the known properties of an architecture stand in for a device
+ * this machine need not have ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90" on FA_BACKEND_CUDA), so
+ * fa_plan_create, the plan queries and fa_plan_explain answer as on that device. No kernel is
+ * built; buffers and fa_forward return FA_STATUS_BACKEND_UNAVAILABLE.
+ * Returns FA_STATUS_NULL_POINTER (out or arch NULL), INVALID_ARGUMENT (an unknown architecture;
+ * why lists the known ones, or a value that is not a backend), UNSUPPORTED (a backend with no
+ * known architectures: cpu, opencl), BACKEND_UNAVAILABLE (not built in) or OUT_OF_MEMORY. On
+ * failure *out is NULL and the reason is in `why` when given.
+ */
+FA_API fa_status fa_context_create_planning(fa_context **out, fa_backend backend,
+                                            const char *arch, char *why, size_t why_size);
 /* Destroys a context. Buffers and plans made from it must be destroyed first. NULL is a no-op. */
 FA_API void fa_context_destroy(fa_context *ctx);
 /* The backend the context runs on (never FA_BACKEND_AUTO). */

@@ -96,18 +96,18 @@ static fa_status resolve_env(fa_backend *backend, int *device, char *why, size_t
  */
 static fa_backend pick_backend(char *note, size_t note_size)
 {
-    const fa_backend order[] = {FA_BACKEND_CUDA, FA_BACKEND_OPENCL};
-    fa_backend picked = FA_BACKEND_CPU;
+    fa_backend picked = FA_BACKEND_CPU; /* the golden is always built in and has its device */
     fa__format(note, note_size, "auto: ");
-    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+    for (int i = 0; i < fa_backend_count(); i++) {
+        fa_backend b = fa_backend_at(i);
         int n = 0;
         char why[512] = "";
-        fa_status st = fa_backend_device_count(order[i], &n, why, sizeof why);
+        fa_status st = fa_backend_device_count(b, &n, why, sizeof why);
         if (st == FA_STATUS_OK && n > 0) {
-            picked = order[i];
+            picked = b;
             break;
         }
-        fa__append(note, note_size, "%s skipped (%s: %s); ", fa_backend_name(order[i]),
+        fa__append(note, note_size, "%s skipped (%s: %s); ", fa_backend_name(b),
                    fa_status_name(st), why[0] ? why : "no device");
     }
     fa__append(note, note_size, "picked %s", fa_backend_name(picked));
@@ -178,6 +178,35 @@ fa_status fa_context_create(fa_context **out, const fa_context_options *opts, ch
     if (st == FA_STATUS_OK)
         fa__format((*out)->backend_note, sizeof (*out)->backend_note, "%s", note);
     return st;
+}
+
+fa_status fa_context_create_planning(fa_context **out, fa_backend backend, const char *arch,
+                                     char *why, size_t why_size)
+{
+    fa__format(why, why_size, "%s", "");
+    if (!out)
+        return FA_STATUS_NULL_POINTER;
+    *out = NULL;
+    if (!arch) {
+        fa__format(why, why_size, "the architecture is NULL");
+        return FA_STATUS_NULL_POINTER;
+    }
+    fa_status st = FA_STATUS_OK;
+    const fa__backend_ops *ops = ops_or_reason(backend, why, why_size, &st);
+    if (!ops)
+        return st;
+    if (!ops->arch_props) {
+        fa__format(why, why_size, "the %s backend knows no architectures to plan for",
+                   fa_backend_name(backend));
+        return FA_STATUS_UNSUPPORTED;
+    }
+    fa_device_props props;
+    memset(&props, 0, sizeof props);
+    st = ops->arch_props(arch, &props, why, why_size);
+    if (st != FA_STATUS_OK)
+        return st;
+    /* No backend state: every device operation of this context reports that it has no device. */
+    return fa__context_adopt(out, ops, -1, NULL, &props, why, why_size);
 }
 
 void fa_context_destroy(fa_context *ctx)

@@ -12,22 +12,62 @@
 #include <stdarg.h>
 #include <stdbool.h>
 
+/* ---- operations ------------------------------------------------------------------------- */
+
+/*
+ * What a plan computes. Each op names its on-chip formula, its tensors and its launches
+ * (src/ops.c); a backend supports an op by running its launches. New ops are appended (the
+ * backward, split-KV forward + combine, paged and varlen variants).
+ */
+typedef enum fa__op {
+    FA__OP_FORWARD = 0, /* O, LSE = softmax(scale * Q K^T + mask) V: one launch, flash_fwd */
+    FA__OP_COUNT
+} fa__op;
+
+/* The tensors a launch may bind, in one numbering for every op; new ones are appended. */
+typedef enum fa__tensor {
+    FA__TENSOR_Q = 0,
+    FA__TENSOR_K,
+    FA__TENSOR_V,
+    FA__TENSOR_O,
+    FA__TENSOR_LSE,
+    FA__TENSOR_COUNT
+} fa__tensor;
+
+/*
+ * On-chip bytes one work-group holds, as a function of the tiles:
+ *   (row_tiles * Br * d + col_tiles * Bc * d) * elem + score_tiles * Br * Bc * 4
+ * with elem the storage size and score tiles in f32.
+ */
+typedef struct fa__onchip_formula {
+    uint32_t row_tiles;   /* Br x d tiles in the storage type (forward: Q) */
+    uint32_t col_tiles;   /* Bc x d tiles in the storage type (forward: K and V) */
+    uint32_t score_tiles; /* Br x Bc f32 tiles (forward: S; 0 when the kernel keeps S in
+                             registers) */
+    const char *what;     /* the tiles, named for the explanation */
+} fa__onchip_formula;
+
 /* ---- planner (src/planner.c): a pure function of (device props, rules, problem) ---------- */
 
-/* What a backend's kernel asks of a plan, beyond the device's props. */
+/* What a backend's kernel for an op asks of a plan, beyond the device's props. The core fills
+ * `onchip` with the op's formula before the backend's plan_rules sees it. */
 typedef struct fa__plan_rules {
     uint32_t items_per_row; /* work-items per query row; 0: work-group size is 1 (CPU) */
     uint32_t tile_multiple; /* Br and Bc above it are rounded down to a multiple of it (>= 1) */
     uint32_t max_block_c;   /* 0: no limit; else the kernel's largest Bc */
     uint32_t max_block_r;   /* 0: no limit; else the kernel's largest Br */
-    bool scores_in_registers; /* the kernel keeps S in registers: no f32 S tile on chip */
+    fa__onchip_formula onchip;
+    int32_t mma;            /* the kernel's tensor-core path (CUDA, 1); 0: its default path */
+    int32_t row_lanes;      /* lanes that share one query row in the kernel (CUDA's TPR);
+                               0: items_per_row */
+    const char *path_note;  /* why that path, for the explanation; NULL: nothing to say */
 } fa__plan_rules;
 
 typedef struct fa__tiles {
     int32_t block_r;         /* Br */
     int32_t block_c;         /* Bc */
     int32_t work_group_size; /* work-items per work-group */
-    uint64_t sram_bytes;     /* (Br*d + 2*Bc*d) * elem + Br*Bc*4 */
+    uint64_t sram_bytes;     /* the op's on-chip formula at (Br, Bc) */
 } fa__tiles;
 
 /*
@@ -38,10 +78,47 @@ typedef struct fa__tiles {
 fa_status fa__plan_tiles(const fa_device_props *dev, const fa__plan_rules *rules,
                          const fa_problem *p, fa__tiles *out, char *explain, size_t explain_size,
                          char *why, size_t why_size);
-/* (Br*d + 2*Bc*d) * elem + Br*Bc*s_elem: the Q, K, V tiles and the S tile (s_elem 4, f32; 0
- * when the kernel keeps S in registers). */
-uint64_t fa__tile_bytes(int64_t block_r, int64_t block_c, int64_t head_dim, size_t elem,
-                        size_t s_elem);
+/* The on-chip formula at (Br, Bc, d) for a storage size elem. */
+uint64_t fa__tile_bytes(const fa__onchip_formula *f, int64_t block_r, int64_t block_c,
+                        int64_t head_dim, size_t elem);
+
+/* ---- launches (src/ops.c) ---------------------------------------------------------------- */
+
+/*
+ * How a launch's kernel is specialised. fa__variant_defines spells it as compiler definitions,
+ * the one place that does: the -D options of the OpenCL and CUDA builds and the key of their
+ * caches. Shape fields are copied from the launch's params, so the kernel's constants and its
+ * params cannot disagree.
+ */
+typedef struct fa__kernel_variant {
+    const char *entry;       /* the kernel function: "flash_fwd" */
+    int32_t head_dim;        /* HEAD_DIM */
+    int32_t block_r;         /* BLOCK_R: Br */
+    int32_t block_c;         /* BLOCK_C: Bc */
+    int32_t dtype;           /* DTYPE: fa_dtype */
+    int32_t mask;            /* MASK: fa_mask */
+    int32_t work_group_size; /* WG_SIZE: work-items per work-group */
+    int32_t row_lanes;       /* TPR: lanes that share one query row */
+    int32_t mma;             /* MMA: 1 = the tensor-core path (CUDA) */
+} fa__kernel_variant;
+
+/* Writes "<prefix>HEAD_DIM=64 <prefix>BLOCK_R=..." for a variant (prefix "-D " for OpenCL C,
+ * "-D" for NVRTC). */
+void fa__variant_defines(const fa__kernel_variant *v, const char *prefix, char *dst, size_t size);
+
+#define FA__MAX_LAUNCH_ARGS 8
+
+/* One kernel launch of a plan, complete at plan time: running it only binds buffers. */
+typedef struct fa__launch {
+    fa__kernel_variant variant;
+    uint64_t grid[3];        /* work-groups: x query tiles, y query heads, z batch */
+    uint64_t onchip_bytes;   /* dynamic on-chip (local / shared) memory of one work-group */
+    fa_kernel_params params; /* filled by fa_plan_create; has_lse is set per run */
+    fa__tensor args[FA__MAX_LAUNCH_ARGS]; /* the kernel's buffer arguments, in order; params
+                                             follow them */
+    int n_args;
+    void *backend_data;      /* the compiled kernel, owned by the context's cache */
+} fa__launch;
 
 /* ---- validation (src/problem.c) ---------------------------------------------------------- */
 
@@ -51,7 +128,7 @@ fa_status fa__problem_validate(fa_context *ctx, const fa_problem *p);
  * UINT64_MAX when that passes 2^60 (validation rejects such a layout: INVALID_STRIDE). */
 uint64_t fa__layout_extent(const fa_tensor_layout *t, int64_t batch, int64_t heads, int64_t seq,
                            int64_t head_dim);
-/* Fills the kernel params of a validated problem with its resolved scale. */
+/* Fills the kernel params of a validated problem with its resolved scale and Br. */
 void fa__kernel_params_fill(const fa_problem *p, int32_t block_r, bool has_lse,
                             fa_kernel_params *kp);
 /* The softmax scale the problem resolves to. */
@@ -59,12 +136,13 @@ float fa__problem_scale(const fa_problem *p);
 
 /* ---- backends ---------------------------------------------------------------------------- */
 
-#define FA__BACKEND_API_VERSION 1
+#define FA__BACKEND_API_VERSION 2
 
 /*
- * A backend: a table of functions. Slots marked optional may be NULL. New slots are only ever
- * appended. `state` is what context_open returned; buffer memory `mem` is what buffer_alloc
- * returned (a host pointer on the CPU backend, a cl_mem on OpenCL, ...).
+ * A backend: a table of functions, written with designated initializers. Slots marked optional
+ * may be NULL. New slots are only ever appended. `state` is what context_open returned; buffer
+ * memory `mem` is what buffer_alloc returned (a host pointer on the CPU backend, a cl_mem on
+ * OpenCL, ...).
  */
 typedef struct fa__backend_ops {
     int api_version;    /* FA__BACKEND_API_VERSION */
@@ -73,8 +151,10 @@ typedef struct fa__backend_ops {
     fa_status (*device_count)(int *count, char *why, size_t why_size);
     /* Properties of one device; DEVICE_NOT_FOUND for a bad index. */
     fa_status (*device_props)(int index, fa_device_props *out, char *why, size_t why_size);
-    /* The kernel's demands on a plan for this device and problem. */
-    void (*plan_rules)(const fa_device_props *dev, const fa_problem *p, fa__plan_rules *rules);
+    /* The kernel's demands on a plan of `op` for this device and problem; rules->onchip holds
+     * the op's formula, which the backend may lower (S in registers). */
+    void (*plan_rules)(const fa_device_props *dev, const fa_problem *p, fa__op op,
+                       fa__plan_rules *rules);
     /* Opens a device for a context; errors go to ctx. */
     fa_status (*context_open)(fa_context *ctx, int device, void **state);
     /* Releases what context_open made. */
@@ -90,13 +170,16 @@ typedef struct fa__backend_ops {
     fa_status (*buffer_read)(fa_context *ctx, void *mem, size_t offset, void *dst, size_t bytes);
     /* Optional: backend-specific support check of a validated problem. */
     fa_status (*problem_check)(fa_context *ctx, const fa_problem *p);
-    /* Optional: per-plan preparation (kernel build); sets plan->backend_data. */
-    fa_status (*plan_prepare)(fa_context *ctx, fa_plan *plan);
-    /* Optional: releases plan->backend_data. */
-    void (*plan_release)(fa_context *ctx, fa_plan *plan);
-    /* Runs the forward pass; lse may be NULL. Inputs are validated and sized. */
-    fa_status (*forward)(fa_context *ctx, const fa_plan *plan, const fa_kernel_params *kp,
-                         void *q, void *k, void *v, void *o, void *lse);
+    /* Optional: readies one launch of a new plan (finds or builds its kernel, checks what the
+     * compiled kernel allows) and sets launch->backend_data. */
+    fa_status (*launch_prepare)(fa_context *ctx, fa_plan *plan, fa__launch *launch);
+    /* Runs one launch and waits for it. `mem` holds every tensor of the op (buffer memory as
+     * buffer_alloc returned it); kp is the launch's params with the per-run fields set. */
+    fa_status (*launch)(fa_context *ctx, const fa_plan *plan, const fa__launch *launch,
+                        const fa_kernel_params *kp, void *const mem[FA__TENSOR_COUNT]);
+    /* Optional: known props of an architecture, for planning-only contexts
+     * (fa_context_create_planning); INVALID_ARGUMENT listing the known ones. */
+    fa_status (*arch_props)(const char *arch, fa_device_props *out, char *why, size_t why_size);
 } fa__backend_ops;
 
 /* The registry (src/registry.c): the ops of a built-in backend, or NULL. */
@@ -129,14 +212,23 @@ struct fa_buffer {
     bool borrowed; /* host memory wrapped on the CPU backend: never handed to buffer_free */
 };
 
+#define FA__MAX_LAUNCHES 4
+
+/* The launches of one op on one problem and device, decided once by fa_plan_create. */
 struct fa_plan {
     fa_context *ctx;
+    fa__op op;
     fa_problem problem; /* scale resolved, overrides as applied */
     fa__tiles tiles;
-    uint64_t work_groups;
+    fa__launch launches[FA__MAX_LAUNCHES];
+    int n_launches;
     char explain[4096];
-    void *backend_data; /* the backend's, released by plan_release */
 };
+
+/* Builds the launches of plan->op from plan->problem and plan->tiles (src/ops.c). */
+void fa__op_launches(fa_plan *plan, const fa__plan_rules *rules);
+/* The op's on-chip formula before a backend lowers it. */
+fa__onchip_formula fa__op_onchip(fa__op op);
 
 /* ---- errors and memory accounting (src/core.c) ------------------------------------------- */
 

@@ -36,21 +36,51 @@ static fa_status env_override(fa_context *ctx, const char *name, int32_t *value)
     return FA_STATUS_OK;
 }
 
-static fa_status plan_tiles(fa_context *ctx, fa_plan *plan)
+/* The planner's tiles for the op under the backend's rules, then the op's launches. */
+static fa_status plan_launches(fa_context *ctx, fa_plan *plan)
 {
     fa__plan_rules rules;
     memset(&rules, 0, sizeof rules);
-    ctx->ops->plan_rules(&ctx->props, &plan->problem, &rules);
+    rules.onchip = fa__op_onchip(plan->op);
+    ctx->ops->plan_rules(&ctx->props, &plan->problem, plan->op, &rules);
     char why[512] = "";
     fa_status st = fa__plan_tiles(&ctx->props, &rules, &plan->problem, &plan->tiles,
                                   plan->explain, sizeof plan->explain, why, sizeof why);
     if (st != FA_STATUS_OK)
         return fa__error(ctx, st, "%s (device \"%s\", %s backend)", why, ctx->props.name,
                          fa_backend_name(ctx->ops->backend));
-    const fa_problem *p = &plan->problem;
-    uint64_t q_tiles = (uint64_t)(p->seqlen_q + plan->tiles.block_r - 1) /
-                       (uint64_t)plan->tiles.block_r;
-    plan->work_groups = (uint64_t)p->batch * (uint64_t)p->heads_q * q_tiles;
+    if (rules.path_note)
+        fa__append(plan->explain, sizeof plan->explain, "kernel: %s\n", rules.path_note);
+    fa__op_launches(plan, &rules);
+    for (int i = 0; i < plan->n_launches && ctx->ops->launch_prepare; i++) {
+        st = ctx->ops->launch_prepare(ctx, plan, &plan->launches[i]);
+        if (st != FA_STATUS_OK)
+            return st;
+    }
+    return FA_STATUS_OK;
+}
+
+/* Plans `op` for a validated problem: tiles, then launches readied by the backend. */
+static fa_status plan_create(fa_context *ctx, fa__op op, const fa_problem *p, fa_plan **out)
+{
+    fa_plan *plan = calloc(1, sizeof *plan);
+    if (!plan)
+        return fa__error(ctx, FA_STATUS_OUT_OF_MEMORY, "cannot allocate a plan");
+    plan->ctx = ctx;
+    plan->op = op;
+    plan->problem = *p;
+    plan->problem.scale = fa__problem_scale(p);
+    fa_status st = env_override(ctx, "FLASHATTN_BLOCK_R", &plan->problem.block_r);
+    if (st == FA_STATUS_OK)
+        st = env_override(ctx, "FLASHATTN_BLOCK_C", &plan->problem.block_c);
+    if (st == FA_STATUS_OK)
+        st = plan_launches(ctx, plan);
+    if (st != FA_STATUS_OK) {
+        free(plan);
+        return st;
+    }
+    *out = plan;
+    fa__error_clear(ctx);
     return FA_STATUS_OK;
 }
 
@@ -61,36 +91,12 @@ fa_status fa_plan_create(fa_context *ctx, const fa_problem *p, fa_plan **out)
     if (!out)
         return fa__error(ctx, FA_STATUS_NULL_POINTER, "the output pointer is NULL");
     fa_status st = fa_problem_check(ctx, p);
-    if (st != FA_STATUS_OK)
-        return st;
-    fa_plan *plan = calloc(1, sizeof *plan);
-    if (!plan)
-        return fa__error(ctx, FA_STATUS_OUT_OF_MEMORY, "cannot allocate a plan");
-    plan->ctx = ctx;
-    plan->problem = *p;
-    plan->problem.scale = fa__problem_scale(p);
-    st = env_override(ctx, "FLASHATTN_BLOCK_R", &plan->problem.block_r);
-    if (st == FA_STATUS_OK)
-        st = env_override(ctx, "FLASHATTN_BLOCK_C", &plan->problem.block_c);
-    if (st == FA_STATUS_OK)
-        st = plan_tiles(ctx, plan);
-    if (st == FA_STATUS_OK && ctx->ops->plan_prepare)
-        st = ctx->ops->plan_prepare(ctx, plan);
-    if (st != FA_STATUS_OK) {
-        free(plan);
-        return st;
-    }
-    *out = plan;
-    fa__error_clear(ctx);
-    return FA_STATUS_OK;
+    return st == FA_STATUS_OK ? plan_create(ctx, FA__OP_FORWARD, p, out) : st;
 }
 
+/* Kernels belong to the context's cache; a plan only points at them. */
 void fa_plan_destroy(fa_plan *plan)
 {
-    if (!plan)
-        return;
-    if (plan->ctx->ops->plan_release)
-        plan->ctx->ops->plan_release(plan->ctx, plan);
     free(plan);
 }
 
@@ -116,7 +122,12 @@ uint64_t fa_plan_sram_bytes(const fa_plan *plan)
 
 uint64_t fa_plan_work_groups(const fa_plan *plan)
 {
-    return plan ? plan->work_groups : 0;
+    uint64_t n = 0;
+    for (int i = 0; plan && i < plan->n_launches; i++) {
+        const uint64_t *g = plan->launches[i].grid;
+        n += g[0] * g[1] * g[2];
+    }
+    return n;
 }
 
 const fa_problem *fa_plan_problem(const fa_plan *plan)
@@ -213,9 +224,15 @@ fa_status fa_forward(fa_context *ctx, const fa_plan *plan, const fa_buffer *q, c
         fa__error_clear(ctx);
         return FA_STATUS_OK; /* documented no-op: nothing to write */
     }
-    fa_kernel_params kp;
-    fa__kernel_params_fill(p, plan->tiles.block_r, lse != NULL, &kp);
-    st = ctx->ops->forward(ctx, plan, &kp, q->mem, k->mem, v->mem, o->mem, lse ? lse->mem : NULL);
+    /* Without LSE the kernel never touches that argument (has_lse = 0); O stands in for it. */
+    void *mem[FA__TENSOR_COUNT] = {[FA__TENSOR_Q] = q->mem, [FA__TENSOR_K] = k->mem,
+                                   [FA__TENSOR_V] = v->mem, [FA__TENSOR_O] = o->mem,
+                                   [FA__TENSOR_LSE] = lse ? lse->mem : o->mem};
+    for (int i = 0; i < plan->n_launches && st == FA_STATUS_OK; i++) {
+        fa_kernel_params kp = plan->launches[i].params;
+        kp.has_lse = lse != NULL;
+        st = ctx->ops->launch(ctx, plan, &plan->launches[i], &kp, mem);
+    }
     if (st == FA_STATUS_OK)
         fa__error_clear(ctx);
     return st;

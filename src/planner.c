@@ -8,11 +8,11 @@
 
 #include <string.h>
 
-uint64_t fa__tile_bytes(int64_t block_r, int64_t block_c, int64_t head_dim, size_t elem,
-                        size_t s_elem)
+uint64_t fa__tile_bytes(const fa__onchip_formula *f, int64_t block_r, int64_t block_c,
+                        int64_t head_dim, size_t elem)
 {
     uint64_t r = (uint64_t)block_r, c = (uint64_t)block_c, d = (uint64_t)head_dim;
-    return (r * d + 2 * c * d) * elem + r * c * s_elem;
+    return (f->row_tiles * r * d + f->col_tiles * c * d) * elem + f->score_tiles * r * c * 4;
 }
 
 static int64_t round_down(int64_t v, int64_t multiple)
@@ -22,7 +22,7 @@ static int64_t round_down(int64_t v, int64_t multiple)
 
 typedef struct plan_state {
     int64_t br, bc;
-    size_t s_elem; /* bytes per S element on chip: 4, or 0 when S stays in registers */
+    const fa__onchip_formula *f; /* the op's on-chip bytes, as the backend's kernel holds them */
     bool override_r, override_c;
     char *explain;
     size_t explain_size;
@@ -74,20 +74,20 @@ static fa_status align(plan_state *s, bool is_r, int64_t m)
     return FA_STATUS_OK;
 }
 
-/* The largest Bc whose K, V and S tiles fit beside the Q tile, or 0. */
+/* The largest Bc whose key-side and score tiles fit beside the row tiles (Q), or 0. */
 static uint64_t bc_that_fits(const plan_state *s, uint64_t sram, int64_t d, size_t elem)
 {
-    uint64_t q_bytes = (uint64_t)s->br * (uint64_t)d * elem;
-    uint64_t per_key = 2 * (uint64_t)d * elem + s->s_elem * (uint64_t)s->br;
-    return sram > q_bytes ? (sram - q_bytes) / per_key : 0;
+    uint64_t row_bytes = s->f->row_tiles * (uint64_t)s->br * (uint64_t)d * elem;
+    uint64_t per_key = s->f->col_tiles * (uint64_t)d * elem + s->f->score_tiles * 4 * (uint64_t)s->br;
+    return sram > row_bytes ? (sram - row_bytes) / per_key : 0;
 }
 
-/* The largest Br whose Q and S tiles fit beside the K and V tiles, or 0. */
+/* The largest Br whose row-side and score tiles fit beside the key tiles (K, V), or 0. */
 static uint64_t br_that_fits(const plan_state *s, uint64_t sram, int64_t d, size_t elem)
 {
-    uint64_t kv_bytes = 2 * (uint64_t)s->bc * (uint64_t)d * elem;
-    uint64_t per_row = (uint64_t)d * elem + s->s_elem * (uint64_t)s->bc;
-    return sram > kv_bytes ? (sram - kv_bytes) / per_row : 0;
+    uint64_t col_bytes = s->f->col_tiles * (uint64_t)s->bc * (uint64_t)d * elem;
+    uint64_t per_row = s->f->row_tiles * (uint64_t)d * elem + s->f->score_tiles * 4 * (uint64_t)s->bc;
+    return sram > col_bytes ? (sram - col_bytes) / per_row : 0;
 }
 
 static void shrink(plan_state *s, bool is_r, uint64_t fit, int64_t m, const char *reason)
@@ -105,21 +105,21 @@ static void shrink(plan_state *s, bool is_r, uint64_t fit, int64_t m, const char
 static fa_status fit_sram(plan_state *s, uint64_t sram, int64_t d, size_t elem, int64_t m)
 {
     char msg[256];
-    while (fa__tile_bytes(s->br, s->bc, d, elem, s->s_elem) > sram) {
+    while (fa__tile_bytes(s->f, s->br, s->bc, d, elem) > sram) {
         uint64_t fit_c = bc_that_fits(s, sram, d, elem);
         uint64_t fit_r = br_that_fits(s, sram, d, elem);
         if (!s->override_c && fit_c >= 1) {
-            shrink(s, false, fit_c, m, "Q, K, V and S tiles must fit in the on-chip memory");
+            shrink(s, false, fit_c, m, "the tiles must fit in the on-chip memory");
         } else if (s->override_c && !s->override_r && fit_r >= 1) {
-            shrink(s, true, fit_r, m, "Q, K, V and S tiles must fit beside the overridden Bc");
+            shrink(s, true, fit_r, m, "the tiles must fit beside the overridden Bc");
         } else if (!s->override_r && !s->override_c && s->br > 1) {
             shrink(s, true, (uint64_t)(s->br / 2), m,
-                   "not even one key column fits beside the Q tile");
+                   "not even one key column fits beside the row tiles");
         } else {
             break;
         }
     }
-    uint64_t need = fa__tile_bytes(s->br, s->bc, d, elem, s->s_elem);
+    uint64_t need = fa__tile_bytes(s->f, s->br, s->bc, d, elem);
     if (need <= sram)
         return FA_STATUS_OK;
     if (s->override_r || s->override_c) {
@@ -128,7 +128,7 @@ static fa_status fit_sram(plan_state *s, uint64_t sram, int64_t d, size_t elem, 
         return reject(s, FA_STATUS_INVALID_TILE, msg);
     }
     fa__format(msg, sizeof msg, "a 1 x 1 tile needs %llu bytes of on-chip memory at head_dim "
-               "%lld, the device has %llu", (unsigned long long)fa__tile_bytes(1, 1, d, elem, s->s_elem),
+               "%lld, the device has %llu", (unsigned long long)fa__tile_bytes(s->f, 1, 1, d, elem),
                (long long)d, (unsigned long long)sram);
     return reject(s, FA_STATUS_SRAM_TOO_SMALL, msg);
 }
@@ -182,12 +182,29 @@ static void clamp_to_sequences(plan_state *s, const fa_problem *p)
     }
 }
 
+/* "(Br*d + 2*Bc*d) * 2 + Br*Bc*4 (Q, K, V tiles and the f32 S tile)": coefficients of 1 and
+ * terms of 0 are left out. */
+static void explain_formula(const fa__onchip_formula *f, size_t elem, char *explain,
+                            size_t explain_size)
+{
+    char rows[16] = "", cols[16] = "";
+    if (f->row_tiles != 1)
+        fa__format(rows, sizeof rows, "%u*", (unsigned)f->row_tiles);
+    if (f->col_tiles != 1)
+        fa__format(cols, sizeof cols, "%u*", (unsigned)f->col_tiles);
+    fa__append(explain, explain_size, "on-chip bytes = (%sBr*d + %sBc*d) * %zu", rows, cols, elem);
+    if (f->score_tiles == 1)
+        fa__append(explain, explain_size, " + Br*Bc*4");
+    else if (f->score_tiles > 1)
+        fa__append(explain, explain_size, " + %u*Br*Bc*4", (unsigned)f->score_tiles);
+    fa__append(explain, explain_size, " (%s)\n", f->what);
+}
+
 fa_status fa__plan_tiles(const fa_device_props *dev, const fa__plan_rules *rules,
                          const fa_problem *p, fa__tiles *out, char *explain, size_t explain_size,
                          char *why, size_t why_size)
 {
-    plan_state s = {0, 0, rules->scores_in_registers ? 0 : 4, false, false,
-                    explain, explain_size, why, why_size};
+    plan_state s = {0, 0, &rules->onchip, false, false, explain, explain_size, why, why_size};
     size_t elem = fa_dtype_size(p->dtype);
     int64_t d = p->head_dim, m = rules->tile_multiple > 0 ? rules->tile_multiple : 1;
     if (explain && explain_size)
@@ -214,13 +231,8 @@ fa_status fa__plan_tiles(const fa_device_props *dev, const fa__plan_rules *rules
     out->block_r = (int32_t)s.br;
     out->block_c = (int32_t)s.bc;
     out->work_group_size = rules->items_per_row > 0 ? (int32_t)(s.br * rules->items_per_row) : 1;
-    out->sram_bytes = fa__tile_bytes(s.br, s.bc, d, elem, s.s_elem);
-    if (s.s_elem)
-        fa__append(explain, explain_size, "on-chip bytes = (Br*d + 2*Bc*d) * %zu + Br*Bc*%zu "
-                   "(Q, K, V tiles and the f32 S tile)\n", elem, s.s_elem);
-    else
-        fa__append(explain, explain_size, "on-chip bytes = (Br*d + 2*Bc*d) * %zu (Q, K, V "
-                   "tiles; the kernel keeps S in registers)\n", elem);
+    out->sram_bytes = fa__tile_bytes(&rules->onchip, s.br, s.bc, d, elem);
+    explain_formula(&rules->onchip, elem, explain, explain_size);
     fa__append(explain, explain_size,
                "plan: Br = %d, Bc = %d, work-group size %d, %llu of %llu on-chip bytes\n",
                (int)out->block_r, (int)out->block_c, (int)out->work_group_size,

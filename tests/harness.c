@@ -27,12 +27,10 @@ int harness_backends_from_args(int argc, char **argv, fa_backend *out)
         if (n < HARNESS_MAX_BACKENDS)
             out[n++] = b;
     }
-    if (n == 0) {
-        out[0] = FA_BACKEND_CPU;
-        out[1] = FA_BACKEND_OPENCL;
-        out[2] = FA_BACKEND_CUDA;
-        n = 3;
-    }
+    for (int i = 0; n == 0 && i < fa_backend_count() && i < HARNESS_MAX_BACKENDS; i++)
+        out[i] = fa_backend_at(i);
+    if (n == 0)
+        n = fa_backend_count() < HARNESS_MAX_BACKENDS ? fa_backend_count() : HARNESS_MAX_BACKENDS;
     return n;
 }
 

@@ -88,38 +88,35 @@ static void compile_all(compile_jobs *jobs)
     pthread_mutex_destroy(&jobs->lock);
 }
 
-/* Plans one case on an arch's props exactly as fa_plan_create does: the backend's rules. */
-static void plan_case(const fa_device_props *props, const fa_test_case *c, fa_problem *p,
-                      fa__tiles *tiles)
+/* The NVRTC options of one case's launch, planned by fa_plan_create on a planning-only context
+ * for the arch: what the backend would compile on such a device. */
+static void case_options(fa_context *ctx, const fa_test_case *c, char *options, size_t size)
 {
-    char why[512] = "";
-    case_fill_problem(c, p);
-    assert_int_equal(fa__problem_validate(NULL, p), OK);
-    fa__plan_rules rules;
-    memset(&rules, 0, sizeof rules);
-    fa__backend_ops_get(FA_BACKEND_CUDA)->plan_rules(props, p, &rules);
-    fa_status st = fa__plan_tiles(props, &rules, p, tiles, NULL, 0, why, sizeof why);
-    if (st != OK)
-        fail_msg("%s on %s: %s: %s", c->name, props->arch, fa_status_name(st), why);
+    fa_problem p;
+    fa_plan *plan = NULL;
+    case_fill_problem(c, &p);
+    if (fa_plan_create(ctx, &p, &plan) != OK)
+        fail_msg("%s: %s", c->name, fa_context_last_error(ctx));
+    assert_int_equal(plan->n_launches, 1);
+    fa__variant_defines(&plan->launches[0].variant, "-D", options, size);
+    fa_plan_destroy(plan);
 }
 
 /* (a) Every distinct plan of the case table compiles for one arch. */
 static void compile_arch(const char *arch)
 {
     static compile_jobs jobs; /* large: not on the stack */
-    fa_device_props props;
+    fa_context *ctx = NULL;
     char why[256] = "";
-    assert_int_equal(fa__cuda_arch_props(arch, &props, why, sizeof why), OK);
+    assert_int_equal(fa_context_create_planning(&ctx, FA_BACKEND_CUDA, arch, why, sizeof why), OK);
     memset(&jobs, 0, sizeof jobs);
     jobs.arch = arch;
     for (size_t i = 0; i < fa_test_case_count; i++) {
-        fa_problem p;
-        fa__tiles tiles;
         char options[256];
-        plan_case(&props, &fa_test_cases[i], &p, &tiles);
-        fa__cuda_plan_options(&props, &p, &tiles, options, sizeof options);
+        case_options(ctx, &fa_test_cases[i], options, sizeof options);
         jobs_add(&jobs, options, fa_test_cases[i].name);
     }
+    fa_context_destroy(ctx);
     double t0 = harness_seconds();
     compile_all(&jobs);
     int failed = 0;
@@ -273,11 +270,12 @@ static void test_arch_context(void **state)
     (void)state;
     char why[256] = "";
     fa_context *ctx = NULL;
-    assert_int_equal(fa__cuda_context_for_arch(&ctx, "sm_70", why, sizeof why),
+    assert_int_equal(fa_context_create_planning(&ctx, FA_BACKEND_CUDA, "sm_70", why, sizeof why),
                      FA_STATUS_INVALID_ARGUMENT);
     assert_null(ctx);
     assert_non_null(strstr(why, "sm_90"));
-    assert_int_equal(fa__cuda_context_for_arch(&ctx, "sm_90", why, sizeof why), OK);
+    assert_int_equal(fa_context_create_planning(&ctx, FA_BACKEND_CUDA, "sm_90", why, sizeof why),
+                     OK);
     assert_int_equal(fa_context_backend(ctx), FA_BACKEND_CUDA);
     fa_problem p;
     assert_int_equal(fa_problem_init(&p, FA_DTYPE_F16, FA_LAYOUT_BHSD, 4, 16, 16, 4096, 4096,

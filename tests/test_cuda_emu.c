@@ -8,7 +8,7 @@
  * Each case's plan comes from the CUDA planner for sm_80 (tile overrides pick a small plan);
  * the test fails if the planner's NVRTC options are not one of the compiled configurations
  * (tests/CMakeLists.txt), so the emulated kernel is the one the host would build. Parameters
- * come from the library's own fa__kernel_params_fill, and the grid is the host's.
+ * and grid are the plan's launch, as fa_plan_create built them.
  */
 #include "cuda_internal.h"
 #include "emu_api.h"
@@ -209,22 +209,25 @@ static int run_case(const emu_case *c, float scale_error)
     p.block_c = c->block_c;
     fa_context *arch = NULL;
     char why[256] = "";
-    assert_int_equal(fa__cuda_context_for_arch(&arch, "sm_80", why, sizeof why), OK);
+    assert_int_equal(fa_context_create_planning(&arch, FA_BACKEND_CUDA, "sm_80", why, sizeof why),
+                     OK);
     fa_plan *plan = NULL;
     fa_status st = fa_plan_create(arch, &p, &plan);
     if (st != OK)
         fail_msg("%s: the sm_80 plan failed: %s", c->name, fa_context_last_error(arch));
+    /* What the backend would compile and launch: the plan's one launch, as built. */
+    const fa__launch *launch = &plan->launches[0];
+    assert_int_equal(plan->n_launches, 1);
     char options[256];
-    fa__cuda_plan_options(&arch->props, &plan->problem, &plan->tiles, options,
-                          sizeof options);
+    fa__variant_defines(&launch->variant, "-D", options, sizeof options);
     const fa_emu_kernel *kernel = kernel_for(options);
     if (!kernel)
         fail_msg("%s: no emulated configuration for \"%s\" (add it in tests/CMakeLists.txt)",
                  c->name, options);
-    assert_int_equal(kernel->wg_size, plan->tiles.work_group_size);
-    assert_true(plan->tiles.sram_bytes <= kernel->smem_bytes);
-    fa_kernel_params kp;
-    fa__kernel_params_fill(&plan->problem, plan->tiles.block_r, true, &kp);
+    assert_int_equal(kernel->wg_size, launch->variant.work_group_size);
+    assert_true(launch->onchip_bytes <= kernel->smem_bytes);
+    fa_kernel_params kp = launch->params;
+    kp.has_lse = 1;
     kp.scale_log2 *= scale_error;
 
     size_t elem = fa_dtype_size(c->dtype), d = (size_t)c->head_dim;
@@ -254,8 +257,9 @@ static int run_case(const emu_case *c, float scale_error)
     memset(t[3], 0xFF, bytes[3]);
     memset(o_ref, 0xFF, bytes[3]);
 
-    unsigned gx = c->fold ? 1u : (unsigned)kp.q_tiles, gy = c->fold ? 1u : (unsigned)kp.heads_q,
-             gz = c->fold ? 1u : (unsigned)kp.batch;
+    unsigned gx = c->fold ? 1u : (unsigned)launch->grid[0],
+             gy = c->fold ? 1u : (unsigned)launch->grid[1],
+             gz = c->fold ? 1u : (unsigned)launch->grid[2];
     double t0 = harness_seconds();
     fa_emu_launch(kernel, gx, gy, gz, t[0], t[1], t[2], t[3], lse, &kp);
     double secs = harness_seconds() - t0;

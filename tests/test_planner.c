@@ -35,11 +35,17 @@ typedef struct fake_device {
 static const fake_device POCL = {"pocl-like cpu", 524288, 4096};
 static const fake_device H100 = {"h100-like", 232448, 1024};
 
+/* The forward's on-chip formula: Q; K, V; one f32 S tile (or none, kept in registers). */
+#define FWD_ONCHIP {.row_tiles = 1, .col_tiles = 2, .score_tiles = 1, .what = "Q, K, V, S"}
+#define FWD_ONCHIP_NO_S {.row_tiles = 1, .col_tiles = 2, .score_tiles = 0, .what = "Q, K, V"}
 /* {items_per_row, tile_multiple, max_block_c, max_block_r}, S tile on chip */
-#define RULES(items, multiple, max_c, max_r) {items, multiple, max_c, max_r, false}
+#define RULES(items, multiple, max_c, max_r)                                                     \
+    {.items_per_row = items, .tile_multiple = multiple, .max_block_c = max_c,                  \
+     .max_block_r = max_r, .onchip = FWD_ONCHIP}
 static const fa__plan_rules ONE_ITEM = RULES(1, 1, 0, 0);
 static const fa__plan_rules CUDA_LIKE = RULES(4, 16, 0, 0);
-static const fa__plan_rules S_IN_REGISTERS = {2, 16, 0, 0, true};
+static const fa__plan_rules S_IN_REGISTERS = {.items_per_row = 2, .tile_multiple = 16,
+                                              .onchip = FWD_ONCHIP_NO_S};
 
 typedef struct planner_case {
     const char *name;
@@ -174,12 +180,17 @@ static void test_invented_devices(void **state)
 static void test_tile_bytes(void **state)
 {
     (void)state;
-    assert_int_equal(fa__tile_bytes(64, 512, 64, 4, 4), 409600);
-    assert_int_equal(fa__tile_bytes(1, 1, 256, 4, 4), 3076);
-    assert_int_equal(fa__tile_bytes(128, 192, 128, 2, 4), 229376);
-    assert_int_equal(fa__tile_bytes(128, 224, 128, 2, 0), 147456);
+    const fa__onchip_formula fwd = FWD_ONCHIP, no_s = FWD_ONCHIP_NO_S;
+    /* A made-up op holding 2 row tiles, 4 key tiles and 2 score tiles (a backward's shape). */
+    const fa__onchip_formula bwd = {.row_tiles = 2, .col_tiles = 4, .score_tiles = 2, .what = ""};
+    assert_int_equal(fa__tile_bytes(&fwd, 64, 512, 64, 4), 409600);
+    assert_int_equal(fa__tile_bytes(&fwd, 1, 1, 256, 4), 3076);
+    assert_int_equal(fa__tile_bytes(&fwd, 128, 192, 128, 2), 229376);
+    assert_int_equal(fa__tile_bytes(&no_s, 128, 224, 128, 2), 147456);
+    /* (2*64*64 + 4*32*64) * 2 + 2*64*32*4 */
+    assert_int_equal(fa__tile_bytes(&bwd, 64, 32, 64, 2), 49152);
     /* Sizes whose product passes 2^32 stay exact in 64 bits. */
-    assert_int_equal(fa__tile_bytes(65536, 65536, 256, 4, 4), 17179869184ull + 201326592ull);
+    assert_int_equal(fa__tile_bytes(&fwd, 65536, 65536, 256, 4), 17179869184ull + 201326592ull);
 }
 
 /* A NULL explain / why buffer is allowed. */
@@ -208,7 +219,8 @@ static void check_plan_matches(fa_context *ctx, const fa_problem *p)
     memset(&rules, 0, sizeof rules);
     const fa__backend_ops *ops = fa__backend_ops_get(FA_BACKEND_CPU);
     assert_non_null(ops);
-    ops->plan_rules(&props, p, &rules);
+    rules.onchip = fa__op_onchip(FA__OP_FORWARD);
+    ops->plan_rules(&props, p, FA__OP_FORWARD, &rules);
     fa__tiles tiles;
     assert_int_equal(fa__plan_tiles(&props, &rules, p, &tiles, NULL, 0, NULL, 0), OK);
     fa_plan *plan = NULL;

@@ -220,14 +220,12 @@ static int open_device(bench_run *r, fa_backend backend, int required)
 /* --backend: one (auto resolved through a throwaway context), or all that are available. */
 static int open_devices(bench_run *r)
 {
-    static const fa_backend all[BENCH_MAX_DEVICES] = {FA_BACKEND_CPU, FA_BACKEND_OPENCL,
-                                                      FA_BACKEND_CUDA};
     const char *name = r->a.backend ? r->a.backend : "auto";
     fa_backend b;
     int i;
     if (strcmp(name, "all") == 0) {
-        for (i = 0; i < BENCH_MAX_DEVICES; i++)
-            if (open_device(r, all[i], 0) != 0)
+        for (i = 0; i < fa_backend_count() && i < BENCH_MAX_DEVICES; i++)
+            if (open_device(r, fa_backend_at(i), 0) != 0)
                 return CLI_EXIT_FAIL;
         return r->ndevs ? 0 : cli_error("no backend is available");
     }

@@ -9,16 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#ifdef FLASHATTN_WITH_CUDA
-/* Internal to the library (backends/cuda/cuda_device.c): a planning-only CUDA context on the
- * known props of an architecture, so `plan --backend cuda --arch sm_90` needs no GPU. */
-fa_status fa__cuda_context_for_arch(fa_context **out, const char *arch, char *why,
-                                    size_t why_size);
-#endif
-
 /* ---- devices ----------------------------------------------------------------------------- */
-
-static const fa_backend cli_backends[] = {FA_BACKEND_CPU, FA_BACKEND_OPENCL, FA_BACKEND_CUDA};
 
 static void print_device(fa_backend backend, int index)
 {
@@ -80,7 +71,7 @@ int cli_cmd_devices(int argc, char **argv)
     cli_opt opts[] = {
         {"backend", CLI_BACKEND, &only, 0, 0, "NAME", "list only this backend (default: all)", 0},
     };
-    size_t i, n = sizeof opts / sizeof opts[0];
+    size_t n = sizeof opts / sizeof opts[0];
     int r = cli_parse(&cmd, argc, argv, opts, n);
     if (r == CLI_PARSE_HELP) {
         cli_print_help(&cmd, opts, n);
@@ -89,9 +80,9 @@ int cli_cmd_devices(int argc, char **argv)
     if (r != CLI_PARSE_OK)
         return CLI_EXIT_USAGE;
     printf("flashattn %s\n", fa_version());
-    for (i = 0; i < sizeof cli_backends / sizeof cli_backends[0]; i++)
-        if (only == FA_BACKEND_AUTO || only == cli_backends[i])
-            print_backend(cli_backends[i]);
+    for (int i = 0; i < fa_backend_count(); i++)
+        if (only == FA_BACKEND_AUTO || only == fa_backend_at(i))
+            print_backend(fa_backend_at(i));
     return CLI_EXIT_OK;
 }
 
@@ -103,15 +94,9 @@ static int open_arch_context(const cli_cmd *cmd, fa_backend backend, const char 
 {
     if (backend != FA_BACKEND_CUDA)
         return cli_usage_error(cmd, "--arch needs --backend cuda");
-#ifdef FLASHATTN_WITH_CUDA
     char why[512] = "";
-    fa_status st = fa__cuda_context_for_arch(out, arch, why, sizeof why);
+    fa_status st = fa_context_create_planning(out, backend, arch, why, sizeof why);
     return st == FA_STATUS_OK ? 0 : cli_lib_error(st, NULL, why);
-#else
-    (void)arch;
-    (void)out;
-    return cli_error("--arch: the cuda backend is not built into this library");
-#endif
 }
 
 static void print_plan(const fa_context *ctx, int picked, const fa_plan *plan, fa_layout layout)

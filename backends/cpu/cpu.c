@@ -84,12 +84,14 @@ static fa_status cpu_device_props(int index, fa_device_props *out, char *why, si
     return FA_STATUS_OK;
 }
 
-/* One "work-item" runs a whole tile: no work-group limit, no multiple to round to. */
-static void cpu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__plan_rules *rules)
+/* One "work-item" runs a whole tile: no work-group limit, no multiple to round to; the op's
+ * on-chip formula sizes the tiles for the cache as it stands. */
+static void cpu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op op,
+                           fa__plan_rules *rules)
 {
     (void)dev;
     (void)p;
-    memset(rules, 0, sizeof *rules);
+    (void)op;
     rules->tile_multiple = 1;
 }
 
@@ -272,10 +274,12 @@ static void q_tile(const head_view *hv, const fa_kernel_params *kp, int32_t bloc
     }
 }
 
-static fa_status cpu_forward(fa_context *ctx, const fa_plan *plan, const fa_kernel_params *kp,
-                             void *q, void *k, void *v, void *o, void *lse)
+/* The forward's one launch: every (batch, head, query tile) in turn, with the launch's tiles. */
+static fa_status cpu_launch(fa_context *ctx, const fa_plan *plan, const fa__launch *launch,
+                            const fa_kernel_params *kp, void *const mem[FA__TENSOR_COUNT])
 {
-    const int32_t br = plan->tiles.block_r, bc = plan->tiles.block_c;
+    (void)plan;
+    const int32_t br = launch->variant.block_r, bc = launch->variant.block_c;
     const int64_t d = kp->head_dim;
     /* Scratch is O(Br*d + Bc): nothing grows with seqlen_q * seqlen_k. */
     size_t doubles = (size_t)br * (size_t)d + 2 * (size_t)br + (size_t)bc;
@@ -289,16 +293,19 @@ static fa_status cpu_forward(fa_context *ctx, const fa_plan *plan, const fa_kern
                     scratch + (size_t)br * (size_t)d + (size_t)br,
                     scratch + (size_t)br * (size_t)d + 2 * (size_t)br};
     const int64_t group = kp->heads_q / kp->heads_kv;
+    const void *q = mem[FA__TENSOR_Q], *k = mem[FA__TENSOR_K], *v = mem[FA__TENSOR_V];
+    void *o = mem[FA__TENSOR_O];
     for (int64_t b = 0; b < kp->batch; b++) {
         for (int64_t h = 0; h < kp->heads_q; h++) {
             int64_t hkv = h / group; /* GQA: query heads share a K/V head */
-            head_view hv = {plan->problem.dtype, d, q, k, v,
+            head_view hv = {(fa_dtype)launch->variant.dtype, d, q, k, v,
                             kp->q_offset + b * kp->q_stride_b + h * kp->q_stride_h,
                             kp->k_offset + b * kp->k_stride_b + hkv * kp->k_stride_h,
                             kp->v_offset + b * kp->v_stride_b + hkv * kp->v_stride_h,
                             kp->q_stride_s, kp->k_stride_s, kp->v_stride_s};
             int64_t o0 = kp->o_offset + b * kp->o_stride_b + h * kp->o_stride_h;
-            float *lse_row = kp->has_lse ? (float *)lse + (b * kp->heads_q + h) * kp->seqlen_q
+            float *lse_row = kp->has_lse ? (float *)mem[FA__TENSOR_LSE] +
+                                               (b * kp->heads_q + h) * kp->seqlen_q
                                          : NULL;
             for (int64_t r0 = 0; r0 < kp->seqlen_q; r0 += br) {
                 int rows = (int)(kp->seqlen_q - r0 < br ? kp->seqlen_q - r0 : br);
@@ -312,19 +319,16 @@ static fa_status cpu_forward(fa_context *ctx, const fa_plan *plan, const fa_kern
 }
 
 const fa__backend_ops fa__cpu_ops = {
-    FA__BACKEND_API_VERSION,
-    FA_BACKEND_CPU,
-    cpu_device_count,
-    cpu_device_props,
-    cpu_plan_rules,
-    cpu_context_open,
-    cpu_context_close,
-    cpu_buffer_alloc,
-    cpu_buffer_free,
-    cpu_buffer_write,
-    cpu_buffer_read,
-    NULL,
-    NULL,
-    NULL,
-    cpu_forward,
+    .api_version = FA__BACKEND_API_VERSION,
+    .backend = FA_BACKEND_CPU,
+    .device_count = cpu_device_count,
+    .device_props = cpu_device_props,
+    .plan_rules = cpu_plan_rules,
+    .context_open = cpu_context_open,
+    .context_close = cpu_context_close,
+    .buffer_alloc = cpu_buffer_alloc,
+    .buffer_free = cpu_buffer_free,
+    .buffer_write = cpu_buffer_write,
+    .buffer_read = cpu_buffer_read,
+    .launch = cpu_launch,
 };

@@ -1,9 +1,9 @@
 /*
  * cuda.c - the CUDA backend's ops table: contexts (the device's primary context, retained, and
- * a stream of our own), buffers (cuMemAlloc), per-plan module lookup with the checks before a
+ * a stream of our own), buffers (cuMemAlloc), per-launch module lookup with the checks before a
  * launch, and the launch itself. Every driver call goes through the table cuda_loader.c filled
  * with dlsym, and every result is checked and reported through the context's error, never
- * printed. A context with no state is a planning-only context (fa__cuda_context_for_arch):
+ * printed. A context with no state is a planning-only context (fa_context_create_planning):
  * plans work, device operations report BACKEND_UNAVAILABLE.
  */
 #include "cuda_internal.h"
@@ -186,10 +186,10 @@ static fa_status cu_buffer_read(fa_context *ctx, void *mem, size_t offset, void 
 
 /* Check before launch: what the compiled kernel can do, and the shared memory opt-in. */
 static fa_status check_module(fa_context *ctx, fa__cu_state *s, fa__cu_module *e,
-                              const fa_plan *plan)
+                              const fa__launch *launch)
 {
-    int wg = plan->tiles.work_group_size;
-    uint64_t dyn = plan->tiles.sram_bytes;
+    int wg = launch->variant.work_group_size;
+    uint64_t dyn = launch->onchip_bytes;
     if (e->max_threads < wg)
         return fa__error(ctx, FA_STATUS_UNSUPPORTED,
                          "CUDA: the compiled kernel allows %d threads per block on \"%s\", the "
@@ -212,93 +212,85 @@ static fa_status check_module(fa_context *ctx, fa__cu_state *s, fa__cu_module *e
     return FA_STATUS_OK;
 }
 
-static fa_status cu_plan_prepare(fa_context *ctx, fa_plan *plan)
+/* Finds or compiles the launch's module (its -D options are the cache key) and checks it. */
+static fa_status cu_launch_prepare(fa_context *ctx, fa_plan *plan, fa__launch *launch)
 {
+    (void)plan;
     fa__cu_state *s = ctx->state;
-    fa__append(plan->explain, sizeof plan->explain, "%s\n",
-               fa__cu_tensor_cores(&ctx->props, &plan->problem)
-                   ? "kernel: tensor cores (mma.sync m16n8k16, f32 accumulation)"
-                   : "kernel: CUDA cores (tensor cores need sm_80+, f16 or bf16, d a multiple of "
-                     "16 up to 128, both sequences >= 16 and tile overrides multiples of 16)");
     if (!s)
         return FA_STATUS_OK; /* planning only: nothing to build for a device that is not here */
     char options[256];
-    fa__cuda_plan_options(&ctx->props, &plan->problem, &plan->tiles, options,
-                          sizeof options);
+    fa__variant_defines(&launch->variant, "-D", options, sizeof options);
     fa_status st = fa__cu_push(ctx, s);
     if (st != FA_STATUS_OK)
         return st;
     fa__cu_module *e = NULL;
     st = fa__cu_module_get(ctx, s, options, &e);
     if (st == FA_STATUS_OK)
-        st = check_module(ctx, s, e, plan);
+        st = check_module(ctx, s, e, launch);
     fa__cu_pop(s);
     if (st == FA_STATUS_OK)
-        plan->backend_data = e;
+        launch->backend_data = e;
     return st;
 }
 
-/* Modules belong to the context's cache; a plan only points at one. */
-static void cu_plan_release(fa_context *ctx, fa_plan *plan)
-{
-    (void)ctx;
-    plan->backend_data = NULL;
-}
-
-static unsigned int grid_dim(int64_t n, unsigned long long limit)
+static unsigned int grid_dim(uint64_t n, unsigned long long limit)
 {
     return (unsigned int)((unsigned long long)n < limit ? (unsigned long long)n : limit);
 }
 
-static fa_status cu_forward(fa_context *ctx, const fa_plan *plan, const fa_kernel_params *kp,
-                            void *q, void *k, void *v, void *o, void *lse)
+static fa_status cu_launch(fa_context *ctx, const fa_plan *plan, const fa__launch *launch,
+                           const fa_kernel_params *kp, void *const mem[FA__TENSOR_COUNT])
 {
+    (void)plan;
     fa__cu_state *s = ctx->state;
-    const fa__cu_module *e = plan->backend_data;
+    const fa__cu_module *e = launch->backend_data;
     if (!s || !e)
         return no_device(ctx);
-    /* Without LSE the kernel never touches its lse argument (has_lse = 0); O will do. */
-    CUdeviceptr ptrs[5] = {((fa__cu_mem *)q)->ptr, ((fa__cu_mem *)k)->ptr,
-                           ((fa__cu_mem *)v)->ptr, ((fa__cu_mem *)o)->ptr,
-                           ((fa__cu_mem *)(lse ? lse : o))->ptr};
+    CUdeviceptr ptrs[FA__MAX_LAUNCH_ARGS];
+    void *args[FA__MAX_LAUNCH_ARGS + 1];
+    for (int i = 0; i < launch->n_args; i++) {
+        ptrs[i] = ((const fa__cu_mem *)mem[launch->args[i]])->ptr;
+        args[i] = &ptrs[i];
+    }
     fa_kernel_params params = *kp;
-    void *args[6] = {&ptrs[0], &ptrs[1], &ptrs[2], &ptrs[3], &ptrs[4], &params};
-    /* One block per (Q tile, head, batch); dimensions past the grid limits are folded into
-     * the kernel's grid-stride loops. */
-    unsigned int gx = grid_dim(kp->q_tiles, FA_CU_GRID_X_MAX);
-    unsigned int gy = grid_dim(kp->heads_q, FA_CU_GRID_YZ_MAX);
-    unsigned int gz = grid_dim(kp->batch, FA_CU_GRID_YZ_MAX);
+    args[launch->n_args] = &params;
+    /* Dimensions of the plan's grid past the launch limits are folded into the kernel's
+     * grid-stride loops. */
+    unsigned int gx = grid_dim(launch->grid[0], FA_CU_GRID_X_MAX);
+    unsigned int gy = grid_dim(launch->grid[1], FA_CU_GRID_YZ_MAX);
+    unsigned int gz = grid_dim(launch->grid[2], FA_CU_GRID_YZ_MAX);
     fa_status st = fa__cu_push(ctx, s);
     if (st != FA_STATUS_OK)
         return st;
     CUresult err = s->api.LaunchKernel(e->kernel, gx, gy, gz,
-                                       (unsigned int)plan->tiles.work_group_size, 1, 1,
-                                       (unsigned int)plan->tiles.sram_bytes, s->stream, args,
-                                       NULL);
-    const char *call = "cuLaunchKernel(flash_fwd)";
-    /* fa_forward is synchronous: errors of the run are reported here, and timings are real. */
+                                       (unsigned int)launch->variant.work_group_size, 1, 1,
+                                       (unsigned int)launch->onchip_bytes, s->stream, args, NULL);
+    char call[96];
+    fa__format(call, sizeof call, "cuLaunchKernel(%s)", launch->variant.entry);
+    /* Runs are synchronous: errors of the run are reported here, and timings are real. */
     if (err == CUDA_SUCCESS) {
         err = s->api.StreamSynchronize(s->stream);
-        call = "cuStreamSynchronize after flash_fwd";
+        fa__format(call, sizeof call, "cuStreamSynchronize after %s", launch->variant.entry);
     }
     fa__cu_pop(s);
     return err == CUDA_SUCCESS ? FA_STATUS_OK : fa__cu_fail(ctx, &s->api, err, call);
 }
 
 const fa__backend_ops fa__cuda_ops = {
-    FA__BACKEND_API_VERSION,
-    FA_BACKEND_CUDA,
-    fa__cu_device_count,
-    fa__cu_device_props,
-    fa__cu_plan_rules,
-    cu_context_open,
-    cu_context_close,
-    cu_buffer_alloc,
-    cu_buffer_free,
-    cu_buffer_write,
-    cu_buffer_read,
-    NULL, /* problem_check: every validated problem runs (grid-stride loops, any dtype) */
-    cu_plan_prepare,
-    cu_plan_release,
-    cu_forward,
+    .api_version = FA__BACKEND_API_VERSION,
+    .backend = FA_BACKEND_CUDA,
+    .device_count = fa__cu_device_count,
+    .device_props = fa__cu_device_props,
+    .plan_rules = fa__cu_plan_rules,
+    .context_open = cu_context_open,
+    .context_close = cu_context_close,
+    .buffer_alloc = cu_buffer_alloc,
+    .buffer_free = cu_buffer_free,
+    .buffer_write = cu_buffer_write,
+    .buffer_read = cu_buffer_read,
+    /* no problem_check: every validated problem runs (grid-stride loops, any dtype) */
+    .launch_prepare = cu_launch_prepare,
+    .launch = cu_launch,
+    .arch_props = fa__cuda_arch_props,
 };

@@ -140,16 +140,22 @@ static bool mma_tile(int32_t block)
     return block == 0 || block % FA_CU_MMA_M == 0;
 }
 
-bool fa__cu_tensor_cores(const fa_device_props *dev, const fa_problem *p)
+/* The tensor-core path: sm_80 or newer, f16 or bf16, d a multiple of 16 up to 128, both
+ * sequences at least 16 long and tile overrides (if any) multiples of 16. Decided here once;
+ * the plan's launch carries it (MMA) to the kernel build and the explanation. */
+static bool tensor_cores(const fa_device_props *dev, const fa_problem *p)
 {
     return arch_number(dev->arch) >= 80 && p->dtype != FA_DTYPE_F32 && p->head_dim % 16 == 0 &&
            p->head_dim <= FA_CU_MMA_MAX_HEAD_DIM && p->seqlen_q >= FA_CU_MMA_M &&
            p->seqlen_k >= FA_CU_MMA_M && mma_tile(p->block_r) && mma_tile(p->block_c);
 }
 
-void fa__cu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__plan_rules *rules)
+void fa__cu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op op,
+                       fa__plan_rules *rules)
 {
-    if (fa__cu_tensor_cores(dev, p)) {
+    (void)op;
+    rules->row_lanes = FA_CU_THREADS_PER_ROW;
+    if (tensor_cores(dev, p)) {
         /* One warp per 16 rows; Br and Bc multiples of the mma shape (sequences of at least
          * 16 keep them so after clamping); Br <= 128 (8 warps) and Bc so that the S and O
          * accumulators (Bc/2 + d/2 floats per thread) stay within 128 registers. S lives in
@@ -158,14 +164,18 @@ void fa__cu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__plan
         rules->tile_multiple = FA_CU_MMA_M;
         rules->max_block_r = 128;
         rules->max_block_c = p->head_dim <= 64 ? 128 : 64;
-        rules->scores_in_registers = true;
+        rules->onchip.score_tiles = 0;
+        rules->onchip.what = "Q, K, V tiles; the kernel keeps S in registers";
+        rules->mma = 1;
+        rules->path_note = "tensor cores (mma.sync m16n8k16, f32 accumulation)";
         return;
     }
     rules->items_per_row = FA_CU_THREADS_PER_ROW;
     rules->tile_multiple = 8;
     rules->max_block_c = 128;
     rules->max_block_r = 0;
-    rules->scores_in_registers = false;
+    rules->path_note = "CUDA cores (tensor cores need sm_80+, f16 or bf16, d a multiple of 16 "
+                       "up to 128, both sequences >= 16 and tile overrides multiples of 16)";
 }
 
 /* ---- known architectures (planning without a device) -------------------------------------- */
@@ -208,19 +218,4 @@ fa_status fa__cuda_arch_props(const char *arch, fa_device_props *out, char *why,
     for (size_t i = 0; i < n; i++)
         fa__append(why, why_size, "%s%s", i ? ", " : "", known_archs[i].arch);
     return FA_STATUS_INVALID_ARGUMENT;
-}
-
-fa_status fa__cuda_context_for_arch(fa_context **out, const char *arch, char *why,
-                                    size_t why_size)
-{
-    fa__format(why, why_size, "%s", "");
-    if (!out)
-        return FA_STATUS_NULL_POINTER;
-    *out = NULL;
-    fa_device_props props;
-    fa_status st = fa__cuda_arch_props(arch, &props, why, why_size);
-    if (st != FA_STATUS_OK)
-        return st;
-    /* No backend state: every device operation of this context reports that it has no device. */
-    return fa__context_adopt(out, &fa__cuda_ops, -1, NULL, &props, why, why_size);
 }

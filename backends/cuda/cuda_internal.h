@@ -143,7 +143,8 @@ fa_status fa__cu_device_props(int index, fa_device_props *out, char *why, size_t
 fa_status fa__cu_props_of(const fa__cu_api *api, CUdevice dev, fa_device_props *out, char *why,
                           size_t why_size);
 /* The kernel's plan rules (the ops table's plan_rules). */
-void fa__cu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__plan_rules *rules);
+void fa__cu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op op,
+                       fa__plan_rules *rules);
 
 /*
  * Compiles the kernel with NVRTC for `arch` ("sm_90") and `options` (space-separated -D
@@ -159,20 +160,10 @@ fa_status fa__cu_module_get(fa_context *ctx, fa__cu_state *s, const char *option
 /* Unloads every cached module (the context must be current). */
 void fa__cu_modules_release(fa__cu_state *s);
 
-/* True when the plan for p on dev takes the tensor-core path: sm_80 or newer, f16 or bf16, d a
- * multiple of 16 up to 128, both sequences at least 16 long and tile overrides (if any)
- * multiples of 16. Otherwise the CUDA-core path. */
-bool fa__cu_tensor_cores(const fa_device_props *dev, const fa_problem *p);
-/* The -D options that specialize the kernel for a plan on dev: the module cache key. */
-void fa__cuda_plan_options(const fa_device_props *dev, const fa_problem *p,
-                           const fa__tiles *tiles, char *dst, size_t size);
 /* Props of a known architecture ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90") for planning
  * without a device; INVALID_ARGUMENT with the list of known ones otherwise. */
 fa_status fa__cuda_arch_props(const char *arch, fa_device_props *out, char *why,
                               size_t why_size);
-/* A planning-only CUDA context on a known arch's props: plans work, buffers and runs do not. */
-fa_status fa__cuda_context_for_arch(fa_context **out, const char *arch, char *why,
-                                    size_t why_size);
 /*
  * Compiles the kernel with NVRTC only (no driver needed). Returns OK, BACKEND_UNAVAILABLE (no
  * NVRTC: the reason), KERNEL_BUILD_ERROR (the full log) or OUT_OF_MEMORY, with the message in

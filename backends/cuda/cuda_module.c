@@ -198,17 +198,6 @@ fa_status fa__cu_compile(const fa__nvrtc_api *nv, const char *arch, const char *
                                           : FA_STATUS_KERNEL_BUILD_ERROR;
 }
 
-void fa__cuda_plan_options(const fa_device_props *dev, const fa_problem *p,
-                           const fa__tiles *tiles, char *dst, size_t size)
-{
-    fa__format(dst, size,
-               "-DMMA=%d -DHEAD_DIM=%d -DBLOCK_R=%d -DBLOCK_C=%d -DDTYPE=%d -DMASK=%d -DTPR=%d "
-               "-DWG_SIZE=%d",
-               fa__cu_tensor_cores(dev, p) ? 1 : 0, (int)p->head_dim, (int)tiles->block_r,
-               (int)tiles->block_c, (int)p->dtype, (int)p->mask, FA_CU_THREADS_PER_ROW,
-               (int)tiles->work_group_size);
-}
-
 fa_status fa__cuda_compile_check(const char *arch, const char *options, char *log,
                                  size_t log_size)
 {

@@ -39,10 +39,12 @@ static fa_status cl_device_props(int index, fa_device_props *out, char *why, siz
  * rule's 512) while Bc 128 already amortizes the tile loads; FlashAttention's CUDA kernels use
  * 64-128 as well.
  */
-static void cl_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__plan_rules *rules)
+static void cl_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op op,
+                          fa__plan_rules *rules)
 {
     (void)dev;
     (void)p;
+    (void)op;
     rules->items_per_row = 1;
     rules->tile_multiple = 8;
     rules->max_block_c = 128;
@@ -199,89 +201,78 @@ static fa_status cl_problem_check(fa_context *ctx, const fa_problem *p)
     return FA_STATUS_OK;
 }
 
-/* The -D options that specialize the kernel for a plan: the cache key of its program. */
-static void build_options(const fa_plan *plan, char *dst, size_t size)
+/* Finds or builds the launch's program (its -D options are the cache key) and checks what the
+ * compiled kernel allows on this device before anything runs. */
+static fa_status cl_launch_prepare(fa_context *ctx, fa_plan *plan, fa__launch *launch)
 {
-    const fa_problem *p = &plan->problem;
-    fa__format(dst, size,
-               "-cl-std=CL1.2 -D HEAD_DIM=%d -D BLOCK_R=%d -D BLOCK_C=%d -D DTYPE=%d -D MASK=%d "
-               "-D WG_SIZE=%d",
-               (int)p->head_dim, (int)plan->tiles.block_r, (int)plan->tiles.block_c,
-               (int)p->dtype, (int)p->mask, (int)plan->tiles.work_group_size);
-}
-
-static fa_status cl_plan_prepare(fa_context *ctx, fa_plan *plan)
-{
+    (void)plan;
     fa__cl_state *s = ctx->state;
-    char options[256];
-    build_options(plan, options, sizeof options);
+    char options[320] = "-cl-std=CL1.2 ";
+    size_t used = strlen(options);
+    fa__variant_defines(&launch->variant, "-D ", options + used, sizeof options - used);
     fa__cl_program *e = NULL;
     fa_status st = fa__cl_program_get(ctx, s, options, &e);
     if (st != FA_STATUS_OK)
         return st;
-    /* Check before launch: what the compiled kernel can do on this device. */
-    if (e->kernel_wg < (size_t)plan->tiles.work_group_size)
+    int32_t wg = launch->variant.work_group_size;
+    if (e->kernel_wg < (size_t)wg)
         return fa__error(ctx, FA_STATUS_UNSUPPORTED,
                          "OpenCL: the compiled kernel allows %zu work-items per work-group on "
                          "\"%s\", the plan needs %d (try a smaller block_r)",
-                         e->kernel_wg, ctx->props.name, (int)plan->tiles.work_group_size);
+                         e->kernel_wg, ctx->props.name, (int)wg);
     if (e->kernel_local > s->local_mem)
         return fa__error(ctx, FA_STATUS_SRAM_TOO_SMALL,
                          "OpenCL: the compiled kernel needs %llu bytes of local memory, \"%s\" "
                          "has %llu",
                          (unsigned long long)e->kernel_local, ctx->props.name,
                          (unsigned long long)s->local_mem);
-    plan->backend_data = e;
+    launch->backend_data = e;
     return FA_STATUS_OK;
 }
 
-/* Programs belong to the context's cache; a plan only points at one. */
-static void cl_plan_release(fa_context *ctx, fa_plan *plan)
+static fa_status cl_launch(fa_context *ctx, const fa_plan *plan, const fa__launch *launch,
+                           const fa_kernel_params *kp, void *const mem[FA__TENSOR_COUNT])
 {
-    (void)ctx;
-    plan->backend_data = NULL;
-}
-
-static fa_status cl_forward(fa_context *ctx, const fa_plan *plan, const fa_kernel_params *kp,
-                            void *q, void *k, void *v, void *o, void *lse)
-{
+    (void)plan;
     fa__cl_state *s = ctx->state;
-    const fa__cl_program *e = plan->backend_data;
-    /* Without LSE the kernel never touches argument 4 (has_lse = 0); any buffer will do. */
-    cl_mem args[5] = {(cl_mem)q, (cl_mem)k, (cl_mem)v, (cl_mem)o, (cl_mem)(lse ? lse : o)};
+    const fa__cl_program *e = launch->backend_data;
     cl_int err = CL_SUCCESS;
-    for (cl_uint i = 0; i < 5 && err == CL_SUCCESS; i++)
-        err = clSetKernelArg(e->kernel, i, sizeof(cl_mem), &args[i]);
+    cl_uint n = (cl_uint)launch->n_args;
+    for (cl_uint i = 0; i < n && err == CL_SUCCESS; i++)
+        err = clSetKernelArg(e->kernel, i, sizeof(cl_mem), &mem[launch->args[i]]);
     if (err == CL_SUCCESS)
-        err = clSetKernelArg(e->kernel, 5, sizeof *kp, kp);
+        err = clSetKernelArg(e->kernel, n, sizeof *kp, kp);
     if (err != CL_SUCCESS)
         return fa__cl_fail(ctx, err, "clSetKernelArg");
-    /* One work-group per (Q tile, head, batch). */
-    size_t wg = (size_t)plan->tiles.work_group_size;
-    size_t global[3] = {(size_t)kp->q_tiles * wg, (size_t)kp->heads_q, (size_t)kp->batch};
+    /* The plan's grid in work-groups; OpenCL counts work-items. */
+    size_t wg = (size_t)launch->variant.work_group_size;
+    size_t global[3] = {(size_t)launch->grid[0] * wg, (size_t)launch->grid[1],
+                        (size_t)launch->grid[2]};
     size_t local[3] = {wg, 1, 1};
     err = clEnqueueNDRangeKernel(s->queue, e->kernel, 3, NULL, global, local, 0, NULL, NULL);
-    if (err != CL_SUCCESS)
-        return fa__cl_fail(ctx, err, "clEnqueueNDRangeKernel(flash_fwd)");
-    /* fa_forward is synchronous: errors of the run are reported here, and timings are real. */
+    if (err != CL_SUCCESS) {
+        char call[96];
+        fa__format(call, sizeof call, "clEnqueueNDRangeKernel(%s)", launch->variant.entry);
+        return fa__cl_fail(ctx, err, call);
+    }
+    /* Runs are synchronous: errors of the run are reported here, and timings are real. */
     err = clFinish(s->queue);
     return err == CL_SUCCESS ? FA_STATUS_OK : fa__cl_fail(ctx, err, "clFinish");
 }
 
 const fa__backend_ops fa__opencl_ops = {
-    FA__BACKEND_API_VERSION,
-    FA_BACKEND_OPENCL,
-    cl_device_count,
-    cl_device_props,
-    cl_plan_rules,
-    cl_context_open,
-    cl_context_close,
-    cl_buffer_alloc,
-    cl_buffer_free,
-    cl_buffer_write,
-    cl_buffer_read,
-    cl_problem_check,
-    cl_plan_prepare,
-    cl_plan_release,
-    cl_forward,
+    .api_version = FA__BACKEND_API_VERSION,
+    .backend = FA_BACKEND_OPENCL,
+    .device_count = cl_device_count,
+    .device_props = cl_device_props,
+    .plan_rules = cl_plan_rules,
+    .context_open = cl_context_open,
+    .context_close = cl_context_close,
+    .buffer_alloc = cl_buffer_alloc,
+    .buffer_free = cl_buffer_free,
+    .buffer_write = cl_buffer_write,
+    .buffer_read = cl_buffer_read,
+    .problem_check = cl_problem_check,
+    .launch_prepare = cl_launch_prepare,
+    .launch = cl_launch,
 };

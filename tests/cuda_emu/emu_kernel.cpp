@@ -1,7 +1,7 @@
 /*
  * emu_kernel.cpp - kernels_cu/flash_fwd.cu compiled as host C++ for one configuration, given by
- * the build with the same -D options NVRTC gets (MMA, HEAD_DIM, BLOCK_R, BLOCK_C, DTYPE, MASK,
- * TPR, WG_SIZE) plus FA_EMU_ID, a name for the configuration. Each configuration lives in its own
+ * the build with the same -D options NVRTC gets (HEAD_DIM, BLOCK_R, BLOCK_C, DTYPE, MASK,
+ * WG_SIZE, TPR, MMA) plus FA_EMU_ID, a name for the configuration. Each configuration lives in its own
  * namespace and registers itself with the launcher (emu_launch.cpp).
  */
 #include "cuda_emu.h"
@@ -32,9 +32,10 @@ void entry(const void *q, const void *k, const void *v, void *o, float *lse, con
 }
 
 const fa_emu_kernel config = {
-    "-DMMA=" FA_EMU_STR(MMA) " -DHEAD_DIM=" FA_EMU_STR(HEAD_DIM) " -DBLOCK_R=" FA_EMU_STR(BLOCK_R) " -DBLOCK_C=" FA_EMU_STR(
-        BLOCK_C) " -DDTYPE=" FA_EMU_STR(DTYPE) " -DMASK=" FA_EMU_STR(MASK) " -DTPR=" FA_EMU_STR(TPR)
-        " -DWG_SIZE=" FA_EMU_STR(WG_SIZE),
+    /* The spelling of fa__variant_defines (src/ops.c), so the test finds this configuration. */
+    "-DHEAD_DIM=" FA_EMU_STR(HEAD_DIM) " -DBLOCK_R=" FA_EMU_STR(BLOCK_R) " -DBLOCK_C=" FA_EMU_STR(
+        BLOCK_C) " -DDTYPE=" FA_EMU_STR(DTYPE) " -DMASK=" FA_EMU_STR(MASK) " -DWG_SIZE=" FA_EMU_STR(
+        WG_SIZE) " -DTPR=" FA_EMU_STR(TPR) " -DMMA=" FA_EMU_STR(MMA),
     WG_SIZE, FA_EMU_ID::smem, sizeof FA_EMU_ID::smem, entry};
 
 struct registrar {
