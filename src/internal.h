@@ -128,9 +128,8 @@ fa_status fa__problem_validate(fa_context *ctx, const fa_problem *p);
  * UINT64_MAX when that passes 2^60 (validation rejects such a layout: INVALID_STRIDE). */
 uint64_t fa__layout_extent(const fa_tensor_layout *t, int64_t batch, int64_t heads, int64_t seq,
                            int64_t head_dim);
-/* Fills the kernel params of a validated problem with its resolved scale and Br. */
-void fa__kernel_params_fill(const fa_problem *p, int32_t block_r, bool has_lse,
-                            fa_kernel_params *kp);
+/* Fills the kernel params of a plan's problem (validated, scale resolved) for its Br. */
+void fa__kernel_params_fill(const fa_problem *p, int32_t block_r, fa_kernel_params *kp);
 /* The softmax scale the problem resolves to. */
 float fa__problem_scale(const fa_problem *p);
 

@@ -41,7 +41,7 @@ static void forward_launches(fa_plan *plan, const fa__plan_rules *rules)
     const fa__tiles *t = &plan->tiles;
     fa__launch *l = &plan->launches[0];
     memset(l, 0, sizeof *l);
-    fa__kernel_params_fill(&plan->problem, t->block_r, false, &l->params);
+    fa__kernel_params_fill(&plan->problem, t->block_r, &l->params);
     const fa_kernel_params *kp = &l->params;
     int32_t items = rules->items_per_row > 0 ? (int32_t)rules->items_per_row : 1;
     l->variant = (fa__kernel_variant){

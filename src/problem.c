@@ -240,8 +240,7 @@ static void copy_layout(const fa_tensor_layout *t, fa_kp_i64 *offset, fa_kp_i64 
     *ss = t->stride_seq;
 }
 
-void fa__kernel_params_fill(const fa_problem *p, int32_t block_r, bool has_lse,
-                            fa_kernel_params *kp)
+void fa__kernel_params_fill(const fa_problem *p, int32_t block_r, fa_kernel_params *kp)
 {
     memset(kp, 0, sizeof *kp);
     copy_layout(&p->q, &kp->q_offset, &kp->q_stride_b, &kp->q_stride_h, &kp->q_stride_s);
@@ -260,7 +259,7 @@ void fa__kernel_params_fill(const fa_problem *p, int32_t block_r, bool has_lse,
     kp->heads_kv = (fa_kp_i32)p->heads_kv;
     kp->head_dim = (fa_kp_i32)p->head_dim;
     kp->mask = (fa_kp_i32)p->mask;
-    kp->has_lse = has_lse ? 1 : 0;
-    kp->scale = fa__problem_scale(p);
+    kp->has_lse = 0; /* set per run */
+    kp->scale = p->scale; /* resolved once, by fa_plan_create */
     kp->scale_log2 = (float)((double)kp->scale * 1.4426950408889634);
 }
