@@ -1,8 +1,9 @@
 /*
- * fuzz_cli.c - fuzz harness for the command-line program's option parser (tools/cli_common.c)
- * and its `plan` subcommand (tools/cli_info.c), which parses, builds a problem and plans it
- * without running a kernel. The input is an argument vector: strings separated by NUL bytes,
- * as the kernel hands them to main(); argv[0] is the subcommand's name.
+ * fuzz_cli.c - fuzz harness for the command-line program's option parser
+ * (tools/cli/cli_common.c) and its `plan` subcommand (tools/cli/cli_info.c), which parses,
+ * builds a problem and plans it without running a kernel. The input is an argument vector:
+ * strings separated by NUL bytes, as the kernel hands them to main(); argv[0] is the
+ * subcommand's name.
  *
  * Properties:
  *   - cli_parse, on a table with an option of every kind, returns OK, HELP or ERROR. After OK

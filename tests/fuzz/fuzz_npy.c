@@ -1,6 +1,6 @@
 /*
- * fuzz_npy.c - fuzz harness for the command-line program's .npy reader (tools/npy.c). The input
- * is the file. The reader is the CLI's one parser of untrusted files: --q/--k/--v.
+ * fuzz_npy.c - fuzz harness for the command-line program's .npy reader (tools/npy/npy.c). The
+ * input is the file. The reader is the CLI's one parser of untrusted files: --q/--k/--v.
  *
  * Properties checked on every input:
  *   - npy_parse returns 0 or -1; on -1 the reason is non-empty, NUL-terminated within err_size,

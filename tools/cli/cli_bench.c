@@ -371,24 +371,26 @@ static fa_status run_naive(const bench_run *r, bench_device *d, bench_io *io, in
     fa_status st;
     out->need = naive_total_bytes(&np);
     fa_context_reset_peak(d->ctx);
-    if (d->backend == FA_BACKEND_OPENCL)
+    if (d->backend == FA_BACKEND_OPENCL) {
         st = naive_create_opencl(&n, d->cl, &np, why, why_size);
-    else if (d->backend == FA_BACKEND_CPU)
+    } else if (d->backend == FA_BACKEND_CPU) {
+        np.host_available = cli_host_memory_available(&np.host_source);
         st = naive_create_cpu(&n, d->ctx, &np, why, why_size);
-    else
+    } else {
         st = naive_fail(FA_STATUS_UNSUPPORTED, why, why_size,
                         "no naive attention for the %s backend", fa_backend_name(d->backend));
+    }
     if (st == FA_STATUS_OK && skip_if_fits) {
         /* Too slow to run, but created first so that a point that cannot fit says OOM. */
         out->state = BENCH_SKIPPED;
         naive_destroy(n);
         return FA_STATUS_OK;
     }
-    st = st ? st : naive_upload(n, &io->q, &io->k, &io->v, why, why_size);
+    st = st ? st : naive_upload(n, io->q.data, io->k.data, io->v.data, why, why_size);
     st = st ? st : timed(naive_fn, n, r->a.repeat, &out->ms, why, why_size);
     fa_context_memory(d->ctx, NULL, &peak);
     out->peak = peak + naive_uncounted_bytes(n);
-    st = st ? st : naive_download(n, &io->o_naive, why, why_size);
+    st = st ? st : naive_download(n, io->o_naive.data, why, why_size);
     naive_destroy(n);
     return st;
 }

@@ -1,16 +1,15 @@
 /*
- * naive_cl.c - the OpenCL half of the NAIVE benchmark attention (see naive.h): the tool's own
- * cl_context, device and queue, the three kernels of tools/naive_attn.cl (embedded at build
- * time), and their buffers. Not part of the library.
+ * naive_cl.c - the OpenCL implementation of the NAIVE benchmark attention (see naive.h): the
+ * caller's own cl_context, device and queue, the three kernels of naive_attn.cl (embedded at
+ * build time), and their buffers. Not part of the library. Built only where OpenCL is;
+ * naive_cl_none.c stands in for it elsewhere.
  *
  * The tool owns the OpenCL objects so that the library's flash path (an fa_context made with
  * fa_context_create_opencl on them) and this naive path share one device and one in-order
  * queue. Every OpenCL call's result is checked; allocation failures, which some drivers report
  * only when a kernel first touches the buffer, become FA_STATUS_OUT_OF_MEMORY.
  */
-#include "naive.h"
-
-#ifdef FLASHATTN_WITH_OPENCL
+#include "naive_impl.h"
 
 #include "flashattn_opencl.h"
 
@@ -18,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* tools/naive_attn.cl, embedded by cmake/embed.cmake. */
-extern const unsigned char cli_naive_attn_cl[];
-extern const size_t cli_naive_attn_cl_len;
+/* naive_attn.cl, embedded by cmake/embed.cmake. */
+extern const unsigned char naive_attn_cl[];
+extern const size_t naive_attn_cl_len;
 
 #define NAIVE_NDTYPES 3
 #define NAIVE_NMASKS 3
@@ -33,13 +32,13 @@ struct naive_cl {
     cl_program programs[NAIVE_NDTYPES][NAIVE_NMASKS]; /* built on first use */
 };
 
-struct naive_cl_attn {
+typedef struct naive_cl_attn {
+    naive_attn base; /* first: the dispatch sees a naive_attn */
     naive_cl *cl;
-    naive_problem p;
     cl_mem q, k, v, o, s;
     cl_kernel scores, softmax, pv;
     uint64_t bytes; /* what the clCreateBuffer calls above hold */
-};
+} naive_cl_attn;
 
 /* Allocation failures are the caller's OUT_OF_MEMORY; anything else is a device error. */
 static fa_status cl_status(cl_int err)
@@ -172,8 +171,8 @@ static fa_status build_failed(naive_cl *cl, cl_program prog, cl_int err, char *w
 static fa_status get_program(naive_cl *cl, fa_dtype dtype, fa_mask mask, cl_program *out,
                              char *why, size_t why_size)
 {
-    const char *src = (const char *)cli_naive_attn_cl;
-    size_t len = cli_naive_attn_cl_len;
+    const char *src = (const char *)naive_attn_cl;
+    size_t len = naive_attn_cl_len;
     char opts[64];
     cl_program prog;
     cl_int err = CL_SUCCESS;
@@ -236,7 +235,7 @@ static void set_arg(cl_kernel k, cl_uint i, size_t size, const void *value, cl_i
 /* The arguments never change for one instance, so they are set once here. */
 static fa_status set_args(naive_cl_attn *a, char *why, size_t why_size)
 {
-    const naive_problem *p = &a->p;
+    const naive_problem *p = &a->base.p;
     cl_long sq = p->seq_q, sk = p->seq_k, d = p->dim, hq = p->heads_q, hkv = p->heads_kv;
     cl_float scale = p->scale;
     cl_int err = CL_SUCCESS;
@@ -265,7 +264,7 @@ static fa_status set_args(naive_cl_attn *a, char *why, size_t why_size)
 
 static fa_status create_objects(naive_cl_attn *a, char *why, size_t why_size)
 {
-    const naive_problem *p = &a->p;
+    const naive_problem *p = &a->base.p;
     uint64_t esz = fa_dtype_size(p->dtype);
     uint64_t qb = (uint64_t)(p->batch * p->heads_q * p->seq_q * p->dim) * esz;
     uint64_t kvb = (uint64_t)(p->batch * p->heads_kv * p->seq_k * p->dim) * esz;
@@ -282,35 +281,6 @@ static fa_status create_objects(naive_cl_attn *a, char *why, size_t why_size)
     return st ? st : set_args(a, why, why_size);
 }
 
-fa_status naive_cl_attn_create(naive_cl_attn **out, naive_cl *cl, const naive_problem *p,
-                               char *why, size_t why_size)
-{
-    naive_cl_attn *a;
-    fa_status st = naive_check_size(p, cl->max_alloc, "largest allocation "
-                                    "(CL_DEVICE_MAX_MEM_ALLOC_SIZE)", why, why_size);
-    *out = NULL;
-    if (st == FA_STATUS_OK && naive_total_bytes(p) > cl->global_mem)
-        st = naive_fail(FA_STATUS_OUT_OF_MEMORY, why, why_size,
-                        "naive buffers need %llu bytes, more than the device's memory of %llu "
-                        "(CL_DEVICE_GLOBAL_MEM_SIZE)",
-                        (unsigned long long)naive_total_bytes(p),
-                        (unsigned long long)cl->global_mem);
-    if (st != FA_STATUS_OK)
-        return st;
-    a = calloc(1, sizeof *a);
-    if (!a)
-        return naive_fail(FA_STATUS_OUT_OF_MEMORY, why, why_size, "out of host memory");
-    a->cl = cl;
-    a->p = *p;
-    st = create_objects(a, why, why_size);
-    if (st != FA_STATUS_OK) {
-        naive_cl_attn_destroy(a);
-        return st;
-    }
-    *out = a;
-    return FA_STATUS_OK;
-}
-
 static fa_status write_one(naive_cl_attn *a, cl_mem mem, const void *src, size_t bytes,
                            char *why, size_t why_size)
 {
@@ -322,10 +292,13 @@ static fa_status write_one(naive_cl_attn *a, cl_mem mem, const void *src, size_t
                              : cl_fail(err, "clEnqueueWriteBuffer", why, why_size);
 }
 
-fa_status naive_cl_attn_upload(naive_cl_attn *a, const void *q, const void *k, const void *v,
-                               char *why, size_t why_size)
+/* ---- the operations ---------------------------------------------------------------------- */
+
+static fa_status cl_upload(naive_attn *base, const void *q, const void *k, const void *v,
+                           char *why, size_t why_size)
 {
-    const naive_problem *p = &a->p;
+    naive_cl_attn *a = (naive_cl_attn *)base;
+    const naive_problem *p = &a->base.p;
     size_t esz = fa_dtype_size(p->dtype);
     size_t qb = (size_t)(p->batch * p->heads_q * p->seq_q * p->dim) * esz;
     size_t kvb = (size_t)(p->batch * p->heads_kv * p->seq_k * p->dim) * esz;
@@ -345,9 +318,10 @@ static fa_status enqueue(naive_cl_attn *a, cl_kernel k, cl_uint dims, const size
     return FA_STATUS_OK;
 }
 
-fa_status naive_cl_attn_forward(naive_cl_attn *a, char *why, size_t why_size)
+static fa_status cl_forward(naive_attn *base, char *why, size_t why_size)
 {
-    const naive_problem *p = &a->p;
+    naive_cl_attn *a = (naive_cl_attn *)base;
+    const naive_problem *p = &a->base.p;
     size_t bh = (size_t)(p->batch * p->heads_q);
     size_t g_scores[3] = {(size_t)p->seq_k, (size_t)p->seq_q, bh};
     size_t g_softmax[2] = {(size_t)p->seq_q, bh};
@@ -366,9 +340,10 @@ fa_status naive_cl_attn_forward(naive_cl_attn *a, char *why, size_t why_size)
     return st;
 }
 
-fa_status naive_cl_attn_download(naive_cl_attn *a, void *o, char *why, size_t why_size)
+static fa_status cl_download(naive_attn *base, void *o, char *why, size_t why_size)
 {
-    const naive_problem *p = &a->p;
+    naive_cl_attn *a = (naive_cl_attn *)base;
+    const naive_problem *p = &a->base.p;
     size_t bytes = (size_t)(p->batch * p->heads_q * p->seq_q * p->dim) * fa_dtype_size(p->dtype);
     cl_int err;
     if (bytes == 0)
@@ -377,18 +352,17 @@ fa_status naive_cl_attn_download(naive_cl_attn *a, void *o, char *why, size_t wh
     return err == CL_SUCCESS ? FA_STATUS_OK : cl_fail(err, "clEnqueueReadBuffer", why, why_size);
 }
 
-uint64_t naive_cl_attn_bytes(const naive_cl_attn *a)
+static uint64_t cl_uncounted_bytes(const naive_attn *base)
 {
-    return a ? a->bytes : 0;
+    return ((const naive_cl_attn *)base)->bytes;
 }
 
-void naive_cl_attn_destroy(naive_cl_attn *a)
+static void cl_destroy(naive_attn *base)
 {
+    naive_cl_attn *a = (naive_cl_attn *)base;
     cl_kernel kernels[3];
     cl_mem mems[5];
     int i;
-    if (!a)
-        return;
     kernels[0] = a->scores, kernels[1] = a->softmax, kernels[2] = a->pv;
     mems[0] = a->q, mems[1] = a->k, mems[2] = a->v, mems[3] = a->o, mems[4] = a->s;
     for (i = 0; i < 3; i++)
@@ -400,65 +374,33 @@ void naive_cl_attn_destroy(naive_cl_attn *a)
     free(a);
 }
 
-#else /* !FLASHATTN_WITH_OPENCL: the tool was built without OpenCL */
+static const naive_ops cl_ops = {cl_upload, cl_forward, cl_download, cl_uncounted_bytes,
+                                 cl_destroy};
 
-fa_status naive_cl_open(naive_cl **out, int index, char *why, size_t why_size)
+fa_status naive_create_opencl(naive_attn **out, naive_cl *cl, const naive_problem *p, char *why,
+                              size_t why_size)
 {
-    (void)index;
+    naive_cl_attn *a;
+    fa_status st = naive_check_size(p, cl->max_alloc, "largest allocation "
+                                    "(CL_DEVICE_MAX_MEM_ALLOC_SIZE)", why, why_size);
     *out = NULL;
-    return naive_fail(FA_STATUS_BACKEND_UNAVAILABLE, why, why_size,
-                      "naive opencl: the tool was built without OpenCL");
+    if (st == FA_STATUS_OK && naive_total_bytes(p) > cl->global_mem)
+        st = naive_fail(FA_STATUS_OUT_OF_MEMORY, why, why_size,
+                        "naive buffers need %llu bytes, more than the device's memory of %llu "
+                        "(CL_DEVICE_GLOBAL_MEM_SIZE)",
+                        (unsigned long long)naive_total_bytes(p),
+                        (unsigned long long)cl->global_mem);
+    if (st != FA_STATUS_OK)
+        return st;
+    a = (naive_cl_attn *)naive_alloc(sizeof *a, &cl_ops, p, why, why_size);
+    if (!a)
+        return FA_STATUS_OUT_OF_MEMORY;
+    a->cl = cl;
+    st = create_objects(a, why, why_size);
+    if (st != FA_STATUS_OK) {
+        cl_destroy(&a->base);
+        return st;
+    }
+    *out = &a->base;
+    return FA_STATUS_OK;
 }
-
-fa_status naive_cl_fa_context(naive_cl *cl, fa_context **out, char *why, size_t why_size)
-{
-    (void)cl;
-    *out = NULL;
-    return naive_fail(FA_STATUS_BACKEND_UNAVAILABLE, why, why_size, "no OpenCL in this build");
-}
-
-void naive_cl_close(naive_cl *cl)
-{
-    (void)cl;
-}
-
-fa_status naive_cl_attn_create(naive_cl_attn **out, naive_cl *cl, const naive_problem *p,
-                               char *why, size_t why_size)
-{
-    (void)cl;
-    (void)p;
-    *out = NULL;
-    return naive_fail(FA_STATUS_BACKEND_UNAVAILABLE, why, why_size, "no OpenCL in this build");
-}
-
-fa_status naive_cl_attn_upload(naive_cl_attn *a, const void *q, const void *k, const void *v,
-                               char *why, size_t why_size)
-{
-    (void)a, (void)q, (void)k, (void)v;
-    return naive_fail(FA_STATUS_BACKEND_UNAVAILABLE, why, why_size, "no OpenCL in this build");
-}
-
-fa_status naive_cl_attn_forward(naive_cl_attn *a, char *why, size_t why_size)
-{
-    (void)a;
-    return naive_fail(FA_STATUS_BACKEND_UNAVAILABLE, why, why_size, "no OpenCL in this build");
-}
-
-fa_status naive_cl_attn_download(naive_cl_attn *a, void *o, char *why, size_t why_size)
-{
-    (void)a, (void)o;
-    return naive_fail(FA_STATUS_BACKEND_UNAVAILABLE, why, why_size, "no OpenCL in this build");
-}
-
-uint64_t naive_cl_attn_bytes(const naive_cl_attn *a)
-{
-    (void)a;
-    return 0;
-}
-
-void naive_cl_attn_destroy(naive_cl_attn *a)
-{
-    (void)a;
-}
-
-#endif
