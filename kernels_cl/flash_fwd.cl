@@ -45,7 +45,8 @@ typedef char fa_kernel_params_size_check[sizeof(fa_kernel_params) == 192 ? 1 : -
 #define CAT(a, b) CAT_(a, b)
 #define LN2 0.69314718055994530942f
 
-/* Widest of 8, 4, 2, 1 that divides n: the vector width of loops over n elements. */
+/* Widest of 8, 4, 2, 1 that divides n: the vector width of loops over n elements (keys of an
+ * S row, n = Bc; elements of an O row, n = d). */
 #if BLOCK_C % 8 == 0
 #define KEYS_PER_VEC 8
 #elif BLOCK_C % 4 == 0
@@ -64,10 +65,11 @@ typedef char fa_kernel_params_size_check[sizeof(fa_kernel_params) == 192 ? 1 : -
 #else
 #define DIMS_PER_VEC 1
 #endif
-#define VECS_PER_S_ROW (BLOCK_C / KEYS_PER_VEC)  /* vectors per S row */
-#define VECS_PER_O_ROW (HEAD_DIM / DIMS_PER_VEC) /* vectors per O row */
+#define VECS_PER_S_ROW (BLOCK_C / KEYS_PER_VEC)  /* float_keys vectors per S row */
+#define VECS_PER_O_ROW (HEAD_DIM / DIMS_PER_VEC) /* float_dims vectors per O row */
 
 /* ---- storage type: raw copies global -> local, f32 conversion on loads from local ---------- */
+/* LOAD_ONE_F32(p): the element at p as f32; LOAD_N_F32(n, p): elements p[0 .. n) as floatn. */
 #if DTYPE == 0
 typedef float store_t;
 #define LOAD_ONE_F32(p) (*(p))
@@ -83,7 +85,7 @@ typedef ushort store_t; /* bf16 bits: the upper half of a binary32 */
 #endif
 
 /* Stores one f32 value to global O in the storage type, rounding to nearest even. */
-void store_out(float v, __global store_t *p)
+void store_o(float v, __global store_t *p)
 {
 #if DTYPE == 0
     *p = v;
@@ -98,7 +100,10 @@ void store_out(float v, __global store_t *p)
 #endif
 }
 
-/* float_keys: KEYS_PER_VEC keys of one S row; float_dims: DIMS_PER_VEC elements of one O row. */
+/* float_keys: KEYS_PER_VEC keys of one S row; float_dims: DIMS_PER_VEC elements of one O row.
+ * LOAD_KEYS_F32 / LOAD_DIMS_F32: that many stored elements from a local tile, as f32;
+ * S_LOAD_KEYS / S_STORE_KEYS: that many keys of the f32 S tile; STORE_DIMS_PRIVATE: a float_dims
+ * to a private float array. */
 #if KEYS_PER_VEC == 1
 typedef float float_keys;
 #define LOAD_KEYS_F32(p) LOAD_ONE_F32(p)
@@ -120,6 +125,7 @@ typedef CAT(float, DIMS_PER_VEC) float_dims;
 #define STORE_DIMS_PRIVATE(v, p) CAT(vstore, DIMS_PER_VEC)(v, 0, p)
 #endif
 
+/* The max / sum of the KEYS_PER_VEC lanes of v, pairwise (halves, then quarters ...). */
 float hmax_keys(float_keys v)
 {
 #if KEYS_PER_VEC == 8
@@ -152,8 +158,9 @@ float hsum_keys(float_keys v)
 #endif
 }
 
-/* Copies rows [row0, row0 + rows) of a [seq, d] slice into a local tile, zero past `seq`.
- * transposed: tile[x * rows + r] (d x rows), else tile[r * d + x]. */
+/* Copies rows [row0, row0 + rows) of a [seq, d] slice (row stride `stride`) into a local tile,
+ * zero past `seq`. Element idx = r * d + x of the rows x d block, r in [0, rows), x in [0, d):
+ * transposed, tile[x * rows + r] (d x rows), else tile[idx] (rows x d). */
 void load_tile(__local store_t *tile, __global const store_t *src, long row0, long seq,
                long stride, int rows, int transposed)
 {
@@ -166,59 +173,60 @@ void load_tile(__local store_t *tile, __global const store_t *src, long row0, lo
 }
 
 /* One S row, in log2 units: S[r][c] = sum_x Q[r][x] * K[c][x] * scale * log2(e) for the Bc keys
- * c of the tile, reading qt = Q^T[x][r] (column r of the d x Br tile, stride Br) and
- * kt = K^T[x][c] (d x Bc, stride Bc). Four vectors of keys at a time, so each Q element loaded
- * feeds four multiply-adds. */
-void scores(__local float *srow, __local const store_t *qt, __local const store_t *kt,
-            float scale_log2)
+ * c of the tile, x in [0, d), reading q_col = Q^T[x][r] (column r of the d x Br tile, stride Br)
+ * and k_t = K^T[x][c] (d x Bc, stride Bc), writing s_row[c] (Bc floats). Four float_keys
+ * vectors (keys c = KEYS_PER_VEC * kvec ..) at a time, so each Q element loaded feeds four
+ * multiply-adds. */
+void row_scores(__local float *s_row, __local const store_t *q_col, __local const store_t *k_t,
+                float scale_log2)
 {
-    int jb = 0;
-    for (; jb + 4 <= VECS_PER_S_ROW; jb += 4) {
-        float_keys a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-        __local const store_t *kc = kt + jb * KEYS_PER_VEC;
+    int kvec = 0; /* the vector of keys c = KEYS_PER_VEC * kvec .. +KEYS_PER_VEC of the row */
+    for (; kvec + 4 <= VECS_PER_S_ROW; kvec += 4) {
+        float_keys s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f; /* vectors kvec .. kvec+3 */
+        __local const store_t *k_cols = k_t + kvec * KEYS_PER_VEC; /* K^T[0][c ..] */
 #pragma unroll 4
         for (int x = 0; x < HEAD_DIM; x++) {
-            float qx = LOAD_ONE_F32(qt + x * BLOCK_R);
-            __local const store_t *kr = kc + x * BLOCK_C;
-            a0 += qx * LOAD_KEYS_F32(kr);
-            a1 += qx * LOAD_KEYS_F32(kr + KEYS_PER_VEC);
-            a2 += qx * LOAD_KEYS_F32(kr + 2 * KEYS_PER_VEC);
-            a3 += qx * LOAD_KEYS_F32(kr + 3 * KEYS_PER_VEC);
+            float qx = LOAD_ONE_F32(q_col + x * BLOCK_R);         /* Q^T[x][r] */
+            __local const store_t *k_row = k_cols + x * BLOCK_C; /* K^T[x][c ..] */
+            s0 += qx * LOAD_KEYS_F32(k_row);
+            s1 += qx * LOAD_KEYS_F32(k_row + KEYS_PER_VEC);
+            s2 += qx * LOAD_KEYS_F32(k_row + 2 * KEYS_PER_VEC);
+            s3 += qx * LOAD_KEYS_F32(k_row + 3 * KEYS_PER_VEC);
         }
-        S_STORE_KEYS(a0 * scale_log2, srow + jb * KEYS_PER_VEC);
-        S_STORE_KEYS(a1 * scale_log2, srow + (jb + 1) * KEYS_PER_VEC);
-        S_STORE_KEYS(a2 * scale_log2, srow + (jb + 2) * KEYS_PER_VEC);
-        S_STORE_KEYS(a3 * scale_log2, srow + (jb + 3) * KEYS_PER_VEC);
+        S_STORE_KEYS(s0 * scale_log2, s_row + kvec * KEYS_PER_VEC);
+        S_STORE_KEYS(s1 * scale_log2, s_row + (kvec + 1) * KEYS_PER_VEC);
+        S_STORE_KEYS(s2 * scale_log2, s_row + (kvec + 2) * KEYS_PER_VEC);
+        S_STORE_KEYS(s3 * scale_log2, s_row + (kvec + 3) * KEYS_PER_VEC);
     }
-    for (; jb < VECS_PER_S_ROW; jb++) {
-        float_keys a0 = 0.0f;
-        for (int x = 0; x < HEAD_DIM; x++)
-            a0 += LOAD_ONE_F32(qt + x * BLOCK_R) *
-                  LOAD_KEYS_F32(kt + x * BLOCK_C + jb * KEYS_PER_VEC);
-        S_STORE_KEYS(a0 * scale_log2, srow + jb * KEYS_PER_VEC);
+    for (; kvec < VECS_PER_S_ROW; kvec++) { /* the last 0 .. 3 vectors, one at a time */
+        float_keys s0 = 0.0f;
+        for (int x = 0; x < HEAD_DIM; x++) /* Q^T[x][r] * K^T[x][c ..] */
+            s0 += LOAD_ONE_F32(q_col + x * BLOCK_R) *
+                  LOAD_KEYS_F32(k_t + x * BLOCK_C + kvec * KEYS_PER_VEC);
+        S_STORE_KEYS(s0 * scale_log2, s_row + kvec * KEYS_PER_VEC);
     }
 }
 
-/* Online softmax over one S row: returns the new running max (log2 units) and replaces the
- * row by P = exp2(S - m_new); *alpha = exp2(m_old - m_new) rescales the earlier O and l.
- * A row with no allowed key so far keeps m = -inf: exponents use 0 instead, so P = 0 and
- * alpha = 0, never NaN (the FlashAttention rescale rule). fmax skips a NaN score, whose
+/* Online softmax over one S row (s_row[c], c in [0, Bc)): returns the new running max (log2
+ * units) and replaces the row by P = exp2(S - m_new); *alpha = exp2(m_old - m_new) rescales the
+ * earlier O and l. A row with no allowed key so far keeps m = -inf: exponents use 0 instead, so
+ * P = 0 and alpha = 0, never NaN (the FlashAttention rescale rule). fmax skips a NaN score, whose
  * exp2 then makes l NaN, as does a +inf max (exp2(inf - inf)). */
-float softmax_update(__local float *srow, float m_old, float *l, float *alpha)
+float softmax_update(__local float *s_row, float m_old, float *l, float *alpha)
 {
-    float_keys mv = -INFINITY;
-    for (int jb = 0; jb < VECS_PER_S_ROW; jb++)
-        mv = fmax(mv, S_LOAD_KEYS(srow + jb * KEYS_PER_VEC));
-    float m_new = fmax(m_old, hmax_keys(mv));
+    float_keys tile_max = -INFINITY; /* lane-wise max over the row's vectors */
+    for (int kvec = 0; kvec < VECS_PER_S_ROW; kvec++)
+        tile_max = fmax(tile_max, S_LOAD_KEYS(s_row + kvec * KEYS_PER_VEC));
+    float m_new = fmax(m_old, hmax_keys(tile_max));
     float m_use = m_new == -INFINITY ? 0.0f : m_new;
-    float_keys ls = 0.0f;
-    for (int jb = 0; jb < VECS_PER_S_ROW; jb++) {
-        float_keys p = exp2(S_LOAD_KEYS(srow + jb * KEYS_PER_VEC) - m_use);
-        S_STORE_KEYS(p, srow + jb * KEYS_PER_VEC);
-        ls += p;
+    float_keys tile_sum = 0.0f; /* lane-wise sum of P over the row's vectors */
+    for (int kvec = 0; kvec < VECS_PER_S_ROW; kvec++) {
+        float_keys p = exp2(S_LOAD_KEYS(s_row + kvec * KEYS_PER_VEC) - m_use);
+        S_STORE_KEYS(p, s_row + kvec * KEYS_PER_VEC);
+        tile_sum += p;
     }
     *alpha = exp2(m_old - m_use);
-    *l = *l * *alpha + hsum_keys(ls);
+    *l = *l * *alpha + hsum_keys(tile_sum);
     return m_new;
 }
 
@@ -233,21 +241,23 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 flash_fwd(__global const store_t *q, __global const store_t *k, __global const store_t *v,
           __global store_t *o, __global float *lse, const fa_kernel_params p)
 {
-    __local store_t q_tile[HEAD_DIM * BLOCK_R]; /* Q^T: d x Br */
-    __local store_t k_tile[HEAD_DIM * BLOCK_C]; /* K^T: d x Bc */
-    __local store_t v_tile[BLOCK_C * HEAD_DIM]; /* V:   Bc x d */
-    __local float s_tile[BLOCK_R * BLOCK_C];    /* S, then P: Br x Bc */
+    __local store_t q_tile[HEAD_DIM * BLOCK_R]; /* Q^T: d x Br store_t */
+    __local store_t k_tile[HEAD_DIM * BLOCK_C]; /* K^T: d x Bc store_t */
+    __local store_t v_tile[BLOCK_C * HEAD_DIM]; /* V:   Bc x d store_t */
+    __local float s_tile[BLOCK_R * BLOCK_C];    /* S, then P: Br x Bc f32 */
 
-    const int lid = (int)get_local_id(0);
+    const int r = (int)get_local_id(0);              /* this work-item's row of the tile */
     const long r0 = (long)get_group_id(0) * BLOCK_R; /* first query row of the tile */
     const long h = (long)get_group_id(1), b = (long)get_group_id(2);
-    const long hkv = h / (p.heads_q / p.heads_kv); /* GQA: query heads share a K/V head */
-    const long sq = p.seqlen_q, sk = p.seqlen_k, row = r0 + lid;
-    __global const store_t *kb = k + p.k_offset + b * p.k_stride_b + hkv * p.k_stride_h;
-    __global const store_t *vb = v + p.v_offset + b * p.v_stride_b + hkv * p.v_stride_h;
-    __local float *srow = s_tile + lid * BLOCK_C;
+    const long h_kv = h / (p.heads_q / p.heads_kv); /* GQA: query heads share a K/V head */
+    const long sq = p.seqlen_q, sk = p.seqlen_k, row = r0 + r;
+    /* Row 0 of K[b][h_kv] and V[b][h_kv]: Sk x d, row strides k_stride_s, v_stride_s. */
+    __global const store_t *k_head = k + p.k_offset + b * p.k_stride_b + h_kv * p.k_stride_h;
+    __global const store_t *v_head = v + p.v_offset + b * p.v_stride_b + h_kv * p.v_stride_h;
+    __local float *s_row = s_tile + r * BLOCK_C; /* S[r][0 .. Bc) */
 
-    /* Load Q tile (rows past Sq are zeros; their results are never written). */
+    /* Load Q tile (rows past Sq are zeros; their results are never written): rows [r0, r0 + Br)
+     * of Q[b][h] (Sq x d, row stride q_stride_s), stored transposed. */
     load_tile(q_tile, q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h, r0, sq,
               p.q_stride_s, BLOCK_R, 1);
 
@@ -256,58 +266,60 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
     const long tile_keys = fa_keys_allowed(MASK, r0, sq, sk); /* the fewest of any row here */
 
     float m = -INFINITY, l = 0.0f;
-    float_dims acc[VECS_PER_O_ROW];
-    for (int xb = 0; xb < VECS_PER_O_ROW; xb++)
-        acc[xb] = 0.0f;
+    float_dims acc[VECS_PER_O_ROW]; /* O[r][DIMS_PER_VEC * dvec ..], f32 */
+    for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++)
+        acc[dvec] = 0.0f;
 
-    /* Loop over K/V tiles. */
+    /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [0, kv_end) by Bc. */
     for (long k0 = 0; k0 < kv_end; k0 += BLOCK_C) {
         barrier(CLK_LOCAL_MEM_FENCE); /* the previous tiles are no longer read */
-        load_tile(k_tile, kb, k0, sk, p.k_stride_s, BLOCK_C, 1);
-        load_tile(v_tile, vb, k0, sk, p.v_stride_s, BLOCK_C, 0);
+        load_tile(k_tile, k_head, k0, sk, p.k_stride_s, BLOCK_C, 1); /* K^T: d x Bc */
+        load_tile(v_tile, v_head, k0, sk, p.v_stride_s, BLOCK_C, 0); /* V: Bc x d */
         barrier(CLK_LOCAL_MEM_FENCE);
 
-        /* S = Q K^T * scale (in log2 units, for exp2). */
-        scores(srow, q_tile + lid, k_tile, p.scale_log2);
+        /* S = Q K^T * scale (in log2 units, for exp2): row r, S[r][c] for c in [0, Bc). */
+        row_scores(s_row, q_tile + r, k_tile, p.scale_log2);
 
         /* Mask: keys past Sk and, causal, keys after the row's diagonal get -inf. Only tiles
          * at the sequence end or crossing the diagonal need it (uniform per work-group). */
-        int kn = (int)min((long)BLOCK_C, sk - k0); /* valid keys in this tile */
-        bool edge = tile_keys < k0 + BLOCK_C;
-        long lim = row_keys - k0; /* this row's keys [0, lim) of the tile are allowed */
-        if (edge) {
-            for (int j = (int)max(lim, 0L); j < BLOCK_C; j++)
-                srow[j] = -INFINITY;
+        int valid_keys = (int)min((long)BLOCK_C, sk - k0); /* keys [0, valid_keys) exist */
+        bool needs_mask = tile_keys < k0 + BLOCK_C;
+        long allowed = row_keys - k0; /* this row's keys [0, allowed) of the tile are allowed */
+        if (needs_mask) {
+            for (int c = (int)max(allowed, 0L); c < BLOCK_C; c++)
+                s_row[c] = -INFINITY;
         }
 
         /* m/l update (online softmax); S becomes P. */
         float alpha;
-        m = softmax_update(srow, m, &l, &alpha);
+        m = softmax_update(s_row, m, &l, &alpha);
 
-        /* Rescale O, then accumulate P V (keys past kn have P = 0 and are skipped). */
-        for (int xb = 0; xb < VECS_PER_O_ROW; xb++)
-            acc[xb] *= alpha;
-        for (int j = 0; j < kn; j++) {
-            float pj = srow[j];
-            __local const store_t *vr = v_tile + j * HEAD_DIM;
+        /* Rescale O, then accumulate P V: O[r][x] += sum_c P[r][c] * V[c][x], x in [0, d),
+         * c in [0, valid_keys) (keys past it have P = 0 and are skipped). */
+        for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++)
+            acc[dvec] *= alpha;
+        for (int c = 0; c < valid_keys; c++) {
+            float p_c = s_row[c];                                  /* P[r][c] */
+            __local const store_t *v_row = v_tile + c * HEAD_DIM; /* V[c][0 .. d) */
 #pragma unroll
-            for (int xb = 0; xb < VECS_PER_O_ROW; xb++)
-                acc[xb] += pj * LOAD_DIMS_F32(vr + xb * DIMS_PER_VEC);
+            for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++) /* V[c][DIMS_PER_VEC * dvec ..] */
+                acc[dvec] += p_c * LOAD_DIMS_F32(v_row + dvec * DIMS_PER_VEC);
         }
     }
 
     /* Final 1/l and LSE: a row with no allowed key (l == 0) gives O = 0 and LSE = -inf; a
-     * NaN l (a NaN or +inf score) gives NaN in both. */
+     * NaN l (a NaN or +inf score) gives NaN in both. O[b][h][row][x] = acc / l (row stride
+     * o_stride_s); LSE [B, Hq, Sq] contiguous, natural log: (m + log2 l) * ln 2. */
     if (row >= sq)
         return;
-    float inv = l == 0.0f ? 0.0f : 1.0f / l;
-    __global store_t *orow = o + p.o_offset + b * p.o_stride_b + h * p.o_stride_h +
-                             row * p.o_stride_s;
-    for (int xb = 0; xb < VECS_PER_O_ROW; xb++) {
-        float tmp[DIMS_PER_VEC];
-        STORE_DIMS_PRIVATE(acc[xb] * inv, tmp);
+    float inv_l = l == 0.0f ? 0.0f : 1.0f / l;
+    __global store_t *o_row = o + p.o_offset + b * p.o_stride_b + h * p.o_stride_h +
+                              row * p.o_stride_s;
+    for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++) {
+        float o_vals[DIMS_PER_VEC]; /* O[r][DIMS_PER_VEC * dvec + e], e in [0, DIMS_PER_VEC) */
+        STORE_DIMS_PRIVATE(acc[dvec] * inv_l, o_vals);
         for (int e = 0; e < DIMS_PER_VEC; e++)
-            store_out(tmp[e], orow + xb * DIMS_PER_VEC + e);
+            store_o(o_vals[e], o_row + dvec * DIMS_PER_VEC + e);
     }
     if (p.has_lse)
         lse[(b * p.heads_q + h) * sq + row] = l == 0.0f ? -INFINITY : (m + log2(l)) * LN2;

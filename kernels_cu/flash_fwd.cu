@@ -6,12 +6,13 @@
  *
  * One thread block per (Q tile, head, batch): grid (q_tiles, heads_q, batch); the block loops
  * over the grid's strides as well, so the host may fold dimensions past the grid limits
- * (65535 in y and z). TPR threads share one query row (consecutive lanes of one warp): for S
- * each owns the keys j = t, t + TPR, ...; for O the head-dim elements x = t, t + TPR, ...;
- * row maxima and sums are combined with warp shuffles. The Q, K and V tiles live in dynamic
- * shared memory in the storage type (Q and K transposed, d x Br and d x Bc, so the threads of a
- * warp read consecutive words), the S tile as Br x Bc floats: exactly the planner's budget
- * (Br*d + 2*Bc*d) * elem + Br*Bc*4, which the host passes as the launch's shared memory.
+ * (65535 in y and z). THREADS_PER_ROW (the host's -DTPR) threads share one query row
+ * (consecutive lanes of one warp): for S each owns the keys c = t, t + TPR, ...; for O the
+ * head-dim elements x = t, t + TPR, ...; row maxima and sums are combined with warp shuffles.
+ * The Q, K and V tiles live in dynamic shared memory in the storage type (Q and K transposed,
+ * d x Br and d x Bc, so the threads of a warp read consecutive words), the S tile as Br x Bc
+ * floats: exactly the planner's budget (Br*d + 2*Bc*d) * elem + Br*Bc*4, which the host passes
+ * as the launch's shared memory.
  *
  * Two paths through the same loop, chosen by the host's plan (-DMMA):
  * - MMA 0, CUDA cores: the layout above, f32 accumulation, every architecture and dtype.
@@ -19,6 +20,8 @@
  *   S = Q K^T and O += P V are mma.sync m16n8k16 with f32 accumulation, and S and P never leave
  *   registers (the accumulator fragment of S is, packed, the A fragment of P V). Q, K and V are
  *   row-major tiles in shared memory; no S tile.
+ * Both paths share the tile loads, the online-softmax max step and the final 1/l and LSE rules
+ * (the __device__ helpers before them).
  * No CUDA header is included: NVRTC compiles this file without -I; f16 goes through PTX cvt,
  * bf16 through bit shifts. Every tunable has a default so the file compiles alone (with -I src
  * for kernel_params.h); the host passes the planned values with -D and prepends kernel_params.h.
@@ -50,11 +53,13 @@
 #ifndef TPR
 #define TPR 4 /* threads per query row (CUDA cores) or lanes per fragment row group (MMA) */
 #endif
+/* The host's name is TPR (its -D option); the kernel reads this one. */
+#define THREADS_PER_ROW TPR
 #ifndef WG_SIZE
 #if MMA
-#define WG_SIZE (BLOCK_R * 2) /* threads per block: one warp per 16 rows */
+#define WG_SIZE (BLOCK_R * 2) /* threads per block: one warp (32) per 16 rows */
 #else
-#define WG_SIZE (BLOCK_R * TPR) /* threads per block */
+#define WG_SIZE (BLOCK_R * THREADS_PER_ROW) /* threads per block */
 #endif
 #endif
 
@@ -70,31 +75,31 @@ static_assert(WG_SIZE == BLOCK_R * 2, "MMA: WG_SIZE must be one warp per 16 rows
 static_assert(WG_SIZE == BLOCK_R * TPR, "WG_SIZE must be BLOCK_R * TPR");
 #endif
 
-#define KEYS_PER_THREAD ((BLOCK_C + TPR - 1) / TPR)  /* keys of an S row per thread */
-#define DIMS_PER_THREAD ((HEAD_DIM + TPR - 1) / TPR) /* elements of an O row per thread */
 #define LN2 0.69314718055994530942f
 #define NEG_INF __int_as_float(0xff800000)
 
 typedef long long i64;
 
 /* ---- storage type: raw copies global -> shared, f32 conversion on loads from shared ------- */
+/* to_f32: one stored element as f32; to_store: f32 to the storage type, rounding to nearest
+ * even. */
 #if DTYPE == 0
 typedef float store_t;
-__device__ __forceinline__ float ld(store_t v) { return v; }
-__device__ __forceinline__ store_t st(float v) { return v; }
+__device__ __forceinline__ float to_f32(store_t v) { return v; }
+__device__ __forceinline__ store_t to_store(float v) { return v; }
 #elif DTYPE == 1
 typedef unsigned short store_t; /* IEEE half bits */
 #ifdef FA_EMULATED
-__device__ __forceinline__ float ld(store_t v) { return fa_emu_f16_to_f32(v); }
-__device__ __forceinline__ store_t st(float v) { return fa_emu_f32_to_f16(v); }
+__device__ __forceinline__ float to_f32(store_t v) { return fa_emu_f16_to_f32(v); }
+__device__ __forceinline__ store_t to_store(float v) { return fa_emu_f32_to_f16(v); }
 #else
-__device__ __forceinline__ float ld(store_t v)
+__device__ __forceinline__ float to_f32(store_t v)
 {
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v));
     return f;
 }
-__device__ __forceinline__ store_t st(float v)
+__device__ __forceinline__ store_t to_store(float v)
 {
     store_t h;
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v)); /* round to nearest even */
@@ -103,8 +108,8 @@ __device__ __forceinline__ store_t st(float v)
 #endif
 #else
 typedef unsigned short store_t; /* bf16 bits: the upper half of a binary32 */
-__device__ __forceinline__ float ld(store_t v) { return __int_as_float((int)v << 16); }
-__device__ __forceinline__ store_t st(float v)
+__device__ __forceinline__ float to_f32(store_t v) { return __int_as_float((int)v << 16); }
+__device__ __forceinline__ store_t to_store(float v)
 {
     unsigned u = (unsigned)__float_as_int(v);
     if (v != v)
@@ -113,31 +118,36 @@ __device__ __forceinline__ store_t st(float v)
 }
 #endif
 
-/* The lanes of this thread's row group: TPR consecutive lanes of one warp. */
+/* ---- shared by both paths ------------------------------------------------------------------ */
+
+/* The lanes of this thread's row group: THREADS_PER_ROW consecutive lanes of one warp, as a
+ * shuffle mask (lane l is bit l). */
 __device__ __forceinline__ unsigned row_lanes()
 {
     unsigned lane = threadIdx.x & 31u;
-    unsigned group = TPR == 32 ? 0xffffffffu : ((1u << TPR) - 1u);
-    return group << (lane & ~(unsigned)(TPR - 1));
+    unsigned group = THREADS_PER_ROW == 32 ? 0xffffffffu : ((1u << THREADS_PER_ROW) - 1u);
+    return group << (lane & ~(unsigned)(THREADS_PER_ROW - 1));
 }
 
-/* Butterfly max / sum over the TPR lanes of a row: every lane gets the same (bitwise) value. */
+/* Butterfly max / sum over the THREADS_PER_ROW lanes of a row (offsets TPR/2, ..., 1): every
+ * lane gets the same (bitwise) value. */
 __device__ __forceinline__ float row_max(float v, unsigned lanes)
 {
-    for (int off = TPR / 2; off > 0; off /= 2)
-        v = fmaxf(v, __shfl_xor_sync(lanes, v, off, TPR));
+    for (int off = THREADS_PER_ROW / 2; off > 0; off /= 2)
+        v = fmaxf(v, __shfl_xor_sync(lanes, v, off, THREADS_PER_ROW));
     return v;
 }
 
 __device__ __forceinline__ float row_sum(float v, unsigned lanes)
 {
-    for (int off = TPR / 2; off > 0; off /= 2)
-        v += __shfl_xor_sync(lanes, v, off, TPR);
+    for (int off = THREADS_PER_ROW / 2; off > 0; off /= 2)
+        v += __shfl_xor_sync(lanes, v, off, THREADS_PER_ROW);
     return v;
 }
 
-/* Copies rows [row0, row0 + rows) of a [seq, d] slice into a shared tile, zero past `seq`.
- * transposed: tile[x * rows + r] (d x rows), else tile[r * d + x]. */
+/* Copies rows [row0, row0 + rows) of a [seq, d] slice (row stride `stride`) into a shared tile,
+ * zero past `seq`. Element idx = r * d + x of the rows x d block, r in [0, rows), x in [0, d):
+ * transposed, tile[x * rows + r] (d x rows), else tile[idx] (rows x d). */
 __device__ void load_tile(store_t *tile, const store_t *src, i64 row0, i64 seq, i64 stride,
                           int rows, bool transposed)
 {
@@ -149,6 +159,33 @@ __device__ void load_tile(store_t *tile, const store_t *src, i64 row0, i64 seq, 
     }
 }
 
+/* Waits until the previous work item no longer reads the tiles, then loads the Q tile: rows
+ * [r0, r0 + Br) of Q[b][h] (Sq x d, row stride q_stride_s) into q_tile, Br x d or, transposed,
+ * d x Br. Rows past Sq are zeros; their results are never written. */
+__device__ __forceinline__ void load_q_tile(store_t *q_tile, const store_t *q,
+                                            const fa_kernel_params &p, i64 b, i64 h, i64 r0,
+                                            bool transposed)
+{
+    __syncthreads();
+    load_tile(q_tile, q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h, r0, p.seqlen_q,
+              p.q_stride_s, BLOCK_R, transposed);
+}
+
+/* Loads K/V tile rows [k0, k0 + Bc) of this (b, h_kv) into k_tile (Bc x d or, transposed,
+ * d x Bc) and v_tile (Bc x d), zeros past Sk. k_head / v_head are row 0 of K[b][h_kv] and
+ * V[b][h_kv] (Sk x d, row strides k_stride_s / v_stride_s). The barriers: the previous tiles are
+ * no longer read; the new ones are complete before any thread reads them. */
+__device__ __forceinline__ void load_kv_tiles(store_t *k_tile, store_t *v_tile,
+                                              const store_t *k_head, const store_t *v_head,
+                                              const fa_kernel_params &p, i64 k0,
+                                              bool k_transposed)
+{
+    __syncthreads();
+    load_tile(k_tile, k_head, k0, p.seqlen_k, p.k_stride_s, BLOCK_C, k_transposed);
+    load_tile(v_tile, v_head, k0, p.seqlen_k, p.v_stride_s, BLOCK_C, false);
+    __syncthreads();
+}
+
 /* The keys [0, end) that the tile starting at row r0 visits: those its last row may attend
  * to, so causal launches skip K tiles entirely past the diagonal. */
 __device__ __forceinline__ i64 keys_to_visit(const fa_kernel_params &p, i64 r0)
@@ -156,288 +193,329 @@ __device__ __forceinline__ i64 keys_to_visit(const fa_kernel_params &p, i64 r0)
     return fa_keys_allowed(MASK, min(r0 + BLOCK_R, p.seqlen_q) - 1, p.seqlen_q, p.seqlen_k);
 }
 
+/* The m step of the online softmax for one row, in log2 units: *m becomes m_new = max(*m, the
+ * row's max over this tile, combined over its lanes), *alpha = exp2(m_old - m_use) rescales the
+ * earlier O and l, and the result m_use is what the exponents subtract. A row with no allowed
+ * key so far keeps m = -inf: m_use is 0 instead, so P = 0 and alpha = 0, never NaN (the
+ * FlashAttention rescale rule). */
+__device__ __forceinline__ float online_max(float *m, float tile_max, unsigned lanes,
+                                            float *alpha)
+{
+    float m_new = fmaxf(*m, row_max(tile_max, lanes));
+    float m_use = m_new == NEG_INF ? 0.0f : m_new;
+    *alpha = exp2f(*m - m_use);
+    *m = m_new;
+    return m_use;
+}
+
+/* Final 1/l and LSE of a row: a row with no allowed key (l == 0) gives O = 0 and LSE = -inf; a
+ * NaN l (a NaN or +inf score) gives NaN in both. LSE is natural-log: (m + log2 l) * ln 2. */
+__device__ __forceinline__ float inverse_sum(float l) { return l == 0.0f ? 0.0f : 1.0f / l; }
+
+__device__ __forceinline__ float row_lse(float m, float l)
+{
+    return l == 0.0f ? NEG_INF : (m + log2f(l)) * LN2;
+}
+
 #if !MMA
-/* One (Q tile, head, batch) work item of the block. */
+/* ---- the CUDA-core path: THREADS_PER_ROW threads per query row, f32 FMA ------------------- */
+#define KEYS_PER_THREAD ((BLOCK_C + THREADS_PER_ROW - 1) / THREADS_PER_ROW)  /* of an S row */
+#define DIMS_PER_THREAD ((HEAD_DIM + THREADS_PER_ROW - 1) / THREADS_PER_ROW) /* of an O row */
+
+/* One (Q tile, head, batch) work item of the block: thread (r, t) = threadIdx.x / TPR,
+ * threadIdx.x % TPR owns query row r0 + r of the tile, keys c = t + i*TPR of each S row and
+ * elements x = t + i*TPR of its O row (i in [0, KEYS_PER_THREAD) / [0, DIMS_PER_THREAD)). */
 __device__ void tile_fwd_cuda_cores(const store_t *__restrict__ q,
                                      const store_t *__restrict__ k,
                                      const store_t *__restrict__ v, store_t *__restrict__ o,
                                      float *__restrict__ lse, const fa_kernel_params &p,
                                      i64 tile, i64 h, i64 b, char *smem)
 {
-    float *s_tile = (float *)smem;                     /* S, then P: Br x Bc */
-    store_t *q_tile = (store_t *)(s_tile + BLOCK_R * BLOCK_C); /* Q^T: d x Br */
-    store_t *k_tile = q_tile + HEAD_DIM * BLOCK_R;     /* K^T: d x Bc */
-    store_t *v_tile = k_tile + HEAD_DIM * BLOCK_C;     /* V:   Bc x d */
+    float *s_tile = (float *)smem;                             /* S, then P: Br x Bc f32 */
+    store_t *q_tile = (store_t *)(s_tile + BLOCK_R * BLOCK_C); /* Q^T: d x Br store_t */
+    store_t *k_tile = q_tile + HEAD_DIM * BLOCK_R;             /* K^T: d x Bc store_t */
+    store_t *v_tile = k_tile + HEAD_DIM * BLOCK_C;             /* V:   Bc x d store_t */
 
-    const int r = (int)threadIdx.x / TPR, t = (int)threadIdx.x % TPR;
+    const int r = (int)threadIdx.x / THREADS_PER_ROW, t = (int)threadIdx.x % THREADS_PER_ROW;
     const unsigned lanes = row_lanes();
-    const i64 r0 = tile * BLOCK_R; /* first query row of the tile */
-    const i64 hkv = h / (p.heads_q / p.heads_kv); /* GQA: query heads share a K/V head */
+    const i64 r0 = tile * BLOCK_R;                 /* first query row of the tile */
+    const i64 h_kv = h / (p.heads_q / p.heads_kv); /* GQA: query heads share a K/V head */
     const i64 sq = p.seqlen_q, sk = p.seqlen_k, row = r0 + r;
-    const store_t *kb = k + p.k_offset + b * p.k_stride_b + hkv * p.k_stride_h;
-    const store_t *vb = v + p.v_offset + b * p.v_stride_b + hkv * p.v_stride_h;
-    float *srow = s_tile + r * BLOCK_C;
+    /* Row 0 of K[b][h_kv] and V[b][h_kv]: Sk x d, row strides k_stride_s, v_stride_s. */
+    const store_t *k_head = k + p.k_offset + b * p.k_stride_b + h_kv * p.k_stride_h;
+    const store_t *v_head = v + p.v_offset + b * p.v_stride_b + h_kv * p.v_stride_h;
+    float *s_row = s_tile + r * BLOCK_C; /* S[r][0 .. Bc) */
 
-    __syncthreads(); /* the previous work item no longer reads the tiles */
     /* Load Q tile (rows past Sq are zeros; their results are never written). */
-    load_tile(q_tile, q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h, r0, sq,
-              p.q_stride_s, BLOCK_R, true);
+    load_q_tile(q_tile, q, p, b, h, r0, true);
 
     const i64 kv_end = keys_to_visit(p, r0);
 
     float m = NEG_INF, l = 0.0f;
-    float acc[DIMS_PER_THREAD];
+    float acc[DIMS_PER_THREAD]; /* O[r][t + i*TPR], f32 */
 #pragma unroll
     for (int i = 0; i < DIMS_PER_THREAD; i++)
         acc[i] = 0.0f;
 
-    /* Loop over K/V tiles. */
+    /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [0, kv_end) by Bc. */
     for (i64 k0 = 0; k0 < kv_end; k0 += BLOCK_C) {
-        __syncthreads(); /* the previous tiles are no longer read */
-        load_tile(k_tile, kb, k0, sk, p.k_stride_s, BLOCK_C, true);
-        load_tile(v_tile, vb, k0, sk, p.v_stride_s, BLOCK_C, false);
-        __syncthreads();
+        load_kv_tiles(k_tile, v_tile, k_head, v_head, p, k0, true);
 
-        /* S = Q K^T * scale (in log2 units, for exp2): keys j = t + i*TPR of row r. */
+        /* S = Q K^T * scale (in log2 units, for exp2): s[i] = S[r][c], c = t + i*TPR,
+         * S[r][c] = sum_x Q[r][x] * K[c][x] = sum_x Q^T[x][r] * K^T[x][c], x in [0, d). */
         float s[KEYS_PER_THREAD];
 #pragma unroll
         for (int i = 0; i < KEYS_PER_THREAD; i++)
             s[i] = 0.0f;
         for (int x = 0; x < HEAD_DIM; x++) {
-            float qx = ld(q_tile[x * BLOCK_R + r]);
-            const store_t *kr = k_tile + x * BLOCK_C + t;
+            float qx = to_f32(q_tile[x * BLOCK_R + r]);      /* Q^T[x][r] */
+            const store_t *k_row = k_tile + x * BLOCK_C + t; /* K^T[x][t ..] */
 #pragma unroll
             for (int i = 0; i < KEYS_PER_THREAD; i++)
-                if (BLOCK_C % TPR == 0 || t + i * TPR < BLOCK_C)
-                    s[i] += qx * ld(kr[i * TPR]);
+                if (BLOCK_C % THREADS_PER_ROW == 0 || t + i * THREADS_PER_ROW < BLOCK_C)
+                    s[i] += qx * to_f32(k_row[i * THREADS_PER_ROW]); /* K^T[x][c] */
         }
 
         /* Mask: keys past Sk and, causal, keys after the row's diagonal get -inf. */
-        int kn = (int)min((i64)BLOCK_C, sk - k0); /* valid keys in this tile */
-        i64 lim = fa_keys_allowed(MASK, row, sq, sk) - k0; /* this row's keys [0, lim) here */
-        float mx = NEG_INF;
+        int valid_keys = (int)min((i64)BLOCK_C, sk - k0); /* keys [0, valid_keys) exist */
+        i64 allowed = fa_keys_allowed(MASK, row, sq, sk) - k0; /* row r may see c < allowed */
+        float tile_max = NEG_INF;
 #pragma unroll
         for (int i = 0; i < KEYS_PER_THREAD; i++) {
-            int j = t + i * TPR;
-            s[i] = (j < BLOCK_C && j < lim) ? s[i] * p.scale_log2 : NEG_INF;
-            mx = fmaxf(mx, s[i]);
+            int c = t + i * THREADS_PER_ROW;
+            s[i] = (c < BLOCK_C && c < allowed) ? s[i] * p.scale_log2 : NEG_INF;
+            tile_max = fmaxf(tile_max, s[i]);
         }
 
-        /* m/l update (online softmax); S becomes P. A row with no allowed key so far keeps
-         * m = -inf: exponents use 0 instead, so P = 0 and alpha = 0, never NaN. */
-        float m_new = fmaxf(m, row_max(mx, lanes));
-        float m_use = m_new == NEG_INF ? 0.0f : m_new;
-        float ls = 0.0f;
+        /* m/l update (online softmax); S becomes P: P[r][c] = exp2(S[r][c] - m_use), stored to
+         * s_row[c] for the P V step, which reads every key of the row. */
+        float alpha;
+        float m_use = online_max(&m, tile_max, lanes, &alpha);
+        float tile_sum = 0.0f;
 #pragma unroll
         for (int i = 0; i < KEYS_PER_THREAD; i++) {
-            int j = t + i * TPR;
-            if (j < BLOCK_C) {
-                float pj = exp2f(s[i] - m_use);
-                srow[j] = pj;
-                ls += pj;
+            int c = t + i * THREADS_PER_ROW;
+            if (c < BLOCK_C) {
+                float p_c = exp2f(s[i] - m_use);
+                s_row[c] = p_c;
+                tile_sum += p_c;
             }
         }
-        float alpha = exp2f(m - m_use);
-        l = l * alpha + row_sum(ls, lanes);
-        m = m_new;
+        l = l * alpha + row_sum(tile_sum, lanes);
         __syncwarp(lanes); /* the row's P values are visible to all its lanes */
 
-        /* Rescale O, then accumulate P V (keys past kn have P = 0 and are skipped). */
+        /* Rescale O, then accumulate P V: O[r][x] += sum_c P[r][c] * V[c][x] for
+         * x = t + i*TPR, c in [0, valid_keys) (keys past it have P = 0 and are skipped). */
 #pragma unroll
         for (int i = 0; i < DIMS_PER_THREAD; i++)
             acc[i] *= alpha;
-        for (int j = 0; j < kn; j++) {
-            float pj = srow[j];
-            const store_t *vr = v_tile + j * HEAD_DIM + t;
+        for (int c = 0; c < valid_keys; c++) {
+            float p_c = s_row[c];                             /* P[r][c] */
+            const store_t *v_row = v_tile + c * HEAD_DIM + t; /* V[c][t ..] */
 #pragma unroll
             for (int i = 0; i < DIMS_PER_THREAD; i++)
-                if (HEAD_DIM % TPR == 0 || t + i * TPR < HEAD_DIM)
-                    acc[i] += pj * ld(vr[i * TPR]);
+                if (HEAD_DIM % THREADS_PER_ROW == 0 || t + i * THREADS_PER_ROW < HEAD_DIM)
+                    acc[i] += p_c * to_f32(v_row[i * THREADS_PER_ROW]); /* V[c][x] */
         }
     }
 
-    /* Final 1/l and LSE: a row with no allowed key (l == 0) gives O = 0 and LSE = -inf; a
-     * NaN l (a NaN or +inf score) gives NaN in both. */
+    /* Final 1/l and LSE: O[b][h][row][x] = acc / l (row stride o_stride_s); LSE [B, Hq, Sq]
+     * contiguous, written by lane t == 0 of the row. */
     if (row >= sq)
         return;
-    float inv = l == 0.0f ? 0.0f : 1.0f / l;
-    store_t *orow = o + p.o_offset + b * p.o_stride_b + h * p.o_stride_h + row * p.o_stride_s;
+    float inv_l = inverse_sum(l);
+    store_t *o_row = o + p.o_offset + b * p.o_stride_b + h * p.o_stride_h + row * p.o_stride_s;
 #pragma unroll
     for (int i = 0; i < DIMS_PER_THREAD; i++)
-        if (t + i * TPR < HEAD_DIM)
-            orow[t + i * TPR] = st(acc[i] * inv);
+        if (t + i * THREADS_PER_ROW < HEAD_DIM)
+            o_row[t + i * THREADS_PER_ROW] = to_store(acc[i] * inv_l);
     if (p.has_lse && t == 0)
-        lse[(b * p.heads_q + h) * sq + row] = l == 0.0f ? NEG_INF : (m + log2f(l)) * LN2;
+        lse[(b * p.heads_q + h) * sq + row] = row_lse(m, l);
 }
 #else
 /* ---- the tensor-core path: mma.sync m16n8k16, f16/bf16 in, f32 accumulate (sm_80+) ------- */
-#define S_TILES (BLOCK_C / 8)  /* S accumulator tiles (16 x 8) per warp */
-#define O_TILES (HEAD_DIM / 8) /* O accumulator tiles (16 x 8) per warp */
+#define S_TILES (BLOCK_C / 8)  /* S accumulator tiles (16 x 8: keys 8n .. 8n+7) per warp */
+#define O_TILES (HEAD_DIM / 8) /* O accumulator tiles (16 x 8: dims 8n .. 8n+7) per warp */
 
-/* Two consecutive storage elements as one .b32 register (the lower index in the low half). */
-__device__ __forceinline__ unsigned ld2(const store_t *s)
+/* Two storage elements as one .b32 mma operand register: lo in the low half. */
+__device__ __forceinline__ unsigned pack_b32(store_t lo, store_t hi)
 {
-    return (unsigned)s[0] | ((unsigned)s[1] << 16);
+    return (unsigned)lo | ((unsigned)hi << 16);
 }
 
-__device__ __forceinline__ unsigned pack2(float lo, float hi)
+/* Elements s[0], s[1] of one tile row: consecutive columns of a row-major tile. */
+__device__ __forceinline__ unsigned load_row_pair(const store_t *s)
 {
-    return (unsigned)st(lo) | ((unsigned)st(hi) << 16);
+    return pack_b32(s[0], s[1]);
+}
+
+/* Elements s[0], s[d] of one tile column: consecutive rows of a row-major (rows x d) tile. */
+__device__ __forceinline__ unsigned load_col_pair(const store_t *s)
+{
+    return pack_b32(s[0], s[HEAD_DIM]);
+}
+
+/* Two f32 values rounded to the storage type, as one register. */
+__device__ __forceinline__ unsigned pack_f32_pair(float lo, float hi)
+{
+    return pack_b32(to_store(lo), to_store(hi));
 }
 
 /* c += A B for one 16 x 8 tile, all 32 lanes of the warp together. Fragments (g = lane / 4,
  * t = lane % 4): a = rows g, g+8 x cols 2t, 2t+1 and 2t+8, 2t+9 (a[0] row g, a[1] row g+8,
  * a[2] row g cols +8, a[3] row g+8 cols +8); b = rows 2t, 2t+1 (b[0]) and 2t+8, 2t+9 (b[1]) x
  * col g; c = row g (c[0], c[1]) and g+8 (c[2], c[3]) x cols 2t, 2t+1. */
-__device__ __forceinline__ void mma16816(float c[4], const unsigned a[4], const unsigned b[2])
+#if DTYPE == 1
+#define MMA_IN_TYPE "f16" /* the PTX type of the A and B elements */
+#else
+#define MMA_IN_TYPE "bf16"
+#endif
+__device__ __forceinline__ void mma_m16n8k16(float c[4], const unsigned a[4],
+                                             const unsigned b[2])
 {
 #ifdef FA_EMULATED
     fa_emu_mma16816(c, a, b, DTYPE);
-#elif DTYPE == 1
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." MMA_IN_TYPE "." MMA_IN_TYPE ".f32 "
                  "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #endif
 }
 
-/* One (Q tile, head, batch) work item of the block: warp w owns rows 16w .. 16w+15 of the
- * tile; each lane holds rows g and g+8 of them (index i = 0, 1 below). */
+/* One (Q tile, head, batch) work item of the block: warp w owns tile rows
+ * warp_row0 = 16w .. 16w+15; each lane holds rows g and g+8 of them (index i = 0, 1 below), and
+ * in each 16 x 8 accumulator tile the columns 2t, 2t+1 (element e: row i = e / 2, column
+ * 2t + e % 2). */
 __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__restrict__ k,
                              const store_t *__restrict__ v, store_t *__restrict__ o,
                              float *__restrict__ lse, const fa_kernel_params &p, i64 tile,
                              i64 h, i64 b, char *smem)
 {
-    store_t *q_tile = (store_t *)smem;             /* Q: Br x d */
-    store_t *k_tile = q_tile + BLOCK_R * HEAD_DIM; /* K: Bc x d */
-    store_t *v_tile = k_tile + BLOCK_C * HEAD_DIM; /* V: Bc x d */
+    store_t *q_tile = (store_t *)smem;             /* Q: Br x d store_t, row-major */
+    store_t *k_tile = q_tile + BLOCK_R * HEAD_DIM; /* K: Bc x d store_t, row-major */
+    store_t *v_tile = k_tile + BLOCK_C * HEAD_DIM; /* V: Bc x d store_t, row-major */
 
-    const int lane = (int)threadIdx.x % 32, wr = (int)threadIdx.x / 32 * 16;
-    const int g = lane / 4, t = lane % 4;
-    const unsigned lanes = row_lanes(); /* the quad that shares rows g and g+8 */
-    const i64 r0 = tile * BLOCK_R;
-    const i64 hkv = h / (p.heads_q / p.heads_kv);
+    const int lane = (int)threadIdx.x % 32, warp_row0 = (int)threadIdx.x / 32 * 16;
+    const int g = lane / 4, t = lane % 4;          /* PTX's groupID and threadID_in_group */
+    const unsigned lanes = row_lanes();            /* the quad that shares rows g and g+8 */
+    const i64 r0 = tile * BLOCK_R;                 /* first query row of the tile */
+    const i64 h_kv = h / (p.heads_q / p.heads_kv); /* GQA: query heads share a K/V head */
     const i64 sq = p.seqlen_q, sk = p.seqlen_k;
-    const i64 rows[2] = {r0 + wr + g, r0 + wr + g + 8};
-    const store_t *kb = k + p.k_offset + b * p.k_stride_b + hkv * p.k_stride_h;
-    const store_t *vb = v + p.v_offset + b * p.v_stride_b + hkv * p.v_stride_h;
+    const i64 rows[2] = {r0 + warp_row0 + g, r0 + warp_row0 + g + 8}; /* this lane's rows */
+    /* Row 0 of K[b][h_kv] and V[b][h_kv]: Sk x d, row strides k_stride_s, v_stride_s. */
+    const store_t *k_head = k + p.k_offset + b * p.k_stride_b + h_kv * p.k_stride_h;
+    const store_t *v_head = v + p.v_offset + b * p.v_stride_b + h_kv * p.v_stride_h;
 
-    __syncthreads(); /* the previous work item no longer reads the tiles */
     /* Load Q tile (rows past Sq are zeros; their results are never written). */
-    load_tile(q_tile, q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h, r0, sq,
-              p.q_stride_s, BLOCK_R, false);
+    load_q_tile(q_tile, q, p, b, h, r0, false);
 
     const i64 kv_end = keys_to_visit(p, r0);
 
-    float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f};
-    float acc[O_TILES][4];
+    float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f}; /* rows g, g+8 */
+    float acc[O_TILES][4]; /* O tile n: rows g, g+8 x dims 8n+2t, 8n+2t+1, f32 */
 #pragma unroll
     for (int n = 0; n < O_TILES; n++)
         acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 
-    /* Loop over K/V tiles. */
+    /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [0, kv_end) by Bc. */
     for (i64 k0 = 0; k0 < kv_end; k0 += BLOCK_C) {
-        __syncthreads(); /* the previous tiles are no longer read */
-        load_tile(k_tile, kb, k0, sk, p.k_stride_s, BLOCK_C, false);
-        load_tile(v_tile, vb, k0, sk, p.v_stride_s, BLOCK_C, false);
-        __syncthreads();
+        load_kv_tiles(k_tile, v_tile, k_head, v_head, p, k0, false);
 
-        /* S = Q K^T: B[kk][n] = K[n][kk], so a K row gives a B column. */
+        /* S = Q K^T: S[r][c] = sum_x Q[r][x] * K[c][x], 16 x Bc per warp, as S_TILES 16 x 8
+         * tiles s[n] (keys 8n .. 8n+7), summed over 16-wide slices x0 .. x0+15 of d. A is
+         * Q[warp_row0 ..][x0 ..] (16 x 16); B[x][c] = K[c][x], so a K row gives a B column. */
         float s[S_TILES][4];
 #pragma unroll
         for (int n = 0; n < S_TILES; n++)
             s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
-        for (int kk = 0; kk < HEAD_DIM; kk += 16) {
-            const store_t *qa = q_tile + (wr + g) * HEAD_DIM + kk + 2 * t;
-            unsigned a[4] = {ld2(qa), ld2(qa + 8 * HEAD_DIM), ld2(qa + 8),
-                             ld2(qa + 8 * HEAD_DIM + 8)};
+        for (int x0 = 0; x0 < HEAD_DIM; x0 += 16) {
+            /* Q[warp_row0 + g][x0 + 2t]: a = Q rows g, g+8 x cols 2t, 2t+1, 2t+8, 2t+9 */
+            const store_t *q_src = q_tile + (warp_row0 + g) * HEAD_DIM + x0 + 2 * t;
+            unsigned a_frag[4] = {load_row_pair(q_src), load_row_pair(q_src + 8 * HEAD_DIM),
+                                  load_row_pair(q_src + 8),
+                                  load_row_pair(q_src + 8 * HEAD_DIM + 8)};
 #pragma unroll
             for (int n = 0; n < S_TILES; n++) {
-                const store_t *kr = k_tile + (n * 8 + g) * HEAD_DIM + kk + 2 * t;
-                unsigned bf[2] = {ld2(kr), ld2(kr + 8)};
-                mma16816(s[n], a, bf);
+                /* K[8n + g][x0 + 2t]: b = K row 8n+g x cols 2t, 2t+1 and 2t+8, 2t+9 */
+                const store_t *k_src = k_tile + (n * 8 + g) * HEAD_DIM + x0 + 2 * t;
+                unsigned b_frag[2] = {load_row_pair(k_src), load_row_pair(k_src + 8)};
+                mma_m16n8k16(s[n], a_frag, b_frag);
             }
         }
 
-        /* Mask: keys past Sk and, causal, keys after the row's diagonal get -inf; scale. */
-        i64 lim[2] = {fa_keys_allowed(MASK, rows[0], sq, sk) - k0,
-                      fa_keys_allowed(MASK, rows[1], sq, sk) - k0};
-        float mx[2] = {NEG_INF, NEG_INF};
+        /* Mask: keys past Sk and, causal, keys after the row's diagonal get -inf; scale.
+         * s[n][e] is S[warp_row0 + g + 8i][c], i = e / 2, key c = 8n + 2t + e % 2 of the tile. */
+        i64 allowed[2] = {fa_keys_allowed(MASK, rows[0], sq, sk) - k0,
+                          fa_keys_allowed(MASK, rows[1], sq, sk) - k0}; /* c < allowed[i] */
+        float tile_max[2] = {NEG_INF, NEG_INF};
 #pragma unroll
         for (int n = 0; n < S_TILES; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                int i = e / 2, j = n * 8 + 2 * t + (e & 1);
-                s[n][e] = j < lim[i] ? s[n][e] * p.scale_log2 : NEG_INF;
-                mx[i] = fmaxf(mx[i], s[n][e]);
+                int i = e / 2, c = n * 8 + 2 * t + (e & 1);
+                s[n][e] = c < allowed[i] ? s[n][e] * p.scale_log2 : NEG_INF;
+                tile_max[i] = fmaxf(tile_max[i], s[n][e]);
             }
 
-        /* m/l update (online softmax); S becomes P. A row with no allowed key so far keeps
-         * m = -inf: exponents use 0 instead, so P = 0 and alpha = 0, never NaN. */
-        float m_use[2], alpha[2], ls[2] = {0.0f, 0.0f};
+        /* m/l update (online softmax); S becomes P = exp2(S - m_use), in place. */
+        float m_use[2], alpha[2], tile_sum[2] = {0.0f, 0.0f};
 #pragma unroll
-        for (int i = 0; i < 2; i++) {
-            float m_new = fmaxf(m[i], row_max(mx[i], lanes));
-            m_use[i] = m_new == NEG_INF ? 0.0f : m_new;
-            alpha[i] = exp2f(m[i] - m_use[i]);
-            m[i] = m_new;
-        }
+        for (int i = 0; i < 2; i++)
+            m_use[i] = online_max(&m[i], tile_max[i], lanes, &alpha[i]);
 #pragma unroll
         for (int n = 0; n < S_TILES; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 s[n][e] = exp2f(s[n][e] - m_use[e / 2]);
-                ls[e / 2] += s[n][e];
+                tile_sum[e / 2] += s[n][e];
             }
 #pragma unroll
         for (int i = 0; i < 2; i++)
-            l[i] = l[i] * alpha[i] + row_sum(ls[i], lanes);
+            l[i] = l[i] * alpha[i] + row_sum(tile_sum[i], lanes);
 
-        /* Rescale O, then accumulate P V: the S tiles 2c, 2c+1 are the A fragment of keys
-         * 16c .. 16c+15; B[key][x] = V[key][x] (masked keys have P = 0, V rows past Sk are 0). */
+        /* Rescale O, then accumulate P V: O[r][x] += sum_c P[r][c] * V[c][x], over 16-key
+         * slices c0 .. c0+15. The S tiles c0/8, c0/8 + 1 are the A fragment of those keys;
+         * B[c][x] = V[c0 + c][8n + x] (masked keys have P = 0, V rows past Sk are 0). */
 #pragma unroll
         for (int n = 0; n < O_TILES; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 acc[n][e] *= alpha[e / 2];
 #pragma unroll
-        for (int c = 0; c < BLOCK_C / 16; c++) {
-            unsigned a[4] = {pack2(s[2 * c][0], s[2 * c][1]), pack2(s[2 * c][2], s[2 * c][3]),
-                             pack2(s[2 * c + 1][0], s[2 * c + 1][1]),
-                             pack2(s[2 * c + 1][2], s[2 * c + 1][3])};
+        for (int c0 = 0; c0 < BLOCK_C; c0 += 16) {
+            const int n0 = c0 / 8; /* S tiles n0 (keys c0 .. c0+7) and n0 + 1 (c0+8 .. c0+15) */
+            unsigned a_frag[4] = {pack_f32_pair(s[n0][0], s[n0][1]),
+                                  pack_f32_pair(s[n0][2], s[n0][3]),
+                                  pack_f32_pair(s[n0 + 1][0], s[n0 + 1][1]),
+                                  pack_f32_pair(s[n0 + 1][2], s[n0 + 1][3])};
 #pragma unroll
             for (int n = 0; n < O_TILES; n++) {
-                const store_t *vr = v_tile + (c * 16 + 2 * t) * HEAD_DIM + n * 8 + g;
-                unsigned bf[2] = {(unsigned)vr[0] | ((unsigned)vr[HEAD_DIM] << 16),
-                                  (unsigned)vr[8 * HEAD_DIM] | ((unsigned)vr[9 * HEAD_DIM] << 16)};
-                mma16816(acc[n], a, bf);
+                /* V[c0 + 2t][8n + g]: b = V rows 2t, 2t+1 and 2t+8, 2t+9 x col g */
+                const store_t *v_src = v_tile + (c0 + 2 * t) * HEAD_DIM + n * 8 + g;
+                unsigned b_frag[2] = {load_col_pair(v_src), load_col_pair(v_src + 8 * HEAD_DIM)};
+                mma_m16n8k16(acc[n], a_frag, b_frag);
             }
         }
     }
 
-    /* Final 1/l and LSE: a row with no allowed key (l == 0) gives O = 0 and LSE = -inf; a
-     * NaN l (a NaN or +inf score) gives NaN in both. */
+    /* Final 1/l and LSE: O[b][h][rows[i]][8n + 2t + (0, 1)] = acc[n][2i + (0, 1)] / l[i]
+     * (row stride o_stride_s); LSE [B, Hq, Sq] contiguous, written by lane t == 0 of the quad. */
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         if (rows[i] >= sq)
             continue;
-        float inv = l[i] == 0.0f ? 0.0f : 1.0f / l[i];
-        store_t *orow = o + p.o_offset + b * p.o_stride_b + h * p.o_stride_h +
-                        rows[i] * p.o_stride_s + 2 * t;
+        float inv_l = inverse_sum(l[i]);
+        store_t *o_row = o + p.o_offset + b * p.o_stride_b + h * p.o_stride_h +
+                         rows[i] * p.o_stride_s + 2 * t;
 #pragma unroll
         for (int n = 0; n < O_TILES; n++) {
-            orow[n * 8] = st(acc[n][2 * i] * inv);
-            orow[n * 8 + 1] = st(acc[n][2 * i + 1] * inv);
+            o_row[n * 8] = to_store(acc[n][2 * i] * inv_l);
+            o_row[n * 8 + 1] = to_store(acc[n][2 * i + 1] * inv_l);
         }
         if (p.has_lse && t == 0)
-            lse[(b * p.heads_q + h) * sq + rows[i]] =
-                l[i] == 0.0f ? NEG_INF : (m[i] + log2f(l[i])) * LN2;
+            lse[(b * p.heads_q + h) * sq + rows[i]] = row_lse(m[i], l[i]);
     }
 }
 #endif
@@ -449,7 +527,8 @@ flash_fwd(const store_t *__restrict__ q, const store_t *__restrict__ k,
 {
     extern __shared__ __align__(16) char smem[];
     /* Grid-stride loops: every thread of a block takes the same trips, so the barriers inside
-     * the tile function are reached by all of them. */
+     * the tile function are reached by all of them. b in [0, B), h in [0, Hq), tile in
+     * [0, q_tiles). */
     for (i64 b = blockIdx.z; b < p.batch; b += gridDim.z)
         for (i64 h = blockIdx.y; h < p.heads_q; h += gridDim.y)
             for (i64 tile = blockIdx.x; tile < p.q_tiles; tile += gridDim.x)
