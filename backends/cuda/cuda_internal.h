@@ -11,6 +11,7 @@
 #include <nvrtc.h>
 
 #include "internal.h"
+#include "kernel_build.h"
 
 /* Threads that share one query row in kernels_cu/flash_fwd.cu (its TPR). */
 #define FA_CU_THREADS_PER_ROW 4
@@ -97,10 +98,9 @@ fa_status fa__cu_status(CUresult err);
 /* Records "CUDA: call failed (NAME (text), code)" as ctx's error and returns its status. */
 fa_status fa__cu_fail(fa_context *ctx, const fa__cu_api *api, CUresult err, const char *call);
 
-/* One compiled module and its kernel, keyed by the -D options; lives until context close. */
+/* One compiled module and its kernel, kept in the context's cache under its -D options until
+ * the context closes. */
 typedef struct fa__cu_module {
-    struct fa__cu_module *next;
-    char *options;     /* the cache key */
     CUmodule module;
     CUfunction kernel; /* flash_fwd */
     int max_threads;   /* CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK of the compiled kernel */
@@ -126,11 +126,11 @@ typedef struct fa__cu_state {
     int owns_context;       /* 1: release the primary context on close */
     int owns_stream;        /* 1: destroy the stream on close */
     char arch[32];          /* "sm_90" */
-    fa__cu_module *modules; /* the module cache */
+    fa__kernel_cache modules; /* fa__cu_module, by -D options */
 } fa__cu_state;
 
 /* Loads NVRTC into a state. It is needed only to build kernels: a context opens without it, and
- * plan_prepare reports why it is missing. */
+ * launch_prepare reports why it is missing. */
 void fa__cu_load_nvrtc(fa__cu_state *s);
 /* Makes ctx's CUDA context current on this thread / restores the previous one. */
 fa_status fa__cu_push(fa_context *ctx, fa__cu_state *s);

@@ -7,6 +7,7 @@
 #include "flashattn_cuda.h"
 
 #include "cuda_internal.h"
+#include "interop.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -120,25 +121,26 @@ static fa_status check_memory(fa_context *ctx, fa__cu_state *s, CUdeviceptr ptr,
     return FA_STATUS_OK;
 }
 
-fa_status fa_buffer_wrap_cuda(fa_context *ctx, CUdeviceptr ptr, size_t bytes, fa_buffer **out)
+/* A planning-only context has no device to own the memory. */
+static fa_status has_device(fa_context *ctx)
 {
-    if (!ctx)
-        return FA_STATUS_NULL_POINTER;
-    if (!ptr || !out)
-        return fa__error(ctx, FA_STATUS_NULL_POINTER, "the %s is NULL",
-                         !ptr ? "device pointer" : "output pointer");
-    if (ctx->ops != &fa__cuda_ops)
-        return fa__error(ctx, FA_STATUS_UNSUPPORTED,
-                         "device pointers can be wrapped only on the cuda backend, not %s",
-                         fa_backend_name(ctx->ops->backend));
-    fa__cu_state *s = ctx->state;
-    if (!s)
+    if (!ctx->state)
         return fa__error(ctx, FA_STATUS_BACKEND_UNAVAILABLE,
                          "CUDA: this context only plans for \"%s\"; it has no device",
                          ctx->props.arch);
-    if (bytes == 0)
-        return fa__error(ctx, FA_STATUS_INVALID_ARGUMENT, "a buffer needs at least one byte");
-    fa_status st = check_memory(ctx, s, ptr, bytes);
+    return FA_STATUS_OK;
+}
+
+static const fa__wrap_kind device_pointers = {FA_BACKEND_CUDA, "device", "device pointers",
+                                              has_device};
+
+fa_status fa_buffer_wrap_cuda(fa_context *ctx, CUdeviceptr ptr, size_t bytes, fa_buffer **out)
+{
+    fa_status st = fa__wrap_check(ctx, &device_pointers, ptr != 0, out != NULL, bytes);
+    if (st != FA_STATUS_OK)
+        return st;
+    fa__cu_state *s = ctx->state;
+    st = check_memory(ctx, s, ptr, bytes);
     if (st != FA_STATUS_OK)
         return st;
     fa__cu_mem *m = calloc(1, sizeof *m);

@@ -7,6 +7,7 @@
 #include "flashattn_opencl.h"
 
 #include "opencl_internal.h"
+#include "interop.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -161,21 +162,15 @@ static fa_status check_mem(fa_context *ctx, cl_mem mem, size_t offset, size_t by
     return FA_STATUS_OK;
 }
 
+static const fa__wrap_kind cl_mem_buffers = {FA_BACKEND_OPENCL, "cl_mem", "cl_mem buffers", NULL};
+
 fa_status fa_buffer_wrap_opencl(fa_context *ctx, cl_mem mem, size_t offset_bytes, size_t bytes,
                                 fa_buffer **out)
 {
-    if (!ctx)
-        return FA_STATUS_NULL_POINTER;
-    if (!mem || !out)
-        return fa__error(ctx, FA_STATUS_NULL_POINTER, "the %s pointer is NULL",
-                         !mem ? "cl_mem" : "output");
-    if (ctx->ops != &fa__opencl_ops)
-        return fa__error(ctx, FA_STATUS_UNSUPPORTED,
-                         "cl_mem buffers can be wrapped only on the opencl backend, not %s",
-                         fa_backend_name(ctx->ops->backend));
-    if (bytes == 0)
-        return fa__error(ctx, FA_STATUS_INVALID_ARGUMENT, "a buffer needs at least one byte");
-    fa_status st = check_mem(ctx, mem, offset_bytes, bytes);
+    fa_status st = fa__wrap_check(ctx, &cl_mem_buffers, mem != NULL, out != NULL, bytes);
+    if (st != FA_STATUS_OK)
+        return st;
+    st = check_mem(ctx, mem, offset_bytes, bytes);
     cl_mem wrapped = NULL;
     if (st == FA_STATUS_OK)
         st = wrap_mem(ctx, mem, offset_bytes, bytes, &wrapped);

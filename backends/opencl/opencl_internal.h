@@ -12,11 +12,11 @@
 #include <CL/cl.h>
 
 #include "internal.h"
+#include "kernel_build.h"
 
-/* One built program and its kernel, keyed by the -D options string; lives until context close. */
+/* One built program and its kernel, kept in the context's cache under its -D options string
+ * until the context closes. */
 typedef struct fa__cl_program {
-    struct fa__cl_program *next;
-    char *options;          /* the build options, the cache key */
     cl_program program;
     cl_kernel kernel;       /* flash_fwd; arguments are set before every launch */
     size_t kernel_wg;       /* CL_KERNEL_WORK_GROUP_SIZE */
@@ -33,7 +33,7 @@ typedef struct fa__cl_state {
     cl_ulong local_mem;      /* CL_DEVICE_LOCAL_MEM_SIZE */
     cl_bool compiler;        /* CL_DEVICE_COMPILER_AVAILABLE */
     cl_mem_flags alloc_flags; /* added to CL_MEM_READ_WRITE: CL_MEM_ALLOC_HOST_PTR on CPUs */
-    fa__cl_program *programs; /* the program cache */
+    fa__kernel_cache programs; /* fa__cl_program, by -D options */
 } fa__cl_state;
 
 /* "CL_OUT_OF_RESOURCES", ...; "CL_UNKNOWN_ERROR" for codes not in OpenCL 1.2. */

@@ -1,0 +1,169 @@
+/*
+ * kernel_build.c - the compile-and-cache layer of the OpenCL and CUDA backends (kernel_build.h):
+ * what is the same whichever compiler runs. Assembling the source, keeping one compiled object
+ * per options string and turning a build log into the context's error were written twice, once
+ * per backend; here they are written once, and a backend keeps only its compiler's calls.
+ */
+#include "kernel_build.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the source ---------------------------------------------------------------------------- */
+
+const char *fa__kernel_dir(void)
+{
+    const char *dir = getenv("FLASHATTN_KERNEL_DIR");
+    return dir && *dir ? dir : NULL;
+}
+
+/* Reads dir/file into a heap string; NULL with the status and the reason in why. */
+static char *read_kernel_file(const fa__kernel_text *k, const char *dir, fa_status *st,
+                              char *why, size_t why_size)
+{
+    char *path = fa__heap_format("%s/%s", dir, k->file);
+    if (!path) {
+        fa__format(why, why_size, "cannot allocate a kernel path");
+        *st = FA_STATUS_OUT_OF_MEMORY;
+        return NULL;
+    }
+    char reason[1024];
+    size_t len = 0;
+    char *text = fa__read_file(path, FA__KERNEL_FILE_MAX, &len, reason, sizeof reason);
+    free(path);
+    if (!text) {
+        fa__format(why, why_size, "cannot use the %s kernel from FLASHATTN_KERNEL_DIR: %s",
+                   k->language, reason);
+        *st = FA_STATUS_KERNEL_BUILD_ERROR;
+    }
+    return text;
+}
+
+fa_status fa__kernel_source(const fa__kernel_text *k, char **out, char *why, size_t why_size)
+{
+    const char *dir = fa__kernel_dir();
+    char *file = NULL;
+    fa_status st = FA_STATUS_OK;
+    *out = NULL;
+    if (dir && !(file = read_kernel_file(k, dir, &st, why, why_size)))
+        return st;
+    *out = fa__heap_format("%s\n#line 1 \"%s\"\n%s", k->params, k->file,
+                           file ? file : k->body);
+    free(file);
+    if (!*out) {
+        fa__format(why, why_size, "cannot allocate the kernel source");
+        return FA_STATUS_OUT_OF_MEMORY;
+    }
+    return FA_STATUS_OK;
+}
+
+/* ---- the cache ----------------------------------------------------------------------------- */
+
+static void entry_free(fa__kernel_entry *e, const fa__kernel_builder *builder, void *backend)
+{
+    if (e->object) {
+        builder->release(backend, e->object);
+        free(e->object);
+    }
+    free(e);
+}
+
+/* An entry for key with a zeroed object; NULL when out of memory. */
+static fa__kernel_entry *entry_new(const char *key, size_t object_size)
+{
+    size_t n = strlen(key) + 1;
+    fa__kernel_entry *e = malloc(sizeof *e + n);
+    if (!e)
+        return NULL;
+    e->next = NULL;
+    memcpy(e->key, key, n);
+    e->object = calloc(1, object_size);
+    if (!e->object) {
+        free(e);
+        return NULL;
+    }
+    return e;
+}
+
+fa_status fa__kernel_cache_get(fa_context *ctx, fa__kernel_cache *cache,
+                               const fa__kernel_builder *builder, void *backend,
+                               const char *key, void **out)
+{
+    for (fa__kernel_entry *e = cache->head; e; e = e->next) {
+        if (strcmp(e->key, key) == 0) {
+            *out = e->object;
+            return FA_STATUS_OK;
+        }
+    }
+    fa__kernel_entry *e = entry_new(key, builder->object_size);
+    if (!e)
+        return fa__error(ctx, FA_STATUS_OUT_OF_MEMORY, "cannot allocate a %s cache entry",
+                         builder->noun);
+    fa_status st = builder->build(ctx, backend, e->key, e->object);
+    if (st != FA_STATUS_OK) {
+        entry_free(e, builder, backend);
+        return st;
+    }
+    e->next = cache->head;
+    cache->head = e;
+    *out = e->object;
+    return FA_STATUS_OK;
+}
+
+void fa__kernel_cache_clear(fa__kernel_cache *cache, const fa__kernel_builder *builder,
+                            void *backend)
+{
+    while (cache->head) {
+        fa__kernel_entry *e = cache->head;
+        cache->head = e->next;
+        entry_free(e, builder, backend);
+    }
+}
+
+/* ---- build logs ---------------------------------------------------------------------------- */
+
+static char *heap_vformat(const char *fmt, va_list ap)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 0)))
+#endif
+    ;
+
+static char *heap_vformat(const char *fmt, va_list ap)
+{
+    va_list again;
+    va_copy(again, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (s)
+        vsnprintf(s, (size_t)n + 1, fmt, again);
+    va_end(again);
+    return s;
+}
+
+char *fa__heap_format(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = heap_vformat(fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+char *fa__build_log_message(const char *log, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *header = heap_vformat(fmt, ap);
+    va_end(ap);
+    char *msg = header ? fa__heap_format("%s%s", header, log ? log : "(no log)") : NULL;
+    free(header);
+    return msg;
+}
+
+fa_status fa__error_build_log(fa_context *ctx, fa_status status, const char *message,
+                              const char *fallback)
+{
+    return message ? fa__error_text(ctx, status, message)
+                   : fa__error(ctx, status, "%s", fallback);
+}
