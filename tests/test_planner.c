@@ -312,6 +312,36 @@ static void test_env_overrides(void **state)
     fa_context_destroy(ctx);
 }
 
+/* One backend list: every known backend once, in AUTO's order, AUTO past either end. */
+static void test_backend_list(void **state)
+{
+    (void)state;
+    assert_int_equal(fa_backend_count(), 3);
+    const fa_backend want[3] = {FA_BACKEND_CUDA, FA_BACKEND_OPENCL, FA_BACKEND_CPU};
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(fa_backend_at(i), want[i]);
+    assert_int_equal(fa_backend_at(-1), FA_BACKEND_AUTO);
+    assert_int_equal(fa_backend_at(3), FA_BACKEND_AUTO);
+}
+
+/* Planning-only contexts: refused cleanly where a backend knows no architectures. */
+static void test_planning_context_errors(void **state)
+{
+    (void)state;
+    char why[256] = "";
+    fa_context *ctx = (fa_context *)&why; /* must come back NULL */
+    assert_int_equal(fa_context_create_planning(&ctx, FA_BACKEND_CPU, "sm_90", why, sizeof why),
+                     FA_STATUS_UNSUPPORTED);
+    assert_null(ctx);
+    assert_non_null(strstr(why, "cpu"));
+    assert_int_equal(fa_context_create_planning(&ctx, FA_BACKEND_AUTO, "sm_90", why, sizeof why),
+                     FA_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(fa_context_create_planning(&ctx, FA_BACKEND_CUDA, NULL, why, sizeof why),
+                     FA_STATUS_NULL_POINTER);
+    assert_int_equal(fa_context_create_planning(NULL, FA_BACKEND_CUDA, "sm_90", why, sizeof why),
+                     FA_STATUS_NULL_POINTER);
+}
+
 int main(void)
 {
     /* The suite must not depend on the caller's environment. */
@@ -320,7 +350,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_invented_devices), cmocka_unit_test(test_tile_bytes),
         cmocka_unit_test(test_null_explain),     cmocka_unit_test(test_cpu_plan_create),
-        cmocka_unit_test(test_env_overrides),
+        cmocka_unit_test(test_env_overrides),    cmocka_unit_test(test_backend_list),
+        cmocka_unit_test(test_planning_context_errors),
     };
     return cmocka_run_group_tests_name("planner", tests, NULL, NULL);
 }
