@@ -4,6 +4,7 @@
  * input, and a rejected call changes nothing.
  */
 #include "internal.h"
+#include "interop.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -280,18 +281,11 @@ fa_status fa_buffer_create(fa_context *ctx, size_t bytes, fa_buffer **out)
 
 fa_status fa_buffer_wrap_host(fa_context *ctx, void *ptr, size_t bytes, fa_buffer **out)
 {
-    if (!ctx)
-        return FA_STATUS_NULL_POINTER;
-    if (!ptr || !out)
-        return fa__error(ctx, FA_STATUS_NULL_POINTER, "the %s pointer is NULL",
-                         !ptr ? "host memory" : "output");
-    if (ctx->ops->backend != FA_BACKEND_CPU)
-        return fa__error(ctx, FA_STATUS_UNSUPPORTED,
-                         "host memory can be wrapped only on the cpu backend, not %s",
-                         fa_backend_name(ctx->ops->backend));
-    if (bytes == 0)
-        return fa__error(ctx, FA_STATUS_INVALID_ARGUMENT, "a buffer needs at least one byte");
-    fa_status st = fa__buffer_adopt(ctx, ptr, bytes, true, out);
+    static const fa__wrap_kind host = {FA_BACKEND_CPU, "host memory", "host memory", NULL};
+    fa_status st = fa__wrap_check(ctx, &host, ptr != NULL, out != NULL, bytes);
+    if (st != FA_STATUS_OK)
+        return st;
+    st = fa__buffer_adopt(ctx, ptr, bytes, true, out);
     if (st == FA_STATUS_OK)
         (*out)->borrowed = true;
     return st;
