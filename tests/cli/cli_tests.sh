@@ -174,6 +174,9 @@ expect_stdout "run prints GFLOP/s" 'GFLOP/s|too fast' run "${SMALL[@]}"
 expect_stdout "run prints peak memory" '^peak memory +[1-9][0-9]* B' run "${SMALL[@]}"
 expect_stdout "run repeat median" 'median of 3 after 1 warm-up' run "${SMALL[@]}" --repeat 3
 expect_stdout "run auto backend" '^backend +[a-z]+ \(picked by auto\)' run --seq 16 --dim 16
+expect_stdout "run auto says why" '^auto +.*picked [a-z]+$' run --seq 16 --dim 16
+FLASHATTN_BACKEND=cpu expect_stdout "plan auto from the environment" '^auto +FLASHATTN_BACKEND = cpu$' \
+    plan --seq 16 --dim 16
 expect_stdout "run seq_k 0" '^check +PASS' run "${SMALL[@]}" --seq-k 0 --check
 
 # ---- .npy round trips -----------------------------------------------------------------------

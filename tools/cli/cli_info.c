@@ -105,6 +105,9 @@ static void print_plan(const fa_context *ctx, int picked, const fa_plan *plan, f
     const char *explain = fa_plan_explain(plan);
     cli_describe_context(ctx, picked, line, sizeof line);
     printf("%-13s %s\n", "backend", line);
+    const char *note = fa_context_backend_note(ctx); /* "auto: " and why, when auto picked */
+    if (strncmp(note, "auto: ", 6) == 0)
+        printf("%-13s %s\n", "auto", note + 6);
     cli_describe_problem(fa_plan_problem(plan), layout, line, sizeof line);
     printf("%-13s %s\n", "problem", line);
     printf("%-13s %" PRId32 "\n", "Br", fa_plan_block_r(plan));

@@ -224,6 +224,9 @@ static void print_setup(const run_args *a, const cli_session *s)
     char line[512], sram[64];
     cli_describe_context(s->ctx, a->backend == FA_BACKEND_AUTO, line, sizeof line);
     printf(KEY "%s\n", "backend", line);
+    const char *note = fa_context_backend_note(s->ctx); /* "auto: " and why, when auto picked */
+    if (strncmp(note, "auto: ", 6) == 0)
+        printf(KEY "%s\n", "auto", note + 6);
     cli_describe_problem(&s->problem, a->pa.layout, line, sizeof line);
     printf(KEY "%s\n", "problem", line);
     if (a->q_path)
