@@ -66,7 +66,8 @@ FA_API const char *fa_version(void);
     X(INVALID_SCALE, "the softmax scale is not a finite number")                                \
     X(INVALID_TILE, "a tile size override is invalid")                                          \
     X(CONTEXT_MISMATCH, "a plan or buffer belongs to another context")                          \
-    X(UNSUPPORTED, "the backend cannot run this problem")
+    X(UNSUPPORTED, "the backend cannot run this problem")                                     \
+    X(INVALID_PLAN, "the plan was made for another operation")
 
 typedef enum fa_status {
 #define FA__STATUS_ENUM(name, msg) FA_STATUS_##name,
@@ -318,6 +319,12 @@ typedef struct fa_problem {
     float scale;     /* softmax scale; 0 means 1/sqrt(head_dim) */
     int32_t block_r; /* tile override: query rows per tile; 0 lets the planner choose */
     int32_t block_c; /* tile override: keys per tile; 0 lets the planner choose */
+    /* The backward's tensors (read only by fa_plan_create_backward): dO like O, dQ like Q, dK and
+     * dV like K and V, in the storage dtype. fa_problem_init fills them like their twins. */
+    fa_tensor_layout d_o;
+    fa_tensor_layout dq;
+    fa_tensor_layout dk;
+    fa_tensor_layout dv;
 } fa_problem;
 
 /* LSE, when requested, is f32 [batch, heads_q, seqlen_q], contiguous, natural log. */
@@ -333,7 +340,7 @@ typedef struct fa_problem {
 FA_API fa_status fa_problem_init(fa_problem *p, fa_dtype dtype, fa_layout layout, int64_t batch,
                                  int64_t heads_q, int64_t heads_kv, int64_t seqlen_q,
                                  int64_t seqlen_k, int64_t head_dim);
-/* Fills only the strides and offsets of Q, K, V and O for a contiguous layout. */
+/* Fills only the strides and offsets of Q, K, V, O, dO, dQ, dK and dV for a contiguous layout. */
 FA_API fa_status fa_problem_set_layout(fa_problem *p, fa_layout layout);
 
 /*
@@ -400,6 +407,35 @@ FA_API const char *fa_plan_explain(const fa_plan *plan);
 FA_API fa_status fa_forward(fa_context *ctx, const fa_plan *plan, const fa_buffer *q,
                             const fa_buffer *k, const fa_buffer *v, fa_buffer *o,
                             fa_buffer *lse);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Backward                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+/*
+ * Plans the backward pass of the problem (dO -> dQ, dK, dV), validating the dO, dQ, dK and dV
+ * layouts too. The planner fits the backward's tiles (it holds more at once than the forward:
+ * fa_plan_explain gives its formula). Same statuses as fa_plan_create, and
+ * FA_STATUS_UNSUPPORTED on a backend without a backward pass (today: opencl and cuda; cpu has
+ * it).
+ */
+FA_API fa_status fa_plan_create_backward(fa_context *ctx, const fa_problem *p, fa_plan **out);
+
+/*
+ * Gradients of O = softmax(Q K^T * scale + mask) V given dO: dQ (like Q), dK and dV (like K and
+ * V; with GQA summed over the query heads of a group), in the storage dtype, from Q, K, V, O and
+ * LSE (f32 [batch, heads_q, seqlen_q] as fa_forward wrote it for the same problem). P is
+ * recomputed from LSE, never stored: the extra memory is linear in the sequence lengths. Rows
+ * with no key (LSE = -inf) get dQ = 0 and add nothing to dK and dV. Deterministic: the same
+ * inputs give bitwise the same gradients (the reduction order is fixed; docs/algorithm.md).
+ * Returns FA_STATUS_NULL_POINTER, CONTEXT_MISMATCH, INVALID_PLAN (a plan of fa_plan_create),
+ * BUFFER_TOO_SMALL, INVALID_ARGUMENT (an output overlapping an input or another output),
+ * DEVICE_ERROR, OUT_OF_MEMORY; outputs are untouched on every error.
+ */
+FA_API fa_status fa_backward(fa_context *ctx, const fa_plan *plan, const fa_buffer *q,
+                             const fa_buffer *k, const fa_buffer *v, const fa_buffer *o,
+                             const fa_buffer *lse, const fa_buffer *d_o, fa_buffer *dq,
+                             fa_buffer *dk, fa_buffer *dv);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Conversions (round to nearest even; NaN stays NaN, infinities and subnormals are exact)     */

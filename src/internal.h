@@ -21,6 +21,7 @@
  */
 typedef enum fa__op {
     FA__OP_FORWARD = 0, /* O, LSE = softmax(scale * Q K^T + mask) V: one launch, flash_fwd */
+    FA__OP_BACKWARD,    /* dO -> dQ, dK, dV, recomputing P from LSE: one launch, flash_bwd */
     FA__OP_COUNT
 } fa__op;
 
@@ -31,6 +32,10 @@ typedef enum fa__tensor {
     FA__TENSOR_V,
     FA__TENSOR_O,
     FA__TENSOR_LSE,
+    FA__TENSOR_DO,
+    FA__TENSOR_DQ,
+    FA__TENSOR_DK,
+    FA__TENSOR_DV,
     FA__TENSOR_COUNT
 } fa__tensor;
 
@@ -106,7 +111,7 @@ typedef struct fa__kernel_variant {
  * "-D" for NVRTC). */
 void fa__variant_defines(const fa__kernel_variant *v, const char *prefix, char *dst, size_t size);
 
-#define FA__MAX_LAUNCH_ARGS 8
+#define FA__MAX_LAUNCH_ARGS 12
 
 /* One kernel launch of a plan, complete at plan time: running it only binds buffers. */
 typedef struct fa__launch {
@@ -130,6 +135,10 @@ uint64_t fa__layout_extent(const fa_tensor_layout *t, int64_t batch, int64_t hea
                            int64_t head_dim);
 /* Fills the kernel params of a plan's problem (validated, scale resolved) for its Br. */
 void fa__kernel_params_fill(const fa_problem *p, int32_t block_r, fa_kernel_params *kp);
+/* Adds the backward's dO, dQ, dK and dV layouts to filled params. */
+void fa__kernel_params_fill_backward(const fa_problem *p, fa_kernel_params *kp);
+/* fa__problem_validate, then the dO, dQ, dK and dV layouts (dQ, dK, dV rows must not overlap). */
+fa_status fa__problem_validate_backward(fa_context *ctx, const fa_problem *p);
 /* The softmax scale the problem resolves to. */
 float fa__problem_scale(const fa_problem *p);
 
@@ -146,6 +155,7 @@ float fa__problem_scale(const fa_problem *p);
 typedef struct fa__backend_ops {
     int api_version;    /* FA__BACKEND_API_VERSION */
     fa_backend backend; /* which backend this is */
+    unsigned supported_ops; /* bit (1u << op) for each fa__op the backend runs */
     /* Devices offered; BACKEND_UNAVAILABLE with a reason when there are none. */
     fa_status (*device_count)(int *count, char *why, size_t why_size);
     /* Properties of one device; DEVICE_NOT_FOUND for a bad index. */

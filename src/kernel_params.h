@@ -39,6 +39,12 @@ typedef struct fa_kernel_params {
     float scale;        /* softmax scale, resolved (never 0) */
     float scale_log2;   /* scale * log2(e), for kernels that use exp2 */
     fa_kp_i32 pad_;     /* keeps the size a multiple of 8 */
+    /* The backward's tensors (zero in a forward's params). Appended: a struct that grows keeps
+     * every earlier offset, and the 32-bit block above ends on a multiple of 8. */
+    fa_kp_i64 do_offset, do_stride_b, do_stride_h, do_stride_s; /* dO [B, Hq, Sq, D] */
+    fa_kp_i64 dq_offset, dq_stride_b, dq_stride_h, dq_stride_s; /* dQ [B, Hq, Sq, D] */
+    fa_kp_i64 dk_offset, dk_stride_b, dk_stride_h, dk_stride_s; /* dK [B, Hkv, Sk, D] */
+    fa_kp_i64 dv_offset, dv_stride_b, dv_stride_h, dv_stride_s; /* dV [B, Hkv, Sk, D] */
 } fa_kernel_params;
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)

@@ -10,6 +10,11 @@
 fa__onchip_formula fa__op_onchip(fa__op op)
 {
     switch (op) {
+    case FA__OP_BACKWARD:
+        /* FlashAttention-2's backward: Q and dO row tiles, K, V, dK and dV key tiles, and the
+         * S (then P) and dP (then dS) score tiles. */
+        return (fa__onchip_formula){.row_tiles = 2, .col_tiles = 4, .score_tiles = 2,
+                                    .what = "Q, dO; K, V, dK, dV tiles; f32 S and dP tiles"};
     case FA__OP_FORWARD:
     default:
         /* Q stays while K and V tiles stream past it; S is one Br x Bc f32 tile. */
@@ -64,9 +69,30 @@ static void forward_launches(fa_plan *plan, const fa__plan_rules *rules)
     plan->n_launches = 1;
 }
 
+/* One work-group per (key tile, K/V head, batch) owns dK and dV of its keys, so no two write the
+ * same element: the reduction over query heads and rows runs in one fixed order. */
+static void backward_launches(fa_plan *plan, const fa__plan_rules *rules)
+{
+    static const fa__tensor args[] = {FA__TENSOR_Q,  FA__TENSOR_K,  FA__TENSOR_V,
+                                      FA__TENSOR_O,  FA__TENSOR_LSE, FA__TENSOR_DO,
+                                      FA__TENSOR_DQ, FA__TENSOR_DK, FA__TENSOR_DV};
+    forward_launches(plan, rules); /* the same variant and params, then what differs */
+    fa__launch *l = &plan->launches[0];
+    fa__kernel_params_fill_backward(&plan->problem, &l->params);
+    l->variant.entry = "flash_bwd";
+    int64_t bc = plan->tiles.block_c, sk = l->params.seqlen_k;
+    l->grid[0] = (uint64_t)((sk + bc - 1) / bc);
+    l->grid[1] = (uint64_t)l->params.heads_kv;
+    memcpy(l->args, args, sizeof args);
+    l->n_args = (int)(sizeof args / sizeof args[0]);
+}
+
 void fa__op_launches(fa_plan *plan, const fa__plan_rules *rules)
 {
     switch (plan->op) {
+    case FA__OP_BACKWARD:
+        backward_launches(plan, rules);
+        break;
     case FA__OP_FORWARD:
     default:
         forward_launches(plan, rules);

@@ -63,6 +63,10 @@ static fa_status plan_launches(fa_context *ctx, fa_plan *plan)
 /* Plans `op` for a validated problem: tiles, then launches readied by the backend. */
 static fa_status plan_create(fa_context *ctx, fa__op op, const fa_problem *p, fa_plan **out)
 {
+    if (!(ctx->ops->supported_ops & (1u << op)))
+        return fa__error(ctx, FA_STATUS_UNSUPPORTED, "the %s backend has no %s pass yet",
+                         fa_backend_name(ctx->ops->backend),
+                         op == FA__OP_BACKWARD ? "backward" : "such");
     fa_plan *plan = calloc(1, sizeof *plan);
     if (!plan)
         return fa__error(ctx, FA_STATUS_OUT_OF_MEMORY, "cannot allocate a plan");
@@ -84,14 +88,28 @@ static fa_status plan_create(fa_context *ctx, fa__op op, const fa_problem *p, fa
     return FA_STATUS_OK;
 }
 
-fa_status fa_plan_create(fa_context *ctx, const fa_problem *p, fa_plan **out)
+/* The public plan entry points: arguments, the op's validation, the backend's support check. */
+static fa_status plan_entry(fa_context *ctx, const fa_problem *p, fa__op op, fa_plan **out)
 {
     if (!ctx)
         return FA_STATUS_NULL_POINTER;
     if (!out)
         return fa__error(ctx, FA_STATUS_NULL_POINTER, "the output pointer is NULL");
-    fa_status st = fa_problem_check(ctx, p);
-    return st == FA_STATUS_OK ? plan_create(ctx, FA__OP_FORWARD, p, out) : st;
+    fa_status st = op == FA__OP_BACKWARD ? fa__problem_validate_backward(ctx, p)
+                                         : fa__problem_validate(ctx, p);
+    if (st == FA_STATUS_OK && ctx->ops->problem_check)
+        st = ctx->ops->problem_check(ctx, p);
+    return st == FA_STATUS_OK ? plan_create(ctx, op, p, out) : st;
+}
+
+fa_status fa_plan_create(fa_context *ctx, const fa_problem *p, fa_plan **out)
+{
+    return plan_entry(ctx, p, FA__OP_FORWARD, out);
+}
+
+fa_status fa_plan_create_backward(fa_context *ctx, const fa_problem *p, fa_plan **out)
+{
+    return plan_entry(ctx, p, FA__OP_BACKWARD, out);
 }
 
 /* Kernels belong to the context's cache; a plan only points at them. */
@@ -146,6 +164,7 @@ typedef struct tensor_use {
     const char *name;
     const fa_buffer *buf;
     uint64_t begin, end; /* bytes the tensor may touch; begin == end when empty */
+    bool output;
 } tensor_use;
 
 static fa_status check_buffer(fa_context *ctx, const tensor_use *t)
@@ -167,43 +186,66 @@ static bool overlaps(const tensor_use *a, const tensor_use *b)
 }
 
 static tensor_use use_of(const char *name, const fa_buffer *buf, const fa_tensor_layout *t,
-                         const fa_problem *p, int64_t heads, int64_t seq)
+                         const fa_problem *p, bool is_kv, bool output)
 {
     size_t elem = fa_dtype_size(p->dtype);
-    uint64_t extent = fa__layout_extent(t, p->batch, heads, seq, p->head_dim);
-    tensor_use u = {name, buf, extent ? (uint64_t)t->offset * elem : 0, extent * elem};
+    uint64_t extent = fa__layout_extent(t, p->batch, is_kv ? p->heads_kv : p->heads_q,
+                                        is_kv ? p->seqlen_k : p->seqlen_q, p->head_dim);
+    tensor_use u = {name, buf, extent ? (uint64_t)t->offset * elem : 0, extent * elem, output};
     return u;
 }
 
-static fa_status check_buffers(fa_context *ctx, const fa_problem *p, const fa_buffer *q,
-                               const fa_buffer *k, const fa_buffer *v, const fa_buffer *o,
-                               const fa_buffer *lse)
+/* LSE: f32 [batch, heads_q, seqlen_q], contiguous from byte 0. */
+static tensor_use lse_use(const fa_buffer *buf, const fa_problem *p, bool output)
 {
-    tensor_use u[5] = {use_of("q", q, &p->q, p, p->heads_q, p->seqlen_q),
-                       use_of("k", k, &p->k, p, p->heads_kv, p->seqlen_k),
-                       use_of("v", v, &p->v, p, p->heads_kv, p->seqlen_k),
-                       use_of("o", o, &p->o, p, p->heads_q, p->seqlen_q),
-                       {"lse", lse, 0, (uint64_t)p->batch * (uint64_t)p->heads_q *
-                                           (uint64_t)p->seqlen_q * 4}};
-    int n = lse ? 5 : 4;
+    tensor_use u = {"lse", buf, 0,
+                    (uint64_t)p->batch * (uint64_t)p->heads_q * (uint64_t)p->seqlen_q * 4, output};
+    return u;
+}
+
+/* Every buffer of this context and large enough; no output overlapping any other tensor. */
+static fa_status check_uses(fa_context *ctx, const tensor_use *u, int n)
+{
     for (int i = 0; i < n; i++) {
         fa_status st = check_buffer(ctx, &u[i]);
         if (st != FA_STATUS_OK)
             return st;
     }
     for (int i = 0; i < n; i++) {
-        if (i != 3 && overlaps(&u[3], &u[i]))
-            return fa__error(ctx, FA_STATUS_INVALID_ARGUMENT,
-                             "output o overlaps %s in the same buffer", u[i].name);
-    }
-    if (lse) {
-        for (int i = 0; i < 3; i++) {
-            if (overlaps(&u[4], &u[i]))
+        for (int j = 0; j < n && u[i].output; j++) {
+            if (j != i && overlaps(&u[i], &u[j]))
                 return fa__error(ctx, FA_STATUS_INVALID_ARGUMENT,
-                                 "output lse overlaps %s in the same buffer", u[i].name);
+                                 "output %s overlaps %s in the same buffer", u[i].name, u[j].name);
         }
     }
     return FA_STATUS_OK;
+}
+
+/* The checks every run makes before its plan's launches: context, kind of plan. */
+static fa_status check_run(fa_context *ctx, const fa_plan *plan, fa__op op)
+{
+    if (plan->ctx != ctx)
+        return fa__error(ctx, FA_STATUS_CONTEXT_MISMATCH, "the plan belongs to another context");
+    if (plan->op != op)
+        return fa__error(ctx, FA_STATUS_INVALID_PLAN, "the plan was made by %s",
+                         plan->op == FA__OP_FORWARD ? "fa_plan_create (a forward plan)"
+                                                    : "fa_plan_create_backward");
+    return FA_STATUS_OK;
+}
+
+/* Runs the plan's launches in order on the bound tensors. */
+static fa_status run_launches(fa_context *ctx, const fa_plan *plan, void *const *mem,
+                              bool has_lse)
+{
+    fa_status st = FA_STATUS_OK;
+    for (int i = 0; i < plan->n_launches && st == FA_STATUS_OK; i++) {
+        fa_kernel_params kp = plan->launches[i].params;
+        kp.has_lse = has_lse;
+        st = ctx->ops->launch(ctx, plan, &plan->launches[i], &kp, mem);
+    }
+    if (st == FA_STATUS_OK)
+        fa__error_clear(ctx);
+    return st;
 }
 
 fa_status fa_forward(fa_context *ctx, const fa_plan *plan, const fa_buffer *q, const fa_buffer *k,
@@ -214,10 +256,15 @@ fa_status fa_forward(fa_context *ctx, const fa_plan *plan, const fa_buffer *q, c
     if (!plan || !q || !k || !v || !o)
         return fa__error(ctx, FA_STATUS_NULL_POINTER, "the %s pointer is NULL",
                          !plan ? "plan" : !q ? "q" : !k ? "k" : !v ? "v" : "o");
-    if (plan->ctx != ctx)
-        return fa__error(ctx, FA_STATUS_CONTEXT_MISMATCH, "the plan belongs to another context");
+    fa_status st = check_run(ctx, plan, FA__OP_FORWARD);
+    if (st != FA_STATUS_OK)
+        return st;
     const fa_problem *p = &plan->problem;
-    fa_status st = check_buffers(ctx, p, q, k, v, o, lse);
+    const tensor_use u[5] = {use_of("q", q, &p->q, p, false, false),
+                             use_of("k", k, &p->k, p, true, false),
+                             use_of("v", v, &p->v, p, true, false),
+                             use_of("o", o, &p->o, p, false, true), lse_use(lse, p, true)};
+    st = check_uses(ctx, u, lse ? 5 : 4);
     if (st != FA_STATUS_OK)
         return st;
     if (p->batch == 0 || p->seqlen_q == 0) {
@@ -228,12 +275,45 @@ fa_status fa_forward(fa_context *ctx, const fa_plan *plan, const fa_buffer *q, c
     void *mem[FA__TENSOR_COUNT] = {[FA__TENSOR_Q] = q->mem, [FA__TENSOR_K] = k->mem,
                                    [FA__TENSOR_V] = v->mem, [FA__TENSOR_O] = o->mem,
                                    [FA__TENSOR_LSE] = lse ? lse->mem : o->mem};
-    for (int i = 0; i < plan->n_launches && st == FA_STATUS_OK; i++) {
-        fa_kernel_params kp = plan->launches[i].params;
-        kp.has_lse = lse != NULL;
-        st = ctx->ops->launch(ctx, plan, &plan->launches[i], &kp, mem);
+    return run_launches(ctx, plan, mem, lse != NULL);
+}
+
+fa_status fa_backward(fa_context *ctx, const fa_plan *plan, const fa_buffer *q,
+                      const fa_buffer *k, const fa_buffer *v, const fa_buffer *o,
+                      const fa_buffer *lse, const fa_buffer *d_o, fa_buffer *dq, fa_buffer *dk,
+                      fa_buffer *dv)
+{
+    if (!ctx)
+        return FA_STATUS_NULL_POINTER;
+    const void *ptrs[10] = {plan, q, k, v, o, lse, d_o, dq, dk, dv};
+    static const char *const names[10] = {"plan", "q", "k", "v", "o", "lse", "d_o", "dq", "dk", "dv"};
+    for (int i = 0; i < 10; i++) {
+        if (!ptrs[i])
+            return fa__error(ctx, FA_STATUS_NULL_POINTER, "the %s pointer is NULL", names[i]);
     }
-    if (st == FA_STATUS_OK)
+    fa_status st = check_run(ctx, plan, FA__OP_BACKWARD);
+    if (st != FA_STATUS_OK)
+        return st;
+    const fa_problem *p = &plan->problem;
+    const tensor_use u[9] = {use_of("q", q, &p->q, p, false, false),
+                             use_of("k", k, &p->k, p, true, false),
+                             use_of("v", v, &p->v, p, true, false),
+                             use_of("o", o, &p->o, p, false, false),
+                             lse_use(lse, p, false),
+                             use_of("d_o", d_o, &p->d_o, p, false, false),
+                             use_of("dq", dq, &p->dq, p, false, true),
+                             use_of("dk", dk, &p->dk, p, true, true),
+                             use_of("dv", dv, &p->dv, p, true, true)};
+    st = check_uses(ctx, u, 9);
+    if (st != FA_STATUS_OK)
+        return st;
+    if (p->batch == 0) {
         fa__error_clear(ctx);
-    return st;
+        return FA_STATUS_OK; /* nothing to write */
+    }
+    void *mem[FA__TENSOR_COUNT] = {
+        [FA__TENSOR_Q] = q->mem,    [FA__TENSOR_K] = k->mem,   [FA__TENSOR_V] = v->mem,
+        [FA__TENSOR_O] = o->mem,    [FA__TENSOR_LSE] = lse->mem, [FA__TENSOR_DO] = d_o->mem,
+        [FA__TENSOR_DQ] = dq->mem,  [FA__TENSOR_DK] = dk->mem, [FA__TENSOR_DV] = dv->mem};
+    return run_launches(ctx, plan, mem, true);
 }

@@ -46,6 +46,10 @@ fa_status fa_problem_set_layout(fa_problem *p, fa_layout layout)
     layout_fill(&p->k, layout, p->heads_kv, p->seqlen_k, p->head_dim);
     layout_fill(&p->v, layout, p->heads_kv, p->seqlen_k, p->head_dim);
     layout_fill(&p->o, layout, p->heads_q, p->seqlen_q, p->head_dim);
+    p->d_o = p->o;
+    p->dq = p->q;
+    p->dk = p->k;
+    p->dv = p->v;
     return FA_STATUS_OK;
 }
 
@@ -163,24 +167,25 @@ static fa_status check_layout(fa_context *ctx, const fa_problem *p, const char *
 }
 
 /*
- * O's rows must not overlap, or the result would depend on the order of writes. Sorting the
- * three (stride, count) pairs by stride, each must step over everything the smaller ones span.
- * Runs after check_layout: O spans at most 2^60 elements, so no product or sum here overflows.
+ * An output's rows must not overlap, or the result would depend on the order of writes. Sorting
+ * the three (stride, count) pairs by stride, each must step over everything the smaller ones
+ * span. Runs after check_layout: the output spans at most 2^60 elements, so no product or sum
+ * here overflows.
  */
-static fa_status check_output_rows(fa_context *ctx, const fa_problem *p)
+static fa_status check_output_rows(fa_context *ctx, const fa_problem *p, const char *name,
+                                   const fa_tensor_layout *t, int64_t heads, int64_t seq)
 {
-    if (p->batch == 0 || p->seqlen_q == 0)
-        return FA_STATUS_OK; /* no rows at all: the documented no-op, whatever the strides */
+    if (p->batch == 0 || seq == 0)
+        return FA_STATUS_OK; /* no rows at all: nothing is written, whatever the strides */
     struct dim {
         int64_t stride, count;
-    } d[3] = {{p->o.stride_batch, p->batch}, {p->o.stride_head, p->heads_q},
-              {p->o.stride_seq, p->seqlen_q}};
+    } d[3] = {{t->stride_batch, p->batch}, {t->stride_head, heads}, {t->stride_seq, seq}};
     for (int i = 0; i < 3; i++) {
         for (int j = i + 1; j < 3; j++) {
             if (d[j].stride < d[i].stride) {
-                struct dim t = d[i];
+                struct dim swap = d[i];
                 d[i] = d[j];
-                d[j] = t;
+                d[j] = swap;
             }
         }
     }
@@ -190,9 +195,9 @@ static fa_status check_output_rows(fa_context *ctx, const fa_problem *p)
             continue;
         if (d[i].stride < span)
             return fa__error(ctx, FA_STATUS_INVALID_STRIDE,
-                             "rows of O overlap: a stride of %lld is smaller than the %lld "
+                             "rows of %s overlap: a stride of %lld is smaller than the %lld "
                              "elements it must step over",
-                             (long long)d[i].stride, (long long)span);
+                             name, (long long)d[i].stride, (long long)span);
         span += (int64_t)step_span(d[i].count, d[i].stride);
     }
     return FA_STATUS_OK;
@@ -220,7 +225,7 @@ fa_status fa__problem_validate(fa_context *ctx, const fa_problem *p)
         if (st != FA_STATUS_OK)
             return st;
     }
-    st = check_output_rows(ctx, p);
+    st = check_output_rows(ctx, p, "O", &p->o, p->heads_q, p->seqlen_q);
     if (st != FA_STATUS_OK)
         return st;
     if (p->block_r < 0 || p->block_r > FA__MAX_TILE || p->block_c < 0 ||
@@ -229,6 +234,29 @@ fa_status fa__problem_validate(fa_context *ctx, const fa_problem *p)
                          "tile overrides block_r = %d, block_c = %d must be in [0, %d]",
                          (int)p->block_r, (int)p->block_c, FA__MAX_TILE);
     return FA_STATUS_OK;
+}
+
+fa_status fa__problem_validate_backward(fa_context *ctx, const fa_problem *p)
+{
+    fa_status st = fa__problem_validate(ctx, p);
+    if (st != FA_STATUS_OK)
+        return st;
+    const struct {
+        const char *name;
+        const fa_tensor_layout *t;
+        bool is_kv, is_output;
+    } t[4] = {{"d_o", &p->d_o, false, false},
+              {"dq", &p->dq, false, true},
+              {"dk", &p->dk, true, true},
+              {"dv", &p->dv, true, true}};
+    for (int i = 0; i < 4 && st == FA_STATUS_OK; i++) {
+        int64_t heads = t[i].is_kv ? p->heads_kv : p->heads_q;
+        int64_t seq = t[i].is_kv ? p->seqlen_k : p->seqlen_q;
+        st = check_layout(ctx, p, t[i].name, t[i].t, heads, seq);
+        if (st == FA_STATUS_OK && t[i].is_output)
+            st = check_output_rows(ctx, p, t[i].name, t[i].t, heads, seq);
+    }
+    return st;
 }
 
 static void copy_layout(const fa_tensor_layout *t, fa_kp_i64 *offset, fa_kp_i64 *sb,
@@ -262,4 +290,16 @@ void fa__kernel_params_fill(const fa_problem *p, int32_t block_r, fa_kernel_para
     kp->has_lse = 0; /* set per run */
     kp->scale = p->scale; /* resolved once, by fa_plan_create */
     kp->scale_log2 = (float)((double)kp->scale * 1.4426950408889634);
+}
+
+void fa__kernel_params_fill_backward(const fa_problem *p, fa_kernel_params *kp)
+{
+    copy_layout(&p->d_o, &kp->do_offset, &kp->do_stride_b, &kp->do_stride_h, &kp->do_stride_s);
+    copy_layout(&p->dq, &kp->dq_offset, &kp->dq_stride_b, &kp->dq_stride_h, &kp->dq_stride_s);
+    if (p->seqlen_k > 0) { /* as for K and V: no rows, no strides */
+        copy_layout(&p->dk, &kp->dk_offset, &kp->dk_stride_b, &kp->dk_stride_h,
+                    &kp->dk_stride_s);
+        copy_layout(&p->dv, &kp->dv_offset, &kp->dv_stride_b, &kp->dv_stride_h,
+                    &kp->dv_stride_s);
+    }
 }

@@ -274,11 +274,140 @@ static void q_tile(const head_view *hv, const fa_kernel_params *kp, int32_t bloc
     }
 }
 
+/* ---- backward ------------------------------------------------------------------------------ */
+
+/* One (batch, query head)'s rows of Q, O, dO, dQ and its K/V head's K and V. */
+typedef struct bwd_head {
+    fa_dtype dt;
+    int64_t d;
+    const void *q, *k, *v, *o, *d_o;
+    void *dq;
+    int64_t q0, k0, v0, o0, do0, dq0; /* element offset of row 0 */
+    int64_t qs, ks, vs, os, dos, dqs; /* seq strides */
+} bwd_head;
+
+/* dot(A[a0 + 0..d), B[b0 + 0..d)) in f64 over two stored rows. */
+static double dot_rows(fa_dtype dt, const void *a, int64_t a0, const void *b, int64_t b0,
+                       int64_t d)
+{
+    double sum = 0.0;
+    for (int64_t x = 0; x < d; x++)
+        sum += load(dt, a, a0 + x) * load(dt, b, b0 + x);
+    return sum;
+}
+
+/*
+ * One query row: P recomputed from LSE over the planned key tiles, dQ written, and its terms
+ * added to the f64 dK and dV accumulators (Sk x d) in key order. A row with no key (LSE = -inf)
+ * gets dQ = 0 and adds nothing.
+ */
+static void bwd_row(const bwd_head *bh, const fa_kernel_params *kp, int32_t block_c, int64_t row,
+                    float lse, double *dq_row, double *acc_k, double *acc_v)
+{
+    const int64_t d = bh->d, qr = bh->q0 + row * bh->qs, dor = bh->do0 + row * bh->dos;
+    const double scale = (double)kp->scale;
+    int64_t n = lse == -INFINITY ? 0 : keys_allowed(kp, row);
+    memset(dq_row, 0, (size_t)d * sizeof(double));
+    /* D = rowsum(dO * O): the softmax's own term of dP, from the stored O. */
+    double dsum = n ? dot_rows(bh->dt, bh->d_o, dor, bh->o, bh->o0 + row * bh->os, d) : 0.0;
+    for (int64_t c0 = 0; c0 < n; c0 += block_c) {
+        int64_t c1 = c0 + block_c < n ? c0 + block_c : n;
+        for (int64_t j = c0; j < c1; j++) {
+            double dot = dot_rows(bh->dt, bh->q, qr, bh->k, bh->k0 + j * bh->ks, d);
+            double p = exp(f32_range(dot, dot * scale) - (double)lse);
+            double dp = dot_rows(bh->dt, bh->d_o, dor, bh->v, bh->v0 + j * bh->vs, d);
+            double ds = p * (dp - dsum) * scale; /* dS, with the scale of S = scale * Q K^T */
+            for (int64_t x = 0; x < d; x++) {
+                acc_v[j * d + x] += p * load(bh->dt, bh->d_o, dor + x);
+                acc_k[j * d + x] += ds * load(bh->dt, bh->q, qr + x);
+                dq_row[x] += ds * load(bh->dt, bh->k, bh->k0 + j * bh->ks + x);
+            }
+        }
+    }
+    for (int64_t x = 0; x < d; x++)
+        store(bh->dt, bh->dq, bh->dq0 + row * bh->dqs + x, dq_row[x]);
+}
+
+/* The view of (b, h) whose K/V head is h_kv. */
+static bwd_head bwd_head_of(const fa__launch *launch, const fa_kernel_params *kp,
+                            void *const mem[FA__TENSOR_COUNT], int64_t b, int64_t h, int64_t h_kv)
+{
+    bwd_head bh = {(fa_dtype)launch->variant.dtype, kp->head_dim, mem[FA__TENSOR_Q],
+                   mem[FA__TENSOR_K], mem[FA__TENSOR_V], mem[FA__TENSOR_O], mem[FA__TENSOR_DO],
+                   mem[FA__TENSOR_DQ],
+                   kp->q_offset + b * kp->q_stride_b + h * kp->q_stride_h,
+                   kp->k_offset + b * kp->k_stride_b + h_kv * kp->k_stride_h,
+                   kp->v_offset + b * kp->v_stride_b + h_kv * kp->v_stride_h,
+                   kp->o_offset + b * kp->o_stride_b + h * kp->o_stride_h,
+                   kp->do_offset + b * kp->do_stride_b + h * kp->do_stride_h,
+                   kp->dq_offset + b * kp->dq_stride_b + h * kp->dq_stride_h,
+                   kp->q_stride_s, kp->k_stride_s, kp->v_stride_s, kp->o_stride_s,
+                   kp->do_stride_s, kp->dq_stride_s};
+    return bh;
+}
+
+/* Writes one K/V head's accumulated dK and dV (Sk x d f64) in the storage type. */
+static void bwd_store_kv(const fa__launch *launch, const fa_kernel_params *kp,
+                         void *const mem[FA__TENSOR_COUNT], int64_t b, int64_t h_kv,
+                         const double *acc_k, const double *acc_v)
+{
+    const fa_dtype dt = (fa_dtype)launch->variant.dtype;
+    const int64_t d = kp->head_dim;
+    int64_t k0 = kp->dk_offset + b * kp->dk_stride_b + h_kv * kp->dk_stride_h;
+    int64_t v0 = kp->dv_offset + b * kp->dv_stride_b + h_kv * kp->dv_stride_h;
+    for (int64_t j = 0; j < kp->seqlen_k; j++) {
+        for (int64_t x = 0; x < d; x++) {
+            store(dt, mem[FA__TENSOR_DK], k0 + j * kp->dk_stride_s + x, acc_k[j * d + x]);
+            store(dt, mem[FA__TENSOR_DV], v0 + j * kp->dv_stride_s + x, acc_v[j * d + x]);
+        }
+    }
+}
+
+/*
+ * The backward's launch: per (batch, K/V head), the query heads of its group in order, their rows
+ * in order, each over the planned key tiles; dK and dV accumulate in f64 in that fixed order
+ * (deterministic, and GQA's sum over a group's heads is part of it). Scratch: 2 Sk x d + d
+ * doubles, linear in the sequence.
+ */
+static fa_status cpu_backward(fa_context *ctx, const fa__launch *launch,
+                              const fa_kernel_params *kp, void *const mem[FA__TENSOR_COUNT])
+{
+    const int64_t d = kp->head_dim, group = kp->heads_q / kp->heads_kv;
+    size_t kv = (size_t)kp->seqlen_k * (size_t)d;
+    size_t bytes = (2 * kv + (size_t)d) * sizeof(double);
+    double *scratch = malloc(bytes);
+    if (!scratch)
+        return fa__error(ctx, FA_STATUS_OUT_OF_MEMORY, "cpu: cannot allocate %zu scratch bytes",
+                         bytes);
+    fa__mem_add(ctx, bytes);
+    double *acc_k = scratch, *acc_v = scratch + kv, *dq_row = scratch + 2 * kv;
+    const float *lse = mem[FA__TENSOR_LSE];
+    for (int64_t b = 0; b < kp->batch; b++) {
+        for (int64_t h_kv = 0; h_kv < kp->heads_kv; h_kv++) {
+            memset(scratch, 0, 2 * kv * sizeof(double));
+            for (int64_t h = h_kv * group; h < (h_kv + 1) * group; h++) {
+                bwd_head bh = bwd_head_of(launch, kp, mem, b, h, h_kv);
+                const float *lse_row = lse + (b * kp->heads_q + h) * kp->seqlen_q;
+                for (int64_t row = 0; row < kp->seqlen_q; row++)
+                    bwd_row(&bh, kp, launch->variant.block_c, row, lse_row[row], dq_row, acc_k,
+                            acc_v);
+            }
+            bwd_store_kv(launch, kp, mem, b, h_kv, acc_k, acc_v);
+        }
+    }
+    free(scratch);
+    fa__mem_sub(ctx, bytes);
+    return FA_STATUS_OK;
+}
+
+/* ---- launches ----------------------------------------------------------------------------- */
+
 /* The forward's one launch: every (batch, head, query tile) in turn, with the launch's tiles. */
 static fa_status cpu_launch(fa_context *ctx, const fa_plan *plan, const fa__launch *launch,
                             const fa_kernel_params *kp, void *const mem[FA__TENSOR_COUNT])
 {
-    (void)plan;
+    if (plan->op == FA__OP_BACKWARD)
+        return cpu_backward(ctx, launch, kp, mem);
     const int32_t br = launch->variant.block_r, bc = launch->variant.block_c;
     const int64_t d = kp->head_dim;
     /* Scratch is O(Br*d + Bc): nothing grows with seqlen_q * seqlen_k. */
@@ -321,6 +450,7 @@ static fa_status cpu_launch(fa_context *ctx, const fa_plan *plan, const fa__laun
 const fa__backend_ops fa__cpu_ops = {
     .api_version = FA__BACKEND_API_VERSION,
     .backend = FA_BACKEND_CPU,
+    .supported_ops = (1u << FA__OP_FORWARD) | (1u << FA__OP_BACKWARD),
     .device_count = cpu_device_count,
     .device_props = cpu_device_props,
     .plan_rules = cpu_plan_rules,

@@ -263,6 +263,7 @@ static fa_status cl_launch(fa_context *ctx, const fa_plan *plan, const fa__launc
 const fa__backend_ops fa__opencl_ops = {
     .api_version = FA__BACKEND_API_VERSION,
     .backend = FA_BACKEND_OPENCL,
+    .supported_ops = 1u << FA__OP_FORWARD,
     .device_count = cl_device_count,
     .device_props = cl_device_props,
     .plan_rules = cl_plan_rules,
