@@ -127,3 +127,19 @@ void harness_env_restore(const harness_env *e)
     else
         unsetenv(e->name);
 }
+
+int harness_single_backend(int argc, char **argv, const char *suite, fa_backend *out)
+{
+    fa_backend backends[HARNESS_MAX_BACKENDS];
+    if (harness_backends_from_args(argc, argv, backends) != 1) {
+        fprintf(stderr, "usage: %s cpu|opencl|cuda\n", suite);
+        return 2;
+    }
+    *out = backends[0];
+    char why[600] = "";
+    harness_decision d = harness_decide(*out, why, sizeof why);
+    if (d == HARNESS_RUN)
+        return -1;
+    printf("%s: %s\n", d == HARNESS_SKIP ? "SKIPPED" : "FAILED (required)", why);
+    return d == HARNESS_SKIP ? HARNESS_EXIT_SKIPPED : 1;
+}

@@ -36,6 +36,13 @@ typedef enum harness_decision {
 /* Decides for one backend; `why` receives the reason when it is not HARNESS_RUN. */
 harness_decision harness_decide(fa_backend backend, char *why, size_t why_size);
 
+/*
+ * For a suite that runs on the one backend named on its command line (`suite cpu|opencl|cuda`):
+ * stores it in *out and returns -1 when the suite should run; otherwise prints why and returns
+ * the exit status (2 for a bad command line, HARNESS_EXIT_SKIPPED, or 1 when required but absent).
+ */
+int harness_single_backend(int argc, char **argv, const char *suite, fa_backend *out);
+
 /* Exit status for ctest: failures first, then "everything skipped" (77), else 0. */
 int harness_exit_code(int failed, int ran, int skipped);
 

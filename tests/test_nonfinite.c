@@ -325,19 +325,9 @@ static int close_contexts(void **state)
 
 int main(int argc, char **argv)
 {
-    fa_backend backends[HARNESS_MAX_BACKENDS];
-    int nb = harness_backends_from_args(argc, argv, backends);
-    if (nb != 1) {
-        fprintf(stderr, "usage: test_nonfinite cpu|opencl|cuda\n");
-        return 2;
-    }
-    the_backend = backends[0];
-    char why[600] = "";
-    harness_decision d = harness_decide(the_backend, why, sizeof why);
-    if (d != HARNESS_RUN) {
-        printf("%s: %s\n", d == HARNESS_SKIP ? "SKIPPED" : "FAILED (required)", why);
-        return d == HARNESS_SKIP ? HARNESS_EXIT_SKIPPED : 1;
-    }
+    int rc = harness_single_backend(argc, argv, "test_nonfinite", &the_backend);
+    if (rc >= 0)
+        return rc;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nan_query),   cmocka_unit_test(test_infinite_key),
         cmocka_unit_test(test_nan_value),   cmocka_unit_test(test_score_range),
