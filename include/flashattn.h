@@ -384,7 +384,8 @@ FA_API int32_t fa_plan_work_group_size(const fa_plan *plan);
  * uses (Br*d + 2*Bc*d) * elem. `flashattn plan` prints the formula the plan used.
  */
 FA_API uint64_t fa_plan_sram_bytes(const fa_plan *plan);
-/* Number of work-groups launched: batch * heads_q * ceil(seqlen_q / Br). */
+/* Work-groups the plan's launches run in all: for a forward plan batch * heads_q *
+ * ceil(seqlen_q / Br); for a backward plan batch * heads_kv * ceil(seqlen_k / Bc). */
 FA_API uint64_t fa_plan_work_groups(const fa_plan *plan);
 /* A copy of the problem the plan was made for (scale resolved, overrides as given). */
 FA_API const fa_problem *fa_plan_problem(const fa_plan *plan);

@@ -1,6 +1,7 @@
 /*
- * plan.c - fa_problem_check, fa_plan_create and fa_forward: validation, the planner's call with
- * the backend's rules, buffer checks against the problem's layout, and the dispatch.
+ * plan.c - fa_problem_check, the plan entry points (fa_plan_create, fa_plan_create_backward) and
+ * the runs (fa_forward, fa_backward): validation, the planner's call with the backend's rules,
+ * the op's launches, buffer checks against the problem's layout, and the dispatch.
  */
 #include "internal.h"
 
@@ -8,13 +9,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The op's validation, then the backend's support check. */
+static fa_status check_problem(fa_context *ctx, const fa_problem *p, fa__op op)
+{
+    fa_status st = op == FA__OP_BACKWARD ? fa__problem_validate_backward(ctx, p)
+                                         : fa__problem_validate(ctx, p);
+    if (st == FA_STATUS_OK && ctx->ops->problem_check)
+        st = ctx->ops->problem_check(ctx, p);
+    return st;
+}
+
 fa_status fa_problem_check(fa_context *ctx, const fa_problem *p)
 {
     if (!ctx)
         return FA_STATUS_NULL_POINTER;
-    fa_status st = fa__problem_validate(ctx, p);
-    if (st == FA_STATUS_OK && ctx->ops->problem_check)
-        st = ctx->ops->problem_check(ctx, p);
+    fa_status st = check_problem(ctx, p, FA__OP_FORWARD);
     if (st == FA_STATUS_OK)
         fa__error_clear(ctx);
     return st;
@@ -95,10 +104,7 @@ static fa_status plan_entry(fa_context *ctx, const fa_problem *p, fa__op op, fa_
         return FA_STATUS_NULL_POINTER;
     if (!out)
         return fa__error(ctx, FA_STATUS_NULL_POINTER, "the output pointer is NULL");
-    fa_status st = op == FA__OP_BACKWARD ? fa__problem_validate_backward(ctx, p)
-                                         : fa__problem_validate(ctx, p);
-    if (st == FA_STATUS_OK && ctx->ops->problem_check)
-        st = ctx->ops->problem_check(ctx, p);
+    fa_status st = check_problem(ctx, p, op);
     return st == FA_STATUS_OK ? plan_create(ctx, op, p, out) : st;
 }
 
