@@ -387,6 +387,13 @@ FA_API uint64_t fa_plan_sram_bytes(const fa_plan *plan);
 /* Work-groups the plan's launches run in all: for a forward plan batch * heads_q *
  * ceil(seqlen_q / Br); for a backward plan batch * heads_kv * ceil(seqlen_k / Bc). */
 FA_API uint64_t fa_plan_work_groups(const fa_plan *plan);
+/*
+ * Device bytes a run of the plan allocates for itself beyond the caller's tensors, counted in
+ * the context's memory (fa_context_memory) and freed before the run returns: 0 for a forward
+ * plan; for a backward plan batch * heads_q * seqlen_q * 4 (D = rowsum(dO * O), f32) on opencl
+ * and cuda, and (2 * seqlen_k * d + d) * 8 (f64 dK and dV accumulators of one K/V head) on cpu.
+ */
+FA_API uint64_t fa_plan_scratch_bytes(const fa_plan *plan);
 /* A copy of the problem the plan was made for (scale resolved, overrides as given). */
 FA_API const fa_problem *fa_plan_problem(const fa_plan *plan);
 /* Human-readable, multi-line explanation of the rule and each fitting step. */

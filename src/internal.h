@@ -21,7 +21,8 @@
  */
 typedef enum fa__op {
     FA__OP_FORWARD = 0, /* O, LSE = softmax(scale * Q K^T + mask) V: one launch, flash_fwd */
-    FA__OP_BACKWARD,    /* dO -> dQ, dK, dV, recomputing P from LSE: one launch, flash_bwd */
+    FA__OP_BACKWARD,    /* dO -> dQ, dK, dV, recomputing P from LSE: flash_bwd_pre,
+                           flash_bwd_dkdv and flash_bwd_dq (or one flash_bwd on the golden) */
     FA__OP_COUNT
 } fa__op;
 
@@ -36,12 +37,14 @@ typedef enum fa__tensor {
     FA__TENSOR_DQ,
     FA__TENSOR_DK,
     FA__TENSOR_DV,
+    FA__TENSOR_SCRATCH, /* device memory a run allocates for its launches (fa_plan_scratch_bytes) */
     FA__TENSOR_COUNT
 } fa__tensor;
 
 /*
  * On-chip bytes one work-group holds, as a function of the tiles:
  *   (row_tiles * Br * d + col_tiles * Bc * d) * elem + score_tiles * Br * Bc * 4
+ *     + row_floats * Br * 4
  * with elem the storage size and score tiles in f32.
  */
 typedef struct fa__onchip_formula {
@@ -49,6 +52,7 @@ typedef struct fa__onchip_formula {
     uint32_t col_tiles;   /* Bc x d tiles in the storage type (forward: K and V) */
     uint32_t score_tiles; /* Br x Bc f32 tiles (forward: S; 0 when the kernel keeps S in
                              registers) */
+    uint32_t row_floats;  /* f32 values per query row of a tile (backward: LSE and D) */
     const char *what;     /* the tiles, named for the explanation */
 } fa__onchip_formula;
 
@@ -66,6 +70,10 @@ typedef struct fa__plan_rules {
     int32_t row_lanes;      /* lanes that share one query row in the kernel (CUDA's TPR);
                                0: items_per_row */
     const char *path_note;  /* why that path, for the explanation; NULL: nothing to say */
+    /* The backward's launches: 3 (the kernels: D = rowsum(dO * O) into scratch, then a dK/dV
+     * pass over key tiles and a dQ pass over query tiles) or 1 (the CPU golden's one flash_bwd
+     * in f64, its accumulators in scratch). */
+    int32_t backward_launches;
 } fa__plan_rules;
 
 typedef struct fa__tiles {
@@ -231,6 +239,7 @@ struct fa_plan {
     fa__tiles tiles;
     fa__launch launches[FA__MAX_LAUNCHES];
     int n_launches;
+    uint64_t scratch_bytes; /* FA__TENSOR_SCRATCH: allocated by each run, 0 for none */
     char explain[4096];
 };
 

@@ -19,10 +19,10 @@ const char *fa__kernel_dir(void)
 }
 
 /* Reads dir/file into a heap string; NULL with the status and the reason in why. */
-static char *read_kernel_file(const fa__kernel_text *k, const char *dir, fa_status *st,
-                              char *why, size_t why_size)
+static char *read_kernel_file(const fa__kernel_text *k, const char *file, const char *dir,
+                              fa_status *st, char *why, size_t why_size)
 {
-    char *path = fa__heap_format("%s/%s", dir, k->file);
+    char *path = fa__heap_format("%s/%s", dir, file);
     if (!path) {
         fa__format(why, why_size, "cannot allocate a kernel path");
         *st = FA_STATUS_OUT_OF_MEMORY;
@@ -40,18 +40,34 @@ static char *read_kernel_file(const fa__kernel_text *k, const char *dir, fa_stat
     return text;
 }
 
-fa_status fa__kernel_source(const fa__kernel_text *k, char **out, char *why, size_t why_size)
+/* Appends `#line 1 "file"` and text to the heap string *src (freed on failure); false when out
+ * of memory. */
+static bool append_file(char **src, const char *file, const char *text)
+{
+    char *joined = fa__heap_format("%s\n#line 1 \"%s\"\n%s", *src, file, text);
+    free(*src);
+    *src = joined;
+    return joined != NULL;
+}
+
+fa_status fa__kernel_source(const fa__kernel_text *k, int n_files, char **out, char *why,
+                            size_t why_size)
 {
     const char *dir = fa__kernel_dir();
-    char *file = NULL;
     fa_status st = FA_STATUS_OK;
-    *out = NULL;
-    if (dir && !(file = read_kernel_file(k, dir, &st, why, why_size)))
-        return st;
-    *out = fa__heap_format("%s\n#line 1 \"%s\"\n%s", k->params, k->file,
-                           file ? file : k->body);
-    free(file);
-    if (!*out) {
+    char *src = fa__heap_format("%s", k->params);
+    bool ok = src != NULL;
+    for (int i = 0; i < n_files && i < k->n_files && ok; i++) {
+        char *file = NULL;
+        if (dir && !(file = read_kernel_file(k, k->files[i], dir, &st, why, why_size))) {
+            free(src);
+            return st;
+        }
+        ok = append_file(&src, k->files[i], file ? file : k->bodies[i]);
+        free(file);
+    }
+    *out = ok ? src : NULL;
+    if (!ok) {
         fa__format(why, why_size, "cannot allocate the kernel source");
         return FA_STATUS_OUT_OF_MEMORY;
     }
@@ -69,15 +85,15 @@ static void entry_free(fa__kernel_entry *e, const fa__kernel_builder *builder, v
     free(e);
 }
 
-/* An entry for key with a zeroed object; NULL when out of memory. */
-static fa__kernel_entry *entry_new(const char *key, size_t object_size)
+/* An entry keyed "<entry point> <options>" with a zeroed object; NULL when out of memory. */
+static fa__kernel_entry *entry_new(const char *entry, const char *options, size_t object_size)
 {
-    size_t n = strlen(key) + 1;
+    size_t n = strlen(entry) + 1 + strlen(options) + 1;
     fa__kernel_entry *e = malloc(sizeof *e + n);
     if (!e)
         return NULL;
     e->next = NULL;
-    memcpy(e->key, key, n);
+    snprintf(e->key, n, "%s %s", entry, options);
     e->object = calloc(1, object_size);
     if (!e->object) {
         free(e);
@@ -88,19 +104,21 @@ static fa__kernel_entry *entry_new(const char *key, size_t object_size)
 
 fa_status fa__kernel_cache_get(fa_context *ctx, fa__kernel_cache *cache,
                                const fa__kernel_builder *builder, void *backend,
-                               const char *key, void **out)
+                               const char *entry, const char *options, void **out)
 {
+    size_t n = strlen(entry);
     for (fa__kernel_entry *e = cache->head; e; e = e->next) {
-        if (strcmp(e->key, key) == 0) {
+        if (strncmp(e->key, entry, n) == 0 && e->key[n] == ' ' &&
+            strcmp(e->key + n + 1, options) == 0) {
             *out = e->object;
             return FA_STATUS_OK;
         }
     }
-    fa__kernel_entry *e = entry_new(key, builder->object_size);
+    fa__kernel_entry *e = entry_new(entry, options, builder->object_size);
     if (!e)
         return fa__error(ctx, FA_STATUS_OUT_OF_MEMORY, "cannot allocate a %s cache entry",
                          builder->noun);
-    fa_status st = builder->build(ctx, backend, e->key, e->object);
+    fa_status st = builder->build(ctx, backend, entry, options, e->object);
     if (st != FA_STATUS_OK) {
         entry_free(e, builder, backend);
         return st;

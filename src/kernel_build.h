@@ -11,32 +11,41 @@
 
 /* ---- the source ---------------------------------------------------------------------------- */
 
-/* One kernel as a backend embeds it (cmake/embed.cmake: NUL-terminated text). */
+#define FA__KERNEL_FILES_MAX 4
+
+/* A backend's kernel files as it embeds them (cmake/embed.cmake: NUL-terminated text), compiled
+ * as one program: every entry point of every op is in it. */
 typedef struct fa__kernel_text {
     const char *language; /* "OpenCL", "CUDA": names the kernel in messages */
-    const char *file;     /* "flash_fwd.cl": the name in FLASHATTN_KERNEL_DIR and in #line */
     const char *params;   /* src/kernel_params.h */
-    const char *body;     /* the kernel file */
+    int n_files;
+    const char *files[FA__KERNEL_FILES_MAX];  /* "flash_fwd.cl": names in FLASHATTN_KERNEL_DIR
+                                                 and in #line, in compile order */
+    const char *bodies[FA__KERNEL_FILES_MAX]; /* the embedded files */
 } fa__kernel_text;
 
 /* FLASHATTN_KERNEL_DIR, or NULL when it is unset or empty. */
 const char *fa__kernel_dir(void);
 
 /*
- * The source to compile, as a new heap string in *out: kernel_params.h, then `#line 1 "file"` so
- * the compiler's line numbers match the kernel file, then the kernel (FLASHATTN_KERNEL_DIR/file
- * when that is set, else the embedded copy). Returns OK, KERNEL_BUILD_ERROR ("cannot use the
- * <language> kernel from FLASHATTN_KERNEL_DIR: <reason>") or OUT_OF_MEMORY, the message in why.
+ * The source to compile, as a new heap string in *out: kernel_params.h, then for each of the
+ * first n_files files (an entry point needs its own file and those it builds on)
+ * `#line 1 "file"` (so the compiler's line numbers match the file) and the file: all of them from
+ * FLASHATTN_KERNEL_DIR when that is set (each must be there: no mix with the embedded copies),
+ * else the embedded copies. Returns OK, KERNEL_BUILD_ERROR ("cannot use the <language> kernel
+ * from FLASHATTN_KERNEL_DIR: <reason>") or OUT_OF_MEMORY, the message in why.
  */
-fa_status fa__kernel_source(const fa__kernel_text *k, char **out, char *why, size_t why_size);
+fa_status fa__kernel_source(const fa__kernel_text *k, int n_files, char **out, char *why,
+                            size_t why_size);
 
 /* ---- the cache ----------------------------------------------------------------------------- */
 
-/* One compiled object (an OpenCL program, a CUDA module) and the options it was built with. */
+/* One compiled object (an OpenCL program and kernel, a CUDA module and function) and what it was
+ * built for. */
 typedef struct fa__kernel_entry {
     struct fa__kernel_entry *next;
     void *object; /* the backend's struct, builder->object_size bytes */
-    char key[];   /* the options string */
+    char key[];   /* "<entry point> <options>" */
 } fa__kernel_entry;
 
 /* A context's compiled objects; all zero is empty. Objects live until fa__kernel_cache_clear. */
@@ -48,17 +57,19 @@ typedef struct fa__kernel_cache {
 typedef struct fa__kernel_builder {
     const char *noun;   /* "program", "module": "cannot allocate a <noun> cache entry" */
     size_t object_size; /* the backend's struct, handed to build zeroed */
-    /* Compiles `key` into object; errors go to ctx. A failure may leave object half built. */
-    fa_status (*build)(fa_context *ctx, void *backend, const char *key, void *object);
+    /* Compiles the entry point (a kernel function) with the options into object; errors go to
+     * ctx. A failure may leave object half built. */
+    fa_status (*build)(fa_context *ctx, void *backend, const char *entry, const char *options,
+                       void *object);
     /* Releases what build made in object, built fully or half (the cache frees the memory). */
     void (*release)(void *backend, void *object);
 } fa__kernel_builder;
 
-/* The object built for `key`: from the cache, or built now and kept. Returns OK, OUT_OF_MEMORY
- * or build's status (a failed build is not kept, so a later call tries again). */
+/* The object built for (entry, options): from the cache, or built now and kept. Returns OK,
+ * OUT_OF_MEMORY or build's status (a failed build is not kept, so a later call tries again). */
 fa_status fa__kernel_cache_get(fa_context *ctx, fa__kernel_cache *cache,
                                const fa__kernel_builder *builder, void *backend,
-                               const char *key, void **out);
+                               const char *entry, const char *options, void **out);
 /* Releases and frees every object; the cache is empty afterwards. */
 void fa__kernel_cache_clear(fa__kernel_cache *cache, const fa__kernel_builder *builder,
                             void *backend);

@@ -69,22 +69,76 @@ static void forward_launches(fa_plan *plan, const fa__plan_rules *rules)
     plan->n_launches = 1;
 }
 
-/* One work-group per (key tile, K/V head, batch) owns dK and dV of its keys, so no two write the
- * same element: the reduction over query heads and rows runs in one fixed order. */
-static void backward_launches(fa_plan *plan, const fa__plan_rules *rules)
+/* A launch's grid, entry and tensor arguments (the variant and params are set by the caller). */
+static void set_launch(fa__launch *l, const char *entry, uint64_t gx, uint64_t gy, uint64_t gz,
+                       const fa__tensor *args, int n_args)
+{
+    l->variant.entry = entry;
+    l->grid[0] = gx;
+    l->grid[1] = gy;
+    l->grid[2] = gz;
+    memcpy(l->args, args, (size_t)n_args * sizeof *args);
+    l->n_args = n_args;
+}
+
+/* The CPU golden's one launch: per (batch, K/V head) every query row in order, dK and dV
+ * accumulated in f64 in scratch ((2 Sk d + d) doubles), so the order is fixed. */
+static void backward_golden(fa_plan *plan)
 {
     static const fa__tensor args[] = {FA__TENSOR_Q,  FA__TENSOR_K,  FA__TENSOR_V,
                                       FA__TENSOR_O,  FA__TENSOR_LSE, FA__TENSOR_DO,
-                                      FA__TENSOR_DQ, FA__TENSOR_DK, FA__TENSOR_DV};
-    forward_launches(plan, rules); /* the same variant and params, then what differs */
+                                      FA__TENSOR_DQ, FA__TENSOR_DK, FA__TENSOR_DV,
+                                      FA__TENSOR_SCRATCH};
     fa__launch *l = &plan->launches[0];
-    fa__kernel_params_fill_backward(&plan->problem, &l->params);
-    l->variant.entry = "flash_bwd";
-    int64_t bc = plan->tiles.block_c, sk = l->params.seqlen_k;
-    l->grid[0] = (uint64_t)((sk + bc - 1) / bc);
-    l->grid[1] = (uint64_t)l->params.heads_kv;
-    memcpy(l->args, args, sizeof args);
-    l->n_args = (int)(sizeof args / sizeof args[0]);
+    const fa_kernel_params *kp = &l->params;
+    set_launch(l, "flash_bwd", 1, (uint64_t)kp->heads_kv, (uint64_t)kp->batch, args,
+               (int)(sizeof args / sizeof args[0]));
+    plan->scratch_bytes = (2 * (uint64_t)kp->seqlen_k + 1) * (uint64_t)kp->head_dim * 8;
+}
+
+/*
+ * The kernels' three launches. flash_bwd_pre: D = rowsum(dO * O) per query row into scratch (f32
+ * [B, Hq, Sq]). flash_bwd_dkdv: one work-group per (key tile, K/V head, batch) owns dK and dV of
+ * its keys and sweeps the query tiles of every query head of its group in order. flash_bwd_dq:
+ * one work-group per (query tile, query head, batch) owns dQ of its rows and sweeps the key
+ * tiles in order. No two work-groups write one element, so no atomics and a fixed order; S and
+ * dP are recomputed in both passes. The dK/dV pass is compiled with its key tile as BLOCK_R and
+ * the query tile as BLOCK_C: a kernel's BLOCK_R is always the rows its work-group owns.
+ */
+static void backward_kernels(fa_plan *plan, const fa__plan_rules *rules)
+{
+    static const fa__tensor pre[] = {FA__TENSOR_O, FA__TENSOR_DO, FA__TENSOR_SCRATCH};
+    static const fa__tensor dkdv[] = {FA__TENSOR_Q,  FA__TENSOR_K,       FA__TENSOR_V,
+                                      FA__TENSOR_LSE, FA__TENSOR_DO, FA__TENSOR_SCRATCH,
+                                      FA__TENSOR_DK, FA__TENSOR_DV};
+    static const fa__tensor dq[] = {FA__TENSOR_Q,  FA__TENSOR_K,       FA__TENSOR_V,
+                                    FA__TENSOR_LSE, FA__TENSOR_DO, FA__TENSOR_SCRATCH,
+                                    FA__TENSOR_DQ};
+    fa__launch *l = plan->launches;
+    l[1] = l[2] = l[0];
+    const fa_kernel_params *kp = &l[0].params;
+    uint64_t bc = (uint64_t)plan->tiles.block_c, sk = (uint64_t)kp->seqlen_k;
+    uint64_t q_tiles = (uint64_t)kp->q_tiles, hq = (uint64_t)kp->heads_q, b = (uint64_t)kp->batch;
+    set_launch(&l[0], "flash_bwd_pre", q_tiles, hq, b, pre, 3);
+    set_launch(&l[1], "flash_bwd_dkdv", (sk + bc - 1) / bc, (uint64_t)kp->heads_kv, b, dkdv, 8);
+    l[1].variant.block_r = plan->tiles.block_c;
+    l[1].variant.block_c = plan->tiles.block_r;
+    l[1].variant.work_group_size =
+        plan->tiles.block_c * (rules->items_per_row > 0 ? (int32_t)rules->items_per_row : 1);
+    set_launch(&l[2], "flash_bwd_dq", q_tiles, hq, b, dq, 7);
+    plan->n_launches = 3;
+    plan->scratch_bytes = b * hq * (uint64_t)kp->seqlen_q * 4;
+}
+
+/* The forward's variant and params, the backward's tensors, then the backend's launches. */
+static void backward_launches(fa_plan *plan, const fa__plan_rules *rules)
+{
+    forward_launches(plan, rules);
+    fa__kernel_params_fill_backward(&plan->problem, &plan->launches[0].params);
+    if (rules->backward_launches == 1)
+        backward_golden(plan);
+    else
+        backward_kernels(plan, rules);
 }
 
 void fa__op_launches(fa_plan *plan, const fa__plan_rules *rules)

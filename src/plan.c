@@ -154,6 +154,11 @@ uint64_t fa_plan_work_groups(const fa_plan *plan)
     return n;
 }
 
+uint64_t fa_plan_scratch_bytes(const fa_plan *plan)
+{
+    return plan ? plan->scratch_bytes : 0;
+}
+
 const fa_problem *fa_plan_problem(const fa_plan *plan)
 {
     return plan ? &plan->problem : NULL;
@@ -239,15 +244,31 @@ static fa_status check_run(fa_context *ctx, const fa_plan *plan, fa__op op)
     return FA_STATUS_OK;
 }
 
-/* Runs the plan's launches in order on the bound tensors. */
-static fa_status run_launches(fa_context *ctx, const fa_plan *plan, void *const *mem,
-                              bool has_lse)
+/* Runs the plan's launches in order on the bound tensors, with the plan's scratch allocated
+ * (and counted) for the run. A launch with an empty grid has nothing to do and is not made. */
+static fa_status run_launches(fa_context *ctx, const fa_plan *plan, void **mem, bool has_lse)
 {
     fa_status st = FA_STATUS_OK;
+    uint64_t scratch = plan->scratch_bytes;
+    if (scratch > SIZE_MAX)
+        return fa__error(ctx, FA_STATUS_OUT_OF_MEMORY, "scratch of %llu bytes does not fit "
+                         "this host's sizes", (unsigned long long)scratch);
+    if (scratch && (st = ctx->ops->buffer_alloc(ctx, (size_t)scratch,
+                                                &mem[FA__TENSOR_SCRATCH])) != FA_STATUS_OK)
+        return st;
+    if (scratch)
+        fa__mem_add(ctx, scratch);
     for (int i = 0; i < plan->n_launches && st == FA_STATUS_OK; i++) {
-        fa_kernel_params kp = plan->launches[i].params;
+        const fa__launch *l = &plan->launches[i];
+        if (l->grid[0] == 0 || l->grid[1] == 0 || l->grid[2] == 0)
+            continue;
+        fa_kernel_params kp = l->params;
         kp.has_lse = has_lse;
-        st = ctx->ops->launch(ctx, plan, &plan->launches[i], &kp, mem);
+        st = ctx->ops->launch(ctx, plan, l, &kp, mem);
+    }
+    if (scratch) {
+        ctx->ops->buffer_free(ctx, mem[FA__TENSOR_SCRATCH]);
+        fa__mem_sub(ctx, scratch);
     }
     if (st == FA_STATUS_OK)
         fa__error_clear(ctx);
@@ -280,7 +301,8 @@ fa_status fa_forward(fa_context *ctx, const fa_plan *plan, const fa_buffer *q, c
     /* Without LSE the kernel never touches that argument (has_lse = 0); O stands in for it. */
     void *mem[FA__TENSOR_COUNT] = {[FA__TENSOR_Q] = q->mem, [FA__TENSOR_K] = k->mem,
                                    [FA__TENSOR_V] = v->mem, [FA__TENSOR_O] = o->mem,
-                                   [FA__TENSOR_LSE] = lse ? lse->mem : o->mem};
+                                   [FA__TENSOR_LSE] = lse ? lse->mem : o->mem,
+                                   [FA__TENSOR_SCRATCH] = NULL};
     return run_launches(ctx, plan, mem, lse != NULL);
 }
 

@@ -12,7 +12,8 @@ uint64_t fa__tile_bytes(const fa__onchip_formula *f, int64_t block_r, int64_t bl
                         int64_t head_dim, size_t elem)
 {
     uint64_t r = (uint64_t)block_r, c = (uint64_t)block_c, d = (uint64_t)head_dim;
-    return (f->row_tiles * r * d + f->col_tiles * c * d) * elem + f->score_tiles * r * c * 4;
+    return (f->row_tiles * r * d + f->col_tiles * c * d) * elem + f->score_tiles * r * c * 4 +
+           f->row_floats * r * 4;
 }
 
 static int64_t round_down(int64_t v, int64_t multiple)
@@ -77,7 +78,8 @@ static fa_status align(plan_state *s, bool is_r, int64_t m)
 /* The largest Bc whose key-side and score tiles fit beside the row tiles (Q), or 0. */
 static uint64_t bc_that_fits(const plan_state *s, uint64_t sram, int64_t d, size_t elem)
 {
-    uint64_t row_bytes = s->f->row_tiles * (uint64_t)s->br * (uint64_t)d * elem;
+    uint64_t row_bytes = (s->f->row_tiles * (uint64_t)d * elem + s->f->row_floats * 4) *
+                         (uint64_t)s->br;
     uint64_t per_key = s->f->col_tiles * (uint64_t)d * elem + s->f->score_tiles * 4 * (uint64_t)s->br;
     return sram > row_bytes ? (sram - row_bytes) / per_key : 0;
 }
@@ -86,7 +88,8 @@ static uint64_t bc_that_fits(const plan_state *s, uint64_t sram, int64_t d, size
 static uint64_t br_that_fits(const plan_state *s, uint64_t sram, int64_t d, size_t elem)
 {
     uint64_t col_bytes = s->f->col_tiles * (uint64_t)s->bc * (uint64_t)d * elem;
-    uint64_t per_row = s->f->row_tiles * (uint64_t)d * elem + s->f->score_tiles * 4 * (uint64_t)s->bc;
+    uint64_t per_row = s->f->row_tiles * (uint64_t)d * elem + s->f->row_floats * 4 +
+                       s->f->score_tiles * 4 * (uint64_t)s->bc;
     return sram > col_bytes ? (sram - col_bytes) / per_row : 0;
 }
 
@@ -197,6 +200,8 @@ static void explain_formula(const fa__onchip_formula *f, size_t elem, char *expl
         fa__append(explain, explain_size, " + Br*Bc*4");
     else if (f->score_tiles > 1)
         fa__append(explain, explain_size, " + %u*Br*Bc*4", (unsigned)f->score_tiles);
+    if (f->row_floats > 0)
+        fa__append(explain, explain_size, " + %u*Br*4", (unsigned)f->row_floats);
     fa__append(explain, explain_size, " (%s)\n", f->what);
 }
 

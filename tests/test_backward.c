@@ -661,21 +661,6 @@ static void test_memory(void **state)
     run_close(&r);
 }
 
-/* ---- backends without a backward ------------------------------------------------------------ */
-
-static void test_unsupported(void **state)
-{
-    (void)state;
-    fa_problem p;
-    fa_plan *plan = NULL;
-    assert_int_equal(fa_problem_init(&p, F32, BHSD, 1, 1, 1, 8, 8, 16), FA_STATUS_OK);
-    fa_status st = fa_plan_create_backward(ctx, &p, &plan);
-    if (st != FA_STATUS_UNSUPPORTED)
-        fail_msg("%s: fa_plan_create_backward gave %s, want FA_STATUS_UNSUPPORTED",
-                 fa_backend_name(the_backend), fa_status_name(st));
-    assert_null(plan);
-}
-
 int main(int argc, char **argv)
 {
     int rc = harness_single_backend(argc, argv, "test_backward", &the_backend);
@@ -689,18 +674,13 @@ int main(int argc, char **argv)
     }
     struct CMUnitTest tests[NCASES + 4];
     size_t n = 0;
-    if (the_backend == FA_BACKEND_CPU) {
-        for (size_t i = 0; i < NCASES; i++)
-            tests[n++] = (struct CMUnitTest){cases[i].name, test_case, NULL, NULL,
-                                             (void *)&cases[i]};
-        tests[n++] = (struct CMUnitTest){"finite differences", test_finite_differences, NULL,
-                                         NULL, NULL};
-        tests[n++] = (struct CMUnitTest){"errors", test_errors, NULL, NULL, NULL};
-        tests[n++] = (struct CMUnitTest){"plan errors", test_plan_errors, NULL, NULL, NULL};
-        tests[n++] = (struct CMUnitTest){"memory", test_memory, NULL, NULL, NULL};
-    } else {
-        tests[n++] = (struct CMUnitTest){"unsupported", test_unsupported, NULL, NULL, NULL};
-    }
+    for (size_t i = 0; i < NCASES; i++)
+        tests[n++] = (struct CMUnitTest){cases[i].name, test_case, NULL, NULL, (void *)&cases[i]};
+    tests[n++] = (struct CMUnitTest){"finite differences", test_finite_differences, NULL, NULL,
+                                     NULL};
+    tests[n++] = (struct CMUnitTest){"errors", test_errors, NULL, NULL, NULL};
+    tests[n++] = (struct CMUnitTest){"plan errors", test_plan_errors, NULL, NULL, NULL};
+    tests[n++] = (struct CMUnitTest){"memory", test_memory, NULL, NULL, NULL};
     char name[64];
     snprintf(name, sizeof name, "backward_%s", fa_backend_name(the_backend));
     int failed = _cmocka_run_group_tests(name, tests, n, NULL, NULL);

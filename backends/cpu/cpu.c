@@ -93,6 +93,7 @@ static void cpu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__
     (void)p;
     (void)op;
     rules->tile_multiple = 1;
+    rules->backward_launches = 1; /* the golden's one f64 loop, not the kernels' three passes */
 }
 
 /* The CPU backend keeps no state: a non-NULL token so a context always has one. */
@@ -366,20 +367,15 @@ static void bwd_store_kv(const fa__launch *launch, const fa_kernel_params *kp,
 /*
  * The backward's launch: per (batch, K/V head), the query heads of its group in order, their rows
  * in order, each over the planned key tiles; dK and dV accumulate in f64 in that fixed order
- * (deterministic, and GQA's sum over a group's heads is part of it). Scratch: 2 Sk x d + d
- * doubles, linear in the sequence.
+ * (deterministic, and GQA's sum over a group's heads is part of it). The plan's scratch holds
+ * 2 Sk x d + d doubles, linear in the sequence.
  */
-static fa_status cpu_backward(fa_context *ctx, const fa__launch *launch,
-                              const fa_kernel_params *kp, void *const mem[FA__TENSOR_COUNT])
+static fa_status cpu_backward(const fa__launch *launch, const fa_kernel_params *kp,
+                              void *const mem[FA__TENSOR_COUNT])
 {
     const int64_t d = kp->head_dim, group = kp->heads_q / kp->heads_kv;
     size_t kv = (size_t)kp->seqlen_k * (size_t)d;
-    size_t bytes = (2 * kv + (size_t)d) * sizeof(double);
-    double *scratch = malloc(bytes);
-    if (!scratch)
-        return fa__error(ctx, FA_STATUS_OUT_OF_MEMORY, "cpu: cannot allocate %zu scratch bytes",
-                         bytes);
-    fa__mem_add(ctx, bytes);
+    double *scratch = mem[FA__TENSOR_SCRATCH];
     double *acc_k = scratch, *acc_v = scratch + kv, *dq_row = scratch + 2 * kv;
     const float *lse = mem[FA__TENSOR_LSE];
     for (int64_t b = 0; b < kp->batch; b++) {
@@ -395,8 +391,6 @@ static fa_status cpu_backward(fa_context *ctx, const fa__launch *launch,
             bwd_store_kv(launch, kp, mem, b, h_kv, acc_k, acc_v);
         }
     }
-    free(scratch);
-    fa__mem_sub(ctx, bytes);
     return FA_STATUS_OK;
 }
 
@@ -407,7 +401,7 @@ static fa_status cpu_launch(fa_context *ctx, const fa_plan *plan, const fa__laun
                             const fa_kernel_params *kp, void *const mem[FA__TENSOR_COUNT])
 {
     if (plan->op == FA__OP_BACKWARD)
-        return cpu_backward(ctx, launch, kp, mem);
+        return cpu_backward(launch, kp, mem);
     const int32_t br = launch->variant.block_r, bc = launch->variant.block_c;
     const int64_t d = kp->head_dim;
     /* Scratch is O(Br*d + Bc): nothing grows with seqlen_q * seqlen_k. */

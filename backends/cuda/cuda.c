@@ -225,7 +225,7 @@ static fa_status cu_launch_prepare(fa_context *ctx, fa_plan *plan, fa__launch *l
     if (st != FA_STATUS_OK)
         return st;
     fa__cu_module *e = NULL;
-    st = fa__cu_module_get(ctx, s, options, &e);
+    st = fa__cu_module_get(ctx, s, launch->variant.entry, options, &e);
     if (st == FA_STATUS_OK)
         st = check_module(ctx, s, e, launch);
     fa__cu_pop(s);

@@ -98,11 +98,11 @@ fa_status fa__cu_status(CUresult err);
 /* Records "CUDA: call failed (NAME (text), code)" as ctx's error and returns its status. */
 fa_status fa__cu_fail(fa_context *ctx, const fa__cu_api *api, CUresult err, const char *call);
 
-/* One compiled module and its kernel, kept in the context's cache under its -D options until
- * the context closes. */
+/* One compiled module and its kernel, kept in the context's cache under its entry point and -D
+ * options until the context closes. */
 typedef struct fa__cu_module {
     CUmodule module;
-    CUfunction kernel; /* flash_fwd */
+    CUfunction kernel; /* the entry point */
     int max_threads;   /* CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK of the compiled kernel */
     int static_shared; /* CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES */
     int dyn_shared;    /* the dynamic shared memory limit set so far */
@@ -154,9 +154,9 @@ void fa__cu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op o
  */
 fa_status fa__cu_compile(const fa__nvrtc_api *nv, const char *arch, const char *options,
                          char **image, size_t *image_size, char **msg);
-/* Finds or compiles and loads the module for a set of -D options. */
-fa_status fa__cu_module_get(fa_context *ctx, fa__cu_state *s, const char *options,
-                            fa__cu_module **out);
+/* Finds or compiles and loads the module of an entry point for a set of -D options. */
+fa_status fa__cu_module_get(fa_context *ctx, fa__cu_state *s, const char *entry,
+                            const char *options, fa__cu_module **out);
 /* Unloads every cached module (the context must be current). */
 void fa__cu_modules_release(fa__cu_state *s);
 

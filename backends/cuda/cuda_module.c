@@ -16,19 +16,20 @@ extern const unsigned char fa__cu_embed_kernel_params[];
 extern const unsigned char fa__cu_embed_flash_fwd[];
 
 #define FA_CU_KERNEL_FILE "flash_fwd.cu"
-#define FA_CU_KERNEL_NAME "flash_fwd"
 #define FA_CU_MAX_OPTIONS 32
 
 /* What the shared layer assembles into the source to compile. */
-static const fa__kernel_text kernel = {"CUDA", FA_CU_KERNEL_FILE,
-                                      (const char *)fa__cu_embed_kernel_params,
-                                      (const char *)fa__cu_embed_flash_fwd};
+static const fa__kernel_text kernel = {.language = "CUDA",
+                                       .params = (const char *)fa__cu_embed_kernel_params,
+                                       .n_files = 1,
+                                       .files = {FA_CU_KERNEL_FILE},
+                                       .bodies = {(const char *)fa__cu_embed_flash_fwd}};
 
 /* The source to compile, or the reason in a heap *msg (NULL when out of memory). */
 static fa_status kernel_source(char **out, char **msg)
 {
     char why[1200];
-    fa_status st = fa__kernel_source(&kernel, out, why, sizeof why);
+    fa_status st = fa__kernel_source(&kernel, kernel.n_files, out, why, sizeof why);
     if (st != FA_STATUS_OK)
         *msg = fa__heap_format("%s", why);
     return st;
@@ -176,7 +177,8 @@ fa_status fa__cuda_compile_check(const char *arch, const char *options, char *lo
 /* ---- the per-context cache ---------------------------------------------------------------- */
 
 /* Loads a compiled image and reads what the kernel can do on this device. */
-static fa_status load(fa_context *ctx, fa__cu_state *s, fa__cu_module *e, const char *image)
+static fa_status load(fa_context *ctx, fa__cu_state *s, const char *entry, fa__cu_module *e,
+                      const char *image)
 {
     const fa__cu_api *api = &s->api;
     CUresult err = api->ModuleLoadData(&e->module, image);
@@ -184,9 +186,12 @@ static fa_status load(fa_context *ctx, fa__cu_state *s, fa__cu_module *e, const 
         e->module = NULL;
         return fa__cu_fail(ctx, api, err, "cuModuleLoadData(" FA_CU_KERNEL_FILE ")");
     }
-    err = api->ModuleGetFunction(&e->kernel, e->module, FA_CU_KERNEL_NAME);
-    if (err != CUDA_SUCCESS)
-        return fa__cu_fail(ctx, api, err, "cuModuleGetFunction(" FA_CU_KERNEL_NAME ")");
+    err = api->ModuleGetFunction(&e->kernel, e->module, entry);
+    if (err != CUDA_SUCCESS) {
+        char call[96];
+        fa__format(call, sizeof call, "cuModuleGetFunction(%s)", entry);
+        return fa__cu_fail(ctx, api, err, call);
+    }
     err = api->FuncGetAttribute(&e->max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
                                 e->kernel);
     if (err == CUDA_SUCCESS)
@@ -196,7 +201,8 @@ static fa_status load(fa_context *ctx, fa__cu_state *s, fa__cu_module *e, const 
 }
 
 /* The cache's build callback: object is a zeroed fa__cu_module. */
-static fa_status build(fa_context *ctx, void *backend, const char *options, void *object)
+static fa_status build(fa_context *ctx, void *backend, const char *entry, const char *options,
+                       void *object)
 {
     fa__cu_state *s = backend;
     if (!s->have_nvrtc)
@@ -210,7 +216,7 @@ static fa_status build(fa_context *ctx, void *backend, const char *options, void
         free(msg);
         return st;
     }
-    st = load(ctx, s, object, image);
+    st = load(ctx, s, entry, object, image);
     free(image);
     return st;
 }
@@ -226,11 +232,11 @@ static void release(void *backend, void *object)
 
 static const fa__kernel_builder modules = {"module", sizeof(fa__cu_module), build, release};
 
-fa_status fa__cu_module_get(fa_context *ctx, fa__cu_state *s, const char *options,
-                            fa__cu_module **out)
+fa_status fa__cu_module_get(fa_context *ctx, fa__cu_state *s, const char *entry,
+                            const char *options, fa__cu_module **out)
 {
     void *object = NULL;
-    fa_status st = fa__kernel_cache_get(ctx, &s->modules, &modules, s, options, &object);
+    fa_status st = fa__kernel_cache_get(ctx, &s->modules, &modules, s, entry, options, &object);
     if (st == FA_STATUS_OK)
         *out = object;
     return st;

@@ -29,6 +29,23 @@ static fa_status cl_device_props(int index, fa_device_props *out, char *why, siz
 }
 
 /*
+ * The backward's kernels (kernels_cl/flash_bwd.cl) hold, in one work-group of the larger pass:
+ * dK/dV pass: K^T, V^T of its keys; Q^T, dO^T, Q, dO of a query tile; S^T and dP^T; LSE, D and
+ * the key count per query row. dQ pass: Q^T, dO^T; K^T, V^T, K; S and dP. Their union bounds
+ * both: 4 row tiles, 3 key tiles, 2 score tiles, 3 floats per row. The dK/dV pass runs one
+ * work-item per key, so Bc is capped by the work-group limit as Br is.
+ */
+static void backward_rules(const fa_device_props *dev, fa__plan_rules *rules)
+{
+    rules->onchip = (fa__onchip_formula){
+        .row_tiles = 4, .col_tiles = 3, .score_tiles = 2, .row_floats = 3,
+        .what = "Q^T, dO^T, Q, dO; K^T, V^T, K; S and dP; LSE, D, key count per row"};
+    if (dev->max_work_group_size < rules->max_block_c)
+        rules->max_block_c = dev->max_work_group_size;
+    rules->backward_launches = 3;
+}
+
+/*
  * The kernel runs one work-item per query row (items_per_row 1, so a work-group is Br items)
  * and loads its tiles with the whole work-group. Key loops use float8 when Bc is a multiple
  * of 8, so Br and Bc above 8 are rounded to multiples of 8 (tile_multiple), which also matches
@@ -42,13 +59,13 @@ static fa_status cl_device_props(int index, fa_device_props *out, char *why, siz
 static void cl_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op op,
                           fa__plan_rules *rules)
 {
-    (void)dev;
     (void)p;
-    (void)op;
     rules->items_per_row = 1;
     rules->tile_multiple = 8;
     rules->max_block_c = 128;
     rules->max_block_r = 0;
+    if (op == FA__OP_BACKWARD)
+        backward_rules(dev, rules);
 }
 
 /*
@@ -211,7 +228,7 @@ static fa_status cl_launch_prepare(fa_context *ctx, fa_plan *plan, fa__launch *l
     size_t used = strlen(options);
     fa__variant_defines(&launch->variant, "-D ", options + used, sizeof options - used);
     fa__cl_program *e = NULL;
-    fa_status st = fa__cl_program_get(ctx, s, options, &e);
+    fa_status st = fa__cl_program_get(ctx, s, launch->variant.entry, options, &e);
     if (st != FA_STATUS_OK)
         return st;
     int32_t wg = launch->variant.work_group_size;
@@ -263,7 +280,7 @@ static fa_status cl_launch(fa_context *ctx, const fa_plan *plan, const fa__launc
 const fa__backend_ops fa__opencl_ops = {
     .api_version = FA__BACKEND_API_VERSION,
     .backend = FA_BACKEND_OPENCL,
-    .supported_ops = 1u << FA__OP_FORWARD,
+    .supported_ops = (1u << FA__OP_FORWARD) | (1u << FA__OP_BACKWARD),
     .device_count = cl_device_count,
     .device_props = cl_device_props,
     .plan_rules = cl_plan_rules,

@@ -14,11 +14,11 @@
 #include "internal.h"
 #include "kernel_build.h"
 
-/* One built program and its kernel, kept in the context's cache under its -D options string
- * until the context closes. */
+/* One built program and its kernel, kept in the context's cache under its entry point and -D
+ * options until the context closes. */
 typedef struct fa__cl_program {
     cl_program program;
-    cl_kernel kernel;       /* flash_fwd; arguments are set before every launch */
+    cl_kernel kernel;       /* the entry point; arguments are set before every launch */
     size_t kernel_wg;       /* CL_KERNEL_WORK_GROUP_SIZE */
     cl_ulong kernel_local;  /* CL_KERNEL_LOCAL_MEM_SIZE */
 } fa__cl_program;
@@ -68,9 +68,10 @@ fa_status fa__cl_device_props(cl_device_id device, fa_device_props *out, char *w
 /* Reads the device limits the backend keeps in its state. */
 fa_status fa__cl_state_limits(fa_context *ctx, fa__cl_state *s);
 
-/* Finds or builds the program for a set of -D options (KERNEL_BUILD_ERROR with the log). */
-fa_status fa__cl_program_get(fa_context *ctx, fa__cl_state *s, const char *options,
-                             fa__cl_program **out);
+/* Finds or builds the program and kernel of an entry point for a set of -D options
+ * (KERNEL_BUILD_ERROR with the log). */
+fa_status fa__cl_program_get(fa_context *ctx, fa__cl_state *s, const char *entry,
+                             const char *options, fa__cl_program **out);
 /* Releases every cached program. */
 void fa__cl_programs_release(fa__cl_state *s);
 

@@ -1,0 +1,269 @@
+/*
+ * flash_bwd.cl - the FlashAttention backward kernels (OpenCL C 1.2): dO -> dQ, dK, dV with P
+ * recomputed from the forward's LSE, never stored (FlashAttention-2's backward), in three
+ * launches and without atomics, so every element has one writer and a fixed summation order:
+ *
+ *   flash_bwd_pre   D[i] = rowsum(dO[i] * O[i]) into scratch, one work-item per query row.
+ *   flash_bwd_dkdv  one work-group per (key tile, K/V head, batch), one work-item per key: for
+ *                   every query head of the group and every query tile that sees the keys, in
+ *                   order, S^T and dP^T rows, then dV += P^T dO and dK += dS^T Q in private f32.
+ *   flash_bwd_dq    one work-group per (query tile, head, batch), one work-item per query row,
+ *                   like the forward: S and dP rows per key tile, then dQ += dS K.
+ *
+ * with P = exp(S - LSE) and dS = P * (dP - D). Both passes recompute S and dP; that costs about
+ * 40% more multiply-adds than one pass with atomic dQ, and buys determinism. A kernel's BLOCK_R
+ * is always the rows its work-group owns (dK/dV pass: keys, BLOCK_R = the plan's Bc) and BLOCK_C
+ * the tile it streams (there: queries, the plan's Br), so the forward's helpers serve both.
+ *
+ * This file follows flash_fwd.cl in one program and uses its types and helpers (load_tile,
+ * row_scores, the vector widths); alone it includes it (compile with -I kernels_cl -I src).
+ */
+#ifndef FA_FLASH_FWD_CL
+#include "flash_fwd.cl"
+#endif
+
+#define LOG2E 1.44269504088896340736f
+
+#if KEYS_PER_VEC == 1
+typedef int int_keys;
+#define LOAD_INT_KEYS(p) (*(p))
+#else
+typedef CAT(int, KEYS_PER_VEC) int_keys;
+#define LOAD_INT_KEYS(p) CAT(vload, KEYS_PER_VEC)(0, p)
+#endif
+
+/* One stored element of a global tensor as f32. */
+float load_global(__global const store_t *p)
+{
+#if DTYPE == 0
+    return *p;
+#elif DTYPE == 1
+    return vload_half(0, (__global const half *)p);
+#else
+    return as_float((uint)(*p) << 16);
+#endif
+}
+
+/* Writes mul * acc (one row of d f32 values in float_dims vectors) to a global row in the
+ * storage type. */
+void store_row_scaled(const float_dims *acc, float mul, __global store_t *dst)
+{
+    for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++) {
+        float vals[DIMS_PER_VEC]; /* elements DIMS_PER_VEC * dvec + e of the row */
+        STORE_DIMS_PRIVATE(acc[dvec] * mul, vals);
+        for (int e = 0; e < DIMS_PER_VEC; e++)
+            store_o(vals[e], dst + dvec * DIMS_PER_VEC + e);
+    }
+}
+
+/* acc[x] += sum_c w[c] * T[c][x] over c in [0, n): w is a row of BLOCK_C f32 weights, T a
+ * BLOCK_C x d tile in the storage type (the forward's P V step). */
+void accumulate_rows(float_dims *acc, __local const float *w, __local const store_t *t, int n)
+{
+    for (int c = 0; c < n; c++) {
+        float w_c = w[c];
+        __local const store_t *t_row = t + c * HEAD_DIM;
+#pragma unroll
+        for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++)
+            acc[dvec] += w_c * LOAD_DIMS_F32(t_row + dvec * DIMS_PER_VEC);
+    }
+}
+
+/* P and dS of one row of BLOCK_C scores: s_row holds S (log2 units, masked keys -inf) and
+ * becomes dS = P * (dP - D); dp_row holds dP. P = exp2(S - lse2) with lse2 = LSE * log2(e) per
+ * element from lse2_v (or the scalar lse2 when lse2_v is NULL), D likewise. */
+void row_grad(__local float *s_row, __local const float *dp_row, __local const float *lse2_v,
+              __local const float *d_v, float lse2, float d)
+{
+    for (int kvec = 0; kvec < VECS_PER_S_ROW; kvec++) {
+        int at = kvec * KEYS_PER_VEC;
+        float_keys l2 = lse2_v ? S_LOAD_KEYS(lse2_v + at) : (float_keys)lse2;
+        float_keys dd = d_v ? S_LOAD_KEYS(d_v + at) : (float_keys)d;
+        float_keys p = exp2(S_LOAD_KEYS(s_row + at) - l2);
+        S_STORE_KEYS(p * (S_LOAD_KEYS(dp_row + at) - dd), s_row + at);
+    }
+}
+
+/* The log2-unit LSE a row uses: a row with no key (LSE -inf) gets 0, its scores are all masked
+ * to -inf, so its P is 0 and it adds nothing. */
+float lse2_of(float lse)
+{
+    return lse == -INFINITY ? 0.0f : lse * LOG2E;
+}
+
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+flash_bwd_pre(__global const store_t *o, __global const store_t *d_o, __global float *delta,
+              const fa_kernel_params p)
+{
+    const long row = (long)get_group_id(0) * BLOCK_R + get_local_id(0);
+    const long h = (long)get_group_id(1), b = (long)get_group_id(2);
+    if (row >= p.seqlen_q)
+        return;
+    __global const store_t *o_row = o + p.o_offset + b * p.o_stride_b + h * p.o_stride_h +
+                                    row * p.o_stride_s;
+    __global const store_t *do_row = d_o + p.do_offset + b * p.do_stride_b +
+                                     h * p.do_stride_h + row * p.do_stride_s;
+    float sum = 0.0f;
+    for (int x = 0; x < HEAD_DIM; x++)
+        sum += load_global(do_row + x) * load_global(o_row + x);
+    delta[(b * p.heads_q + h) * p.seqlen_q + row] = sum;
+}
+
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global const store_t *v,
+             __global const float *lse, __global const store_t *d_o,
+             __global const float *delta, __global store_t *dq, const fa_kernel_params p)
+{
+    __local store_t q_tile[HEAD_DIM * BLOCK_R];  /* Q^T:  d x Br */
+    __local store_t do_tile[HEAD_DIM * BLOCK_R]; /* dO^T: d x Br */
+    __local store_t kt_tile[HEAD_DIM * BLOCK_C]; /* K^T:  d x Bc */
+    __local store_t vt_tile[HEAD_DIM * BLOCK_C]; /* V^T:  d x Bc */
+    __local store_t k_tile[BLOCK_C * HEAD_DIM];  /* K:    Bc x d */
+    __local float s_tile[BLOCK_R * BLOCK_C];     /* S, then dS */
+    __local float dp_tile[BLOCK_R * BLOCK_C];    /* dP */
+
+    const int r = (int)get_local_id(0);
+    const long r0 = (long)get_group_id(0) * BLOCK_R, row = r0 + r;
+    const long h = (long)get_group_id(1), b = (long)get_group_id(2);
+    const long h_kv = h / (p.heads_q / p.heads_kv);
+    const long sq = p.seqlen_q, sk = p.seqlen_k;
+    __global const store_t *k_head = k + p.k_offset + b * p.k_stride_b + h_kv * p.k_stride_h;
+    __global const store_t *v_head = v + p.v_offset + b * p.v_stride_b + h_kv * p.v_stride_h;
+    __local float *s_row = s_tile + r * BLOCK_C, *dp_row = dp_tile + r * BLOCK_C;
+
+    load_tile(q_tile, q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h, r0, sq,
+              p.q_stride_s, BLOCK_R, 1);
+    load_tile(do_tile, d_o + p.do_offset + b * p.do_stride_b + h * p.do_stride_h, r0, sq,
+              p.do_stride_s, BLOCK_R, 1);
+    const long at = (b * p.heads_q + h) * sq + row; /* this row in LSE and D */
+    const float lse_row = row < sq ? lse[at] : -INFINITY;
+    const float lse2 = lse2_of(lse_row), d = row < sq ? delta[at] : 0.0f;
+    /* Keys [0, row_keys) of this row count; none for a row with no key or past Sq. */
+    const long row_keys = lse_row == -INFINITY ? 0 : fa_keys_allowed(MASK, row, sq, sk);
+    const long kv_end = keys_to_visit(&p, r0);
+
+    float_dims acc[VECS_PER_O_ROW]; /* dQ[r][..] / scale, f32 */
+    for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++)
+        acc[dvec] = 0.0f;
+    for (long k0 = 0; k0 < kv_end; k0 += BLOCK_C) {
+        barrier(CLK_LOCAL_MEM_FENCE); /* the previous tiles are no longer read */
+        load_tile(kt_tile, k_head, k0, sk, p.k_stride_s, BLOCK_C, 1);
+        load_tile(vt_tile, v_head, k0, sk, p.v_stride_s, BLOCK_C, 1);
+        load_tile(k_tile, k_head, k0, sk, p.k_stride_s, BLOCK_C, 0);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        row_scores(s_row, q_tile + r, kt_tile, p.scale_log2); /* S (log2 units) */
+        row_scores(dp_row, do_tile + r, vt_tile, 1.0f);       /* dP = dO V^T */
+        for (long c = max(row_keys - k0, 0L); c < BLOCK_C; c++)
+            s_row[c] = -INFINITY;
+        row_grad(s_row, dp_row, 0, 0, lse2, d);
+        accumulate_rows(acc, s_row, k_tile, (int)min((long)BLOCK_C, sk - k0));
+    }
+    if (row < sq)
+        store_row_scaled(acc, p.scale,
+                         dq + p.dq_offset + b * p.dq_stride_b + h * p.dq_stride_h +
+                             row * p.dq_stride_s);
+}
+
+/* The first query row that sees key `key` (the mask rule of kernel_params.h, inverted). */
+long first_row_seeing(long key, const fa_kernel_params *p)
+{
+    if (MASK == 0)
+        return 0;
+    long first = key - (MASK == 2 ? p->seqlen_k - p->seqlen_q : 0);
+    return clamp(first, 0L, p->seqlen_q);
+}
+
+/* The LSE (log2 units), D and allowed-key count of query rows [r0, r0 + BLOCK_C) of head h into
+ * local vectors; rows past Sq count no key. */
+void load_row_stats(__local float *lse2_v, __local float *d_v, __local int *keys_v,
+                    __global const float *lse, __global const float *delta,
+                    const fa_kernel_params *p, long b, long h, long r0)
+{
+    for (int i = (int)get_local_id(0); i < BLOCK_C; i += WG_SIZE) {
+        long row = r0 + i, at = (b * p->heads_q + h) * p->seqlen_q + row;
+        float l = row < p->seqlen_q ? lse[at] : -INFINITY;
+        lse2_v[i] = lse2_of(l);
+        d_v[i] = row < p->seqlen_q ? delta[at] : 0.0f;
+        keys_v[i] = l == -INFINITY ? 0 : (int)fa_keys_allowed(MASK, row, p->seqlen_q,
+                                                              p->seqlen_k);
+    }
+}
+
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global const store_t *v,
+               __global const float *lse, __global const store_t *d_o,
+               __global const float *delta, __global store_t *dk, __global store_t *dv,
+               const fa_kernel_params p)
+{
+    __local store_t kt_tile[HEAD_DIM * BLOCK_R];  /* K^T:  d x (own keys) */
+    __local store_t vt_tile[HEAD_DIM * BLOCK_R];  /* V^T:  d x (own keys) */
+    __local store_t qt_tile[HEAD_DIM * BLOCK_C];  /* Q^T:  d x (query tile) */
+    __local store_t dot_tile[HEAD_DIM * BLOCK_C]; /* dO^T: d x (query tile) */
+    __local store_t q_tile[BLOCK_C * HEAD_DIM];   /* Q:    (query tile) x d */
+    __local store_t do_tile[BLOCK_C * HEAD_DIM];  /* dO:   (query tile) x d */
+    __local float st_tile[BLOCK_R * BLOCK_C];     /* S^T, then P^T */
+    __local float dpt_tile[BLOCK_R * BLOCK_C];    /* dP^T, then dS^T */
+    __local float lse2_v[BLOCK_C], d_v[BLOCK_C];  /* per query row of the tile */
+    __local int keys_v[BLOCK_C];
+
+    const int c = (int)get_local_id(0);
+    const long k0 = (long)get_group_id(0) * BLOCK_R, key = k0 + c;
+    const long h_kv = (long)get_group_id(1), b = (long)get_group_id(2);
+    const long group = p.heads_q / p.heads_kv, sq = p.seqlen_q, sk = p.seqlen_k;
+    __local float *st_row = st_tile + c * BLOCK_C, *dpt_row = dpt_tile + c * BLOCK_C;
+
+    load_tile(kt_tile, k + p.k_offset + b * p.k_stride_b + h_kv * p.k_stride_h, k0, sk,
+              p.k_stride_s, BLOCK_R, 1);
+    load_tile(vt_tile, v + p.v_offset + b * p.v_stride_b + h_kv * p.v_stride_h, k0, sk,
+              p.v_stride_s, BLOCK_R, 1);
+    float_dims acc_k[VECS_PER_O_ROW], acc_v[VECS_PER_O_ROW]; /* dK / scale and dV, f32 */
+    for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++)
+        acc_k[dvec] = acc_v[dvec] = 0.0f;
+    const long first = first_row_seeing(k0, &p); /* causal: earlier rows see none of the keys */
+
+    for (long h = h_kv * group; h < (h_kv + 1) * group; h++) {
+        __global const store_t *q_head = q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h;
+        __global const store_t *do_head = d_o + p.do_offset + b * p.do_stride_b +
+                                          h * p.do_stride_h;
+        for (long r0 = first; r0 < sq; r0 += BLOCK_C) {
+            barrier(CLK_LOCAL_MEM_FENCE); /* the previous query tile is no longer read */
+            load_tile(qt_tile, q_head, r0, sq, p.q_stride_s, BLOCK_C, 1);
+            load_tile(dot_tile, do_head, r0, sq, p.do_stride_s, BLOCK_C, 1);
+            load_tile(q_tile, q_head, r0, sq, p.q_stride_s, BLOCK_C, 0);
+            load_tile(do_tile, do_head, r0, sq, p.do_stride_s, BLOCK_C, 0);
+            load_row_stats(lse2_v, d_v, keys_v, lse, delta, &p, b, h, r0);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            row_scores(st_row, kt_tile + c, qt_tile, p.scale_log2); /* S^T (log2 units) */
+            row_scores(dpt_row, vt_tile + c, dot_tile, 1.0f);       /* dP^T = V dO^T */
+            for (int kvec = 0; kvec < VECS_PER_S_ROW; kvec++) { /* mask: key >= row's keys */
+                int at = kvec * KEYS_PER_VEC;
+                float_keys s = S_LOAD_KEYS(st_row + at);
+                S_STORE_KEYS(select((float_keys)(-INFINITY), s,
+                                    (int_keys)key < LOAD_INT_KEYS(keys_v + at)),
+                             st_row + at);
+            }
+            row_grad(st_row, dpt_row, lse2_v, d_v, 0.0f, 0.0f); /* st_row: dS^T */
+            int rows = (int)min((long)BLOCK_C, sq - r0);
+            accumulate_rows(acc_k, st_row, q_tile, rows);
+            /* P^T again for dV: row_grad overwrote it with dS^T, and P is cheaper to redo
+             * than a third score tile. */
+            row_scores(st_row, kt_tile + c, qt_tile, p.scale_log2);
+            for (int kvec = 0; kvec < VECS_PER_S_ROW; kvec++) {
+                int at = kvec * KEYS_PER_VEC;
+                float_keys pv = exp2(S_LOAD_KEYS(st_row + at) - S_LOAD_KEYS(lse2_v + at));
+                S_STORE_KEYS(select((float_keys)0.0f, pv,
+                                    (int_keys)key < LOAD_INT_KEYS(keys_v + at)),
+                             st_row + at);
+            }
+            accumulate_rows(acc_v, st_row, do_tile, rows);
+        }
+    }
+    if (key >= sk)
+        return;
+    store_row_scaled(acc_k, p.scale,
+                     dk + p.dk_offset + b * p.dk_stride_b + h_kv * p.dk_stride_h +
+                         key * p.dk_stride_s);
+    store_row_scaled(acc_v, 1.0f,
+                     dv + p.dv_offset + b * p.dv_stride_b + h_kv * p.dv_stride_h +
+                         key * p.dv_stride_s);
+}
