@@ -70,9 +70,9 @@ void accumulate_rows(float_dims *acc, __local const float *w, __local const stor
 }
 
 /* P and dS of one row of BLOCK_C scores: s_row holds S (log2 units, masked keys -inf) and
- * becomes dS = P * (dP - D); dp_row holds dP. P = exp2(S - lse2) with lse2 = LSE * log2(e) per
- * element from lse2_v (or the scalar lse2 when lse2_v is NULL), D likewise. */
-void row_grad(__local float *s_row, __local const float *dp_row, __local const float *lse2_v,
+ * becomes P = exp2(S - lse2); dp_row holds dP and becomes dS = P * (dP - D). lse2 = LSE * log2(e)
+ * and D per element from lse2_v and d_v, or the scalars lse2 and d when those are NULL. */
+void row_grad(__local float *s_row, __local float *dp_row, __local const float *lse2_v,
               __local const float *d_v, float lse2, float d)
 {
     for (int kvec = 0; kvec < VECS_PER_S_ROW; kvec++) {
@@ -80,7 +80,8 @@ void row_grad(__local float *s_row, __local const float *dp_row, __local const f
         float_keys l2 = lse2_v ? S_LOAD_KEYS(lse2_v + at) : (float_keys)lse2;
         float_keys dd = d_v ? S_LOAD_KEYS(d_v + at) : (float_keys)d;
         float_keys p = exp2(S_LOAD_KEYS(s_row + at) - l2);
-        S_STORE_KEYS(p * (S_LOAD_KEYS(dp_row + at) - dd), s_row + at);
+        S_STORE_KEYS(p, s_row + at);
+        S_STORE_KEYS(p * (S_LOAD_KEYS(dp_row + at) - dd), dp_row + at);
     }
 }
 
@@ -119,11 +120,13 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
     __local store_t kt_tile[HEAD_DIM * BLOCK_C]; /* K^T:  d x Bc */
     __local store_t vt_tile[HEAD_DIM * BLOCK_C]; /* V^T:  d x Bc */
     __local store_t k_tile[BLOCK_C * HEAD_DIM];  /* K:    Bc x d */
-    __local float s_tile[BLOCK_R * BLOCK_C];     /* S, then dS */
-    __local float dp_tile[BLOCK_R * BLOCK_C];    /* dP */
+    __local float s_tile[BLOCK_R * BLOCK_C];     /* S, then P */
+    __local float dp_tile[BLOCK_R * BLOCK_C];    /* dP, then dS */
 
     const int r = (int)get_local_id(0);
-    const long r0 = (long)get_group_id(0) * BLOCK_R, row = r0 + r;
+    /* The last query tiles first: under a causal mask they visit the most key tiles, and the
+     * longest work-groups should not be the last ones started. */
+    const long r0 = (long)(get_num_groups(0) - 1 - get_group_id(0)) * BLOCK_R, row = r0 + r;
     const long h = (long)get_group_id(1), b = (long)get_group_id(2);
     const long h_kv = h / (p.heads_q / p.heads_kv);
     const long sq = p.seqlen_q, sk = p.seqlen_k;
@@ -156,7 +159,7 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
         for (long c = max(row_keys - k0, 0L); c < BLOCK_C; c++)
             s_row[c] = -INFINITY;
         row_grad(s_row, dp_row, 0, 0, lse2, d);
-        accumulate_rows(acc, s_row, k_tile, (int)min((long)BLOCK_C, sk - k0));
+        accumulate_rows(acc, dp_row, k_tile, (int)min((long)BLOCK_C, sk - k0));
     }
     if (row < sq)
         store_row_scaled(acc, p.scale,
@@ -242,19 +245,9 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
                                     (int_keys)key < LOAD_INT_KEYS(keys_v + at)),
                              st_row + at);
             }
-            row_grad(st_row, dpt_row, lse2_v, d_v, 0.0f, 0.0f); /* st_row: dS^T */
+            row_grad(st_row, dpt_row, lse2_v, d_v, 0.0f, 0.0f); /* P^T and dS^T */
             int rows = (int)min((long)BLOCK_C, sq - r0);
-            accumulate_rows(acc_k, st_row, q_tile, rows);
-            /* P^T again for dV: row_grad overwrote it with dS^T, and P is cheaper to redo
-             * than a third score tile. */
-            row_scores(st_row, kt_tile + c, qt_tile, p.scale_log2);
-            for (int kvec = 0; kvec < VECS_PER_S_ROW; kvec++) {
-                int at = kvec * KEYS_PER_VEC;
-                float_keys pv = exp2(S_LOAD_KEYS(st_row + at) - S_LOAD_KEYS(lse2_v + at));
-                S_STORE_KEYS(select((float_keys)0.0f, pv,
-                                    (int_keys)key < LOAD_INT_KEYS(keys_v + at)),
-                             st_row + at);
-            }
+            accumulate_rows(acc_k, dpt_row, q_tile, rows);
             accumulate_rows(acc_v, st_row, do_tile, rows);
         }
     }
