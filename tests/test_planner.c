@@ -193,6 +193,36 @@ static void test_tile_bytes(void **state)
     assert_int_equal(fa__tile_bytes(&fwd, 65536, 65536, 256, 4), 17179869184ull + 201326592ull);
 }
 
+/* The OpenCL backward's formula, with f32 values per row: exact at the boundary, and one byte
+ * less shrinks Bc by the per-row term too. */
+static void test_row_floats(void **state)
+{
+    (void)state;
+    const fa__plan_rules rules = {
+        .items_per_row = 1, .tile_multiple = 8, .max_block_c = 64,
+        .onchip = {.row_tiles = 4, .col_tiles = 3, .score_tiles = 2, .row_floats = 3,
+                   .what = "backward"}};
+    /* (4*64*64 + 3*64*64) * 4 + 2*64*64*4 + 3*64*4 */
+    assert_int_equal(fa__tile_bytes(&rules.onchip, 64, 64, 64, 4), 148224);
+    fa_device_props dev = props_of(&POCL);
+    fa_problem p;
+    fa_problem_init(&p, F32, FA_LAYOUT_BHSD, 1, 1, 1, 2048, 2048, 64);
+    fa__tiles tiles;
+    char explain[2048];
+    dev.sram_bytes = 148224;
+    assert_int_equal(fa__plan_tiles(&dev, &rules, &p, &tiles, explain, sizeof explain, NULL, 0),
+                     OK);
+    assert_int_equal(tiles.block_r, 64);
+    assert_int_equal(tiles.block_c, 64);
+    assert_non_null(strstr(explain, "+ 3*Br*4 (backward)"));
+    /* Q-side bytes (4*64*4 + 3*4) * 64 = 66304; per key 3*64*4 + 2*64*4 = 1280;
+     * (148223 - 66304) / 1280 = 63, rounded down to a multiple of 8. */
+    dev.sram_bytes = 148223;
+    assert_int_equal(fa__plan_tiles(&dev, &rules, &p, &tiles, NULL, 0, NULL, 0), OK);
+    assert_int_equal(tiles.block_r, 64);
+    assert_int_equal(tiles.block_c, 56);
+}
+
 /* A NULL explain / why buffer is allowed. */
 static void test_null_explain(void **state)
 {
@@ -349,6 +379,7 @@ int main(void)
     unsetenv("FLASHATTN_BLOCK_C");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_invented_devices), cmocka_unit_test(test_tile_bytes),
+        cmocka_unit_test(test_row_floats),
         cmocka_unit_test(test_null_explain),     cmocka_unit_test(test_cpu_plan_create),
         cmocka_unit_test(test_env_overrides),    cmocka_unit_test(test_backend_list),
         cmocka_unit_test(test_planning_context_errors),
