@@ -123,6 +123,12 @@ expect_stdout "help" '^usage: flashattn' --help
 for cmd in devices plan run bench; do
     expect_stdout "$cmd --help" "^usage: flashattn $cmd" "$cmd" --help
 done
+expect_stdout "run --help lists --backward" '^  --backward +then the backward pass' run --help
+expect_stdout "run --help lists --do" '^  --do FILE +dO from \.npy' run --help
+expect_stdout "run --help lists --dq" '^  --dq FILE +write dQ' run --help
+expect_stdout "plan --help lists --backward" '^  --backward +plan the backward pass' plan --help
+expect_stdout "bench --help lists --pass" '^  --pass P +what is timed: fwd, bwd or fwd\+bwd' \
+    bench --help
 expect_stdout "version" '^flashattn [0-9]+\.[0-9]+\.[0-9]+' --version
 expect_error "no command" 2 'missing command'
 expect_error "unknown command" 2 "unknown command 'frobnicate'" frobnicate
@@ -141,6 +147,42 @@ expect_error "plan head_dim too large" 2 '--dim: 1000 is out of range \(1\.\.256
     plan --backend cpu --dim 1000
 expect_error "plan heads mismatch" 1 '^flashattn: FA_STATUS_HEADS_MISMATCH: ' \
     plan --backend cpu --heads 8 --heads-kv 3
+
+# plan --backward: the backward plan and its memory formula, whose numbers add up, and whose
+# peak is what a backward run on the cpu backend measures (its scratch outweighs the forward's).
+PB=(--backend cpu --heads 2 --seq 37 --dim 16)
+expect_stdout "plan backward pass" '^pass +backward: dO -> dQ, dK, dV$' plan "${PB[@]}" --backward
+expect_stdout "plan backward tensors" \
+    '^tensors +Q 4736 \+ K 4736 \+ V 4736 \+ O 4736 \+ dO 4736 \+ dQ 4736 \+ dK 4736 \+ dV 4736 \+ LSE 296 .*= 38184 B$' \
+    plan "${PB[@]}" --backward
+fa plan "${PB[@]}" --backward
+# The terms of the tensors line ("Q 4736 + K 4736 + ... + LSE 296 (..) = 38184 B") add up to
+# its total, and the peak line is that total plus the scratch line.
+terms=$(sed -n 's/^tensors *\(.*\) = [0-9]* B$/\1/p' "$TMP/out" | grep -o '[A-Za-z]* [0-9][0-9]*' |
+    awk '{ t += $2 } END { print t + 0 }')
+total=$(sed -n 's/^tensors .* = \([0-9]*\) B$/\1/p' "$TMP/out")
+scratch=$(sed -n 's/^scratch *\([0-9]*\) B .*/\1/p' "$TMP/out")
+peak=$(sed -n 's/^peak memory *tensors \([0-9]*\) B + scratch \([0-9]*\) B = \([0-9]*\) B.*/\1 \2 \3/p' "$TMP/out")
+if [ "$RC" -eq 0 ] && [ -n "$total" ] && [ "$terms" = "$total" ] && [ -n "$scratch" ] &&
+    [ "$peak" = "$total $scratch $((total + scratch))" ]; then
+    pass "plan backward peak = tensors + scratch"
+else
+    fail "plan backward peak = tensors + scratch" "exit $RC, terms $terms, total $total, scratch $scratch, peak line: $peak"
+fi
+plan_peak=$(awk '/^peak memory / { for (i = 1; i <= NF; i++) if ($i == "=") print $(i + 1) }' "$TMP/out")
+plan_scratch=$(awk '/^scratch / { print $2 }' "$TMP/out")
+fa run "${PB[@]}" --backward
+run_peak=$(awk '/^peak memory / { print $3 }' "$TMP/out")
+run_scratch=$(sed -n 's/^bwd plan .*, scratch \([0-9]*\) B.*/\1/p' "$TMP/out")
+if [ "$RC" -eq 0 ] && [ -n "$plan_peak" ] && [ "$plan_peak" = "$run_peak" ] &&
+    [ "$plan_scratch" = "$run_scratch" ]; then
+    pass "plan backward peak is the run's"
+else
+    fail "plan backward peak is the run's" "plan $plan_peak (scratch $plan_scratch), run $run_peak (scratch $run_scratch)"
+fi
+expect_stdout "plan forward has no memory formula" '^work-groups ' plan "${PB[@]}"
+if grep -q '^tensors ' "$TMP/out"; then fail "plan forward prints no formula" "it does"
+else pass "plan forward prints no formula"; fi
 # --arch plans for a known CUDA architecture without a GPU; only when the backend is built in.
 if ! "$FA" devices --backend cuda 2>/dev/null | grep -q 'not built into'; then
     expect_stdout "plan cuda --arch sm_90" '^Br +128$' \
@@ -179,6 +221,41 @@ FLASHATTN_BACKEND=cpu expect_stdout "plan auto from the environment" '^auto +FLA
     plan --seq 16 --dim 16
 expect_stdout "run seq_k 0" '^check +PASS' run "${SMALL[@]}" --seq-k 0 --check
 
+# ---- run --backward: dO -> dQ, dK, dV, checked against the CPU golden --------------------------
+# bwd_check NAME ARGS...: exit 0, O's check and each gradient's check PASS.
+bwd_check() {
+    local name=$1 n
+    shift
+    fa "$@"
+    n=$(grep -Ec '^d[QKV] check +PASS$' "$TMP/out")
+    if [ "$RC" -ne 0 ]; then
+        fail "$name" "exit $RC: $(first_err)"
+    elif [ "$n" != 3 ] || ! grep -Eq '^check +PASS$' "$TMP/out"; then
+        fail "$name" "$n of dQ, dK, dV checked PASS, O: $(grep -E '^check' "$TMP/out")"
+    else
+        pass "$name"
+    fi
+}
+bwd_check "run backward check f32" run "${SMALL[@]}" --backward --check
+bwd_check "run backward check f16" run "${SMALL[@]}" --backward --dtype f16 --check
+bwd_check "run backward check bf16" run "${SMALL[@]}" --backward --dtype bf16 --check
+bwd_check "run backward check gqa bshd bottom-right" run --backend cpu --batch 2 --heads 4 \
+    --heads-kv 2 --seq 19 --seq-k 23 --dim 8 --layout bshd --causal bottom-right --backward --check
+bwd_check "run backward check fully masked rows" run "${SMALL[@]}" --seq-k 20 \
+    --causal bottom-right --backward --check
+expect_stdout "run backward prints its plan" '^bwd plan +Br [1-9][0-9]*, Bc [1-9][0-9]*, .*scratch ' \
+    run "${SMALL[@]}" --backward
+# The backward's GFLOP/s counts 2.5 forwards: 2.5 * 4*B*H*S*S*d = 438080 FLOP here.
+fa run "${SMALL[@]}" --backward --repeat 3
+rate=$(awk '/^bwd time / { ms = $3 } /^bwd throughput / { gf = $3 }
+    END { if (ms > 0 && gf > 0) { r = gf / (438080 / (ms * 1e6)); print (r > 0.95 && r < 1.05) ? "ok" : r } }' "$TMP/out")
+if [ "$RC" -eq 0 ] && [ "$rate" = ok ]; then pass "run backward GFLOP/s counts 2.5 forwards"
+else fail "run backward GFLOP/s counts 2.5 forwards" "exit $RC, GFLOP/s / expected = '$rate'"; fi
+# dO is drawn after Q, K and V: the forward of a --backward run is that of a forward-only one.
+expect_ok "run forward only, O" run "${SMALL[@]}" --seed 3 --out "$TMP/o_fwd.npy"
+expect_ok "run backward, O" run "${SMALL[@]}" --seed 3 --backward --out "$TMP/o_bwd.npy"
+same_files "run backward leaves the forward's inputs" "$TMP/o_fwd.npy" "$TMP/o_bwd.npy"
+
 # ---- .npy round trips -----------------------------------------------------------------------
 SHAPE=(--batch 2 --heads 4 --heads-kv 2 --seq 33 --seq-k 40 --dim 24)
 for dt in f32 f16 bf16; do
@@ -208,6 +285,36 @@ done
 expect_ok "read npy 2.0" run --backend cpu --q "$TMP/v2_q.npy" --k "$TMP/v2_k.npy" \
     --v "$TMP/v2_v.npy" --out "$TMP/o_v2.npy"
 same_files "npy 2.0 matches 1.0" "$RT/o1.npy" "$TMP/o_v2.npy"
+
+# The backward through files: dO saved with the inputs, the gradients written, read back the
+# same, each with its tensor's shape and the inputs' dtype ('<f2' for f16, '<f4' otherwise).
+npy_header() { head -c 128 "$1" | tr -c '[:print:]' ' '; }
+# grad_file NAME FILE DESCR SHAPE: the file's header holds that dtype and shape.
+grad_file() {
+    local h
+    h=$(npy_header "$2")
+    if [ ! -f "$2" ]; then fail "$1" "no $2"
+    elif [[ $h != *"'descr': '$3'"* ]] || [[ $h != *"'shape': $4"* ]]; then fail "$1" "header: $h"
+    else pass "$1"; fi
+}
+for dt in f32 f16; do
+    D=$TMP/bwd_$dt
+    mkdir -p "$D"
+    descr='<f4'
+    [ "$dt" = f16 ] && descr='<f2'
+    expect_ok "backward save inputs $dt" run --backend cpu "${SHAPE[@]}" --dtype "$dt" --seed 9 \
+        --backward --save-inputs "$D" --dq "$D/dq1.npy" --dk "$D/dk1.npy" --dv "$D/dv1.npy"
+    grad_file "backward saves dO $dt" "$D/do.npy" "$descr" '(2, 4, 33, 24)'
+    grad_file "dQ file $dt" "$D/dq1.npy" "$descr" '(2, 4, 33, 24)'
+    grad_file "dK file $dt" "$D/dk1.npy" "$descr" '(2, 2, 40, 24)'
+    grad_file "dV file $dt" "$D/dv1.npy" "$descr" '(2, 2, 40, 24)'
+    bwd_check "backward from files $dt" run --backend cpu --q "$D/q.npy" --k "$D/k.npy" \
+        --v "$D/v.npy" --do "$D/do.npy" --dq "$D/dq2.npy" --dk "$D/dk2.npy" --dv "$D/dv2.npy" \
+        --check
+    for g in dq dk dv; do
+        same_files "round trip $g $dt" "$D/${g}1.npy" "$D/${g}2.npy"
+    done
+done
 
 # ---- malformed .npy inputs: one line on stderr naming the file, exit 1..127 -----------------
 # Valid all-zero inputs written here, so these checks do not depend on any backend working.
@@ -293,9 +400,29 @@ expect_error "--seq with --q" 2 'cannot be combined' \
 expect_error "unwritable --out" 1 'cannot create' \
     run "${SMALL[@]}" --out "$TMP/no/such/dir/o.npy"
 
+# The backward's options that do not go together: one line, before any work.
+BD=$TMP/bwd_f32
+FILES=(--q "$BD/q.npy" --k "$BD/k.npy" --v "$BD/v.npy")
+expect_error "--dq without --do" 2 '--dq needs the backward pass: --backward, or --do FILE' \
+    run --backend cpu "${FILES[@]}" --dq "$TMP/dq.npy"
+expect_error "--dk without --backward" 2 '--dk needs the backward pass' \
+    run "${SMALL[@]}" --dk "$TMP/dk.npy"
+expect_error "--backward with files needs --do" 2 '--backward with --q, --k and --v needs --do' \
+    run --backend cpu "${FILES[@]}" --backward
+expect_error "--do without --q" 2 '--do goes with --q, --k and --v' \
+    run "${SMALL[@]}" --do "$BD/do.npy"
+expect_error "--do shape is not Q's" 1 'k.npy: shape \[2, 2, 40, 24\] does not match .*dO has the shape of Q' \
+    run --backend cpu "${FILES[@]}" --do "$BD/k.npy"
+expect_error "--do dtype is not Q's" 1 "do.npy: dtype '<f2' does not match" \
+    run --backend cpu "${FILES[@]}" --do "$TMP/bwd_f16/do.npy"
+expect_error "unwritable --dv" 1 'cannot create the dV file' \
+    run "${SMALL[@]}" --backward --dv "$TMP/no/such/dir/dv.npy"
+if [ -e "$TMP/dq.npy" ] || [ -e "$TMP/dk.npy" ]; then fail "bad backward lines write nothing" "a file was made"
+else pass "bad backward lines write nothing"; fi
+
 # ---- bench: tiny sweeps (seconds), flash vs naive --------------------------------------------
 BENCH=(bench --seq-list 16,32 --dim 16 --heads 2 --repeat 1 --quiet)
-BENCH_CSV_HEADER='backend,device,dtype,mask,batch,heads,dim,seq,flops,flash_state,flash_ms,flash_gflops,flash_peak_bytes,naive_state,naive_ms,naive_gflops,naive_peak_bytes,naive_need_bytes,speedup,mem_ratio,err_flash,err_naive,check'
+BENCH_CSV_HEADER='backend,device,dtype,mask,batch,heads,dim,seq,flops,flash_state,flash_ms,flash_gflops,flash_peak_bytes,naive_state,naive_ms,naive_gflops,naive_peak_bytes,naive_need_bytes,speedup,mem_ratio,err_flash,err_naive,check,pass'
 expect_stdout "bench header command line" '^# flashattn bench --seq-list 16,32 .*--backend cpu$' \
     "${BENCH[@]}" --backend cpu
 expect_stdout "bench header date" '^# date +[0-9]{4}-[0-9]{2}-[0-9]{2} ' "${BENCH[@]}" --backend cpu
@@ -333,8 +460,8 @@ csv_check() { # csv_check NAME FILE ROWS
     elif [ "$(wc -l <"$file" | tr -d ' ')" != $((rows + 1)) ]; then
         fail "$name" "$(wc -l <"$file" | tr -d ' ') lines, want $((rows + 1))"
     else
-        bad=$(tail -n +2 "$file" | sed 's/"[^"]*"//' | awk -F, 'NF != 23' | wc -l | tr -d ' ')
-        if [ "$bad" != 0 ]; then fail "$name" "$bad rows without 23 fields"; else pass "$name"; fi
+        bad=$(tail -n +2 "$file" | sed 's/"[^"]*"//' | awk -F, 'NF != 24' | wc -l | tr -d ' ')
+        if [ "$bad" != 0 ]; then fail "$name" "$bad rows without 24 fields"; else pass "$name"; fi
     fi
 }
 fa "${BENCH[@]}" --backend cpu --dtype f32,bf16 --csv "$TMP/bench.csv"
@@ -357,6 +484,31 @@ expect_stdout "bench skips slow points" '^cpu +f32 +none +16 +64 \| +skip ' \
 expect_stdout "bench check above the limit" '^cpu +f32 +none +16 +32 \|.*\| ref +- *$' \
     "${BENCH[@]}" --backend cpu --check-max-seq 16
 
+# --pass bwd and fwd+bwd: the backward against the naive backward (P and dP), same table.
+BWD_ROW='^cpu +f32 +none +16 +32 \| +[0-9.]+ +[0-9.]+ +[0-9.]+K \| +[0-9.]+ +[0-9.]+ +[0-9.]+K \| +[0-9.]+x +[0-9.]+x \| ref +[0-9.]+e'
+expect_stdout "bench bwd cpu row with GFLOP/s" "$BWD_ROW" "${BENCH[@]}" --backend cpu --pass bwd
+expect_stdout "bench bwd says what it times" '^# pass +bwd: fa_backward' \
+    "${BENCH[@]}" --backend cpu --pass bwd
+expect_stdout "bench fwd+bwd cpu row" "$BWD_ROW" "${BENCH[@]}" --backend cpu --pass fwd+bwd
+fa "${BENCH[@]}" --backend cpu --pass fwd
+if [ "$RC" -eq 0 ] && ! grep -q '^# pass' "$TMP/out"; then pass "bench fwd table as before"
+else fail "bench fwd table as before" "exit $RC, or a '# pass' line"; fi
+# FLOPs of seq 32, dim 16, 2 heads: 4*2*32*32*16 = 131072 a forward; 2.5x and 3.5x that.
+for want in fwd:131072 bwd:327680 fwd+bwd:458752; do
+    ps=${want%%:*}
+    fa "${BENCH[@]}" --backend cpu --pass "$ps" --csv "$TMP/pass.csv"
+    csv_check "bench csv --pass $ps" "$TMP/pass.csv" 2
+    if grep -q "^cpu,\"[^\"]*\",f32,none,1,2,16,32,${want#*:},ok,.*,$ps\$" "$TMP/pass.csv"; then
+        pass "bench csv --pass $ps flops"
+    else
+        fail "bench csv --pass $ps flops" "no seq 32 row with ${want#*:} FLOPs and pass $ps"
+    fi
+done
+expect_stdout "bench bwd naive OOM" '^cpu +f32 +none +16 +32 \| +[0-9.]+ .*\| +OOM +- ' \
+    "${BENCH[@]}" --backend cpu --pass bwd --naive-max-bytes 100
+expect_error "bench bad pass" 2 "--pass: unknown pass 'backward' \(fwd, bwd, fwd\+bwd\)" \
+    bench --pass backward
+
 # OpenCL: the naive kernels on the same device, both outputs checked against the CPU golden.
 if "$FA" devices 2>/dev/null | grep -Eq '^opencl: [1-9]'; then
     expect_stdout "bench opencl row" \
@@ -366,6 +518,25 @@ if "$FA" devices 2>/dev/null | grep -Eq '^opencl: [1-9]'; then
     csv_check "bench csv all backends" "$TMP/all.csv" 4
     expect_stdout "bench opencl naive OOM" '^opencl +f16 +none +16 +32 \| +[0-9.]+ .*\| +OOM ' \
         "${BENCH[@]}" --backend opencl --dtype f16 --naive-max-bytes 100
+    # The backward where the opencl backend has one; where it has none yet, a clear one-line
+    # error, never a silent skip (the naive backward exists either way).
+    if "$FA" plan --backend opencl --seq 16 --dim 16 --backward >/dev/null 2>&1; then
+        bwd_check "run backward check opencl" run --backend opencl --batch 1 --heads 4 \
+            --heads-kv 2 --seq 37 --seq-k 29 --dim 16 --causal bottom-right --backward --check
+        expect_stdout "bench bwd opencl row" \
+            '^opencl +f32 +none +16 +32 \| +[0-9.]+ +[0-9.]+ .*\| +[0-9.]+ +[0-9.]+ .*\| [0-9]\.[0-9]e[-+][0-9]+ +[0-9]\.[0-9]e' \
+            "${BENCH[@]}" --backend opencl --pass bwd
+    else
+        expect_error "run backward opencl unsupported" 1 '^flashattn: FA_STATUS_UNSUPPORTED: .*backward' \
+            run --backend opencl --seq 16 --dim 16 --backward
+        fa "${BENCH[@]}" --backend opencl --pass bwd
+        if [ "$RC" -eq 1 ] && grep -q 'FA_STATUS_UNSUPPORTED' "$TMP/err" &&
+            grep -Eq '^opencl +f32 +none +16 +32 \| +error .*\| +[0-9.]+ ' "$TMP/out"; then
+            pass "bench bwd opencl unsupported, naive measured"
+        else
+            fail "bench bwd opencl unsupported, naive measured" "exit $RC: $(first_err)"
+        fi
+    fi
 else
     echo "SKIP bench opencl: no OpenCL device"
 fi

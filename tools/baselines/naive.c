@@ -56,9 +56,11 @@ uint64_t naive_kv_elems(const naive_problem *p)
 uint64_t naive_total_bytes(const naive_problem *p)
 {
     uint64_t esz = fa_dtype_size(p->dtype);
-    uint64_t io = add_sat(mul_sat(naive_q_elems(p), 2 * esz),
-                          mul_sat(naive_kv_elems(p), 2 * esz));
-    return add_sat(io, naive_sp_bytes(p));
+    /* Q and O (and dO, dQ) are Q-sized, K and V (and dK, dV) K-sized: two or four of each. */
+    uint64_t each = p->backward ? 4 : 2, matrices = p->backward ? 2 : 1;
+    uint64_t io = add_sat(mul_sat(naive_q_elems(p), each * esz),
+                          mul_sat(naive_kv_elems(p), each * esz));
+    return add_sat(io, mul_sat(naive_sp_bytes(p), matrices));
 }
 
 fa_status naive_check_size(const naive_problem *p, uint64_t device_limit, const char *limit_name,
@@ -174,6 +176,55 @@ fa_status naive_download(naive_attn *n, float *o, char *why, size_t why_size)
     if (st == FA_STATUS_OK)
         naive_to_f32(img, n->p.dtype, count, o);
     free(img);
+    return st;
+}
+
+fa_status naive_upload_do(naive_attn *n, const float *d_o, char *why, size_t why_size)
+{
+    void *img = NULL;
+    fa_status st;
+    if (!n->p.backward)
+        return naive_fail(FA_STATUS_INVALID_ARGUMENT, why, why_size,
+                          "naive: the instance was made without the backward");
+    st = pack_image(d_o, (size_t)naive_q_elems(&n->p), n->p.dtype, &img, why, why_size);
+    st = st ? st : n->ops->upload_do(n, img, why, why_size);
+    free(img);
+    return st;
+}
+
+fa_status naive_backward(naive_attn *n, char *why, size_t why_size)
+{
+    if (!n->p.backward)
+        return naive_fail(FA_STATUS_INVALID_ARGUMENT, why, why_size,
+                          "naive: the instance was made without the backward");
+    return n->ops->backward(n, why, why_size);
+}
+
+fa_status naive_download_grads(naive_attn *n, float *dq, float *dk, float *dv, char *why,
+                               size_t why_size)
+{
+    size_t nq = (size_t)naive_q_elems(&n->p), nkv = (size_t)naive_kv_elems(&n->p);
+    size_t esz = fa_dtype_size(n->p.dtype);
+    void *img[3];
+    fa_status st = FA_STATUS_OUT_OF_MEMORY;
+    if (!n->p.backward)
+        return naive_fail(FA_STATUS_INVALID_ARGUMENT, why, why_size,
+                          "naive: the instance was made without the backward");
+    img[0] = malloc(nq * esz + 1);
+    img[1] = malloc(nkv * esz + 1);
+    img[2] = malloc(nkv * esz + 1);
+    if (img[0] && img[1] && img[2])
+        st = n->ops->download_grads(n, img[0], img[1], img[2], why, why_size);
+    else
+        naive_fail(st, why, why_size, "out of host memory for the gradients");
+    if (st == FA_STATUS_OK) {
+        naive_to_f32(img[0], n->p.dtype, nq, dq);
+        naive_to_f32(img[1], n->p.dtype, nkv, dk);
+        naive_to_f32(img[2], n->p.dtype, nkv, dv);
+    }
+    free(img[0]);
+    free(img[1]);
+    free(img[2]);
     return st;
 }
 

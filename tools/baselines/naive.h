@@ -8,6 +8,14 @@
  * overwrites S in place: the least memory a materializing implementation can use, so the memory
  * comparison is, if anything, generous to the naive side).
  *
+ * The backward (naive_problem.backward) is the textbook one too, from the P the forward left:
+ *
+ *   dV = P^T dO   dP = dO V^T   dS = P * (dP - rowsum(P * dP))
+ *   dQ = scale dS K   dK = scale dS^T Q
+ *
+ * with dP a second f32 buffer of the size of S/P (dS overwrites it in place); with GQA, dK and
+ * dV sum over the query heads of a group. rowsum(P * dP) is rowsum(dO * O), so O is not read.
+ *
  * Two implementations behind one interface (naive.c dispatches through naive_impl.h's table):
  *   cpu     naive_cpu.c: a plain C loop over an fa_context of the CPU backend. Q, K, V, O and
  *           S/P are buffers made with fa_buffer_create, so the context's memory counters see the
@@ -48,6 +56,9 @@ typedef struct naive_problem {
      * over what is available would be granted by overcommit and the process killed later. */
     uint64_t host_available;
     const char *host_source;
+    /* Non-zero: also hold dO, dQ, dK, dV and the dP buffer, for naive_backward. The cap
+     * max_sp_bytes then applies to each of the two Sq x Sk buffers. */
+    int backward;
 } naive_problem;
 
 /* An OpenCL device opened by the tool: context, in-order queue, and the naive programs. */
@@ -57,7 +68,8 @@ typedef struct naive_attn naive_attn;
 
 /* Bytes of the S/P buffer: 4 * batch * heads_q * seq_q * seq_k, UINT64_MAX when it overflows. */
 uint64_t naive_sp_bytes(const naive_problem *p);
-/* Bytes of Q, K, V, O and S/P together (UINT64_MAX when it overflows). */
+/* Bytes of Q, K, V, O and S/P together, and with backward dO, dQ, dK, dV and dP too
+ * (UINT64_MAX when it overflows). */
 uint64_t naive_total_bytes(const naive_problem *p);
 
 /*
@@ -87,6 +99,17 @@ fa_status naive_upload(naive_attn *n, const float *q, const float *k, const floa
 fa_status naive_forward(naive_attn *n, char *why, size_t why_size);
 /* Copies O out as contiguous f32 values of Q's shape [B,Hq,Sq,d]. */
 fa_status naive_download(naive_attn *n, float *o, char *why, size_t why_size);
+/*
+ * The backward (instances created with naive_problem.backward only; FA_STATUS_INVALID_ARGUMENT
+ * otherwise). naive_upload_do copies dO [B,Hq,Sq,d] in (f32, rounded to the dtype, as
+ * naive_upload); naive_backward computes dQ, dK and dV from the P of the last naive_forward and
+ * returns when it has finished on the device; naive_download_grads copies them out as f32:
+ * dQ of Q's shape, dK and dV of K's.
+ */
+fa_status naive_upload_do(naive_attn *n, const float *d_o, char *why, size_t why_size);
+fa_status naive_backward(naive_attn *n, char *why, size_t why_size);
+fa_status naive_download_grads(naive_attn *n, float *dq, float *dk, float *dv, char *why,
+                               size_t why_size);
 /* Device bytes this instance holds that no fa_context counts (its OpenCL buffers; 0 on cpu). */
 uint64_t naive_uncounted_bytes(const naive_attn *n);
 /* Releases the buffers. NULL is a no-op. */

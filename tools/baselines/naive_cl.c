@@ -1,8 +1,8 @@
 /*
  * naive_cl.c - the OpenCL implementation of the NAIVE benchmark attention (see naive.h): the
- * caller's own cl_context, device and queue, the three kernels of naive_attn.cl (embedded at
- * build time), and their buffers. Not part of the library. Built only where OpenCL is;
- * naive_cl_none.c stands in for it elsewhere.
+ * caller's own cl_context, device and queue, the kernels of naive_attn.cl (embedded at build
+ * time: three for the forward, four for the backward), and their buffers. Not part of the
+ * library. Built only where OpenCL is; naive_cl_none.c stands in for it elsewhere.
  *
  * The tool owns the OpenCL objects so that the library's flash path (an fa_context made with
  * fa_context_create_opencl on them) and this naive path share one device and one in-order
@@ -37,6 +37,8 @@ typedef struct naive_cl_attn {
     naive_cl *cl;
     cl_mem q, k, v, o, s;
     cl_kernel scores, softmax, pv;
+    cl_mem d_o, dq, dk, dv, dp;                   /* the backward's, when the problem asks */
+    cl_kernel dp_kernel, ds_kernel, dq_kernel, dkv_kernel;
     uint64_t bytes; /* what the clCreateBuffer calls above hold */
 } naive_cl_attn;
 
@@ -262,6 +264,54 @@ static fa_status set_args(naive_cl_attn *a, char *why, size_t why_size)
     return err == CL_SUCCESS ? FA_STATUS_OK : cl_fail(err, "clSetKernelArg", why, why_size);
 }
 
+/* The backward kernels' arguments, set once like the forward's. */
+static fa_status set_backward_args(naive_cl_attn *a, char *why, size_t why_size)
+{
+    const naive_problem *p = &a->base.p;
+    cl_long sq = p->seq_q, sk = p->seq_k, d = p->dim, hq = p->heads_q, hkv = p->heads_kv;
+    cl_float scale = p->scale;
+    const cl_mem dp_in[3] = {a->d_o, a->v, a->dp}, ds_in[2] = {a->s, a->dp};
+    const cl_mem dq_in[3] = {a->dp, a->k, a->dq};
+    const cl_mem dkv_in[6] = {a->s, a->dp, a->q, a->d_o, a->dk, a->dv};
+    const cl_long dims[5] = {sq, sk, d, hq, hkv};
+    cl_int err = CL_SUCCESS;
+    cl_uint i;
+    for (i = 0; i < 3; i++) {
+        set_arg(a->dp_kernel, i, sizeof(cl_mem), &dp_in[i], &err);
+        set_arg(a->dq_kernel, i, sizeof(cl_mem), &dq_in[i], &err);
+    }
+    for (i = 0; i < 6; i++)
+        set_arg(a->dkv_kernel, i, sizeof(cl_mem), &dkv_in[i], &err);
+    for (i = 0; i < 5; i++) {
+        set_arg(a->dp_kernel, 3 + i, sizeof(cl_long), &dims[i], &err);
+        set_arg(a->dq_kernel, 3 + i, sizeof(cl_long), &dims[i], &err);
+        set_arg(a->dkv_kernel, 6 + i, sizeof(cl_long), &dims[i], &err);
+    }
+    set_arg(a->dq_kernel, 8, sizeof scale, &scale, &err);
+    set_arg(a->dkv_kernel, 11, sizeof scale, &scale, &err);
+    set_arg(a->ds_kernel, 0, sizeof(cl_mem), &ds_in[0], &err);
+    set_arg(a->ds_kernel, 1, sizeof(cl_mem), &ds_in[1], &err);
+    set_arg(a->ds_kernel, 2, sizeof sq, &sq, &err);
+    set_arg(a->ds_kernel, 3, sizeof sk, &sk, &err);
+    return err == CL_SUCCESS ? FA_STATUS_OK : cl_fail(err, "clSetKernelArg", why, why_size);
+}
+
+/* dO and dQ like Q, dK and dV like K, dP like S/P, and the four backward kernels. */
+static fa_status create_backward(naive_cl_attn *a, cl_program prog, uint64_t qb, uint64_t kvb,
+                                 char *why, size_t why_size)
+{
+    fa_status st = make_buffer(a, qb, &a->d_o, why, why_size);
+    st = st ? st : make_buffer(a, qb, &a->dq, why, why_size);
+    st = st ? st : make_buffer(a, kvb, &a->dk, why, why_size);
+    st = st ? st : make_buffer(a, kvb, &a->dv, why, why_size);
+    st = st ? st : make_buffer(a, naive_sp_bytes(&a->base.p), &a->dp, why, why_size);
+    st = st ? st : make_kernel(prog, "naive_dp", &a->dp_kernel, why, why_size);
+    st = st ? st : make_kernel(prog, "naive_ds", &a->ds_kernel, why, why_size);
+    st = st ? st : make_kernel(prog, "naive_dq", &a->dq_kernel, why, why_size);
+    st = st ? st : make_kernel(prog, "naive_dkv", &a->dkv_kernel, why, why_size);
+    return st ? st : set_backward_args(a, why, why_size);
+}
+
 static fa_status create_objects(naive_cl_attn *a, char *why, size_t why_size)
 {
     const naive_problem *p = &a->base.p;
@@ -278,7 +328,10 @@ static fa_status create_objects(naive_cl_attn *a, char *why, size_t why_size)
     st = st ? st : make_kernel(prog, "naive_scores", &a->scores, why, why_size);
     st = st ? st : make_kernel(prog, "naive_softmax", &a->softmax, why, why_size);
     st = st ? st : make_kernel(prog, "naive_pv", &a->pv, why, why_size);
-    return st ? st : set_args(a, why, why_size);
+    st = st ? st : set_args(a, why, why_size);
+    if (st == FA_STATUS_OK && p->backward)
+        st = create_backward(a, prog, qb, kvb, why, why_size);
+    return st;
 }
 
 static fa_status write_one(naive_cl_attn *a, cl_mem mem, const void *src, size_t bytes,
@@ -340,16 +393,68 @@ static fa_status cl_forward(naive_attn *base, char *why, size_t why_size)
     return st;
 }
 
-static fa_status cl_download(naive_attn *base, void *o, char *why, size_t why_size)
+static fa_status cl_upload_do(naive_attn *base, const void *d_o, char *why, size_t why_size)
+{
+    naive_cl_attn *a = (naive_cl_attn *)base;
+    size_t bytes = (size_t)naive_q_elems(&a->base.p) * fa_dtype_size(a->base.p.dtype);
+    return write_one(a, a->d_o, d_o, bytes, why, why_size);
+}
+
+/* The four backward kernels in order on the in-order queue; an empty NDRange (which OpenCL
+ * refuses) is left out, which still writes every gradient: dQ needs rows, dK and dV keys. */
+static fa_status cl_backward(naive_attn *base, char *why, size_t why_size)
 {
     naive_cl_attn *a = (naive_cl_attn *)base;
     const naive_problem *p = &a->base.p;
-    size_t bytes = (size_t)(p->batch * p->heads_q * p->seq_q * p->dim) * fa_dtype_size(p->dtype);
+    size_t bh = (size_t)(p->batch * p->heads_q), bkv = (size_t)(p->batch * p->heads_kv);
+    size_t g_dp[3] = {(size_t)p->seq_k, (size_t)p->seq_q, bh};
+    size_t g_ds[2] = {(size_t)p->seq_q, bh};
+    size_t g_dq[3] = {(size_t)p->dim, (size_t)p->seq_q, bh};
+    size_t g_dkv[3] = {(size_t)p->dim, (size_t)p->seq_k, bkv};
+    int rows = bh > 0 && p->seq_q > 0, keys = bkv > 0 && p->seq_k > 0;
+    fa_status st = FA_STATUS_OK;
+    cl_int err;
+    if (rows && keys)
+        st = enqueue(a, a->dp_kernel, 3, g_dp, "naive_dp", why, why_size);
+    if (rows) {
+        st = st ? st : enqueue(a, a->ds_kernel, 2, g_ds, "naive_ds", why, why_size);
+        st = st ? st : enqueue(a, a->dq_kernel, 3, g_dq, "naive_dq", why, why_size);
+    }
+    if (keys)
+        st = st ? st : enqueue(a, a->dkv_kernel, 3, g_dkv, "naive_dkv", why, why_size);
+    err = clFinish(a->cl->queue);
+    if (st == FA_STATUS_OK && err != CL_SUCCESS)
+        st = cl_fail(err, "clFinish", why, why_size);
+    return st;
+}
+
+static fa_status read_one(naive_cl_attn *a, cl_mem mem, void *dst, size_t bytes, char *why,
+                          size_t why_size)
+{
     cl_int err;
     if (bytes == 0)
         return FA_STATUS_OK;
-    err = clEnqueueReadBuffer(a->cl->queue, a->o, CL_TRUE, 0, bytes, o, 0, NULL, NULL);
+    err = clEnqueueReadBuffer(a->cl->queue, mem, CL_TRUE, 0, bytes, dst, 0, NULL, NULL);
     return err == CL_SUCCESS ? FA_STATUS_OK : cl_fail(err, "clEnqueueReadBuffer", why, why_size);
+}
+
+static fa_status cl_download(naive_attn *base, void *o, char *why, size_t why_size)
+{
+    naive_cl_attn *a = (naive_cl_attn *)base;
+    size_t bytes = (size_t)naive_q_elems(&a->base.p) * fa_dtype_size(a->base.p.dtype);
+    return read_one(a, a->o, o, bytes, why, why_size);
+}
+
+static fa_status cl_download_grads(naive_attn *base, void *dq, void *dk, void *dv, char *why,
+                                   size_t why_size)
+{
+    naive_cl_attn *a = (naive_cl_attn *)base;
+    size_t esz = fa_dtype_size(a->base.p.dtype);
+    size_t qb = (size_t)naive_q_elems(&a->base.p) * esz;
+    size_t kvb = (size_t)naive_kv_elems(&a->base.p) * esz;
+    fa_status st = read_one(a, a->dq, dq, qb, why, why_size);
+    st = st ? st : read_one(a, a->dk, dk, kvb, why, why_size);
+    return st ? st : read_one(a, a->dv, dv, kvb, why, why_size);
 }
 
 static uint64_t cl_uncounted_bytes(const naive_attn *base)
@@ -360,22 +465,28 @@ static uint64_t cl_uncounted_bytes(const naive_attn *base)
 static void cl_destroy(naive_attn *base)
 {
     naive_cl_attn *a = (naive_cl_attn *)base;
-    cl_kernel kernels[3];
-    cl_mem mems[5];
+    const cl_kernel kernels[7] = {a->scores,    a->softmax,   a->pv,       a->dp_kernel,
+                                  a->ds_kernel, a->dq_kernel, a->dkv_kernel};
+    const cl_mem mems[10] = {a->q,  a->k,  a->v,  a->o,  a->s,
+                             a->d_o, a->dq, a->dk, a->dv, a->dp};
     int i;
-    kernels[0] = a->scores, kernels[1] = a->softmax, kernels[2] = a->pv;
-    mems[0] = a->q, mems[1] = a->k, mems[2] = a->v, mems[3] = a->o, mems[4] = a->s;
-    for (i = 0; i < 3; i++)
+    for (i = 0; i < 7; i++)
         if (kernels[i])
             clReleaseKernel(kernels[i]);
-    for (i = 0; i < 5; i++)
+    for (i = 0; i < 10; i++)
         if (mems[i])
             clReleaseMemObject(mems[i]);
     free(a);
 }
 
-static const naive_ops cl_ops = {cl_upload, cl_forward, cl_download, cl_uncounted_bytes,
-                                 cl_destroy};
+static const naive_ops cl_ops = {.upload = cl_upload,
+                                 .forward = cl_forward,
+                                 .download = cl_download,
+                                 .uncounted_bytes = cl_uncounted_bytes,
+                                 .destroy = cl_destroy,
+                                 .upload_do = cl_upload_do,
+                                 .backward = cl_backward,
+                                 .download_grads = cl_download_grads};
 
 fa_status naive_create_opencl(naive_attn **out, naive_cl *cl, const naive_problem *p, char *why,
                               size_t why_size)

@@ -31,6 +31,14 @@ typedef struct naive_ops {
     uint64_t (*uncounted_bytes)(const naive_attn *n);
     /* Releases everything the instance holds, the instance included; never given NULL. */
     void (*destroy)(naive_attn *n);
+    /* The backward, called only on instances made with naive_problem.backward (naive.c checks).
+     * Copies the dO [B,Hq,Sq,d] image in. */
+    fa_status (*upload_do)(naive_attn *n, const void *d_o, char *why, size_t why_size);
+    /* dQ, dK, dV from the P of the last forward; returns when finished on the device. */
+    fa_status (*backward)(naive_attn *n, char *why, size_t why_size);
+    /* Copies the dQ [B,Hq,Sq,d], dK and dV [B,Hkv,Sk,d] images out. */
+    fa_status (*download_grads)(naive_attn *n, void *dq, void *dk, void *dv, char *why,
+                                size_t why_size);
 } naive_ops;
 
 /* The first member of every implementation's instance, so a naive_attn * converts to it. */

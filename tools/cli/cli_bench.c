@@ -3,7 +3,9 @@
  * mask on one backend or all, and for each point times the flash path (fa_forward) against a
  * naive attention that materializes S and P on the same device (naive.h), records each path's
  * peak device bytes from the context's counters, and checks both outputs against the CPU golden
- * backend where the size allows. The reports are in cli_bench_report.c.
+ * backend where the size allows. The reports are in cli_bench_report.c. --pass bwd and fwd+bwd
+ * time the backward (fa_backward against a naive backward that materializes P and dP): the
+ * sweep is this file's, the measurements of those passes are cli_bench_bwd.c's.
  *
  * Sweeps are bounded two ways, so that `bench` with its defaults finishes on a slow machine:
  * a path whose time, extrapolated from the previous point by the FLOP ratio, would exceed
@@ -29,7 +31,7 @@
 /* Default cap on the naive S/P buffer: 1 GiB. */
 #define BENCH_NAIVE_MAX_BYTES (1ull << 30)
 
-#define BENCH_NOPTS 17
+#define BENCH_NOPTS 18
 
 static const cli_cmd bench_cmd = {
     "bench", "[options]",
@@ -38,6 +40,9 @@ static const cli_cmd bench_cmd = {
     "lengths (Sq = Sk), head dims, dtypes and masks. Per point: median ms, GFLOP/s\n"
     "(4*B*H*Sq*Sk*d, half when causal), peak device bytes of each path from the context's\n"
     "counters, speedup, memory ratio and max abs error against the CPU golden backend.\n"
+    "--pass bwd times the backward instead (fa_backward, after one untimed forward, against\n"
+    "a naive backward that materializes P and dP; GFLOP/s counting 2.5x the forward's FLOPs,\n"
+    "as FlashAttention-2 does; err over dQ, dK and dV); --pass fwd+bwd both (3.5x).\n"
     "The naive path reports OOM when its S/P buffer exceeds --naive-max-bytes or the device;\n"
     "the flash path goes on. A point that does not fit in the host's or the device's memory is\n"
     "OOM without being allocated. Lists are comma-separated. Exit status 1 when a flash\n"
@@ -65,13 +70,15 @@ static size_t bench_table(bench_args *a, cli_opt *o)
         {"max-seconds", CLI_FLOAT, &a->max_seconds, 0, 0, "S",
          "skip a path whose point would take longer (default 60)", 0},
         {"naive-max-bytes", CLI_U64, &a->naive_max_bytes, 0, 0, "N",
-         "naive S/P buffer cap, above it OOM (default 1 GiB)", 0},
+         "cap on each naive S/P (dP) buffer, above it OOM (default 1 GiB)", 0},
         {"check-max-seq", CLI_INT, &a->check_max_seq, 0, CLI_MAX_SIZE, "N",
          "check against the CPU golden up to this seq (default 1024)", 0},
         {"seed", CLI_U64, &a->seed, 0, 0, "S", "seed of the random inputs (default 1)", 0},
         {"csv", CLI_STRING, &a->csv, 0, 0, "FILE", "also write the results as CSV", 0},
         {"plot", CLI_STRING, &a->plot, 0, 0, "FILE",
          "draw time and memory vs seq into a PNG, or SVG for *.svg (gnuplot)", 0},
+        {"pass", CLI_STRING, &a->pass, 0, 0, "P",
+         "what is timed: fwd, bwd or fwd+bwd (default fwd)", 0},
         {"quiet", CLI_FLAG, &a->quiet, 0, 0, NULL, "no progress lines on stderr", 0},
     };
     memcpy(o, t, sizeof t);
@@ -167,6 +174,9 @@ static int parse_lists(bench_run *r)
                                "auto, all)", a->backend);
     if (a->causal_given && a->masks)
         return cli_usage_error(&bench_cmd, "--causal and --mask go together only as --mask");
+    if (bench_pass_from_name(a->pass ? a->pass : "fwd", &r->pass) != 0)
+        return cli_usage_error(&bench_cmd, "--pass: unknown pass '%s' (fwd, bwd, fwd+bwd)",
+                               a->pass);
     if (parse_ints("seq-list", a->seq_list ? a->seq_list : "256,512,1024,2048,4096,8192,16384",
                    1, CLI_MAX_SIZE, r->seqs, &r->nseqs) ||
         parse_ints("dim", a->dims ? a->dims : "64", 1, FA_MAX_HEAD_DIM, r->dims, &r->ndims) ||
@@ -253,23 +263,14 @@ static void close_devices(bench_run *r)
 
 /* ---- measuring --------------------------------------------------------------------------- */
 
-/* Inputs, outputs and the problem of one point. */
-typedef struct bench_io {
-    fa_problem p;
-    cli_tensor q, k, v, o_flash, o_naive, o_ref;
-} bench_io;
-
-typedef fa_status (*bench_fn)(void *arg, char *why, size_t why_size);
-
 static int cmp_double(const void *x, const void *y)
 {
     double a = *(const double *)x, b = *(const double *)y;
     return (a > b) - (a < b);
 }
 
-/* One warm-up (kernel builds, first touch of the buffers), then the median of `repeat`. */
-static fa_status timed(bench_fn fn, void *arg, int64_t repeat, double *median, char *why,
-                       size_t why_size)
+fa_status bench_timed(bench_fn fn, void *arg, int64_t repeat, double *median, char *why,
+                      size_t why_size)
 {
     double t[BENCH_MAX_REPEAT];
     fa_status st = fn(arg, why, why_size);
@@ -300,9 +301,8 @@ static fa_status naive_fn(void *arg, char *why, size_t why_size)
     return naive_forward(arg, why, why_size);
 }
 
-/* Plan and Q, K, V, O buffers on the device's context; statuses kept (OOM is a result). */
-static fa_status flash_setup(cli_session *s, fa_context *ctx, const bench_io *io, char *why,
-                             size_t why_size)
+fa_status bench_flash_setup(cli_session *s, fa_context *ctx, const bench_io *io, char *why,
+                            size_t why_size)
 {
     size_t esz = fa_dtype_size(io->p.dtype), qb = io->q.count * esz, kb = io->k.count * esz;
     char req[160] = "";
@@ -333,8 +333,8 @@ static fa_status run_flash(const bench_run *r, bench_device *d, bench_io *io, be
     fa_status st;
     memset(&s, 0, sizeof s);
     fa_context_reset_peak(d->ctx);
-    st = flash_setup(&s, d->ctx, io, why, why_size);
-    st = st ? st : timed(flash_fn, &s, r->a.repeat, &out->ms, why, why_size);
+    st = bench_flash_setup(&s, d->ctx, io, why, why_size);
+    st = st ? st : bench_timed(flash_fn, &s, r->a.repeat, &out->ms, why, why_size);
     fa_context_memory(d->ctx, NULL, &out->peak);
     if (st == FA_STATUS_OK && cli_session_download(&s, &io->o_flash, NULL) != 0)
         st = FA_STATUS_DEVICE_ERROR;
@@ -343,8 +343,7 @@ static fa_status run_flash(const bench_run *r, bench_device *d, bench_io *io, be
     return st;
 }
 
-/* The naive attention of a point's problem, with the --naive-max-bytes cap. */
-static naive_problem naive_problem_of(const bench_run *r, const fa_problem *p)
+naive_problem bench_naive_problem(const bench_run *r, const fa_problem *p)
 {
     naive_problem np;
     memset(&np, 0, sizeof np);
@@ -361,25 +360,31 @@ static naive_problem naive_problem_of(const bench_run *r, const fa_problem *p)
     return np;
 }
 
+fa_status bench_naive_create(bench_device *d, naive_problem *np, naive_attn **out, char *why,
+                             size_t why_size)
+{
+    *out = NULL;
+    if (d->backend == FA_BACKEND_OPENCL)
+        return naive_create_opencl(out, d->cl, np, why, why_size);
+    if (d->backend == FA_BACKEND_CPU) {
+        np->host_available = cli_host_memory_available(&np->host_source);
+        return naive_create_cpu(out, d->ctx, np, why, why_size);
+    }
+    return naive_fail(FA_STATUS_UNSUPPORTED, why, why_size, "no naive attention%s for the %s "
+                      "backend", np->backward ? " backward" : "", fa_backend_name(d->backend));
+}
+
 /* The naive path: context-counted bytes (cpu) plus those the tool allocated itself (opencl). */
 static fa_status run_naive(const bench_run *r, bench_device *d, bench_io *io, int skip_if_fits,
                            bench_path *out, char *why, size_t why_size)
 {
-    naive_problem np = naive_problem_of(r, &io->p);
+    naive_problem np = bench_naive_problem(r, &io->p);
     naive_attn *n = NULL;
     uint64_t peak = 0;
     fa_status st;
     out->need = naive_total_bytes(&np);
     fa_context_reset_peak(d->ctx);
-    if (d->backend == FA_BACKEND_OPENCL) {
-        st = naive_create_opencl(&n, d->cl, &np, why, why_size);
-    } else if (d->backend == FA_BACKEND_CPU) {
-        np.host_available = cli_host_memory_available(&np.host_source);
-        st = naive_create_cpu(&n, d->ctx, &np, why, why_size);
-    } else {
-        st = naive_fail(FA_STATUS_UNSUPPORTED, why, why_size,
-                        "no naive attention for the %s backend", fa_backend_name(d->backend));
-    }
+    st = bench_naive_create(d, &np, &n, why, why_size);
     if (st == FA_STATUS_OK && skip_if_fits) {
         /* Too slow to run, but created first so that a point that cannot fit says OOM. */
         out->state = BENCH_SKIPPED;
@@ -387,7 +392,7 @@ static fa_status run_naive(const bench_run *r, bench_device *d, bench_io *io, in
         return FA_STATUS_OK;
     }
     st = st ? st : naive_upload(n, io->q.data, io->k.data, io->v.data, why, why_size);
-    st = st ? st : timed(naive_fn, n, r->a.repeat, &out->ms, why, why_size);
+    st = st ? st : bench_timed(naive_fn, n, r->a.repeat, &out->ms, why, why_size);
     fa_context_memory(d->ctx, NULL, &peak);
     out->peak = peak + naive_uncounted_bytes(n);
     st = st ? st : naive_download(n, io->o_naive.data, why, why_size);
@@ -395,9 +400,8 @@ static fa_status run_naive(const bench_run *r, bench_device *d, bench_io *io, in
     return st;
 }
 
-/* "flash, opencl f32 top-left dim 64 seq 512": which path of which point, for messages. */
-static void point_label(const bench_run *r, const bench_point *pt, const char *what, char *buf,
-                        size_t size)
+void bench_point_label(const bench_run *r, const bench_point *pt, const char *what, char *buf,
+                       size_t size)
 {
     snprintf(buf, size, "%s%s%s %s %s dim %" PRId64 " seq %" PRId64, what, *what ? ", " : "",
              fa_backend_name(r->devs[pt->dev].backend), fa_dtype_name(pt->dtype),
@@ -421,27 +425,34 @@ static int run_golden(bench_io *io)
     return rc;
 }
 
-/* err and fail of one path by `run --check`'s rule; a failure is explained on stderr. err is
- * infinite where the outputs disagree on NaN or infinity. */
-static void check_path(const bench_run *r, const bench_point *pt, const char *what,
-                       bench_path *path, const cli_tensor *o, const cli_tensor *ref)
+int bench_compare(fa_dtype dtype, const char *name, const cli_tensor *x, const cli_tensor *ref,
+                  double *err, char *why, size_t why_size)
 {
     cli_compare c;
     double atol, rtol;
+    cli_tensor_compare(x, ref, &c);
+    cli_check_tolerance(dtype, &atol, &rtol);
+    *err = c.mismatches ? INFINITY : c.max_err;
+    if (c.mismatches)
+        cli_describe_mismatch(&c, ref, name, why, why_size);
+    else if (!(c.max_err <= atol + rtol * c.max_ref))
+        snprintf(why, why_size, "%s max abs error %.3e exceeds the tolerance %.3e", name,
+                 c.max_err, atol + rtol * c.max_ref);
+    else
+        return 0;
+    return 1;
+}
+
+/* err and fail of one path by `run --check`'s rule; a failure is explained on stderr. */
+static void check_path(const bench_run *r, const bench_point *pt, const char *what,
+                       bench_path *path, const cli_tensor *o, const cli_tensor *ref)
+{
     char why[256], label[128];
-    cli_tensor_compare(o, ref, &c);
-    cli_check_tolerance(pt->dtype, &atol, &rtol);
     path->check = BENCH_CHECK_DONE;
-    path->err = c.mismatches ? INFINITY : c.max_err;
-    path->fail = c.mismatches || !(c.max_err <= atol + rtol * c.max_ref);
+    path->fail = bench_compare(pt->dtype, "O", o, ref, &path->err, why, sizeof why);
     if (!path->fail)
         return;
-    if (c.mismatches)
-        cli_describe_mismatch(&c, ref, why, sizeof why);
-    else
-        snprintf(why, sizeof why, "max abs error %.3e exceeds the tolerance %.3e", c.max_err,
-                 atol + rtol * c.max_ref);
-    point_label(r, pt, what, label, sizeof label);
+    bench_point_label(r, pt, what, label, sizeof label);
     fprintf(stderr, "flashattn bench: %s: check failed: %s\n", label, why);
 }
 
@@ -505,7 +516,7 @@ static int record(bench_path *path, fa_status st, const char *why, const char *w
             fprintf(stderr, "bench: naive OOM: %s\n", cli_status_detail(st, why));
         return 0;
     }
-    point_label(r, pt, what, label, sizeof label);
+    bench_point_label(r, pt, what, label, sizeof label);
     fprintf(stderr, "flashattn bench: %s: %s: %s\n", label, fa_status_name(st),
             cli_status_detail(st, why));
     return 1;
@@ -524,7 +535,8 @@ static int point_problem(const bench_run *r, const bench_point *pt, fa_problem *
 /*
  * Whether a point fits before anything of it is allocated: the six host tensors (f32: Q, K, V
  * and three outputs) and the transfer images, the flash path's device buffers (*flash_bytes),
- * and the CPU golden's buffers (host memory) when it runs. The naive path checks its own.
+ * and the CPU golden's buffers (host memory) when it runs; with the backward, its tensors too
+ * (bench_bwd_need). The naive path checks its own.
  */
 static int point_fits(const bench_run *r, const bench_device *d, const bench_point *pt,
                       const fa_problem *p, uint64_t *flash_bytes, char *why, size_t why_size)
@@ -538,9 +550,11 @@ static int point_fits(const bench_run *r, const bench_device *d, const bench_poi
     nq = cli_mul_sat(rows_q, (uint64_t)p->head_dim);
     nkv = cli_mul_sat(rows_kv, (uint64_t)p->head_dim);
     *flash_bytes = cli_mul_sat(cli_add_sat(cli_mul_sat(nq, 2), cli_mul_sat(nkv, 2)), esz);
-    need.device = *flash_bytes;
     need.host = cli_mul_sat(cli_add_sat(cli_mul_sat(nq, 4), cli_mul_sat(nkv, 2)), sizeof(float));
     need.host = cli_add_sat(need.host, cli_mul_sat(cli_add_sat(nq, cli_mul_sat(nkv, 2)), esz));
+    if (r->pass != BENCH_PASS_FWD)
+        bench_bwd_need(p, flash_bytes, &need.host);
+    need.device = *flash_bytes;
     if (pt->seq <= r->a.check_max_seq && d->backend != FA_BACKEND_CPU)
         need.host = cli_add_sat(need.host, *flash_bytes);
     return cli_memory_fits(d->ctx, need, why, why_size);
@@ -549,22 +563,24 @@ static int point_fits(const bench_run *r, const bench_device *d, const bench_poi
 /* A point that cannot be held in memory: both paths OOM, neither run; 1 (a failure). */
 static int point_oom(const bench_run *r, bench_point *pt, const fa_problem *p, const char *why)
 {
-    naive_problem np = naive_problem_of(r, p);
+    naive_problem np = bench_naive_problem(r, p);
     char label[128];
+    np.backward = r->pass != BENCH_PASS_FWD;
     pt->flash.state = pt->naive.state = BENCH_OOM;
     pt->flash.status = pt->naive.status = FA_STATUS_OUT_OF_MEMORY;
     pt->naive.need = naive_total_bytes(&np);
-    point_label(r, pt, "", label, sizeof label);
+    bench_point_label(r, pt, "", label, sizeof label);
     if (*why)
         fprintf(stderr, "flashattn bench: %s: the point %s; neither path was run\n", label, why);
     return 1;
 }
 
-/* The point's host tensors, Q, K and V drawn from the seed (the same stream at every point). */
-static int alloc_io(const bench_point *pt, uint64_t seed, bench_io *io)
+/* The point's host tensors, Q, K and V (and dO) drawn from the seed (the same stream at every
+ * point). */
+static int alloc_io(const bench_run *r, const bench_point *pt, bench_io *io)
 {
     const fa_problem *p = &io->p;
-    uint64_t state = seed;
+    uint64_t state = r->a.seed;
     if (cli_tensor_alloc(&io->q, "q", p->batch, p->heads_q, p->seqlen_q, p->head_dim) ||
         cli_tensor_alloc(&io->k, "k", p->batch, p->heads_kv, p->seqlen_k, p->head_dim) ||
         cli_tensor_alloc(&io->v, "v", p->batch, p->heads_kv, p->seqlen_k, p->head_dim) ||
@@ -578,7 +594,7 @@ static int alloc_io(const bench_point *pt, uint64_t seed, bench_io *io)
     cli_tensor_round(&io->q, pt->dtype);
     cli_tensor_round(&io->k, pt->dtype);
     cli_tensor_round(&io->v, pt->dtype);
-    return 0;
+    return r->pass == BENCH_PASS_FWD ? 0 : bench_bwd_alloc(io, &state);
 }
 
 static void free_io(bench_io *io)
@@ -589,6 +605,7 @@ static void free_io(bench_io *io)
     cli_tensor_free(&io->o_flash);
     cli_tensor_free(&io->o_naive);
     cli_tensor_free(&io->o_ref);
+    bench_bwd_free(io);
 }
 
 /* Measures both paths of one point; non-zero when something failed (a naive OOM is a result). */
@@ -604,20 +621,29 @@ static int run_point(bench_run *r, bench_point *pt, bench_last last[2])
         return CLI_EXIT_FAIL;
     if (point_fits(r, d, pt, &io.p, &pt->flash.need, why, sizeof why) != 0)
         return point_oom(r, pt, &io.p, why);
-    if (alloc_io(pt, r->a.seed, &io) != 0) {
+    if (alloc_io(r, pt, &io) != 0) {
         free_io(&io);
         return point_oom(r, pt, &io.p, ""); /* cli_tensor_alloc said why */
     }
     if (too_slow(r, &last[0], pt->flops))
         pt->flash.state = BENCH_SKIPPED;
     else
-        rc |= record(&pt->flash, run_flash(r, d, &io, &pt->flash, why, sizeof why), why,
-                     "flash", r, pt);
+        rc |= record(&pt->flash,
+                     r->pass == BENCH_PASS_FWD
+                         ? run_flash(r, d, &io, &pt->flash, why, sizeof why)
+                         : bench_bwd_flash(r, d, &io, &pt->flash, why, sizeof why),
+                     why, "flash", r, pt);
     why[0] = '\0';
-    st = run_naive(r, d, &io, too_slow(r, &last[1], pt->flops), &pt->naive, why, sizeof why);
+    st = r->pass == BENCH_PASS_FWD
+             ? run_naive(r, d, &io, too_slow(r, &last[1], pt->flops), &pt->naive, why, sizeof why)
+             : bench_bwd_naive(r, d, &io, too_slow(r, &last[1], pt->flops), &pt->naive, why,
+                               sizeof why);
     if (pt->naive.state != BENCH_SKIPPED)
         rc |= record(&pt->naive, st, why, "naive", r, pt);
-    check_point(r, d, &io, pt);
+    if (r->pass == BENCH_PASS_FWD)
+        check_point(r, d, &io, pt);
+    else
+        bench_bwd_check(r, d, &io, pt);
     rc |= pt->flash.fail;
     if (pt->flash.state == BENCH_OK)
         last[0].flops = pt->flops, last[0].ms = pt->flash.ms;
@@ -641,7 +667,8 @@ static bench_point *next_point(bench_run *r, int dev, size_t t, size_t m, size_t
     pt->dim = r->dims[k];
     pt->seq = r->seqs[i];
     pt->flops = 4.0 * (double)r->a.batch * (double)r->a.heads * (double)pt->seq *
-                (double)pt->seq * (double)pt->dim * (pt->mask == FA_MASK_NONE ? 1.0 : 0.5);
+                (double)pt->seq * (double)pt->dim * (pt->mask == FA_MASK_NONE ? 1.0 : 0.5) *
+                bench_pass_factor(r->pass);
     return pt;
 }
 

@@ -1,12 +1,14 @@
 /*
  * cli_bench.h - the `flashattn bench` subcommand's shared state: the options, the devices of a
- * sweep and one measured point (flash path and naive path), shared by the sweep (cli_bench.c)
- * and the reports: the table and the CSV (cli_bench_report.c), the gnuplot figure
- * (cli_bench_plot.c).
+ * sweep and one measured point (flash path and naive path), shared by the sweep (cli_bench.c,
+ * and cli_bench_bwd.c for the passes with the backward) and the reports: the table and the CSV
+ * (cli_bench_report.c), the gnuplot figure (cli_bench_plot.c).
  */
 #ifndef FLASHATTN_TOOLS_CLI_BENCH_H
 #define FLASHATTN_TOOLS_CLI_BENCH_H
 
+#include "cli_session.h"
+#include "cli_tensor.h"
 #include "flashattn.h"
 #include "naive.h"
 
@@ -18,26 +20,33 @@
 /* cpu, opencl, cuda. */
 #define BENCH_MAX_DEVICES 3
 
+/* What one measurement times (--pass). */
+typedef enum bench_pass {
+    BENCH_PASS_FWD = 0, /* fa_forward */
+    BENCH_PASS_BWD,     /* fa_backward, after one untimed fa_forward for O and LSE */
+    BENCH_PASS_FWD_BWD  /* fa_forward then fa_backward */
+} bench_pass;
+
 /* What happened to one path at one point. */
 typedef enum bench_state {
     BENCH_OK = 0,  /* ran; ms and peak are valid */
     BENCH_OOM,     /* did not fit: FA_STATUS_OUT_OF_MEMORY (the naive N^2 buffer) */
     BENCH_SKIPPED, /* estimated to take longer than --max-seconds */
     BENCH_FAILED,  /* any other failure; status says which */
-    BENCH_NA       /* no naive attention for this backend (cuda): FA_STATUS_UNSUPPORTED */
+    BENCH_NA       /* no naive attention (or backward) for this backend: FA_STATUS_UNSUPPORTED */
 } bench_state;
 
 /* How the output was checked against the CPU golden backend. */
 typedef enum bench_check {
     BENCH_CHECK_NONE = 0, /* not checked: above --check-max-seq, or the path did not run */
-    BENCH_CHECK_DONE,     /* err is max |O - O_golden| */
+    BENCH_CHECK_DONE,     /* err is max |x - x_golden| over the pass's outputs */
     BENCH_CHECK_IS_REF    /* the path is the golden itself (flash on the cpu backend) */
 } bench_check;
 
 typedef struct bench_path {
     bench_state state;
     fa_status status; /* OOM / FAILED: the status */
-    double ms;        /* median forward time */
+    double ms;        /* median time of the pass */
     uint64_t peak;    /* peak device bytes of this path alone */
     uint64_t need;    /* OOM: the bytes it would have needed, when known (else 0) */
     bench_check check;
@@ -50,7 +59,7 @@ typedef struct bench_point {
     fa_dtype dtype;
     fa_mask mask;
     int64_t dim, seq;
-    double flops; /* 4 * B * H * Sq * Sk * d, halved when causal */
+    double flops; /* 4 * B * H * Sq * Sk * d, halved when causal, times bench_pass_factor */
     bench_path flash, naive;
 } bench_point;
 
@@ -63,7 +72,7 @@ typedef struct bench_device {
 } bench_device;
 
 typedef struct bench_args {
-    const char *backend, *seq_list, *dims, *dtypes, *masks, *csv, *plot;
+    const char *backend, *seq_list, *dims, *dtypes, *masks, *csv, *plot, *pass;
     int64_t device, batch, heads, repeat, check_max_seq;
     uint64_t naive_max_bytes, seed;
     float max_seconds;
@@ -74,6 +83,7 @@ typedef struct bench_args {
 
 typedef struct bench_run {
     bench_args a;
+    bench_pass pass;
     int64_t seqs[BENCH_MAX_LIST], dims[BENCH_MAX_LIST];
     fa_dtype dtypes[BENCH_MAX_LIST];
     fa_mask masks[BENCH_MAX_LIST];
@@ -108,5 +118,64 @@ int bench_find_gnuplot(void);
 int bench_write_plot(const bench_run *r, const char *path);
 /* Whether --plot writes an SVG (the name ends in ".svg") rather than a PNG. */
 int bench_plot_is_svg(const char *path);
+
+/* ---- shared by the sweep's two files (cli_bench.c and cli_bench_bwd.c) -------------------- */
+
+/* The tensors of one point. Index 0, 1, 2 of the gradients: flash, naive, the CPU golden. */
+typedef struct bench_io {
+    fa_problem p;
+    cli_tensor q, k, v, o_flash, o_naive, o_ref;
+    cli_tensor d_o, dq[3], dk[3], dv[3]; /* the passes with the backward only */
+} bench_io;
+
+/* One timed operation: returns a status and, on failure, the reason in why. */
+typedef fa_status (*bench_fn)(void *arg, char *why, size_t why_size);
+
+/* One warm-up (kernel builds, first touch of the buffers), then the median of `repeat`. */
+fa_status bench_timed(bench_fn fn, void *arg, int64_t repeat, double *median, char *why,
+                      size_t why_size);
+/* The flash path's plan and Q, K, V, O buffers on ctx, Q, K and V uploaded; statuses kept
+ * (an OOM is a result), the reason in why. */
+fa_status bench_flash_setup(cli_session *s, fa_context *ctx, const bench_io *io, char *why,
+                            size_t why_size);
+/* The naive attention problem of a point's problem, with the --naive-max-bytes cap. */
+naive_problem bench_naive_problem(const bench_run *r, const fa_problem *p);
+/* The naive attention on the device's backend; FA_STATUS_UNSUPPORTED where it has none. */
+fa_status bench_naive_create(bench_device *d, naive_problem *np, naive_attn **out, char *why,
+                             size_t why_size);
+/* "flash, opencl f32 top-left dim 64 seq 512": which path of which point, for messages. */
+void bench_point_label(const bench_run *r, const bench_point *pt, const char *what, char *buf,
+                       size_t size);
+/*
+ * Compares x with the golden ref by `run --check`'s rule. Returns 1 when it fails, with the
+ * reason (naming the tensor) in why; *err is max |x - ref|, infinite where they disagree on NaN
+ * or infinity.
+ */
+int bench_compare(fa_dtype dtype, const char *name, const cli_tensor *x, const cli_tensor *ref,
+                  double *err, char *why, size_t why_size);
+
+/* ---- the passes with the backward (cli_bench_bwd.c) ---------------------------------------- */
+
+/* "fwd", "bwd", "fwd+bwd". */
+const char *bench_pass_name(bench_pass pass);
+/* The pass's FLOPs in forwards: 1, 2.5 (FlashAttention-2's count of the backward), 3.5. */
+double bench_pass_factor(bench_pass pass);
+/* --pass NAME; -1 for an unknown name. */
+int bench_pass_from_name(const char *name, bench_pass *out);
+/* Adds the backward's tensors to a point's estimate: the flash path's device bytes (set to all
+ * its tensors; scratch is not known before the plan) and the host tensors and images. */
+void bench_bwd_need(const fa_problem *p, uint64_t *flash_bytes, uint64_t *host);
+/* dO (drawn from the stream after Q, K and V, rounded to the dtype) and the gradients' tensors. */
+int bench_bwd_alloc(bench_io *io, uint64_t *state);
+void bench_bwd_free(bench_io *io);
+/* The flash path of a backward pass: the time of the pass, its peak device bytes, and its
+ * outputs into io (dq[0].., and O for fwd+bwd). */
+fa_status bench_bwd_flash(const bench_run *r, bench_device *d, bench_io *io, bench_path *out,
+                          char *why, size_t why_size);
+/* The naive path likewise (P and dP materialized); skip_if_fits as in the forward's. */
+fa_status bench_bwd_naive(const bench_run *r, bench_device *d, bench_io *io, int skip_if_fits,
+                          bench_path *out, char *why, size_t why_size);
+/* Checks both paths' outputs against the CPU golden (up to --check-max-seq). */
+void bench_bwd_check(const bench_run *r, const bench_device *d, bench_io *io, bench_point *pt);
 
 #endif /* FLASHATTN_TOOLS_CLI_BENCH_H */

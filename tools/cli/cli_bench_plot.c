@@ -221,11 +221,14 @@ static void write_title(FILE *g, const bench_run *r)
         append(fixed, sizeof fixed, ", mask %s", fa_mask_name(r->masks[0]));
     if (r->ndims == 1)
         append(fixed, sizeof fixed, ", head dim %" PRId64, r->dims[0]);
-    fprintf(g, "set multiplot title \"flashattn bench: flash vs naive attention "
-               "(S and P materialized), time and peak device memory against sequence length\\n"
+    fprintf(g, "set multiplot title \"flashattn bench: flash vs naive attention%s "
+               "(%s materialized), time and peak device memory against sequence length\\n"
                "batch %" PRId64 ", heads %" PRId64 ", Sq = Sk%s; median of %" PRId64
                " after 1 warm-up; %s\\n",
-            r->a.batch, r->a.heads, fixed, r->a.repeat, r->date);
+            r->pass == BENCH_PASS_BWD ? " backward" : r->pass == BENCH_PASS_FWD_BWD
+                                                         ? " forward + backward" : "",
+            r->pass == BENCH_PASS_FWD ? "S and P" : "P and dP", r->a.batch, r->a.heads, fixed,
+            r->a.repeat, r->date);
     for (i = 0; i < r->ndevs; i++) {
         plain(r->devs[i].desc, dev, sizeof dev);
         fprintf(g, "%s%s", i ? "  |  " : "", dev);
@@ -361,7 +364,9 @@ static void write_script(FILE *g, const bench_run *r, const char *data, const ch
     fprintf(g, "set logscale y 10\nset grid\nset tmargin at screen %.4f\n"
                "set bmargin at screen %.4f\n", top, bottom);
     fprintf(g, "set lmargin at screen 0.05\nset rmargin at screen 0.33\nunset key\n"
-               "set title 'time per forward (median)'\nset ylabel 'ms'\n");
+               "set title 'time per %s (median)'\nset ylabel 'ms'\n",
+            r->pass == BENCH_PASS_BWD ? "backward" : r->pass == BENCH_PASS_FWD_BWD
+                                                         ? "forward + backward" : "forward");
     plot_panel(g, r, data, nseries, COL_FLASH_MS, COL_NAIVE_MS + 1);
     fprintf(g, "set lmargin at screen 0.39\nset rmargin at screen 0.67\n"
                "set key at screen 0.69, %.4f left top vertical Left reverse box font ',10'\n"

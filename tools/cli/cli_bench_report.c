@@ -83,9 +83,20 @@ void bench_print_header(const bench_run *r)
            r->a.batch, r->a.heads, r->a.seed);
     printf("# timing   median of %" PRId64 " after 1 warm-up; a path estimated over %g s is "
            "skipped\n", r->a.repeat, (double)r->a.max_seconds);
-    printf("# naive    S/P in one f32 buffer of 4*B*H*seq^2 bytes, capped at %" PRIu64
-           " bytes; golden check up to seq %" PRId64 "\n\n",
-           r->a.naive_max_bytes, r->a.check_max_seq);
+    if (r->pass == BENCH_PASS_BWD)
+        printf("# pass     bwd: fa_backward (dO -> dQ, dK, dV) after one untimed fa_forward "
+               "that writes O and LSE; naive: its backward from the P of an untimed forward\n");
+    else if (r->pass == BENCH_PASS_FWD_BWD)
+        printf("# pass     fwd+bwd: fa_forward then fa_backward (dO -> dQ, dK, dV), timed "
+               "together; naive: its forward then its backward\n");
+    if (r->pass == BENCH_PASS_FWD)
+        printf("# naive    S/P in one f32 buffer of 4*B*H*seq^2 bytes, capped at %" PRIu64
+               " bytes; golden check up to seq %" PRId64 "\n\n",
+               r->a.naive_max_bytes, r->a.check_max_seq);
+    else
+        printf("# naive    P and dP in two f32 buffers of 4*B*H*seq^2 bytes, each capped at "
+               "%" PRIu64 " bytes; golden check up to seq %" PRId64 "\n\n",
+               r->a.naive_max_bytes, r->a.check_max_seq);
     printf(ROW_FMT, "backend", "dtype", "mask", "dim", "seq", "flash ms", "GFLOP/s", "peak",
            "naive ms", "GFLOP/s", "peak", "speedup", "mem", "err flash", "err naive");
 }
@@ -111,26 +122,52 @@ void bench_print_row(const bench_run *r, const bench_point *pt)
            nerr);
 }
 
+/* The notes under the table, one array per pass; the OOM and check words are the same. */
+static const char *const fwd_notes[] = {
+    "GFLOP/s: 4*B*H*seq^2*dim (half when causal) / time. speedup = naive ms / flash ms.",
+    "peak: device bytes of that path alone (Q, K, V, O and any scratch or S/P), from",
+    "  fa_context_memory after fa_context_reset_peak; the naive OpenCL buffers are made by",
+    "  the tool (the interop API cannot expose the cl_mem of fa_buffer_create) and counted",
+    "  by it. mem = naive peak / flash peak; where a path is OOM, its peak column (and the",
+    "  ratio) show the device bytes it would have needed.",
+    "OOM: does not fit: the naive S/P buffer (--naive-max-bytes or the device's limits), or",
+    "  the point in the host's or the device's memory (then neither path runs; stderr says",
+    "  how many bytes it needs and how many are available).",
+    "skip: estimated over --max-seconds. n/a: no naive attention for that backend (cuda).",
+    "err: max |O - O_golden| against the CPU golden backend (fp64 accumulation); '-': not",
+    "  checked (above --check-max-seq); 'ref': the flash path on cpu is the golden itself;",
+    "  FAIL: above the tolerance of `run --check`, or NaN/inf where the golden differs (inf).",
+    NULL,
+};
+
+static const char *const bwd_notes[] = {
+    "GFLOP/s: 4*B*H*seq^2*dim (half when causal) times 2.5 for bwd, 3.5 for fwd+bwd, / time:",
+    "  the backward counted as 2.5 forwards, as FlashAttention-2 counts it.",
+    "  speedup = naive ms / flash ms.",
+    "peak: device bytes of that path alone, from fa_context_memory after fa_context_reset_peak:",
+    "  flash holds Q, K, V, O, LSE, dO, dQ, dK, dV and the plan's scratch",
+    "  (fa_plan_scratch_bytes; `flashattn plan --backward` prints the formula), naive the",
+    "  same tensors but LSE, and P and dP (the naive OpenCL buffers are counted by the tool).",
+    "  mem = naive peak / flash peak; where a path is OOM, its peak column (and the ratio)",
+    "  show the device bytes it would have needed.",
+    "OOM: does not fit: a naive P or dP buffer (--naive-max-bytes, each, or the device's",
+    "  limits), or the point in the host's or the device's memory (then neither path runs;",
+    "  stderr says how many bytes it needs and how many are available).",
+    "skip: estimated over --max-seconds. n/a: no naive backward for that backend (cuda).",
+    "  A backend without a backward pass is an error of the flash path (stderr says so).",
+    "err: the largest max |x - x_golden| of dQ, dK and dV (and O for fwd+bwd) against the CPU",
+    "  golden backend, each tensor checked by the rule of `run --check` against its own",
+    "  largest magnitude; '-': not checked (above --check-max-seq); 'ref': the flash path on",
+    "  cpu is the golden itself; FAIL: above the tolerance, or NaN/inf where the golden differs.",
+    NULL,
+};
+
 void bench_print_footer(const bench_run *r)
 {
-    static const char *const notes[] = {
-        "GFLOP/s: 4*B*H*seq^2*dim (half when causal) / time. speedup = naive ms / flash ms.",
-        "peak: device bytes of that path alone (Q, K, V, O and any scratch or S/P), from",
-        "  fa_context_memory after fa_context_reset_peak; the naive OpenCL buffers are made by",
-        "  the tool (the interop API cannot expose the cl_mem of fa_buffer_create) and counted",
-        "  by it. mem = naive peak / flash peak; where a path is OOM, its peak column (and the",
-        "  ratio) show the device bytes it would have needed.",
-        "OOM: does not fit: the naive S/P buffer (--naive-max-bytes or the device's limits), or",
-        "  the point in the host's or the device's memory (then neither path runs; stderr says",
-        "  how many bytes it needs and how many are available).",
-        "skip: estimated over --max-seconds. n/a: no naive attention for that backend (cuda).",
-        "err: max |O - O_golden| against the CPU golden backend (fp64 accumulation); '-': not",
-        "  checked (above --check-max-seq); 'ref': the flash path on cpu is the golden itself;",
-        "  FAIL: above the tolerance of `run --check`, or NaN/inf where the golden differs (inf).",
-    };
+    const char *const *notes = r->pass == BENCH_PASS_FWD ? fwd_notes : bwd_notes;
     size_t i, failed = 0;
     printf("\n");
-    for (i = 0; i < sizeof notes / sizeof notes[0]; i++)
+    for (i = 0; notes[i]; i++)
         printf("# %s\n", notes[i]);
     for (i = 0; i < r->npoints; i++)
         failed += r->points[i].flash.state == BENCH_OOM ||
@@ -207,7 +244,8 @@ static void csv_row(FILE *f, const bench_run *r, const bench_point *pt)
         fprintf(f, ",,");
     csv_err(f, fl);
     csv_err(f, nv);
-    fprintf(f, ",%s\n", fl->fail ? "fail" : fl->check == BENCH_CHECK_DONE ? "pass" : "");
+    fprintf(f, ",%s", fl->fail ? "fail" : fl->check == BENCH_CHECK_DONE ? "pass" : "");
+    fprintf(f, ",%s\n", bench_pass_name(r->pass));
 }
 
 int bench_write_csv(const bench_run *r, const char *path)
@@ -219,7 +257,7 @@ int bench_write_csv(const bench_run *r, const char *path)
     fprintf(f, "backend,device,dtype,mask,batch,heads,dim,seq,flops,"
                "flash_state,flash_ms,flash_gflops,flash_peak_bytes,"
                "naive_state,naive_ms,naive_gflops,naive_peak_bytes,naive_need_bytes,"
-               "speedup,mem_ratio,err_flash,err_naive,check\n");
+               "speedup,mem_ratio,err_flash,err_naive,check,pass\n");
     for (i = 0; i < r->npoints; i++)
         csv_row(f, r, &r->points[i]);
     if (fclose(f) != 0)

@@ -7,9 +7,11 @@
 
 /* `flashattn devices`: every backend, its devices and their properties (cli_info.c). */
 int cli_cmd_devices(int argc, char **argv);
-/* `flashattn plan`: the tile plan for a problem on a device, and why (cli_info.c). */
+/* `flashattn plan`: the tile plan for a problem on a device (of the forward, or with
+ * --backward of the backward, with its memory formula), and why (cli_info.c). */
 int cli_cmd_plan(int argc, char **argv);
-/* `flashattn run`: time a forward pass, optionally check it against the CPU golden (cli_run.c). */
+/* `flashattn run`: time a forward pass (and with --backward its backward), optionally check it
+ * against the CPU golden (cli_run.c, cli_run_bwd.c). */
 int cli_cmd_run(int argc, char **argv);
 
 #endif /* FLASHATTN_TOOLS_CLI_COMMANDS_H */

@@ -1,9 +1,12 @@
 /*
  * cli_info.c - the `flashattn devices` and `flashattn plan` subcommands: what the library can
- * see, and which tiles it would choose for a problem and why. Neither runs a kernel.
+ * see, and which tiles it would choose for a problem and why (for the forward, or with
+ * --backward for the backward pass, with the device bytes a backward run holds). Neither runs a
+ * kernel.
  */
 #include "cli_commands.h"
 #include "cli_common.h"
+#include "cli_memory.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -99,7 +102,28 @@ static int open_arch_context(const cli_cmd *cmd, fa_backend backend, const char 
     return st == FA_STATUS_OK ? 0 : cli_lib_error(st, NULL, why);
 }
 
-static void print_plan(const fa_context *ctx, int picked, const fa_plan *plan, fa_layout layout)
+/*
+ * The backward's memory formula with the numbers: every tensor a backward run holds (the
+ * forward's Q, K, V, O and LSE, which it reads, and dO, dQ, dK, dV), plus the plan's scratch,
+ * is the peak device bytes (what `run --backward` measures).
+ */
+static void print_backward_memory(const fa_plan *plan)
+{
+    cli_backward_memory m;
+    char peak[64];
+    cli_backward_memory_of(fa_plan_problem(plan), fa_plan_scratch_bytes(plan), &m);
+    cli_format_bytes(m.peak, peak, sizeof peak);
+    printf("%-13s Q %" PRIu64 " + K %" PRIu64 " + V %" PRIu64 " + O %" PRIu64 " + dO %" PRIu64
+           " + dQ %" PRIu64 " + dK %" PRIu64 " + dV %" PRIu64 " + LSE %" PRIu64
+           " (4*B*Hq*Sq) = %" PRIu64 " B\n",
+           "tensors", m.q, m.k, m.v, m.o, m.d_o, m.dq, m.dk, m.dv, m.lse, m.tensors);
+    printf("%-13s %" PRIu64 " B (fa_plan_scratch_bytes)\n", "scratch", m.scratch);
+    printf("%-13s tensors %" PRIu64 " B + scratch %" PRIu64 " B = %s\n", "peak memory",
+           m.tensors, m.scratch, peak);
+}
+
+static void print_plan(const fa_context *ctx, int picked, const fa_plan *plan, fa_layout layout,
+                       int backward)
 {
     char line[512], sram[64];
     const char *explain = fa_plan_explain(plan);
@@ -110,12 +134,16 @@ static void print_plan(const fa_context *ctx, int picked, const fa_plan *plan, f
         printf("%-13s %s\n", "auto", note + 6);
     cli_describe_problem(fa_plan_problem(plan), layout, line, sizeof line);
     printf("%-13s %s\n", "problem", line);
+    if (backward)
+        printf("%-13s backward: dO -> dQ, dK, dV\n", "pass");
     printf("%-13s %" PRId32 "\n", "Br", fa_plan_block_r(plan));
     printf("%-13s %" PRId32 "\n", "Bc", fa_plan_block_c(plan));
     printf("%-13s %" PRId32 "\n", "work-group", fa_plan_work_group_size(plan));
     cli_format_bytes(fa_plan_sram_bytes(plan), sram, sizeof sram);
     printf("%-13s %s\n", "sram", sram);
     printf("%-13s %" PRIu64 "\n", "work-groups", fa_plan_work_groups(plan));
+    if (backward)
+        print_backward_memory(plan);
     if (explain && *explain) {
         size_t len = strlen(explain);
         printf("\nexplanation:\n%s%s", explain, explain[len - 1] == '\n' ? "" : "\n");
@@ -128,18 +156,23 @@ int cli_cmd_plan(int argc, char **argv)
         "plan", "[--backend B] [--seq N] [--dim D] [options]",
         "Creates a context and a tile plan for one problem and prints Br, Bc, the work-group\n"
         "size, the on-chip bytes, the number of work-groups and the planner's reasoning.\n"
-        "With --backend cuda --arch sm_XY it plans for a known GPU architecture instead of a\n"
-        "device, so it needs no GPU."};
+        "--backward plans the backward pass instead (fa_plan_create_backward) and adds its\n"
+        "memory formula: tensors (Q, K, V, O, dO, dQ, dK, dV and LSE) + scratch = peak device\n"
+        "bytes. With --backend cuda --arch sm_XY it plans for a known GPU architecture instead\n"
+        "of a device, so it needs no GPU."};
     cli_problem_args pa;
     fa_backend backend = FA_BACKEND_AUTO;
     int64_t device = 0;
     const char *arch = NULL;
-    cli_opt opts[CLI_PROBLEM_NOPTS + 3] = {
+    int backward = 0;
+    cli_opt opts[CLI_PROBLEM_NOPTS + 4] = {
         {"backend", CLI_BACKEND, &backend, 0, 0, "B", "auto, cpu, opencl or cuda (default auto)",
          0},
         {"device", CLI_INT, &device, 0, INT32_MAX, "N", "device index (default 0)", 0},
         {"arch", CLI_STRING, &arch, 0, 0, "SM",
          "cuda only: plan for sm_75, sm_80, sm_86, sm_89 or sm_90 without a device", 0},
+        {"backward", CLI_FLAG, &backward, 0, 0, NULL,
+         "plan the backward pass (dO -> dQ, dK, dV); print its memory formula", 0},
     };
     const size_t n = sizeof opts / sizeof opts[0];
     fa_context *ctx = NULL;
@@ -149,7 +182,7 @@ int cli_cmd_plan(int argc, char **argv)
     int r;
 
     cli_problem_defaults(&pa);
-    cli_problem_opts(&pa, opts + 3);
+    cli_problem_opts(&pa, opts + 4);
     r = cli_parse(&cmd, argc, argv, opts, n);
     if (r == CLI_PARSE_HELP) {
         cli_print_help(&cmd, opts, n);
@@ -164,11 +197,11 @@ int cli_cmd_plan(int argc, char **argv)
              : cli_context_open(backend, (int)device, &ctx);
     if (r != 0)
         return r;
-    st = fa_plan_create(ctx, &p, &plan);
+    st = backward ? fa_plan_create_backward(ctx, &p, &plan) : fa_plan_create(ctx, &p, &plan);
     if (st != FA_STATUS_OK)
         r = cli_plan_error(st, ctx, &p);
     else
-        print_plan(ctx, backend == FA_BACKEND_AUTO, plan, pa.layout);
+        print_plan(ctx, backend == FA_BACKEND_AUTO, plan, pa.layout, backward);
     fa_plan_destroy(plan);
     fa_context_destroy(ctx);
     return r;

@@ -26,6 +26,28 @@ uint64_t cli_add_sat(uint64_t a, uint64_t b);
  */
 uint64_t cli_host_memory_available(const char **source);
 
+/*
+ * Bytes of the device buffer that holds a [batch, heads, seq, head_dim] tensor of this shape in
+ * layout l (the last element's extent; at least one element, since buffers cannot be empty).
+ * UINT64_MAX when a stride or offset is negative or the size passes 64 bits.
+ */
+uint64_t cli_layout_bytes(const int64_t shape[4], const fa_tensor_layout *l, fa_dtype dtype);
+
+/*
+ * The device bytes of a backward run, by tensor: what `plan --backward` prints, and what `run`
+ * and `bench` allocate (and check before allocating). Saturating at UINT64_MAX.
+ */
+typedef struct cli_backward_memory {
+    uint64_t q, k, v, o, d_o, dq, dk, dv; /* each tensor's buffer, in its layout and the dtype */
+    uint64_t lse;                         /* f32 [batch, heads_q, seqlen_q]: 4 bytes a row */
+    uint64_t tensors;                     /* the sum of the nine above */
+    uint64_t scratch;                     /* fa_plan_scratch_bytes of the backward plan */
+    uint64_t peak;                        /* tensors + scratch: the peak device bytes */
+} cli_backward_memory;
+
+/* Fills m for problem p with the backward plan's scratch bytes. */
+void cli_backward_memory_of(const fa_problem *p, uint64_t scratch, cli_backward_memory *m);
+
 /* What a command is about to allocate. */
 typedef struct cli_memory_need {
     uint64_t host;   /* host bytes */

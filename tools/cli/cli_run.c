@@ -1,7 +1,8 @@
 /*
  * cli_run.c - the `flashattn run` subcommand: one attention forward pass on a chosen backend,
  * timed, with inputs either random (seeded, so runs are repeatable) or read from .npy files,
- * optional .npy outputs, and --check against the CPU golden backend on the same inputs.
+ * optional .npy outputs, and --check against the CPU golden backend on the same inputs. With
+ * --backward (or --do) the backward pass follows the forward: cli_run_bwd.c.
  *
  * Order of work: resolve the shape (from the options or the files), let the library validate
  * and plan it, check what the run will allocate against the host's and the device's memory, and
@@ -16,6 +17,7 @@
 #include "cli_commands.h"
 #include "cli_common.h"
 #include "cli_memory.h"
+#include "cli_run.h"
 #include "cli_session.h"
 #include "cli_tensor.h"
 
@@ -37,26 +39,9 @@
 #define CLI_PATH_MAX 4096
 /* Most timed repetitions. */
 #define CLI_MAX_REPEAT 100000
-/* Width of the key column of the report. */
-#define KEY "%-12s"
+#define KEY RUN_KEY
 
-typedef struct run_args {
-    cli_problem_args pa;
-    fa_backend backend;
-    int64_t device, repeat;
-    uint64_t seed;
-    const char *q_path, *k_path, *v_path, *out_path, *lse_path, *save_dir;
-    int check;
-} run_args;
-
-/* Host tensors of one run: inputs, output, reference output and LSE. */
-typedef struct run_data {
-    cli_tensor q, k, v, o, ref;
-    float *lse;
-    size_t lse_count;
-} run_data;
-
-#define RUN_NOPTS (CLI_PROBLEM_NOPTS + 11)
+#define RUN_NOPTS (CLI_PROBLEM_NOPTS + 16)
 
 /* The option table; entries point into *a. Returns the number of entries. */
 static size_t run_table(run_args *a, cli_opt *opts)
@@ -72,14 +57,22 @@ static size_t run_table(run_args *a, cli_opt *opts)
          "Q from .npy [batch, heads, seq, dim], '<f4' or '<f2'", 0},
         {"k", CLI_STRING, &a->k_path, 0, 0, "FILE", "K from .npy [batch, heads_kv, seq_k, dim]", 0},
         {"v", CLI_STRING, &a->v_path, 0, 0, "FILE", "V from .npy, the shape of K", 0},
+        {"do", CLI_STRING, &a->do_path, 0, 0, "FILE",
+         "dO from .npy, the shape of Q (with --q/--k/--v); implies --backward", 0},
         {"save-inputs", CLI_STRING, &a->save_dir, 0, 0, "DIR",
-         "write the inputs as DIR/q.npy, k.npy, v.npy", 0},
+         "write the inputs as DIR/q.npy, k.npy, v.npy (and do.npy)", 0},
         {"out", CLI_STRING, &a->out_path, 0, 0, "FILE", "write O as .npy (float32 for bf16)", 0},
         {"lse", CLI_STRING, &a->lse_path, 0, 0, "FILE",
          "write LSE as float32 .npy [batch, heads, seq]", 0},
+        {"dq", CLI_STRING, &a->dq_path, 0, 0, "FILE", "write dQ as .npy, the shape of Q", 0},
+        {"dk", CLI_STRING, &a->dk_path, 0, 0, "FILE", "write dK as .npy, the shape of K", 0},
+        {"dv", CLI_STRING, &a->dv_path, 0, 0, "FILE", "write dV as .npy, the shape of V", 0},
         {"repeat", CLI_INT, &a->repeat, 1, CLI_MAX_REPEAT, "N",
          "time the median of N runs after one warm-up (default 1)", 0},
-        {"check", CLI_FLAG, &a->check, 0, 0, NULL, "compare O with the CPU golden backend", 0},
+        {"backward", CLI_FLAG, &a->backward, 0, 0, NULL,
+         "then the backward pass: dO -> dQ, dK, dV (random dO)", 0},
+        {"check", CLI_FLAG, &a->check, 0, 0, NULL,
+         "compare O (and dQ, dK, dV) with the CPU golden backend", 0},
     };
     memcpy(opts, where, sizeof where);
     cli_problem_opts(&a->pa, opts + 2);
@@ -100,10 +93,10 @@ static int run_validate(const cli_cmd *cmd, const run_args *a, const cli_opt *op
         if (cli_find(opts, n, shape_opts[i])->seen)
             return cli_usage_error(
                 cmd, "--%s cannot be combined with --q (the files give the shape)", shape_opts[i]);
-    return 0;
+    return run_bwd_validate(cmd, a);
 }
 
-static void shape_text(const int64_t s[4], char *buf, size_t size)
+void run_shape_text(const int64_t s[4], char *buf, size_t size)
 {
     snprintf(buf, size, "[%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "]", s[0], s[1], s[2],
              s[3]);
@@ -124,8 +117,8 @@ static int check_file_shapes(const run_args *a, const run_data *d)
         return cli_error("%s: its %" PRId64 " heads do not divide %s's %" PRId64 " heads",
                          a->k_path, k[1], a->q_path, q[1]);
     if (memcmp(k, v, 4 * sizeof *k) != 0) {
-        shape_text(v, s1, sizeof s1);
-        shape_text(k, s2, sizeof s2);
+        run_shape_text(v, s1, sizeof s1);
+        run_shape_text(k, s2, sizeof s2);
         return cli_error("%s: shape %s does not match %s's %s", a->v_path, s1, a->k_path, s2);
     }
     return 0;
@@ -134,15 +127,15 @@ static int check_file_shapes(const run_args *a, const run_data *d)
 /* Loads --q/--k/--v; the problem's shape (and dtype, unless --dtype was given) come from them. */
 static int load_inputs(run_args *a, int dtype_given, run_data *d)
 {
-    npy_dtype dq, dk, dv;
-    if (cli_tensor_load(a->q_path, &d->q, &dq) || cli_tensor_load(a->k_path, &d->k, &dk) ||
-        cli_tensor_load(a->v_path, &d->v, &dv))
+    npy_dtype tq, tk, tv; /* the files' element types */
+    if (cli_tensor_load(a->q_path, &d->q, &tq) || cli_tensor_load(a->k_path, &d->k, &tk) ||
+        cli_tensor_load(a->v_path, &d->v, &tv))
         return CLI_EXIT_FAIL;
-    if (dk != dq || dv != dq)
+    if (tk != tq || tv != tq)
         return cli_error("%s: dtype '%s' does not match %s's '%s'",
-                         dk != dq ? a->k_path : a->v_path, npy_dtype_descr(dk != dq ? dk : dv),
-                         a->q_path, npy_dtype_descr(dq));
-    if (check_file_shapes(a, d) != 0)
+                         tk != tq ? a->k_path : a->v_path, npy_dtype_descr(tk != tq ? tk : tv),
+                         a->q_path, npy_dtype_descr(tq));
+    if (check_file_shapes(a, d) != 0 || (a->do_path && run_bwd_load(a, tq, d) != 0))
         return CLI_EXIT_FAIL;
     a->pa.batch = d->q.shape[0];
     a->pa.heads = d->q.shape[1];
@@ -151,11 +144,12 @@ static int load_inputs(run_args *a, int dtype_given, run_data *d)
     a->pa.heads_kv = d->k.shape[1];
     a->pa.seq_k = d->k.shape[2];
     if (!dtype_given)
-        a->pa.dtype = dq == NPY_F16 ? FA_DTYPE_F16 : FA_DTYPE_F32;
+        a->pa.dtype = tq == NPY_F16 ? FA_DTYPE_F16 : FA_DTYPE_F32;
     return 0;
 }
 
-/* Random Q, K, V from one splitmix64 stream, in that order, in logical BHSD order. */
+/* Random Q, K, V (and dO) from one splitmix64 stream, in that order, in logical BHSD order:
+ * dO comes last so that Q, K and V are those of a forward-only run with the same seed. */
 static int random_inputs(const run_args *a, const fa_problem *p, run_data *d)
 {
     int64_t qs[4], kvs[4];
@@ -168,6 +162,11 @@ static int random_inputs(const run_args *a, const fa_problem *p, run_data *d)
     cli_tensor_fill_random(&d->q, &state);
     cli_tensor_fill_random(&d->k, &state);
     cli_tensor_fill_random(&d->v, &state);
+    if (!a->backward)
+        return 0;
+    if (cli_tensor_alloc(&d->d_o, "do", qs[0], qs[1], qs[2], qs[3]) != 0)
+        return CLI_EXIT_FAIL;
+    cli_tensor_fill_random(&d->d_o, &state);
     return 0;
 }
 
@@ -179,7 +178,8 @@ static int join_path(char *buf, const char *dir, const char *name)
     return 0;
 }
 
-/* --save-inputs: the rounded inputs, so that a later --q/--k/--v run sees the same bytes. */
+/* --save-inputs: the rounded inputs, so that a later --q/--k/--v (--do) run sees the same
+ * bytes. */
 static int save_inputs(const char *dir, const run_data *d, fa_dtype dtype)
 {
     char path[CLI_PATH_MAX];
@@ -187,6 +187,8 @@ static int save_inputs(const char *dir, const run_data *d, fa_dtype dtype)
     if (join_path(path, dir, "q.npy") || cli_tensor_save(path, &d->q, dtype) ||
         join_path(path, dir, "k.npy") || cli_tensor_save(path, &d->k, dtype) ||
         join_path(path, dir, "v.npy") || cli_tensor_save(path, &d->v, dtype))
+        return CLI_EXIT_FAIL;
+    if (d->d_o.data && (join_path(path, dir, "do.npy") || cli_tensor_save(path, &d->d_o, dtype)))
         return CLI_EXIT_FAIL;
     return 0;
 }
@@ -197,18 +199,17 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* One warm-up forward (kernel builds, caches), then the median of `repeat` timed ones. */
-static int timed_forward(cli_session *s, int64_t repeat, double *median_ms)
+int run_timed(int (*fn)(cli_session *), cli_session *s, int64_t repeat, double *median_ms)
 {
     double *t = malloc((size_t)repeat * sizeof *t);
     int64_t i;
     int rc = 0;
     if (!t)
         return cli_error("out of host memory");
-    rc = cli_session_forward(s);
+    rc = fn(s);
     for (i = 0; i < repeat && rc == 0; i++) {
         double t0 = cli_now_ms();
-        rc = cli_session_forward(s);
+        rc = fn(s);
         t[i] = cli_now_ms() - t0;
     }
     if (rc == 0) {
@@ -238,25 +239,40 @@ static void print_setup(const run_args *a, const cli_session *s)
                ", sram %s, work-groups %" PRIu64 "\n",
            "plan", fa_plan_block_r(s->plan), fa_plan_block_c(s->plan),
            fa_plan_work_group_size(s->plan), sram, fa_plan_work_groups(s->plan));
+    if (s->bwd_plan)
+        run_bwd_print_plan(s);
 }
 
-static void print_timing(const run_args *a, const cli_session *s, double ms)
+double run_forward_flops(const fa_problem *p)
 {
-    const fa_problem *p = &s->problem;
     double flops = 4.0 * (double)p->batch * (double)p->heads_q * (double)p->seqlen_q *
                    (double)p->seqlen_k * (double)p->head_dim;
+    return p->mask != FA_MASK_NONE ? 0.5 * flops : flops;
+}
+
+void run_print_time(const char *prefix, double ms, int64_t repeat, double flops,
+                    const char *note)
+{
+    char key[32];
+    snprintf(key, sizeof key, "%stime", prefix);
+    printf(KEY "%.3f ms (median of %" PRId64 " after 1 warm-up)\n", key, ms, repeat);
+    snprintf(key, sizeof key, "%sthroughput", prefix);
+    if (ms > 0.0)
+        printf(KEY "%.2f GFLOP/s%s\n", key, flops / (ms * 1e6), note);
+    else
+        printf(KEY "n/a (too fast to time)\n", key);
+}
+
+/* The context's peak device bytes over the whole run (forward and backward). */
+static void print_peak(const cli_session *s)
+{
     uint64_t peak = 0;
     char mem[64];
-    if (p->mask != FA_MASK_NONE)
-        flops *= 0.5;
-    printf(KEY "%.3f ms (median of %" PRId64 " after 1 warm-up)\n", "time", ms, a->repeat);
-    if (ms > 0.0)
-        printf(KEY "%.2f GFLOP/s\n", "throughput", flops / (ms * 1e6));
-    else
-        printf(KEY "n/a (too fast to time)\n", "throughput");
     fa_context_memory(s->ctx, NULL, &peak);
     cli_format_bytes(peak, mem, sizeof mem);
     printf(KEY "%s\n", "peak memory", mem);
+    if (s->bwd_plan)
+        run_bwd_print_memory(s, peak);
 }
 
 /* Host O (and LSE) of the problem's shape. */
@@ -291,58 +307,79 @@ static int write_outputs(const run_args *a, const cli_session *s, const run_data
     return 0;
 }
 
-/* Compares O with the reference; prints the errors and returns CLI_EXIT_FAIL when they differ
- * on NaN or infinity or by more than the tolerance. */
-static int compare(const cli_tensor *o, const cli_tensor *ref, fa_dtype dtype)
+/* One "KEY %.3e" line of a comparison's report, the key after its prefix. */
+static void compare_line(const char *prefix, const char *key, double value)
+{
+    char k[32];
+    snprintf(k, sizeof k, "%s%s", prefix, key);
+    printf(KEY "%.3e\n", k, value);
+}
+
+int run_compare(const char *name, const char *prefix, const cli_tensor *x, const cli_tensor *ref,
+                fa_dtype dtype, char *why, size_t why_size)
 {
     cli_compare c;
     double atol, rtol, tol;
-    char why[256];
-    cli_tensor_compare(o, ref, &c);
+    char k[32];
+    cli_tensor_compare(x, ref, &c);
     cli_check_tolerance(dtype, &atol, &rtol);
     tol = atol + rtol * c.max_ref;
-    printf(KEY "%.3e\n", "max abs err", c.max_err);
-    printf(KEY "%.3e\n", "NMSE", c.nmse);
-    printf(KEY "%.3e = %g + %g * max|ref| %.4g (%s)\n", "tolerance", tol, atol, rtol, c.max_ref,
+    compare_line(prefix, "max abs err", c.max_err);
+    compare_line(prefix, "NMSE", c.nmse);
+    snprintf(k, sizeof k, "%stolerance", prefix);
+    printf(KEY "%.3e = %g + %g * max|ref| %.4g (%s)\n", k, tol, atol, rtol, c.max_ref,
            fa_dtype_name(dtype));
-    if (c.mismatches) {
-        printf(KEY "FAIL\n", "check");
-        cli_describe_mismatch(&c, ref, why, sizeof why);
-        return cli_error("check failed: %s", why);
-    }
-    if (c.max_err > tol) {
-        printf(KEY "FAIL\n", "check");
-        return cli_error("check failed: max abs error %.3e exceeds the tolerance %.3e", c.max_err,
-                         tol);
-    }
-    printf(KEY "PASS\n", "check");
+    snprintf(k, sizeof k, "%scheck", prefix);
+    if (c.mismatches)
+        cli_describe_mismatch(&c, ref, name, why, why_size);
+    else if (c.max_err > tol)
+        snprintf(why, why_size, "%s max abs error %.3e exceeds the tolerance %.3e (%g + %g * "
+                 "max|%s ref| %.4g)", name, c.max_err, tol, atol, rtol, name, c.max_ref);
+    printf(KEY "%s\n", k, c.mismatches || c.max_err > tol ? "FAIL" : "PASS");
+    return c.mismatches || c.max_err > tol;
+}
+
+/* The golden session: the same problem on the CPU backend with the planner's own tiles, its
+ * forward run on the same inputs, with LSE when the backward follows. */
+static int golden_forward(cli_session *ref, const run_args *a, run_data *d, fa_problem *p)
+{
+    char line[512];
+    p->block_r = 0;
+    p->block_c = 0;
+    if (cli_session_open(ref, FA_BACKEND_CPU, 0, p) || cli_session_buffers(ref, a->backward) ||
+        cli_session_upload(ref, &d->q, &d->k, &d->v) || cli_session_forward(ref) ||
+        cli_tensor_alloc(&d->ref, "reference o", p->batch, p->heads_q, p->seqlen_q,
+                         p->head_dim) ||
+        cli_session_download(ref, &d->ref, NULL))
+        return CLI_EXIT_FAIL;
+    cli_describe_context(ref->ctx, 0, line, sizeof line);
+    printf(KEY "%s\n", "reference", line);
     return 0;
 }
 
-/* --check: the same problem and inputs on the CPU golden backend, with the planner's own tiles. */
-static int check_against_cpu(const cli_session *s, run_data *d)
+/* --check: O, and with the backward dQ, dK and dV, against the CPU golden backend. Every
+ * comparison is printed before the first failure's reason ends the run. */
+static int check_against_cpu(const run_args *a, const cli_session *s, run_data *d)
 {
     cli_session ref;
     fa_problem p = s->problem;
-    char line[512];
-    int rc;
+    char why[512] = "", why_o[512] = "";
+    int failed = 0, rc;
     memset(&ref, 0, sizeof ref);
-    p.block_r = 0;
-    p.block_c = 0;
-    rc = cli_session_open(&ref, FA_BACKEND_CPU, 0, &p);
-    rc = rc ? rc : cli_session_buffers(&ref, 0);
-    rc = rc ? rc : cli_session_upload(&ref, &d->q, &d->k, &d->v);
-    rc = rc ? rc : cli_session_forward(&ref);
-    rc = rc ? rc
-            : cli_tensor_alloc(&d->ref, "reference o", p.batch, p.heads_q, p.seqlen_q, p.head_dim);
-    rc = rc ? rc : cli_session_download(&ref, &d->ref, NULL);
-    if (rc == 0) {
-        cli_describe_context(ref.ctx, 0, line, sizeof line);
-        printf(KEY "%s\n", "reference", line);
-        rc = compare(&d->o, &d->ref, p.dtype);
+    rc = golden_forward(&ref, a, d, &p);
+    if (rc == 0)
+        failed = run_compare("O", "", &d->o, &d->ref, p.dtype, why_o, sizeof why_o);
+    if (rc == 0 && a->backward) {
+        int bad = run_bwd_check(&ref, &p, d, why, sizeof why);
+        rc = bad < 0 ? CLI_EXIT_FAIL : 0;
+        failed += bad > 0 ? bad : 0;
     }
     cli_session_close(&ref);
-    return rc;
+    if (rc != 0 || failed == 0)
+        return rc;
+    if (failed > 1)
+        return cli_error("check failed: %s (and %d more)", *why_o ? why_o : why, failed - 1);
+    return cli_error("check failed: %s", *why_o ? why_o : why);
 }
 
 /* Elements of a [batch, heads, seq, head_dim] shape (saturating). */
@@ -356,7 +393,7 @@ static uint64_t shape_elems(const int64_t s[4])
  * Everything the run allocates from here on, checked before the first large allocation: the
  * host tensors (f32; Q, K and V only when random, files are held already), one transfer image
  * at a time, the device buffers and, with --check, the CPU reference session's buffers (host
- * memory) and the reference O.
+ * memory) and the reference O; with the backward, its share of each (run_bwd_need).
  */
 static int check_memory(const run_args *a, const cli_session *s)
 {
@@ -386,12 +423,44 @@ static int check_memory(const run_args *a, const cli_session *s)
         host_floats = cli_add_sat(host_floats, rows);
     if (a->check)
         host_floats = cli_add_sat(host_floats, nq);
+    if (a->lse_path || a->backward)
+        device = cli_add_sat(device, cli_mul_sat(rows, sizeof(float)));
+    if (a->backward)
+        run_bwd_need(a, s, &host_floats, &device);
     need.host = cli_add_sat(cli_mul_sat(host_floats, sizeof(float)), staging);
     if (a->check)
         need.host = cli_add_sat(need.host, device);
-    need.device = a->lse_path ? cli_add_sat(device, cli_mul_sat(rows, sizeof(float))) : device;
+    need.device = device;
     if (cli_memory_fits(s->ctx, need, why, sizeof why) != 0)
         return cli_error("the run %s", why);
+    return 0;
+}
+
+/* Every output path can be written, checked before any work. */
+static int check_outputs(const run_args *a)
+{
+    const char *const paths[5] = {a->out_path, a->lse_path, a->dq_path, a->dk_path, a->dv_path};
+    static const char *const what[5] = {"the O file", "the LSE file", "the dQ file",
+                                        "the dK file", "the dV file"};
+    int i;
+    for (i = 0; i < 5; i++)
+        if (paths[i] && cli_check_writable(paths[i], what[i]) != 0)
+            return CLI_EXIT_FAIL;
+    return 0;
+}
+
+/* The inputs, from the files or the seed, rounded to the dtype (and saved with --save-inputs). */
+static int prepare_inputs(const run_args *a, const cli_session *s, run_data *d)
+{
+    fa_dtype dtype = s->problem.dtype;
+    if (!a->q_path && random_inputs(a, &s->problem, d) != 0)
+        return CLI_EXIT_FAIL;
+    cli_tensor_round(&d->q, dtype);
+    cli_tensor_round(&d->k, dtype);
+    cli_tensor_round(&d->v, dtype);
+    cli_tensor_round(&d->d_o, dtype);
+    if (a->save_dir && save_inputs(a->save_dir, d, dtype) != 0)
+        return CLI_EXIT_FAIL;
     return 0;
 }
 
@@ -401,32 +470,30 @@ static int run_body(run_args *a, int dtype_given, run_data *d, cli_session *s)
     int want_lse = a->lse_path != NULL;
     double ms = 0.0;
     fa_problem p;
-    if ((a->out_path && cli_check_writable(a->out_path, "the O file") != 0) ||
-        (a->lse_path && cli_check_writable(a->lse_path, "the LSE file") != 0))
-        return CLI_EXIT_FAIL;
-    if (a->q_path && load_inputs(a, dtype_given, d) != 0)
+    if (check_outputs(a) != 0 || (a->q_path && load_inputs(a, dtype_given, d) != 0))
         return CLI_EXIT_FAIL;
     if (cli_problem_build(&a->pa, &p) != 0 ||
-        cli_session_open(s, a->backend, (int)a->device, &p) != 0 || check_memory(a, s) != 0)
+        cli_session_open(s, a->backend, (int)a->device, &p) != 0 ||
+        (a->backward && cli_session_plan_backward(s, &p) != 0) || check_memory(a, s) != 0 ||
+        prepare_inputs(a, s, d) != 0)
         return CLI_EXIT_FAIL;
-    if (!a->q_path && random_inputs(a, &s->problem, d) != 0)
-        return CLI_EXIT_FAIL;
-    cli_tensor_round(&d->q, p.dtype);
-    cli_tensor_round(&d->k, p.dtype);
-    cli_tensor_round(&d->v, p.dtype);
-    if (a->save_dir && save_inputs(a->save_dir, d, p.dtype) != 0)
-        return CLI_EXIT_FAIL;
-    if (cli_session_buffers(s, want_lse) || cli_session_upload(s, &d->q, &d->k, &d->v) ||
-        alloc_outputs(s, want_lse, d))
+    /* The backward reads the LSE the forward writes, so it needs the buffer either way. */
+    if (cli_session_buffers(s, want_lse || a->backward) ||
+        cli_session_upload(s, &d->q, &d->k, &d->v) || alloc_outputs(s, want_lse, d) ||
+        (a->backward && run_bwd_prepare(s, d) != 0))
         return CLI_EXIT_FAIL;
     print_setup(a, s);
     fflush(stdout);
-    if (timed_forward(s, a->repeat, &ms) || cli_session_download(s, &d->o, d->lse))
+    if (run_timed(cli_session_forward, s, a->repeat, &ms) ||
+        cli_session_download(s, &d->o, d->lse))
         return CLI_EXIT_FAIL;
-    print_timing(a, s, ms);
-    if (write_outputs(a, s, d) != 0)
+    run_print_time("", ms, a->repeat, run_forward_flops(&s->problem), "");
+    if (a->backward && run_bwd_time(a, s, d) != 0)
         return CLI_EXIT_FAIL;
-    return a->check ? check_against_cpu(s, d) : 0;
+    print_peak(s);
+    if (write_outputs(a, s, d) != 0 || (a->backward && run_bwd_write(a, s, d) != 0))
+        return CLI_EXIT_FAIL;
+    return a->check ? check_against_cpu(a, s, d) : 0;
 }
 
 int cli_cmd_run(int argc, char **argv)
@@ -435,9 +502,13 @@ int cli_cmd_run(int argc, char **argv)
         "run", "[options]",
         "Runs one attention forward pass O = softmax(Q K^T * scale) V and reports its time,\n"
         "throughput and peak device memory. Inputs are random (seeded) or --q/--k/--v .npy\n"
-        "files (float32 or float16, C order, [batch, heads, seq, head_dim]). --check compares O\n"
-        "with the CPU golden backend and fails when max|O - ref| > atol + rtol * max|ref| or\n"
-        "when they disagree on NaN or infinity (NaN where the reference has NaN agrees)."};
+        "files (float32 or float16, C order, [batch, heads, seq, head_dim]). --backward (or\n"
+        "--do FILE with the files) then runs the backward pass dO -> dQ, dK, dV on the same\n"
+        "backend and reports it the same way (GFLOP/s counting 2.5x the forward's FLOPs); dO is\n"
+        "random like the inputs, or --do. --check compares O (and dQ, dK, dV) with the CPU\n"
+        "golden backend and fails when max|x - ref| > atol + rtol * max|ref| (max|ref| of each\n"
+        "tensor on its own) or when they disagree on NaN or infinity (NaN where the reference\n"
+        "has NaN agrees)."};
     run_args a;
     run_data d;
     cli_session s;
@@ -460,6 +531,7 @@ int cli_cmd_run(int argc, char **argv)
     }
     if (r != CLI_PARSE_OK || run_validate(&cmd, &a, opts, n) != 0)
         return CLI_EXIT_USAGE;
+    a.backward = a.backward || a.do_path; /* --do implies the backward */
     cli_problem_resolve(&a.pa, opts, n);
     r = run_body(&a, cli_find(opts, n, "dtype")->seen, &d, &s);
     cli_session_close(&s);
@@ -468,6 +540,7 @@ int cli_cmd_run(int argc, char **argv)
     cli_tensor_free(&d.v);
     cli_tensor_free(&d.o);
     cli_tensor_free(&d.ref);
+    run_bwd_free(&d);
     free(d.lse);
     return r;
 }

@@ -1,6 +1,6 @@
 /*
- * cli_session.c - context, plan, buffers and transfers for one forward pass (see
- * cli_session.h). Transfers go through a host image in the device layout, so BSHD and BHSD
+ * cli_session.c - context, plans, buffers and transfers for one forward pass and its backward
+ * (see cli_session.h). Transfers go through a host image in the device layout, so BSHD and BHSD
  * runs read and write the same logical host tensors.
  */
 #include "cli_session.h"
@@ -92,18 +92,28 @@ int cli_session_forward(cli_session *s)
     return st == FA_STATUS_OK ? 0 : cli_lib_error(st, s->ctx, NULL);
 }
 
-int cli_session_download(cli_session *s, cli_tensor *o, float *lse)
+/* Reads buf (holding a tensor in layout l) back into the host tensor t. */
+static int download_one(cli_session *s, const fa_buffer *buf, const fa_tensor_layout *l,
+                        cli_tensor *t)
 {
-    size_t bytes = fa_buffer_size(s->o);
+    size_t bytes = fa_buffer_size(buf);
     void *image = malloc(bytes);
     fa_status st;
     if (!image)
         return cli_error("out of host memory for a %zu-byte transfer", bytes);
-    st = fa_buffer_read(s->o, 0, image, bytes);
+    st = fa_buffer_read(buf, 0, image, bytes);
     if (st == FA_STATUS_OK)
-        cli_unpack(image, &s->problem.o, s->problem.dtype, o);
+        cli_unpack(image, l, s->problem.dtype, t);
     free(image);
-    if (st == FA_STATUS_OK && lse && s->lse) {
+    return st == FA_STATUS_OK ? 0 : cli_lib_error(st, s->ctx, NULL);
+}
+
+int cli_session_download(cli_session *s, cli_tensor *o, float *lse)
+{
+    fa_status st = FA_STATUS_OK;
+    if (download_one(s, s->o, &s->problem.o, o) != 0)
+        return CLI_EXIT_FAIL;
+    if (lse && s->lse) {
         size_t n = (size_t)(s->problem.batch * s->problem.heads_q * s->problem.seqlen_q);
         if (n > 0)
             st = fa_buffer_read(s->lse, 0, lse, n * sizeof(float));
@@ -111,8 +121,51 @@ int cli_session_download(cli_session *s, cli_tensor *o, float *lse)
     return st == FA_STATUS_OK ? 0 : cli_lib_error(st, s->ctx, NULL);
 }
 
+int cli_session_plan_backward(cli_session *s, const fa_problem *p)
+{
+    fa_status st = fa_plan_create_backward(s->ctx, p, &s->bwd_plan);
+    return st == FA_STATUS_OK ? 0 : cli_plan_error(st, s->ctx, p);
+}
+
+int cli_session_backward_buffers(cli_session *s)
+{
+    int64_t qs[4], kvs[4];
+    const fa_problem *p = &s->problem;
+    cli_problem_shapes(p, qs, kvs);
+    if (make_buffer(s, qs, &p->d_o, &s->d_o) || make_buffer(s, qs, &p->dq, &s->dq) ||
+        make_buffer(s, kvs, &p->dk, &s->dk) || make_buffer(s, kvs, &p->dv, &s->dv))
+        return CLI_EXIT_FAIL;
+    return 0;
+}
+
+int cli_session_upload_do(cli_session *s, const cli_tensor *d_o)
+{
+    return upload_one(s, d_o, &s->problem.d_o, s->d_o);
+}
+
+int cli_session_backward(cli_session *s)
+{
+    fa_status st = fa_backward(s->ctx, s->bwd_plan, s->q, s->k, s->v, s->o, s->lse, s->d_o,
+                               s->dq, s->dk, s->dv);
+    return st == FA_STATUS_OK ? 0 : cli_lib_error(st, s->ctx, NULL);
+}
+
+int cli_session_download_grads(cli_session *s, cli_tensor *dq, cli_tensor *dk, cli_tensor *dv)
+{
+    const fa_problem *p = &s->problem;
+    if (download_one(s, s->dq, &p->dq, dq) || download_one(s, s->dk, &p->dk, dk) ||
+        download_one(s, s->dv, &p->dv, dv))
+        return CLI_EXIT_FAIL;
+    return 0;
+}
+
 void cli_session_close(cli_session *s)
 {
+    fa_buffer_destroy(s->dv);
+    fa_buffer_destroy(s->dk);
+    fa_buffer_destroy(s->dq);
+    fa_buffer_destroy(s->d_o);
+    fa_plan_destroy(s->bwd_plan);
     fa_buffer_destroy(s->lse);
     fa_buffer_destroy(s->o);
     fa_buffer_destroy(s->v);

@@ -1,6 +1,7 @@
 /*
  * cli_session.h - one forward-pass setup for the `flashattn run` command: a context, a plan, the
- * device buffers for Q, K, V, O and LSE, and the transfers between them and host tensors.
+ * device buffers for Q, K, V, O and LSE, and the transfers between them and host tensors; and,
+ * for the backward pass, a backward plan and the dO, dQ, dK and dV buffers beside them.
  * `run` opens one session on the chosen backend and, with --check, a second on the CPU golden.
  * Every failure prints "flashattn: FA_STATUS_X: message" and returns CLI_EXIT_FAIL.
  */
@@ -15,6 +16,8 @@ typedef struct cli_session {
     fa_plan *plan;
     fa_problem problem; /* as planned */
     fa_buffer *q, *k, *v, *o, *lse;
+    fa_plan *bwd_plan;                 /* the backward's plan, when there is one */
+    fa_buffer *d_o, *dq, *dk, *dv;     /* the backward's buffers */
 } cli_session;
 
 /* The logical shapes of Q (and O) and of K (and V) for a problem. */
@@ -31,6 +34,19 @@ int cli_session_upload(cli_session *s, const cli_tensor *q, const cli_tensor *k,
 int cli_session_forward(cli_session *s);
 /* Reads O back into a tensor of Q's shape and, when both exist, LSE into lse. */
 int cli_session_download(cli_session *s, cli_tensor *o, float *lse);
+/*
+ * The backward: its plan for the problem p the session was opened with (the caller's, so that
+ * an INVALID_TILE names the overrides as given), then its dO, dQ, dK and dV buffers. The forward
+ * buffers must have been made with want_lse (the backward reads LSE).
+ */
+int cli_session_plan_backward(cli_session *s, const fa_problem *p);
+int cli_session_backward_buffers(cli_session *s);
+/* Copies a host dO (Q's shape) into its buffer in the problem's layout and dtype. */
+int cli_session_upload_do(cli_session *s, const cli_tensor *d_o);
+/* One fa_backward call, from the O and LSE that the last forward wrote. */
+int cli_session_backward(cli_session *s);
+/* Reads dQ (Q's shape), dK and dV (K's shape) back into host tensors. */
+int cli_session_download_grads(cli_session *s, cli_tensor *dq, cli_tensor *dk, cli_tensor *dv);
 /* Releases everything; safe on a zeroed or partly opened session. */
 void cli_session_close(cli_session *s);
 

@@ -5,6 +5,7 @@
 #include "cli_tensor.h"
 
 #include "cli_common.h"
+#include "cli_memory.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -98,7 +99,8 @@ void cli_tensor_compare(const cli_tensor *o, const cli_tensor *ref, cli_compare 
     out->nmse = den > 0.0 ? num / den : num;
 }
 
-void cli_describe_mismatch(const cli_compare *c, const cli_tensor *ref, char *buf, size_t size)
+void cli_describe_mismatch(const cli_compare *c, const cli_tensor *ref, const char *name,
+                           char *buf, size_t size)
 {
     int64_t idx[4];
     size_t rest = c->first;
@@ -109,10 +111,10 @@ void cli_describe_mismatch(const cli_compare *c, const cli_tensor *ref, char *bu
     }
     snprintf(buf, size,
              "%zu output%s disagree%s with the reference on NaN or infinity; the first, "
-             "O[%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "], is %g where the reference "
+             "%s[%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "], is %g where the reference "
              "is %g",
-             c->mismatches, c->mismatches == 1 ? "" : "s", c->mismatches == 1 ? "s" : "", idx[0],
-             idx[1], idx[2], idx[3], (double)c->first_x, (double)c->first_ref);
+             c->mismatches, c->mismatches == 1 ? "" : "s", c->mismatches == 1 ? "s" : "", name,
+             idx[0], idx[1], idx[2], idx[3], (double)c->first_x, (double)c->first_ref);
 }
 
 void cli_check_tolerance(fa_dtype dtype, double *atol, double *rtol)
@@ -169,33 +171,13 @@ int cli_tensor_save(const char *path, const cli_tensor *t, fa_dtype dtype)
     return 0;
 }
 
-/* *acc += a * b in uint64, reporting overflow. */
-static int mul_add(uint64_t *acc, uint64_t a, uint64_t b)
-{
-    if (b != 0 && a > (UINT64_MAX - *acc) / b)
-        return -1;
-    *acc += a * b;
-    return 0;
-}
-
 int cli_image_bytes(const int64_t shape[4], const fa_tensor_layout *l, fa_dtype dtype,
                     size_t *bytes)
 {
-    const int64_t strides[3] = {l->stride_batch, l->stride_head, l->stride_seq};
-    uint64_t elems = 1, esz = fa_dtype_size(dtype);
-    int i, bad = l->offset < 0;
-    for (i = 0; i < 4; i++)
-        bad = bad || shape[i] < 0;
-    if (!bad && shape[0] > 0 && shape[1] > 0 && shape[2] > 0 && shape[3] > 0) {
-        elems = (uint64_t)shape[3];
-        bad = bad || mul_add(&elems, (uint64_t)l->offset, 1) != 0;
-        for (i = 0; i < 3 && !bad; i++)
-            bad = strides[i] < 0 ||
-                  mul_add(&elems, (uint64_t)(shape[i] - 1), (uint64_t)strides[i]) != 0;
-    }
-    if (bad || esz == 0 || elems > SIZE_MAX / esz)
+    uint64_t b = cli_layout_bytes(shape, l, dtype);
+    if (b == UINT64_MAX || b > SIZE_MAX)
         return cli_error("tensor layout is too large for this machine");
-    *bytes = (size_t)(elems * esz);
+    *bytes = (size_t)b;
     return 0;
 }
 

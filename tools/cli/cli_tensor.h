@@ -54,9 +54,10 @@ typedef struct cli_compare {
 void cli_tensor_compare(const cli_tensor *o, const cli_tensor *ref, cli_compare *out);
 /*
  * "3 outputs disagree with the reference on NaN or infinity; the first, O[0, 1, 5, 2], is nan
- * where the reference is 0.25" into buf (shape from ref).
+ * where the reference is 0.25" into buf (shape from ref; `name` is the tensor's: "O", "dQ").
  */
-void cli_describe_mismatch(const cli_compare *c, const cli_tensor *ref, char *buf, size_t size);
+void cli_describe_mismatch(const cli_compare *c, const cli_tensor *ref, const char *name,
+                           char *buf, size_t size);
 /*
  * The check's tolerance: max |O - ref| <= atol + rtol * max |ref|. f32 matches the tests' rule;
  * f16 and bf16 allow for the rounding of O itself to the storage type (2^-11 and 2^-8 relative,

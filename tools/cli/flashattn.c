@@ -19,9 +19,9 @@ typedef struct cli_subcommand {
 
 static const cli_subcommand cli_subcommands[] = {
     {"devices", cli_cmd_devices, "list backends, devices and their properties"},
-    {"plan", cli_cmd_plan, "show the tile plan for a problem and the planner's reasoning"},
-    {"run", cli_cmd_run, "run, time and optionally --check one forward pass"},
-    {"bench", cli_cmd_bench, "sweep seq lengths: flash vs naive attention, time and memory"},
+    {"plan", cli_cmd_plan, "show the tile plan (forward or --backward) and the planner's reasons"},
+    {"run", cli_cmd_run, "run, time and optionally --check one forward pass (then --backward)"},
+    {"bench", cli_cmd_bench, "sweep seq lengths: flash vs naive, time and memory (--pass)"},
 };
 
 #define CLI_NSUB (sizeof cli_subcommands / sizeof cli_subcommands[0])
@@ -30,7 +30,8 @@ static void print_usage(FILE *f)
 {
     size_t i;
     fprintf(f, "usage: flashattn <command> [options]\n"
-               "FlashAttention forward on CPU, OpenCL and CUDA through one C library.\n\n"
+               "FlashAttention (forward and backward) on CPU, OpenCL and CUDA through one C "
+               "library.\n\n"
                "commands:\n");
     for (i = 0; i < CLI_NSUB; i++)
         fprintf(f, "  %-10s %s\n", cli_subcommands[i].name, cli_subcommands[i].summary);
