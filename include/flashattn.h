@@ -389,9 +389,10 @@ FA_API uint64_t fa_plan_sram_bytes(const fa_plan *plan);
 FA_API uint64_t fa_plan_work_groups(const fa_plan *plan);
 /*
  * Device bytes a run of the plan allocates for itself beyond the caller's tensors, counted in
- * the context's memory (fa_context_memory) and freed before the run returns: 0 for a forward
- * plan; for a backward plan batch * heads_q * seqlen_q * 4 (D = rowsum(dO * O), f32) on opencl
- * and cuda, and (2 * seqlen_k * d + d) * 8 (f64 dK and dV accumulators of one K/V head) on cpu.
+ * the context's memory (fa_context_memory) and freed before the run returns. opencl and cuda: 0
+ * for a forward plan, batch * heads_q * seqlen_q * 4 for a backward plan (D = rowsum(dO * O),
+ * f32). cpu: (Br * d + 2 * Br + Bc) * 8 for a forward plan (one tile's f64 state), and
+ * (2 * seqlen_k * d + d) * 8 for a backward plan (f64 dK and dV accumulators of one K/V head).
  */
 FA_API uint64_t fa_plan_scratch_bytes(const fa_plan *plan);
 /* A copy of the problem the plan was made for (scale resolved, overrides as given). */

@@ -239,7 +239,8 @@ struct fa_plan {
     fa__tiles tiles;
     fa__launch launches[FA__MAX_LAUNCHES];
     int n_launches;
-    uint64_t scratch_bytes; /* FA__TENSOR_SCRATCH: allocated by each run, 0 for none */
+    uint64_t scratch_bytes; /* FA__TENSOR_SCRATCH, allocated by each run (0: none): set by the
+                               op's launches or by the backend's launch_prepare */
     char explain[4096];
 };
 

@@ -56,7 +56,8 @@ static fa_status plan_launches(fa_context *ctx, fa_plan *plan)
     fa_status st = fa__plan_tiles(&ctx->props, &rules, &plan->problem, &plan->tiles,
                                   plan->explain, sizeof plan->explain, why, sizeof why);
     if (st != FA_STATUS_OK)
-        return fa__error(ctx, st, "%s (device \"%s\", %s backend)", why, ctx->props.name,
+        return fa__error(ctx, st, "%s%s (device \"%s\", %s backend)",
+                         plan->op == FA__OP_BACKWARD ? "backward plan: " : "", why, ctx->props.name,
                          fa_backend_name(ctx->ops->backend));
     if (rules.path_note)
         fa__append(plan->explain, sizeof plan->explain, "kernel: %s\n", rules.path_note);

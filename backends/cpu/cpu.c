@@ -396,22 +396,32 @@ static fa_status cpu_backward(const fa__launch *launch, const fa_kernel_params *
 
 /* ---- launches ----------------------------------------------------------------------------- */
 
+/*
+ * The golden's host scratch, as the plan's (the core allocates it for each run and counts it):
+ * the forward's per-tile state, O(Br*d + Bc) doubles; the backward's f64 dK and dV accumulators
+ * of one K/V head and one dQ row, (2 Sk + 1) d doubles. Nothing grows with Sq * Sk.
+ */
+static fa_status cpu_launch_prepare(fa_context *ctx, fa_plan *plan, fa__launch *launch)
+{
+    (void)ctx;
+    const uint64_t d = (uint64_t)launch->params.head_dim;
+    const uint64_t br = (uint64_t)launch->variant.block_r, bc = (uint64_t)launch->variant.block_c;
+    plan->scratch_bytes = plan->op == FA__OP_BACKWARD
+                              ? (2 * (uint64_t)launch->params.seqlen_k + 1) * d * 8
+                              : (br * d + 2 * br + bc) * 8;
+    return FA_STATUS_OK;
+}
+
 /* The forward's one launch: every (batch, head, query tile) in turn, with the launch's tiles. */
 static fa_status cpu_launch(fa_context *ctx, const fa_plan *plan, const fa__launch *launch,
                             const fa_kernel_params *kp, void *const mem[FA__TENSOR_COUNT])
 {
+    (void)ctx;
     if (plan->op == FA__OP_BACKWARD)
         return cpu_backward(launch, kp, mem);
     const int32_t br = launch->variant.block_r, bc = launch->variant.block_c;
     const int64_t d = kp->head_dim;
-    /* Scratch is O(Br*d + Bc): nothing grows with seqlen_q * seqlen_k. */
-    size_t doubles = (size_t)br * (size_t)d + 2 * (size_t)br + (size_t)bc;
-    size_t bytes = doubles * sizeof(double);
-    double *scratch = malloc(bytes);
-    if (!scratch)
-        return fa__error(ctx, FA_STATUS_OUT_OF_MEMORY, "cpu: cannot allocate %zu scratch bytes",
-                         bytes);
-    fa__mem_add(ctx, bytes);
+    double *scratch = mem[FA__TENSOR_SCRATCH]; /* cpu_launch_prepare sized it */
     tile_state t = {scratch, scratch + (size_t)br * (size_t)d,
                     scratch + (size_t)br * (size_t)d + (size_t)br,
                     scratch + (size_t)br * (size_t)d + 2 * (size_t)br};
@@ -436,8 +446,6 @@ static fa_status cpu_launch(fa_context *ctx, const fa_plan *plan, const fa__laun
             }
         }
     }
-    free(scratch);
-    fa__mem_sub(ctx, bytes);
     return FA_STATUS_OK;
 }
 
@@ -454,5 +462,6 @@ const fa__backend_ops fa__cpu_ops = {
     .buffer_free = cpu_buffer_free,
     .buffer_write = cpu_buffer_write,
     .buffer_read = cpu_buffer_read,
+    .launch_prepare = cpu_launch_prepare,
     .launch = cpu_launch,
 };
