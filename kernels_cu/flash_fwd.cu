@@ -31,6 +31,7 @@
 #ifndef FA_KERNEL_PARAMS_H
 #include "kernel_params.h"
 #endif
+#define FA_FLASH_FWD_CU /* flash_bwd.cu builds on this file */
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 64 /* d: elements per row of Q, K, V, O */

@@ -2,7 +2,9 @@
  * test_cuda.c - CUDA-specific tests that need no GPU:
  *   (a) NVRTC compiles kernels_cu/flash_fwd.cu for every plan the shared case table produces
  *       on the known props of sm_75, sm_80, sm_86, sm_89 and sm_90 (identical option strings
- *       compiled once), and a broken kernel reports KERNEL_BUILD_ERROR with the full log;
+ *       compiled once), and the backward's three entry points (kernels_cu/flash_bwd.cu) for the
+ *       plans of a few representative backward problems on the same archs; a broken kernel
+ *       reports KERNEL_BUILD_ERROR with the full log;
  *   (b) without a driver the backend reports BACKEND_UNAVAILABLE with a reason, contexts fail
  *       cleanly, planning-only contexts (--arch) plan but refuse device work, and the library
  *       still runs on the cpu backend.
@@ -34,9 +36,11 @@
 #define OK FA_STATUS_OK
 #define MAX_KEYS 512
 
-/* The distinct option strings of one arch (the dedupe set of test (a)) and their results. */
+/* The distinct (kernel files, options) of one arch (the dedupe set of test (a)) and their
+ * results. */
 typedef struct compile_jobs {
     const char *arch;
+    const char *entry[MAX_KEYS];
     char keys[MAX_KEYS][256];
     const char *case_name[MAX_KEYS];
     fa_status status[MAX_KEYS];
@@ -46,12 +50,21 @@ typedef struct compile_jobs {
     pthread_mutex_t lock;
 } compile_jobs;
 
-static void jobs_add(compile_jobs *jobs, const char *options, const char *case_name)
+/* Entry points compiled from the same files: an NVRTC compile checks all of a module's
+ * entries, so the backward's three (flash_bwd.cu after flash_fwd.cu) need one job per options. */
+static bool same_source(const char *a, const char *b)
+{
+    return (strncmp(a, "flash_bwd", 9) == 0) == (strncmp(b, "flash_bwd", 9) == 0);
+}
+
+static void jobs_add(compile_jobs *jobs, const char *entry, const char *options,
+                     const char *case_name)
 {
     for (int i = 0; i < jobs->count; i++)
-        if (strcmp(jobs->keys[i], options) == 0)
+        if (same_source(jobs->entry[i], entry) && strcmp(jobs->keys[i], options) == 0)
             return;
     assert_true(jobs->count < MAX_KEYS);
+    jobs->entry[jobs->count] = entry;
     fa__format(jobs->keys[jobs->count], sizeof jobs->keys[0], "%s", options);
     jobs->case_name[jobs->count++] = case_name;
 }
@@ -67,7 +80,8 @@ static void *compile_worker(void *arg)
         pthread_mutex_unlock(&jobs->lock);
         if (i < 0)
             return NULL;
-        jobs->status[i] = fa__cuda_compile_check(jobs->arch, jobs->keys[i], log, sizeof log);
+        jobs->status[i] = fa__cuda_compile_check(jobs->arch, jobs->entry[i], jobs->keys[i], log,
+                                                 sizeof log);
         if (jobs->status[i] != OK)
             jobs->log[i] = strdup(log);
     }
@@ -102,7 +116,45 @@ static void case_options(fa_context *ctx, const fa_test_case *c, char *options, 
     fa_plan_destroy(plan);
 }
 
-/* (a) Every distinct plan of the case table compiles for one arch. */
+/* Representative backward problems: each dtype, d from 40 to 256 (the register-heaviest dK/dV
+ * block), every mask, GQA, Sq != Sk, the planner's own tiles. */
+typedef struct bwd_problem {
+    const char *name;
+    fa_dtype dtype;
+    fa_mask mask;
+    int64_t heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
+} bwd_problem;
+
+static const bwd_problem bwd_problems[] = {
+    {"bwd f32 d64 none", FA_DTYPE_F32, FA_MASK_NONE, 8, 8, 1024, 1024, 64},
+    {"bwd f16 d128 top-left GQA", FA_DTYPE_F16, FA_MASK_CAUSAL_TOP_LEFT, 8, 2, 2048, 2048, 128},
+    {"bwd bf16 d96 bottom-right", FA_DTYPE_BF16, FA_MASK_CAUSAL_BOTTOM_RIGHT, 4, 4, 300, 500, 96},
+    {"bwd f16 d256 none", FA_DTYPE_F16, FA_MASK_NONE, 2, 1, 512, 512, 256},
+    {"bwd f32 d40 top-left odd", FA_DTYPE_F32, FA_MASK_CAUSAL_TOP_LEFT, 3, 1, 37, 29, 40},
+};
+
+/* The backward plan's three launches as compile jobs: what the backend would compile. */
+static void add_backward_jobs(fa_context *ctx, compile_jobs *jobs, const bwd_problem *b)
+{
+    fa_problem p;
+    assert_int_equal(fa_problem_init(&p, b->dtype, FA_LAYOUT_BHSD, 1, b->heads_q, b->heads_kv,
+                                     b->seqlen_q, b->seqlen_k, b->head_dim),
+                     OK);
+    p.mask = b->mask;
+    fa_plan *plan = NULL;
+    if (fa_plan_create_backward(ctx, &p, &plan) != OK)
+        fail_msg("%s: %s", b->name, fa_context_last_error(ctx));
+    assert_int_equal(plan->n_launches, 3);
+    for (int i = 0; i < plan->n_launches; i++) {
+        char options[256];
+        fa__variant_defines(&plan->launches[i].variant, "-D", options, sizeof options);
+        jobs_add(jobs, plan->launches[i].variant.entry, options, b->name);
+    }
+    fa_plan_destroy(plan);
+}
+
+/* (a) Every distinct plan of the case table and of the backward problems compiles for one
+ * arch. */
 static void compile_arch(const char *arch)
 {
     static compile_jobs jobs; /* large: not on the stack */
@@ -114,22 +166,29 @@ static void compile_arch(const char *arch)
     for (size_t i = 0; i < fa_test_case_count; i++) {
         char options[256];
         case_options(ctx, &fa_test_cases[i], options, sizeof options);
-        jobs_add(&jobs, options, fa_test_cases[i].name);
+        jobs_add(&jobs, "flash_fwd", options, fa_test_cases[i].name);
     }
+    int forward = jobs.count;
+    for (size_t i = 0; i < sizeof bwd_problems / sizeof bwd_problems[0]; i++)
+        add_backward_jobs(ctx, &jobs, &bwd_problems[i]);
     fa_context_destroy(ctx);
     double t0 = harness_seconds();
     compile_all(&jobs);
     int failed = 0;
     for (int i = 0; i < jobs.count; i++) {
         if (jobs.status[i] != OK) {
-            print_error("%s %s (case %s): %s\n%s\n", arch, jobs.keys[i], jobs.case_name[i],
-                        fa_status_name(jobs.status[i]), jobs.log[i] ? jobs.log[i] : "");
+            print_error("%s %s %s (case %s): %s\n%s\n", arch, jobs.entry[i], jobs.keys[i],
+                        jobs.case_name[i], fa_status_name(jobs.status[i]),
+                        jobs.log[i] ? jobs.log[i] : "");
             failed++;
         }
         free(jobs.log[i]);
     }
-    print_message("%s: %zu cases, %d distinct kernels compiled in %.1f s\n", arch,
-                  fa_test_case_count, jobs.count, harness_seconds() - t0);
+    print_message("%s: %zu cases, %d distinct forward kernels; %zu backward problems, %d "
+                  "distinct backward modules; compiled in %.1f s\n",
+                  arch, fa_test_case_count, forward,
+                  sizeof bwd_problems / sizeof bwd_problems[0], jobs.count - forward,
+                  harness_seconds() - t0);
     assert_int_equal(failed, 0);
 }
 
@@ -178,18 +237,18 @@ static void test_compile_error_log(void **state)
     harness_env saved;
     harness_env_save(&saved, "FLASHATTN_KERNEL_DIR");
     setenv("FLASHATTN_KERNEL_DIR", dir, 1);
-    fa_status st = fa__cuda_compile_check("sm_80", "-DHEAD_DIM=64", log, sizeof log);
+    fa_status st = fa__cuda_compile_check("sm_80", "flash_fwd", "-DHEAD_DIM=64", log, sizeof log);
     fa_status st_missing = FA_STATUS_OK;
     unlink(path);
     if (st == FA_STATUS_KERNEL_BUILD_ERROR) /* the folder now has no kernel file */
-        st_missing = fa__cuda_compile_check("sm_80", "-DHEAD_DIM=64", NULL, 0);
+        st_missing = fa__cuda_compile_check("sm_80", "flash_fwd", "-DHEAD_DIM=64", NULL, 0);
     rmdir(dir);
     harness_env_restore(&saved);
     assert_int_equal(st, FA_STATUS_KERNEL_BUILD_ERROR);
     assert_non_null(strstr(log, "this_is_not_defined"));
     assert_non_null(strstr(log, "flash_fwd.cu"));
     assert_int_equal(st_missing, FA_STATUS_KERNEL_BUILD_ERROR);
-    assert_int_equal(fa__cuda_compile_check("sm_1x", "", log, sizeof log),
+    assert_int_equal(fa__cuda_compile_check("sm_1x", "flash_fwd", "", log, sizeof log),
                      FA_STATUS_INVALID_ARGUMENT);
 }
 
@@ -307,6 +366,60 @@ static void test_arch_context(void **state)
     fa_context_destroy(ctx);
 }
 
+/* Backward plans on a planning-only context: three launches, tensor cores where the forward
+ * would take them (here sm_80+, f16, d <= 128: 2 threads per owned row) else CUDA cores (4), the
+ * dK/dV pass compiled with the key tile as its BLOCK_R and Bc threads per row's worth, everything
+ * within the arch's shared memory and thread limits, Bc capped at 64 above d 128 on CUDA cores,
+ * and Bc no smaller than Br. */
+static void test_backward_plan(void **state)
+{
+    (void)state;
+    static const char *const archs[] = {"sm_75", "sm_80", "sm_90"};
+    static const int64_t dims[] = {64, 128, 256};
+    for (size_t a = 0; a < 3; a++) {
+        char why[256] = "";
+        fa_context *ctx = NULL;
+        assert_int_equal(fa_context_create_planning(&ctx, FA_BACKEND_CUDA, archs[a], why,
+                                                    sizeof why),
+                         OK);
+        for (size_t i = 0; i < 3; i++) {
+            fa_problem p;
+            assert_int_equal(fa_problem_init(&p, FA_DTYPE_F16, FA_LAYOUT_BHSD, 2, 8, 2, 4096,
+                                             3000, dims[i]),
+                             OK);
+            fa_plan *plan = NULL;
+            assert_int_equal(fa_plan_create_backward(ctx, &p, &plan), OK);
+            const fa__launch *l = plan->launches;
+            const bool mma = a > 0 && dims[i] <= 128;
+            const int32_t br = plan->tiles.block_r, bc = plan->tiles.block_c, per = mma ? 2 : 4;
+            assert_int_equal(plan->n_launches, 3);
+            assert_string_equal(l[0].variant.entry, "flash_bwd_pre");
+            assert_string_equal(l[1].variant.entry, "flash_bwd_dkdv");
+            assert_string_equal(l[2].variant.entry, "flash_bwd_dq");
+            assert_int_equal(l[1].variant.block_r, bc);
+            assert_int_equal(l[1].variant.block_c, br);
+            assert_int_equal(l[1].variant.work_group_size, per * bc);
+            assert_int_equal(l[2].variant.work_group_size, per * br);
+            assert_int_equal(l[1].grid[0], (3000 + (uint64_t)bc - 1) / (uint64_t)bc);
+            assert_int_equal(l[1].grid[1], 2);
+            assert_true(per * bc <= 1024 && per * br <= 1024);
+            assert_true(bc <= (!mma && dims[i] > 128 ? 64 : 128));
+            assert_true(br <= bc); /* Br capped at the largest square tile: Bc is never starved */
+            if (mma)
+                assert_true(br % 16 == 0 && bc % 16 == 0);
+            for (int k = 0; k < 3; k++) {
+                assert_int_equal(l[k].variant.mma, mma ? 1 : 0);
+                assert_true(l[k].onchip_bytes <= ctx->props.sram_bytes);
+            }
+            assert_int_equal(plan->scratch_bytes, 2 * 8 * 4096 * 4);
+            assert_non_null(strstr(fa_plan_explain(plan),
+                                   mma ? "kernel: tensor cores" : "kernel: CUDA cores"));
+            fa_plan_destroy(plan);
+        }
+        fa_context_destroy(ctx);
+    }
+}
+
 /* The cpu backend is unaffected by a CUDA backend without a driver. */
 static void test_cpu_still_works(void **state)
 {
@@ -354,6 +467,7 @@ int main(void)
         cmocka_unit_test(test_nvrtc_explicit_path),
         cmocka_unit_test(test_interop_null),
         cmocka_unit_test(test_arch_context),
+        cmocka_unit_test(test_backward_plan),
         cmocka_unit_test(test_cpu_still_works),
     };
     const struct CMUnitTest nvrtc_tests[] = {

@@ -184,17 +184,27 @@ static fa_status cu_buffer_read(fa_context *ctx, void *mem, size_t offset, void 
 
 /* ---- plans and the launch ----------------------------------------------------------------- */
 
+/* The dynamic shared memory a launch gets: the plan's on-chip bytes, which every kernel of the
+ * plan fits in (the backward's two passes share one formula), except flash_bwd_pre, which reads
+ * only global memory; asking for none keeps its blocks from being limited by shared memory. */
+static uint64_t launch_shared(const fa__launch *launch)
+{
+    return strcmp(launch->variant.entry, "flash_bwd_pre") == 0 ? 0 : launch->onchip_bytes;
+}
+
 /* Check before launch: what the compiled kernel can do, and the shared memory opt-in. */
 static fa_status check_module(fa_context *ctx, fa__cu_state *s, fa__cu_module *e,
                               const fa__launch *launch)
 {
     int wg = launch->variant.work_group_size;
-    uint64_t dyn = launch->onchip_bytes;
-    if (e->max_threads < wg)
+    uint64_t dyn = launch_shared(launch);
+    if (e->max_threads < wg) /* the dK/dV pass's block is the plan's Bc keys */
         return fa__error(ctx, FA_STATUS_UNSUPPORTED,
-                         "CUDA: the compiled kernel allows %d threads per block on \"%s\", the "
-                         "plan needs %d (try a smaller block_r)",
-                         e->max_threads, ctx->props.name, wg);
+                         "CUDA: the compiled kernel %s allows %d threads per block on \"%s\", "
+                         "the plan needs %d (try a smaller %s)",
+                         launch->variant.entry, e->max_threads, ctx->props.name, wg,
+                         strcmp(launch->variant.entry, "flash_bwd_dkdv") == 0 ? "block_c"
+                                                                               : "block_r");
     if (dyn + (uint64_t)e->static_shared > ctx->props.sram_bytes)
         return fa__error(ctx, FA_STATUS_SRAM_TOO_SMALL,
                          "CUDA: the kernel needs %llu bytes of shared memory, \"%s\" allows %llu "
@@ -212,7 +222,8 @@ static fa_status check_module(fa_context *ctx, fa__cu_state *s, fa__cu_module *e
     return FA_STATUS_OK;
 }
 
-/* Finds or compiles the launch's module (its -D options are the cache key) and checks it. */
+/* Finds or compiles the launch's module (its entry point and -D options are the cache key) and
+ * checks it. */
 static fa_status cu_launch_prepare(fa_context *ctx, fa_plan *plan, fa__launch *launch)
 {
     (void)plan;
@@ -265,7 +276,8 @@ static fa_status cu_launch(fa_context *ctx, const fa_plan *plan, const fa__launc
         return st;
     CUresult err = s->api.LaunchKernel(e->kernel, gx, gy, gz,
                                        (unsigned int)launch->variant.work_group_size, 1, 1,
-                                       (unsigned int)launch->onchip_bytes, s->stream, args, NULL);
+                                       (unsigned int)launch_shared(launch), s->stream, args,
+                                       NULL);
     char call[96];
     fa__format(call, sizeof call, "cuLaunchKernel(%s)", launch->variant.entry);
     /* Runs are synchronous: errors of the run are reported here, and timings are real. */
@@ -280,7 +292,7 @@ static fa_status cu_launch(fa_context *ctx, const fa_plan *plan, const fa__launc
 const fa__backend_ops fa__cuda_ops = {
     .api_version = FA__BACKEND_API_VERSION,
     .backend = FA_BACKEND_CUDA,
-    .supported_ops = 1u << FA__OP_FORWARD,
+    .supported_ops = (1u << FA__OP_FORWARD) | (1u << FA__OP_BACKWARD),
     .device_count = fa__cu_device_count,
     .device_props = fa__cu_device_props,
     .plan_rules = fa__cu_plan_rules,

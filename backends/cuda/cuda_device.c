@@ -1,7 +1,8 @@
 /*
  * cuda_device.c - CUDA device discovery and the fa_device_props each device reports, the
- * kernel's plan rules, and a table of known architectures so that `flashattn plan --backend
- * cuda --arch sm_90` (and the NVRTC tests) can plan for a GPU that is not there.
+ * kernels' plan rules (forward and backward), and a table of known architectures so that
+ * `flashattn plan --backend cuda --arch sm_90` (and the NVRTC tests) can plan for a GPU that is
+ * not there.
  */
 #include "cuda_internal.h"
 
@@ -150,11 +151,72 @@ static bool tensor_cores(const fa_device_props *dev, const fa_problem *p)
            p->seqlen_k >= FA_CU_MMA_M && mma_tile(p->block_r) && mma_tile(p->block_c);
 }
 
+/*
+ * The backward's kernels (kernels_cu/flash_bwd.cu) on CUDA cores (every architecture) hold in
+ * shared memory, dK/dV pass: P^T and dS^T; LSE, D and the key count per query row; K^T, V^T of
+ * its keys; Q^T, dO^T, Q, dO of a query tile. dQ pass: dS; Q^T, dO^T; K^T, V^T, K. The formula
+ * takes each term's larger count (4 row tiles, 3 key tiles, 2 score tiles, 3 floats per row),
+ * so both fit; it is the OpenCL kernels' formula too. On tensor cores (the forward's conditions)
+ * the scores stay in registers and the tiles are row-major only: dK/dV holds K, V, Q, dO and
+ * the row stats; dQ holds Q, dO, K, V (2 row tiles, 2 key tiles, 3 floats per row).
+ * The dK/dV block is Bc * items_per_row threads, so the thread limit caps Bc as it caps Br. On
+ * CUDA cores Bc 64 above d 128 keeps the two f32 gradient rows (d/2 floats per thread) and the
+ * score columns within the registers of a 256-thread block; on tensor cores the two gradient
+ * accumulators are d floats per lane (d <= 128), so blocks stay at 8 warps (Br, Bc <= 128).
+ * Without overrides, Br is capped at the side of the largest square tile that fits: the
+ * planner's fit shrinks Bc first, and beside four row tiles that could leave Bc at 1 or 2 (a
+ * dK/dV block of 4 or 8 threads; e.g. sm_86, f16, d 128: Br 96, Bc 1). Each pass re-reads the
+ * other side's tiles once per tile of its own, so tiles near square cost the least traffic.
+ */
+static uint32_t square_side(const fa_device_props *dev, const fa_problem *p,
+                            const fa__plan_rules *rules)
+{
+    size_t elem = fa_dtype_size(p->dtype);
+    uint32_t step = rules->tile_multiple, side = rules->max_block_c / step * step;
+    while (side > step &&
+           fa__tile_bytes(&rules->onchip, side, side, p->head_dim, elem) > dev->sram_bytes)
+        side -= step;
+    return side > step ? side : step;
+}
+
+static void backward_rules(const fa_device_props *dev, const fa_problem *p,
+                           fa__plan_rules *rules)
+{
+    bool mma = tensor_cores(dev, p);
+    rules->items_per_row = mma ? 32 / FA_CU_MMA_M : FA_CU_THREADS_PER_ROW;
+    uint32_t threads = dev->max_work_group_size / rules->items_per_row;
+    if (mma)
+        rules->onchip = (fa__onchip_formula){
+            .row_tiles = 2, .col_tiles = 2, .score_tiles = 0, .row_floats = 3,
+            .what = "Q, dO; K, V; LSE, D, key count per row; the kernels keep S, dP in registers"};
+    else
+        rules->onchip = (fa__onchip_formula){
+            .row_tiles = 4, .col_tiles = 3, .score_tiles = 2, .row_floats = 3,
+            .what = "Q^T, dO^T, Q, dO; K^T, V^T, K; P and dS; LSE, D, key count per row"};
+    rules->tile_multiple = mma ? FA_CU_MMA_M : 8;
+    rules->max_block_c = !mma && p->head_dim > 128 ? 64 : 128;
+    if (threads > 0 && threads < rules->max_block_c)
+        rules->max_block_c = threads;
+    rules->max_block_r = mma ? 128 : 0;
+    if (p->block_r == 0 && p->block_c == 0) /* an override is fitted around, never capped */
+        rules->max_block_r = square_side(dev, p, rules);
+    rules->mma = mma ? 1 : 0;
+    rules->backward_launches = 3;
+    rules->path_note = mma ? "tensor cores (mma.sync m16n8k16, f32 accumulation; P and dS "
+                             "rounded to the storage type for their products)"
+                           : "CUDA cores (tensor cores need sm_80+, f16 or bf16, d a multiple "
+                             "of 16 up to 128, both sequences >= 16 and tile overrides "
+                             "multiples of 16)";
+}
+
 void fa__cu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op op,
                        fa__plan_rules *rules)
 {
-    (void)op;
     rules->row_lanes = FA_CU_THREADS_PER_ROW;
+    if (op == FA__OP_BACKWARD) {
+        backward_rules(dev, p, rules);
+        return;
+    }
     if (tensor_cores(dev, p)) {
         /* One warp per 16 rows; Br and Bc multiples of the mma shape (sequences of at least
          * 16 keep them so after clamping); Br <= 128 (8 warps) and Bc so that the S and O

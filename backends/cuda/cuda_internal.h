@@ -13,7 +13,7 @@
 #include "internal.h"
 #include "kernel_build.h"
 
-/* Threads that share one query row in kernels_cu/flash_fwd.cu (its TPR). */
+/* Threads that share one owned row in kernels_cu/flash_fwd.cu and flash_bwd.cu (their TPR). */
 #define FA_CU_THREADS_PER_ROW 4
 /* The tensor-core path (-DMMA=1): rows of one mma.sync tile, one warp each; largest d. */
 #define FA_CU_MMA_M 16
@@ -147,13 +147,14 @@ void fa__cu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op o
                        fa__plan_rules *rules);
 
 /*
- * Compiles the kernel with NVRTC for `arch` ("sm_90") and `options` (space-separated -D
- * options). On success *image / *image_size hold a CUBIN (or PTX when NVRTC does not know the
- * arch but an older one: the driver JIT-compiles it), malloc'ed. On failure returns
- * KERNEL_BUILD_ERROR (or OUT_OF_MEMORY) with a heap message in *msg holding the full log.
+ * Compiles the kernel file(s) of an entry point ("flash_fwd", "flash_bwd_dq", ...) with NVRTC
+ * for `arch` ("sm_90") and `options` (space-separated -D options). On success *image /
+ * *image_size hold a CUBIN (or PTX when NVRTC does not know the arch but an older one: the
+ * driver JIT-compiles it), malloc'ed. On failure returns KERNEL_BUILD_ERROR (or OUT_OF_MEMORY)
+ * with a heap message in *msg holding the full log.
  */
-fa_status fa__cu_compile(const fa__nvrtc_api *nv, const char *arch, const char *options,
-                         char **image, size_t *image_size, char **msg);
+fa_status fa__cu_compile(const fa__nvrtc_api *nv, const char *arch, const char *entry,
+                         const char *options, char **image, size_t *image_size, char **msg);
 /* Finds or compiles and loads the module of an entry point for a set of -D options. */
 fa_status fa__cu_module_get(fa_context *ctx, fa__cu_state *s, const char *entry,
                             const char *options, fa__cu_module **out);
@@ -165,12 +166,12 @@ void fa__cu_modules_release(fa__cu_state *s);
 fa_status fa__cuda_arch_props(const char *arch, fa_device_props *out, char *why,
                               size_t why_size);
 /*
- * Compiles the kernel with NVRTC only (no driver needed). Returns OK, BACKEND_UNAVAILABLE (no
- * NVRTC: the reason), KERNEL_BUILD_ERROR (the full log) or OUT_OF_MEMORY, with the message in
- * log (may be NULL; truncated, always terminated).
+ * Compiles an entry point's kernel file(s) with NVRTC only (no driver needed). Returns OK,
+ * BACKEND_UNAVAILABLE (no NVRTC: the reason), KERNEL_BUILD_ERROR (the full log) or
+ * OUT_OF_MEMORY, with the message in log (may be NULL; truncated, always terminated).
  */
-fa_status fa__cuda_compile_check(const char *arch, const char *options, char *log,
-                                 size_t log_size);
+fa_status fa__cuda_compile_check(const char *arch, const char *entry, const char *options,
+                                 char *log, size_t log_size);
 
 /* The backend's ops (backends/cuda/cuda.c); the interop entry points need them. */
 extern const fa__backend_ops fa__cuda_ops;

@@ -1,17 +1,21 @@
 /*
- * cuda_emu.h - just enough of CUDA C++ for kernels_cu/flash_fwd.cu to compile as host C++ and
- * run one thread block as WG_SIZE host threads, so the CUDA kernel's tile loop (indexing, masks,
- * online softmax, tails, grid-stride folding) is checked on machines without a GPU.
+ * cuda_emu.h - just enough of CUDA C++ for kernels_cu/flash_fwd.cu and flash_bwd.cu to compile
+ * as host C++ and run one thread block as WG_SIZE host threads, so the CUDA kernels' tile loops
+ * (indexing, masks, online softmax, the backward's passes, tails, grid-stride folding) are
+ * checked on machines without a GPU.
  *
  * The model, and what it does not check:
  * - every CUDA thread of a block is a host thread; __syncthreads is a barrier over the block;
- * - __syncwarp and __shfl_xor_sync are block-wide barriers too (the kernel calls them from every
- *   thread the same number of times), so they are stronger than the hardware's: a missing warp
- *   barrier is not found here (compute-sanitizer's synccheck on a GPU is for that);
+ * - __syncwarp, __shfl_xor_sync and mma.sync are barriers over the calling thread's warp (32
+ *   consecutive threads; the kernels call them from every lane the same number of times), so
+ *   they order no other warp's accesses and ThreadSanitizer still sees a missing __syncthreads.
+ *   They are stronger than the hardware's in the warp: __syncwarp's lane mask is ignored, so a
+ *   missing warp barrier between lanes of different masks is not found here
+ *   (compute-sanitizer's synccheck on a GPU is for that);
  * - shared memory is one array per kernel configuration, filled with NaN bytes before each
  *   launch, so a read of a shared word that no thread wrote shows in the output;
  * - the kernel's PTX (f16 `cvt`, `mma.sync`) comes from FA_EMULATED hooks: the conversions are
- *   the library's, mma.sync gathers the warp's fragments between two barriers and multiplies
+ *   the library's, mma.sync gathers the warp's fragments between two warp barriers and multiplies
  *   with f32 accumulation, following the PTX ISA's m16n8k16 fragment layouts.
  */
 #ifndef FA_CUDA_EMU_H
@@ -30,7 +34,8 @@ struct fa_emu_dim3 {
 /* The calling host thread's coordinates, set by the launcher (emu_launch.cpp). */
 extern thread_local fa_emu_dim3 threadIdx, blockIdx, gridDim;
 
-void fa_emu_barrier();
+void fa_emu_barrier();      /* __syncthreads: the whole block */
+void fa_emu_warp_barrier(); /* the calling thread's warp */
 float fa_emu_shfl_xor(float v, int lane_mask, int width);
 /* mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}: the 32 lanes of a warp together. */
 void fa_emu_mma16816(float c[4], const unsigned a[4], const unsigned b[2], int dtype);
@@ -49,7 +54,7 @@ inline unsigned short fa_emu_f32_to_f16(float x) { return fa_f32_to_f16(x); }
 #define __align__(n) __attribute__((aligned(n)))
 
 inline void __syncthreads() { fa_emu_barrier(); }
-inline void __syncwarp(unsigned) { fa_emu_barrier(); }
+inline void __syncwarp(unsigned) { fa_emu_warp_barrier(); }
 inline float __shfl_xor_sync(unsigned, float v, int lane_mask, int width)
 {
     return fa_emu_shfl_xor(v, lane_mask, width);
@@ -67,5 +72,6 @@ inline int __float_as_int(float f)
     return i;
 }
 inline long long min(long long a, long long b) { return a < b ? a : b; }
+inline long long max(long long a, long long b) { return a > b ? a : b; }
 
 #endif /* FA_CUDA_EMU_H */

@@ -11,25 +11,29 @@
 extern "C" {
 #endif
 
-typedef void (*fa_emu_entry)(const void *q, const void *k, const void *v, void *o, float *lse,
-                             const void *params);
+/* Calls one kernel entry point as one CUDA thread: args are its pointer arguments in order (as
+ * the host's launch passes them, src/ops.c), params points at an fa_kernel_params. */
+typedef void (*fa_emu_entry)(void *const *args, const void *params);
 
-/* One compiled configuration of kernels_cu/flash_fwd.cu. */
+/* One entry point of one compiled configuration of kernels_cu/ (flash_bwd.cu, which includes
+ * flash_fwd.cu). */
 typedef struct fa_emu_kernel {
+    const char *name;    /* the entry point: "flash_fwd", "flash_bwd_dq", ... */
     const char *options; /* the -D options the host passes NVRTC for this configuration */
     int wg_size;         /* threads per block */
-    char *smem;          /* its dynamic shared memory */
+    char *smem;          /* its dynamic shared memory (shared by the configuration's entries) */
     size_t smem_bytes;
     fa_emu_entry entry; /* the kernel, run by one thread */
+    int n_args;         /* pointer arguments it takes */
 } fa_emu_kernel;
 
 size_t fa_emu_kernel_count(void);
 const fa_emu_kernel *fa_emu_kernel_at(size_t i);
 
 /* Runs the kernel on grid (gx, gy, gz), wg_size host threads per block, blocks in order;
- * shared memory starts as NaN bytes. params points at an fa_kernel_params. */
-void fa_emu_launch(const fa_emu_kernel *k, unsigned gx, unsigned gy, unsigned gz, const void *q,
-                   const void *kk, const void *v, void *o, float *lse, const void *params);
+ * shared memory starts as NaN bytes. args: the kernel's n_args pointer arguments. */
+void fa_emu_launch(const fa_emu_kernel *k, unsigned gx, unsigned gy, unsigned gz,
+                   void *const *args, const void *params);
 
 #ifdef __cplusplus
 }

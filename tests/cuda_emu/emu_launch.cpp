@@ -21,6 +21,10 @@ std::vector<const fa_emu_kernel *> &registry()
 
 /* The launch in progress: one at a time (the test driver is single-threaded). */
 pthread_barrier_t block_barrier;
+/* One per warp of the block (32 threads, the last one possibly fewer): what warp-synchronous
+ * operations (mma.sync, __shfl_xor_sync, __syncwarp) wait on, so they order only their warp's
+ * threads, as on the hardware; a missing __syncthreads stays visible to ThreadSanitizer. */
+std::vector<pthread_barrier_t> warp_barriers;
 std::vector<float> exchange; /* __shfl_xor_sync's values, one per thread */
 
 struct mma_regs {
@@ -39,6 +43,8 @@ void fa_emu_register(const fa_emu_kernel *k) { registry().push_back(k); }
 
 void fa_emu_barrier() { pthread_barrier_wait(&block_barrier); }
 
+void fa_emu_warp_barrier() { pthread_barrier_wait(&warp_barriers[threadIdx.x / 32]); }
+
 /* Every thread publishes its value, then reads its partner's: lanes differ only in the bits of
  * lane_mask, which stay inside a warp's segment of `width` lanes as on the hardware. */
 float fa_emu_shfl_xor(float v, int lane_mask, int width)
@@ -46,9 +52,9 @@ float fa_emu_shfl_xor(float v, int lane_mask, int width)
     unsigned tid = threadIdx.x;
     (void)width;
     exchange[tid] = v;
-    fa_emu_barrier();
+    fa_emu_warp_barrier();
     float r = exchange[tid ^ (unsigned)lane_mask];
-    fa_emu_barrier();
+    fa_emu_warp_barrier();
     return r;
 }
 
@@ -60,7 +66,7 @@ void fa_emu_mma16816(float c[4], const unsigned a[4], const unsigned b[2], int d
     unsigned tid = threadIdx.x, warp = tid & ~31u, lane = tid & 31u;
     memcpy(fragments[tid].a, a, sizeof fragments[tid].a);
     memcpy(fragments[tid].b, b, sizeof fragments[tid].b);
-    fa_emu_barrier();
+    fa_emu_warp_barrier();
     float d[4];
     for (int e = 0; e < 4; e++) {
         int r = (int)lane / 4 + (e >= 2 ? 8 : 0), n = (int)(lane % 4) * 2 + e % 2;
@@ -73,7 +79,7 @@ void fa_emu_mma16816(float c[4], const unsigned a[4], const unsigned b[2], int d
         }
         d[e] = c[e] + sum;
     }
-    fa_emu_barrier();
+    fa_emu_warp_barrier();
     memcpy(c, d, sizeof d);
 }
 
@@ -85,13 +91,17 @@ const fa_emu_kernel *fa_emu_kernel_at(size_t i)
 }
 
 void fa_emu_launch(const fa_emu_kernel *k, unsigned gx, unsigned gy, unsigned gz,
-                   const void *q, const void *kk, const void *v, void *o, float *lse,
-                   const void *params)
+                   void *const *args, const void *params)
 {
     memset(k->smem, 0xFF, k->smem_bytes);
     exchange.assign((size_t)k->wg_size, 0.0f);
     fragments.assign((size_t)k->wg_size, mma_regs{});
     pthread_barrier_init(&block_barrier, nullptr, (unsigned)k->wg_size);
+    warp_barriers.resize((size_t)(k->wg_size + 31) / 32);
+    for (size_t w = 0; w < warp_barriers.size(); w++) {
+        unsigned in_warp = (unsigned)k->wg_size - 32u * (unsigned)w;
+        pthread_barrier_init(&warp_barriers[w], nullptr, in_warp < 32u ? in_warp : 32u);
+    }
     std::vector<std::thread> threads;
     for (int t = 0; t < k->wg_size; t++) {
         threads.emplace_back([=] {
@@ -101,7 +111,7 @@ void fa_emu_launch(const fa_emu_kernel *k, unsigned gx, unsigned gy, unsigned gz
                 for (unsigned y = 0; y < gy; y++)
                     for (unsigned x = 0; x < gx; x++) {
                         blockIdx = {x, y, z};
-                        k->entry(q, kk, v, o, lse, params);
+                        k->entry(args, params);
                         fa_emu_barrier(); /* the block is done before the next one starts */
                     }
         });
@@ -109,5 +119,7 @@ void fa_emu_launch(const fa_emu_kernel *k, unsigned gx, unsigned gy, unsigned gz
     for (std::thread &t : threads)
         t.join();
     pthread_barrier_destroy(&block_barrier);
+    for (pthread_barrier_t &b : warp_barriers)
+        pthread_barrier_destroy(&b);
 }
 

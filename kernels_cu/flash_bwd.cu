@@ -1,0 +1,659 @@
+/*
+ * flash_bwd.cu - the FlashAttention backward kernels (CUDA, compiled at run time by NVRTC):
+ * dO -> dQ, dK, dV with P recomputed from the forward's LSE, never stored (FlashAttention-2's
+ * backward), in three launches and without atomics, so every element has one writer and a fixed
+ * summation order. The same passes, steps and order as kernels_cl/flash_bwd.cl:
+ *
+ *   flash_bwd_pre   D[i] = rowsum(dO[i] * O[i]) into scratch (f32 [B, Hq, Sq]).
+ *   flash_bwd_dkdv  one block per (key tile, K/V head, batch): for every query head of the
+ *                   group and every query tile that sees the keys, in order, S^T and dP^T,
+ *                   then dV += P^T dO and dK += dS^T Q in f32 registers.
+ *   flash_bwd_dq    one block per (query tile, head, batch), like the forward: S and dP per key
+ *                   tile, then dQ += dS K.
+ *
+ * with P = exp2(S * scale * log2(e) - LSE * log2(e)) and dS = P * (dP - D); dQ and dK get the
+ * factor `scale` once, at the end. A kernel's BLOCK_R is always the rows its block owns (dK/dV
+ * pass: keys, BLOCK_R = the plan's Bc) and BLOCK_C the tile it streams (there: query rows, the
+ * plan's Br), so the forward's helpers and WG_SIZE rule serve both. Every block loops over its
+ * grid's strides as the forward does.
+ *
+ * Two paths, chosen by the host's plan (-DMMA) as for the forward:
+ * - MMA 0, CUDA cores (every architecture and dtype), the forward's thread mapping:
+ *   THREADS_PER_ROW consecutive lanes share an owned row; lane t computes the score columns
+ *   c = t, t + TPR, ... of that row (each a full dot product over d in order, as on OpenCL) and
+ *   owns the head-dim elements x = t, t + TPR, ... of the row's gradient accumulators. A score
+ *   row goes through shared memory between the two, so each output element sums its terms in
+ *   the tile's column order, tile after tile, as the OpenCL kernels do. Shared memory:
+ *     dK/dV: P^T, dS^T (2 Br x Bc f32); LSE, D, key count per query row (3 * Br * 4);
+ *            K^T, V^T of its keys (2 Bc x d); Q^T, dO^T, Q, dO of a query tile (4 Br x d).
+ *     dQ:    dS (Br x Bc f32); Q^T, dO^T (2 Br x d); K^T, V^T, K (3 Bc x d).
+ *   Transposed tiles are read along the score columns, row-major ones along d: either way the
+ *   lanes of a warp read consecutive words.
+ * - MMA 1, tensor cores (sm_80+, f16/bf16, d a multiple of 16): one warp per 16 owned rows, the
+ *   forward's fragments. The streamed tile is taken 16 columns at a time: S and dP of 16 x 16
+ *   (two mma accumulator tiles each) never leave registers, P and dS are formed in place, and
+ *   rounded to the storage type they are the A fragment of the 16-deep product that adds them
+ *   into the f32 gradient accumulators (dQ += dS K; dV += P^T dO and dK += dS^T Q), as
+ *   FlashAttention-2 does. Shared memory holds the row-major tiles only:
+ *     dK/dV: LSE, D, key count per query row (3 * Br * 4); K, V of its keys; Q, dO of a tile.
+ *     dQ:    Q, dO; K, V.
+ * D is the one sum split over lanes (partial sums, then the forward's butterfly).
+ *
+ * This file follows flash_fwd.cu in one program and uses its types and helpers (store_t, to_f32,
+ * to_store, load_tile, row_lanes, row_sum, keys_to_visit, and the mma fragment helpers); alone
+ * it includes it (compile with -I kernels_cu -I src).
+ */
+#ifndef FA_FLASH_FWD_CU
+#include "flash_fwd.cu"
+#endif
+
+#define LOG2E 1.44269504088896340736f
+
+/* ---- shared by both paths ------------------------------------------------------------------ */
+
+/* The log2-unit LSE a row uses: a row with no key (LSE -inf) gets 0; its columns are all masked,
+ * so its P is 0 and it adds nothing. */
+__device__ __forceinline__ float lse2_of(float lse)
+{
+    return lse == NEG_INF ? 0.0f : lse * LOG2E;
+}
+
+/* The first query row that sees key `key` (the mask rule of kernel_params.h, inverted). */
+__device__ __forceinline__ i64 first_row_seeing(i64 key, const fa_kernel_params &p)
+{
+    if (MASK == 0)
+        return 0;
+    i64 first = key - (MASK == 2 ? p.seqlen_k - p.seqlen_q : 0);
+    return max((i64)0, min(first, p.seqlen_q));
+}
+
+/* The LSE (log2 units), D and key count of query rows [r0, r0 + BLOCK_C) of head h into shared
+ * vectors; the key count is relative to the block's first key k0 and clamped to [0, BLOCK_R]
+ * (so an int holds it for any Sk): the row sees the block's keys c < keys_v[i]. Rows past Sq and
+ * rows with no key see none. */
+__device__ void load_row_stats(float *lse2_v, float *delta_v, int *keys_v, const float *lse,
+                               const float *delta, const fa_kernel_params &p, i64 b, i64 h,
+                               i64 r0, i64 k0)
+{
+    for (int i = (int)threadIdx.x; i < BLOCK_C; i += WG_SIZE) {
+        i64 row = r0 + i, at = (b * p.heads_q + h) * p.seqlen_q + row;
+        float l = row < p.seqlen_q ? lse[at] : NEG_INF;
+        i64 keys = l == NEG_INF ? 0 : fa_keys_allowed(MASK, row, p.seqlen_q, p.seqlen_k) - k0;
+        lse2_v[i] = lse2_of(l);
+        delta_v[i] = row < p.seqlen_q ? delta[at] : 0.0f;
+        keys_v[i] = (int)max((i64)0, min(keys, (i64)BLOCK_R));
+    }
+}
+
+/* The dK/dV pass's query tile, both paths: rows [r0, r0 + BLOCK_C) of Q[b][h] and dO[b][h]
+ * row-major into q_tile and do_tile (zeros past Sq) and their stats (load_row_stats); then the
+ * barrier before any thread reads them. */
+__device__ void load_query_tile(store_t *q_tile, store_t *do_tile, float *lse2_v,
+                                float *delta_v, int *keys_v, const store_t *q_head,
+                                const store_t *do_head, const float *lse, const float *delta,
+                                const fa_kernel_params &p, i64 b, i64 h, i64 r0, i64 k0)
+{
+    load_tile(q_tile, q_head, r0, p.seqlen_q, p.q_stride_s, BLOCK_C, false);
+    load_tile(do_tile, do_head, r0, p.seqlen_q, p.do_stride_s, BLOCK_C, false);
+    load_row_stats(lse2_v, delta_v, keys_v, lse, delta, p, b, h, r0, k0);
+    __syncthreads();
+}
+
+/* ---- flash_bwd_pre: D = rowsum(dO * O), both paths -------------------------------------- */
+
+/* THREADS_PER_ROW lanes per row as on CUDA cores; a tensor-core block (2 threads per row) takes
+ * its rows in two rounds. Every lane runs every round, past Sq too: the shuffles are shared. */
+#define PRE_ROWS_PER_ROUND (WG_SIZE / THREADS_PER_ROW)
+static_assert(BLOCK_R % PRE_ROWS_PER_ROUND == 0, "flash_bwd_pre: whole rounds of rows");
+
+extern "C" __global__ void __launch_bounds__(WG_SIZE)
+flash_bwd_pre(const store_t *__restrict__ o, const store_t *__restrict__ d_o,
+              float *__restrict__ delta, const fa_kernel_params p)
+{
+    const int t = (int)threadIdx.x % THREADS_PER_ROW;
+    const unsigned lanes = row_lanes();
+    for (i64 b = blockIdx.z; b < p.batch; b += gridDim.z)
+        for (i64 h = blockIdx.y; h < p.heads_q; h += gridDim.y)
+            for (i64 tile = blockIdx.x; tile < p.q_tiles; tile += gridDim.x)
+                for (int r = (int)threadIdx.x / THREADS_PER_ROW; r < BLOCK_R;
+                     r += PRE_ROWS_PER_ROUND) {
+                    const i64 row = tile * BLOCK_R + r;
+                    /* Lane t's part: x = t + j*TPR of O[b][h][row] and dO[b][h][row]. */
+                    float sum = 0.0f;
+                    if (row < p.seqlen_q) {
+                        const store_t *o_row = o + p.o_offset + b * p.o_stride_b +
+                                               h * p.o_stride_h + row * p.o_stride_s;
+                        const store_t *do_row = d_o + p.do_offset + b * p.do_stride_b +
+                                                h * p.do_stride_h + row * p.do_stride_s;
+                        for (int x = t; x < HEAD_DIM; x += THREADS_PER_ROW)
+                            sum += to_f32(do_row[x]) * to_f32(o_row[x]);
+                    }
+                    sum = row_sum(sum, lanes);
+                    if (row < p.seqlen_q && t == 0)
+                        delta[(b * p.heads_q + h) * p.seqlen_q + row] = sum;
+                }
+}
+
+#if !MMA
+/* ---- the CUDA-core path: THREADS_PER_ROW threads per owned row, f32 FMA ------------------- */
+
+/* Score columns of one owned row per lane: keys (dQ pass) or query rows (dK/dV pass). */
+#define COLS_PER_THREAD ((BLOCK_C + THREADS_PER_ROW - 1) / THREADS_PER_ROW)
+
+/* Lane t's column i of a score row is c = t + i*TPR; false past BLOCK_C. */
+__device__ __forceinline__ bool has_col(int t, int i)
+{
+    return BLOCK_C % THREADS_PER_ROW == 0 || t + i * THREADS_PER_ROW < BLOCK_C;
+}
+
+/* Lane t's element j of a head-dim row is x = t + j*TPR; false past d. */
+__device__ __forceinline__ bool has_dim(int t, int j)
+{
+    return HEAD_DIM % THREADS_PER_ROW == 0 || t + j * THREADS_PER_ROW < HEAD_DIM;
+}
+
+/* out[i] = sum_x A[own][x] * B[c][x] for lane t's columns c = t + i*TPR, x in [0, d) in order:
+ * a_col = A^T[0][own] (column `own` of a d x BLOCK_R tile, stride BLOCK_R), b_t = B^T (d x
+ * BLOCK_C, stride BLOCK_C). S = Q K^T with (Q^T, K^T), dP = dO V^T with (dO^T, V^T), and their
+ * transposes in the dK/dV pass with the roles swapped. */
+__device__ __forceinline__ void row_dots(float out[COLS_PER_THREAD], const store_t *a_col,
+                                         const store_t *b_t, int t)
+{
+#pragma unroll
+    for (int i = 0; i < COLS_PER_THREAD; i++)
+        out[i] = 0.0f;
+    for (int x = 0; x < HEAD_DIM; x++) {
+        float a = to_f32(a_col[x * BLOCK_R]);          /* A^T[x][own] */
+        const store_t *b_row = b_t + x * BLOCK_C + t; /* B^T[x][t ..] */
+#pragma unroll
+        for (int i = 0; i < COLS_PER_THREAD; i++)
+            if (has_col(t, i))
+                out[i] += a * to_f32(b_row[i * THREADS_PER_ROW]); /* B^T[x][c] */
+    }
+}
+
+/* acc[j] += sum_c w[c] * T[c][x] for lane t's elements x = t + j*TPR, c in [0, n) in order: w is
+ * a score row of BLOCK_C floats, T a BLOCK_C x d tile in the storage type (dQ += dS K,
+ * dK += dS^T Q, dV += P^T dO). */
+__device__ __forceinline__ void accumulate_rows(float acc[DIMS_PER_THREAD], const float *w,
+                                                const store_t *tile, int n, int t)
+{
+    for (int c = 0; c < n; c++) {
+        float w_c = w[c];
+        const store_t *t_row = tile + c * HEAD_DIM + t; /* T[c][t ..] */
+#pragma unroll
+        for (int j = 0; j < DIMS_PER_THREAD; j++)
+            if (has_dim(t, j))
+                acc[j] += w_c * to_f32(t_row[j * THREADS_PER_ROW]); /* T[c][x] */
+    }
+}
+
+/* Writes mul * acc (lane t's elements of one gradient row) to a global row in the storage type,
+ * rounding to nearest even. */
+__device__ __forceinline__ void store_row_scaled(const float acc[DIMS_PER_THREAD], float mul,
+                                                 store_t *dst, int t)
+{
+#pragma unroll
+    for (int j = 0; j < DIMS_PER_THREAD; j++)
+        if (t + j * THREADS_PER_ROW < HEAD_DIM)
+            dst[t + j * THREADS_PER_ROW] = to_store(acc[j] * mul);
+}
+
+/* dQ = scale * dS K for one (query tile, head, batch) work item: thread (r, t) owns query row
+ * r0 + r, its key columns c = t + i*TPR of S, dP, dS and its dQ elements x = t + j*TPR. */
+__device__ void tile_bwd_dq_cuda_cores(const store_t *__restrict__ q,
+                                       const store_t *__restrict__ k,
+                                       const store_t *__restrict__ v,
+                                       const float *__restrict__ lse,
+                                       const store_t *__restrict__ d_o,
+                                       const float *__restrict__ delta, store_t *__restrict__ dq,
+                                       const fa_kernel_params &p, i64 tile, i64 h, i64 b,
+                                       char *smem)
+{
+    float *s_tile = (float *)smem;                             /* P, then dS: Br x Bc f32 */
+    store_t *q_tile = (store_t *)(s_tile + BLOCK_R * BLOCK_C); /* Q^T:  d x Br */
+    store_t *do_tile = q_tile + HEAD_DIM * BLOCK_R;            /* dO^T: d x Br */
+    store_t *kt_tile = do_tile + HEAD_DIM * BLOCK_R;           /* K^T:  d x Bc */
+    store_t *vt_tile = kt_tile + HEAD_DIM * BLOCK_C;           /* V^T:  d x Bc */
+    store_t *k_tile = vt_tile + HEAD_DIM * BLOCK_C;            /* K:    Bc x d */
+
+    const int r = (int)threadIdx.x / THREADS_PER_ROW, t = (int)threadIdx.x % THREADS_PER_ROW;
+    const unsigned lanes = row_lanes();
+    const i64 r0 = tile * BLOCK_R, row = r0 + r;
+    const i64 h_kv = h / (p.heads_q / p.heads_kv); /* GQA: query heads share a K/V head */
+    const i64 sq = p.seqlen_q, sk = p.seqlen_k;
+    const store_t *k_head = k + p.k_offset + b * p.k_stride_b + h_kv * p.k_stride_h;
+    const store_t *v_head = v + p.v_offset + b * p.v_stride_b + h_kv * p.v_stride_h;
+    float *s_row = s_tile + r * BLOCK_C; /* row r of P / dS */
+
+    /* Load the Q and dO tiles (rows past Sq are zeros; their results are never written). */
+    load_q_tile(q_tile, q, p, b, h, r0, true);
+    load_tile(do_tile, d_o + p.do_offset + b * p.do_stride_b + h * p.do_stride_h, r0, sq,
+              p.do_stride_s, BLOCK_R, true);
+    const i64 at = (b * p.heads_q + h) * sq + row; /* this row in LSE and D */
+    const float lse_row = row < sq ? lse[at] : NEG_INF;
+    const float lse2 = lse2_of(lse_row), delta_row = row < sq ? delta[at] : 0.0f;
+    /* Keys [0, row_keys) of this row count; none for a row with no key or past Sq. */
+    const i64 row_keys = lse_row == NEG_INF ? 0 : fa_keys_allowed(MASK, row, sq, sk);
+    const i64 kv_end = keys_to_visit(p, r0);
+
+    float acc[DIMS_PER_THREAD]; /* dQ[r][t + j*TPR] / scale, f32 */
+#pragma unroll
+    for (int j = 0; j < DIMS_PER_THREAD; j++)
+        acc[j] = 0.0f;
+
+    /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [0, kv_end) by Bc. */
+    for (i64 k0 = 0; k0 < kv_end; k0 += BLOCK_C) {
+        __syncthreads(); /* the previous tiles are no longer read */
+        load_tile(kt_tile, k_head, k0, sk, p.k_stride_s, BLOCK_C, true);
+        load_tile(vt_tile, v_head, k0, sk, p.v_stride_s, BLOCK_C, true);
+        load_tile(k_tile, k_head, k0, sk, p.k_stride_s, BLOCK_C, false);
+        __syncthreads();
+
+        /* S = Q K^T (log2 units), masked, then P = exp2(S - LSE2): masked keys (after the row's
+         * diagonal, past Sk, or all of a row without keys) get P = 0. */
+        float s[COLS_PER_THREAD];
+        row_dots(s, q_tile + r, kt_tile, t);
+        const i64 allowed = row_keys - k0; /* this row's columns c < allowed count */
+#pragma unroll
+        for (int i = 0; i < COLS_PER_THREAD; i++) {
+            int c = t + i * THREADS_PER_ROW;
+            if (has_col(t, i))
+                s_row[c] = c < allowed ? exp2f(s[i] * p.scale_log2 - lse2) : 0.0f;
+        }
+        /* dP = dO V^T, then dS = P * (dP - D) in place of P (each lane its own columns). */
+        row_dots(s, do_tile + r, vt_tile, t);
+#pragma unroll
+        for (int i = 0; i < COLS_PER_THREAD; i++) {
+            int c = t + i * THREADS_PER_ROW;
+            if (has_col(t, i))
+                s_row[c] = s_row[c] * (s[i] - delta_row);
+        }
+        __syncwarp(lanes); /* the row's dS is visible to all its lanes */
+
+        /* dQ += dS K over the keys that exist. */
+        accumulate_rows(acc, s_row, k_tile, (int)min((i64)BLOCK_C, sk - k0), t);
+    }
+
+    /* dQ = scale * acc in the storage type. */
+    if (row < sq)
+        store_row_scaled(acc, p.scale,
+                         dq + p.dq_offset + b * p.dq_stride_b + h * p.dq_stride_h +
+                             row * p.dq_stride_s,
+                         t);
+}
+
+/* dK = scale * dS^T Q and dV = P^T dO for one (key tile, K/V head, batch) work item: thread
+ * (c, t) owns key k0 + c, its query columns r = t + i*TPR of S^T, dP^T, P^T, dS^T and its dK,
+ * dV elements x = t + j*TPR. */
+__device__ void tile_bwd_dkdv_cuda_cores(const store_t *__restrict__ q,
+                                         const store_t *__restrict__ k,
+                                         const store_t *__restrict__ v,
+                                         const float *__restrict__ lse,
+                                         const store_t *__restrict__ d_o,
+                                         const float *__restrict__ delta,
+                                         store_t *__restrict__ dk, store_t *__restrict__ dv,
+                                         const fa_kernel_params &p, i64 tile, i64 h_kv, i64 b,
+                                         char *smem)
+{
+    float *pt_tile = (float *)smem;                /* P^T:  (own keys) x (query tile) */
+    float *dst_tile = pt_tile + BLOCK_R * BLOCK_C; /* dS^T: (own keys) x (query tile) */
+    float *lse2_v = dst_tile + BLOCK_R * BLOCK_C;  /* per query row of the tile */
+    float *delta_v = lse2_v + BLOCK_C;
+    int *keys_v = (int *)(delta_v + BLOCK_C);
+    store_t *kt_tile = (store_t *)(keys_v + BLOCK_C); /* K^T:  d x (own keys) */
+    store_t *vt_tile = kt_tile + HEAD_DIM * BLOCK_R;  /* V^T:  d x (own keys) */
+    store_t *qt_tile = vt_tile + HEAD_DIM * BLOCK_R;  /* Q^T:  d x (query tile) */
+    store_t *dot_tile = qt_tile + HEAD_DIM * BLOCK_C; /* dO^T: d x (query tile) */
+    store_t *q_tile = dot_tile + HEAD_DIM * BLOCK_C;  /* Q:    (query tile) x d */
+    store_t *do_tile = q_tile + BLOCK_C * HEAD_DIM;   /* dO:   (query tile) x d */
+
+    const int c = (int)threadIdx.x / THREADS_PER_ROW, t = (int)threadIdx.x % THREADS_PER_ROW;
+    const unsigned lanes = row_lanes();
+    const i64 k0 = tile * BLOCK_R, key = k0 + c;
+    const i64 group = p.heads_q / p.heads_kv, sq = p.seqlen_q, sk = p.seqlen_k;
+    float *pt_row = pt_tile + c * BLOCK_C, *dst_row = dst_tile + c * BLOCK_C;
+
+    /* Load the block's K and V tiles, transposed (keys past Sk are zeros, never written). */
+    __syncthreads(); /* the previous work item no longer reads the tiles */
+    load_tile(kt_tile, k + p.k_offset + b * p.k_stride_b + h_kv * p.k_stride_h, k0, sk,
+              p.k_stride_s, BLOCK_R, true);
+    load_tile(vt_tile, v + p.v_offset + b * p.v_stride_b + h_kv * p.v_stride_h, k0, sk,
+              p.v_stride_s, BLOCK_R, true);
+    float acc_k[DIMS_PER_THREAD], acc_v[DIMS_PER_THREAD]; /* dK / scale and dV, f32 */
+#pragma unroll
+    for (int j = 0; j < DIMS_PER_THREAD; j++)
+        acc_k[j] = acc_v[j] = 0.0f;
+    const i64 first = first_row_seeing(k0, p); /* causal: earlier rows see none of the keys */
+
+    /* Loop over the group's query heads, then their query tiles [r0, r0 + Br), in order. */
+    for (i64 h = h_kv * group; h < (h_kv + 1) * group; h++) {
+        const store_t *q_head = q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h;
+        const store_t *do_head = d_o + p.do_offset + b * p.do_stride_b + h * p.do_stride_h;
+        for (i64 r0 = first; r0 < sq; r0 += BLOCK_C) {
+            __syncthreads(); /* the previous query tile is no longer read */
+            load_tile(qt_tile, q_head, r0, sq, p.q_stride_s, BLOCK_C, true);
+            load_tile(dot_tile, do_head, r0, sq, p.do_stride_s, BLOCK_C, true);
+            load_query_tile(q_tile, do_tile, lse2_v, delta_v, keys_v, q_head, do_head, lse,
+                            delta, p, b, h, r0, k0);
+
+            /* S^T = K Q^T (log2 units), masked (key c >= the row's count), P^T = exp2(S^T -
+             * LSE2); then dP^T = V dO^T and dS^T = P^T * (dP^T - D). */
+            float s[COLS_PER_THREAD];
+            row_dots(s, kt_tile + c, qt_tile, t);
+#pragma unroll
+            for (int i = 0; i < COLS_PER_THREAD; i++) {
+                int r = t + i * THREADS_PER_ROW;
+                if (has_col(t, i))
+                    pt_row[r] = c < keys_v[r] ? exp2f(s[i] * p.scale_log2 - lse2_v[r]) : 0.0f;
+            }
+            row_dots(s, vt_tile + c, dot_tile, t);
+#pragma unroll
+            for (int i = 0; i < COLS_PER_THREAD; i++) {
+                int r = t + i * THREADS_PER_ROW;
+                if (has_col(t, i))
+                    dst_row[r] = pt_row[r] * (s[i] - delta_v[r]);
+            }
+            __syncwarp(lanes); /* the key's P^T and dS^T rows are visible to all its lanes */
+
+            /* dK += dS^T Q and dV += P^T dO over the query rows that exist. */
+            int rows = (int)min((i64)BLOCK_C, sq - r0);
+            accumulate_rows(acc_k, dst_row, q_tile, rows, t);
+            accumulate_rows(acc_v, pt_row, do_tile, rows, t);
+        }
+    }
+
+    /* dK = scale * acc_k and dV = acc_v in the storage type. */
+    if (key >= sk)
+        return;
+    store_row_scaled(acc_k, p.scale,
+                     dk + p.dk_offset + b * p.dk_stride_b + h_kv * p.dk_stride_h +
+                         key * p.dk_stride_s,
+                     t);
+    store_row_scaled(acc_v, 1.0f,
+                     dv + p.dv_offset + b * p.dv_stride_b + h_kv * p.dv_stride_h +
+                         key * p.dv_stride_s,
+                     t);
+}
+
+#else
+/* ---- the tensor-core path: mma.sync m16n8k16, f16/bf16 in, f32 accumulate (sm_80+) ------- */
+
+/* A 16 x 16 block of A B^T, as two 16 x 8 accumulator tiles: out[j][e] = sum_x
+ * A[row0 + g + 8i][x] * B[8j + 2t + e % 2][x], i = e / 2, x in [0, d) by 16-wide slices. a_tile
+ * and b_rows are row-major (rows x d) tiles in shared memory, b_rows at the block's first row;
+ * a B row gives a B-fragment column, as K does for S = Q K^T in the forward. S = Q K^T and
+ * dP = dO V^T here; S^T = K Q^T and dP^T = V dO^T in the dK/dV pass. */
+__device__ __forceinline__ void warp_scores(float out[2][4], const store_t *a_tile, int row0,
+                                            const store_t *b_rows, int g, int t)
+{
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+        out[j][0] = out[j][1] = out[j][2] = out[j][3] = 0.0f;
+#pragma unroll
+    for (int x0 = 0; x0 < HEAD_DIM; x0 += 16) {
+        /* a = A rows g, g+8 x cols 2t, 2t+1, 2t+8, 2t+9 of the slice */
+        const store_t *a_src = a_tile + (row0 + g) * HEAD_DIM + x0 + 2 * t;
+        unsigned a_frag[4] = {load_row_pair(a_src), load_row_pair(a_src + 8 * HEAD_DIM),
+                              load_row_pair(a_src + 8), load_row_pair(a_src + 8 * HEAD_DIM + 8)};
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            /* b = B row 8j+g x cols 2t, 2t+1 and 2t+8, 2t+9 of the slice */
+            const store_t *b_src = b_rows + (8 * j + g) * HEAD_DIM + x0 + 2 * t;
+            unsigned b_frag[2] = {load_row_pair(b_src), load_row_pair(b_src + 8)};
+            mma_m16n8k16(out[j], a_frag, b_frag);
+        }
+    }
+}
+
+/* The A fragment of a 16 x 16 block held as two accumulator tiles (the forward's P V step):
+ * columns 0..7 from w[0], 8..15 from w[1], rounded to the storage type. */
+__device__ __forceinline__ void block_as_a(const float w[2][4], unsigned a_frag[4])
+{
+    a_frag[0] = pack_f32_pair(w[0][0], w[0][1]);
+    a_frag[1] = pack_f32_pair(w[0][2], w[0][3]);
+    a_frag[2] = pack_f32_pair(w[1][0], w[1][1]);
+    a_frag[3] = pack_f32_pair(w[1][2], w[1][3]);
+}
+
+/* acc[n] += W T[c0 .. c0+15][8n .. 8n+7] for every 8-wide slice n of d: W is a 16 x 16 block as
+ * an A fragment, T a row-major (rows x d) tile whose rows c0 + c are the product's k index
+ * (B[c][x] = T[c0 + c][8n + x]: a column pair of T, as V in the forward's P V). */
+__device__ __forceinline__ void accumulate_block(float acc[O_TILES][4], const unsigned a_frag[4],
+                                                 const store_t *t_rows, int g, int t)
+{
+#pragma unroll
+    for (int n = 0; n < O_TILES; n++) {
+        /* T[2t][8n + g]: b = T rows 2t, 2t+1 and 2t+8, 2t+9 x col g */
+        const store_t *src = t_rows + 2 * t * HEAD_DIM + n * 8 + g;
+        unsigned b_frag[2] = {load_col_pair(src), load_col_pair(src + 8 * HEAD_DIM)};
+        mma_m16n8k16(acc[n], a_frag, b_frag);
+    }
+}
+
+/* Writes mul * acc, rows i = 0, 1 (g, g+8) of a warp's 16 x d accumulators, to dst[i] (row
+ * starts in global memory; NULL: the row does not exist), elements 8n + 2t, 8n + 2t + 1. */
+__device__ __forceinline__ void store_block_scaled(const float acc[O_TILES][4], float mul,
+                                                   store_t *const dst[2], int t)
+{
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        if (!dst[i])
+            continue;
+#pragma unroll
+        for (int n = 0; n < O_TILES; n++) {
+            dst[i][n * 8 + 2 * t] = to_store(acc[n][2 * i] * mul);
+            dst[i][n * 8 + 2 * t + 1] = to_store(acc[n][2 * i + 1] * mul);
+        }
+    }
+}
+
+/* One (query tile, head, batch) work item: warp w owns query rows warp_row0 = 16w .. 16w+15;
+ * each lane holds rows g and g+8 of them (i = 0, 1) and, in a 16 x 8 tile, columns 2t, 2t+1. */
+__device__ void tile_bwd_dq_mma(const store_t *__restrict__ q, const store_t *__restrict__ k,
+                                const store_t *__restrict__ v, const float *__restrict__ lse,
+                                const store_t *__restrict__ d_o, const float *__restrict__ delta,
+                                store_t *__restrict__ dq, const fa_kernel_params &p, i64 tile,
+                                i64 h, i64 b, char *smem)
+{
+    store_t *q_tile = (store_t *)smem;              /* Q:  Br x d, row-major */
+    store_t *do_tile = q_tile + BLOCK_R * HEAD_DIM; /* dO: Br x d */
+    store_t *k_tile = do_tile + BLOCK_R * HEAD_DIM; /* K:  Bc x d */
+    store_t *v_tile = k_tile + BLOCK_C * HEAD_DIM;  /* V:  Bc x d */
+
+    const int lane = (int)threadIdx.x % 32, warp_row0 = (int)threadIdx.x / 32 * 16;
+    const int g = lane / 4, t = lane % 4; /* PTX's groupID and threadID_in_group */
+    const i64 r0 = tile * BLOCK_R, sq = p.seqlen_q, sk = p.seqlen_k;
+    const i64 h_kv = h / (p.heads_q / p.heads_kv); /* GQA: query heads share a K/V head */
+    const store_t *k_head = k + p.k_offset + b * p.k_stride_b + h_kv * p.k_stride_h;
+    const store_t *v_head = v + p.v_offset + b * p.v_stride_b + h_kv * p.v_stride_h;
+
+    /* Load the Q and dO tiles (rows past Sq are zeros; their results are never written). */
+    load_q_tile(q_tile, q, p, b, h, r0, false);
+    load_tile(do_tile, d_o + p.do_offset + b * p.do_stride_b + h * p.do_stride_h, r0, sq,
+              p.do_stride_s, BLOCK_R, false);
+    float lse2[2], delta_row[2];
+    i64 row_keys[2]; /* this lane's rows see keys [0, row_keys): none without keys or past Sq */
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const i64 row = r0 + warp_row0 + g + 8 * i, at = (b * p.heads_q + h) * sq + row;
+        const float l = row < sq ? lse[at] : NEG_INF;
+        lse2[i] = lse2_of(l);
+        delta_row[i] = row < sq ? delta[at] : 0.0f;
+        row_keys[i] = l == NEG_INF ? 0 : fa_keys_allowed(MASK, row, sq, sk);
+    }
+    const i64 kv_end = keys_to_visit(p, r0);
+
+    float acc[O_TILES][4]; /* dQ / scale: rows g, g+8 x dims 8n+2t, 8n+2t+1, f32 */
+#pragma unroll
+    for (int n = 0; n < O_TILES; n++)
+        acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+
+    /* Loop over K/V tiles: keys [k0, k0 + Bc), then 16 keys c0 .. c0+15 at a time. */
+    for (i64 k0 = 0; k0 < kv_end; k0 += BLOCK_C) {
+        load_kv_tiles(k_tile, v_tile, k_head, v_head, p, k0, false);
+#pragma unroll 1
+        for (int c0 = 0; c0 < BLOCK_C; c0 += 16) {
+            /* S = Q K^T and dP = dO V^T of the warp's rows x keys c0 .. c0+15; s[j][e] is
+             * key c = c0 + 8j + 2t + e % 2 of row g + 8 (e / 2). */
+            float s[2][4], dp[2][4];
+            warp_scores(s, q_tile, warp_row0, k_tile + c0 * HEAD_DIM, g, t);
+            warp_scores(dp, do_tile, warp_row0, v_tile + c0 * HEAD_DIM, g, t);
+            /* P = exp2(S - LSE2), masked keys 0; then dS = P * (dP - D) in place. */
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int i = e / 2, c = c0 + 8 * j + 2 * t + (e & 1);
+                    float pr = c < row_keys[i] - k0
+                                   ? exp2f(s[j][e] * p.scale_log2 - lse2[i])
+                                   : 0.0f;
+                    s[j][e] = pr * (dp[j][e] - delta_row[i]);
+                }
+            /* dQ += dS K[c0 .. c0+15] (K rows past Sk are zeros, their dS 0). */
+            unsigned a_frag[4];
+            block_as_a(s, a_frag);
+            accumulate_block(acc, a_frag, k_tile + c0 * HEAD_DIM, g, t);
+        }
+    }
+
+    /* dQ = scale * acc in the storage type. */
+    store_t *dst[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const i64 row = r0 + warp_row0 + g + 8 * i;
+        dst[i] = row < sq ? dq + p.dq_offset + b * p.dq_stride_b + h * p.dq_stride_h +
+                                row * p.dq_stride_s
+                          : nullptr;
+    }
+    store_block_scaled(acc, p.scale, dst, t);
+}
+
+/* One (key tile, K/V head, batch) work item: warp w owns keys warp_key0 = 16w .. 16w+15 of the
+ * tile; each lane holds keys g and g+8 of them (i = 0, 1) and, in a 16 x 8 tile, query columns
+ * 2t, 2t+1. */
+__device__ void tile_bwd_dkdv_mma(const store_t *__restrict__ q, const store_t *__restrict__ k,
+                                  const store_t *__restrict__ v, const float *__restrict__ lse,
+                                  const store_t *__restrict__ d_o,
+                                  const float *__restrict__ delta, store_t *__restrict__ dk,
+                                  store_t *__restrict__ dv, const fa_kernel_params &p, i64 tile,
+                                  i64 h_kv, i64 b, char *smem)
+{
+    float *lse2_v = (float *)smem; /* per query row of the tile */
+    float *delta_v = lse2_v + BLOCK_C;
+    int *keys_v = (int *)(delta_v + BLOCK_C);
+    store_t *k_tile = (store_t *)(keys_v + BLOCK_C); /* K:  (own keys) x d, row-major */
+    store_t *v_tile = k_tile + BLOCK_R * HEAD_DIM;   /* V:  (own keys) x d */
+    store_t *q_tile = v_tile + BLOCK_R * HEAD_DIM;   /* Q:  (query tile) x d */
+    store_t *do_tile = q_tile + BLOCK_C * HEAD_DIM;  /* dO: (query tile) x d */
+
+    const int lane = (int)threadIdx.x % 32, warp_key0 = (int)threadIdx.x / 32 * 16;
+    const int g = lane / 4, t = lane % 4; /* PTX's groupID and threadID_in_group */
+    const i64 k0 = tile * BLOCK_R;
+    const i64 group = p.heads_q / p.heads_kv, sq = p.seqlen_q, sk = p.seqlen_k;
+
+    /* Load the block's K and V tiles (keys past Sk are zeros, never written). */
+    __syncthreads(); /* the previous work item no longer reads the tiles */
+    load_tile(k_tile, k + p.k_offset + b * p.k_stride_b + h_kv * p.k_stride_h, k0, sk,
+              p.k_stride_s, BLOCK_R, false);
+    load_tile(v_tile, v + p.v_offset + b * p.v_stride_b + h_kv * p.v_stride_h, k0, sk,
+              p.v_stride_s, BLOCK_R, false);
+    float acc_k[O_TILES][4], acc_v[O_TILES][4]; /* dK / scale and dV: keys g, g+8 x dims */
+#pragma unroll
+    for (int n = 0; n < O_TILES; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            acc_k[n][e] = acc_v[n][e] = 0.0f;
+    const i64 first = first_row_seeing(k0, p); /* causal: earlier rows see none of the keys */
+
+    /* Loop over the group's query heads, then their query tiles [r0, r0 + Br), in order, 16
+     * query rows c0 .. c0+15 at a time. */
+    for (i64 h = h_kv * group; h < (h_kv + 1) * group; h++) {
+        const store_t *q_head = q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h;
+        const store_t *do_head = d_o + p.do_offset + b * p.do_stride_b + h * p.do_stride_h;
+        for (i64 r0 = first; r0 < sq; r0 += BLOCK_C) {
+            __syncthreads(); /* the previous query tile is no longer read */
+            load_query_tile(q_tile, do_tile, lse2_v, delta_v, keys_v, q_head, do_head, lse,
+                            delta, p, b, h, r0, k0);
+#pragma unroll 1
+            for (int c0 = 0; c0 < BLOCK_C; c0 += 16) {
+                /* S^T = K Q^T and dP^T = V dO^T of the warp's keys x query rows c0 .. c0+15;
+                 * st[j][e] is query row r = c0 + 8j + 2t + e % 2 of key g + 8 (e / 2). */
+                float st[2][4], dpt[2][4];
+                warp_scores(st, k_tile, warp_key0, q_tile + c0 * HEAD_DIM, g, t);
+                warp_scores(dpt, v_tile, warp_key0, do_tile + c0 * HEAD_DIM, g, t);
+                /* P^T = exp2(S^T - LSE2), masked (key >= the row's count) 0, in st; dS^T =
+                 * P^T * (dP^T - D) in dpt. */
+#pragma unroll
+                for (int j = 0; j < 2; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        int key = warp_key0 + g + 8 * (e / 2), r = c0 + 8 * j + 2 * t + (e & 1);
+                        st[j][e] = key < keys_v[r] ? exp2f(st[j][e] * p.scale_log2 - lse2_v[r])
+                                                   : 0.0f;
+                        dpt[j][e] = st[j][e] * (dpt[j][e] - delta_v[r]);
+                    }
+                /* dV += P^T dO[c0 ..] and dK += dS^T Q[c0 ..] (rows past Sq are zeros). */
+                unsigned a_frag[4];
+                block_as_a(st, a_frag);
+                accumulate_block(acc_v, a_frag, do_tile + c0 * HEAD_DIM, g, t);
+                block_as_a(dpt, a_frag);
+                accumulate_block(acc_k, a_frag, q_tile + c0 * HEAD_DIM, g, t);
+            }
+        }
+    }
+
+    /* dK = scale * acc_k and dV = acc_v in the storage type, keys that exist. */
+    store_t *dst_k[2], *dst_v[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const i64 key = k0 + warp_key0 + g + 8 * i;
+        dst_k[i] = key < sk ? dk + p.dk_offset + b * p.dk_stride_b + h_kv * p.dk_stride_h +
+                                  key * p.dk_stride_s
+                            : nullptr;
+        dst_v[i] = key < sk ? dv + p.dv_offset + b * p.dv_stride_b + h_kv * p.dv_stride_h +
+                                  key * p.dv_stride_s
+                            : nullptr;
+    }
+    store_block_scaled(acc_k, p.scale, dst_k, t);
+    store_block_scaled(acc_v, 1.0f, dst_v, t);
+}
+#endif
+
+/* ---- the entry points: grid-stride loops over the work items ---------------------------- */
+
+extern "C" __global__ void __launch_bounds__(WG_SIZE)
+flash_bwd_dq(const store_t *__restrict__ q, const store_t *__restrict__ k,
+             const store_t *__restrict__ v, const float *__restrict__ lse,
+             const store_t *__restrict__ d_o, const float *__restrict__ delta,
+             store_t *__restrict__ dq, const fa_kernel_params p)
+{
+    extern __shared__ __align__(16) char smem[];
+    for (i64 b = blockIdx.z; b < p.batch; b += gridDim.z)
+        for (i64 h = blockIdx.y; h < p.heads_q; h += gridDim.y)
+            for (i64 tile = blockIdx.x; tile < p.q_tiles; tile += gridDim.x)
+#if MMA
+                tile_bwd_dq_mma(q, k, v, lse, d_o, delta, dq, p, tile, h, b, smem);
+#else
+                tile_bwd_dq_cuda_cores(q, k, v, lse, d_o, delta, dq, p, tile, h, b, smem);
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(WG_SIZE)
+flash_bwd_dkdv(const store_t *__restrict__ q, const store_t *__restrict__ k,
+               const store_t *__restrict__ v, const float *__restrict__ lse,
+               const store_t *__restrict__ d_o, const float *__restrict__ delta,
+               store_t *__restrict__ dk, store_t *__restrict__ dv, const fa_kernel_params p)
+{
+    extern __shared__ __align__(16) char smem[];
+    const i64 key_tiles = (p.seqlen_k + BLOCK_R - 1) / BLOCK_R;
+    for (i64 b = blockIdx.z; b < p.batch; b += gridDim.z)
+        for (i64 h_kv = blockIdx.y; h_kv < p.heads_kv; h_kv += gridDim.y)
+            for (i64 tile = blockIdx.x; tile < key_tiles; tile += gridDim.x)
+#if MMA
+                tile_bwd_dkdv_mma(q, k, v, lse, d_o, delta, dk, dv, p, tile, h_kv, b, smem);
+#else
+                tile_bwd_dkdv_cuda_cores(q, k, v, lse, d_o, delta, dk, dv, p, tile, h_kv, b,
+                                         smem);
+#endif
+}
