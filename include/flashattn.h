@@ -425,8 +425,8 @@ FA_API fa_status fa_forward(fa_context *ctx, const fa_plan *plan, const fa_buffe
  * Plans the backward pass of the problem (dO -> dQ, dK, dV), validating the dO, dQ, dK and dV
  * layouts too. The planner fits the backward's tiles (it holds more at once than the forward:
  * fa_plan_explain gives its formula). Same statuses as fa_plan_create, and
- * FA_STATUS_UNSUPPORTED on a backend without a backward pass (today: cuda; cpu and opencl have
- * it). A run allocates fa_plan_scratch_bytes of scratch for itself.
+ * FA_STATUS_UNSUPPORTED on a backend without a backward pass (every built-in backend has one).
+ * A run allocates fa_plan_scratch_bytes of scratch for itself.
  */
 FA_API fa_status fa_plan_create_backward(fa_context *ctx, const fa_problem *p, fa_plan **out);
 
