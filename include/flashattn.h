@@ -308,7 +308,7 @@ typedef struct fa_problem {
     int64_t batch;      /* >= 0; 0 is a no-op */
     int64_t heads_q;    /* >= 1 */
     int64_t heads_kv;   /* >= 1, heads_q % heads_kv == 0 (GQA; 1 is MQA) */
-    int64_t seqlen_q;   /* >= 0; 0 is a no-op */
+    int64_t seqlen_q;   /* >= 0; 0: the forward is a no-op, the backward writes dK = dV = 0 */
     int64_t seqlen_k;   /* >= 0; 0 gives O = 0 and LSE = -inf */
     int64_t head_dim;   /* 1..256 */
     fa_tensor_layout q; /* [batch, heads_q, seqlen_q, head_dim] */
@@ -384,8 +384,10 @@ FA_API int32_t fa_plan_work_group_size(const fa_plan *plan);
  * uses (Br*d + 2*Bc*d) * elem. `flashattn plan` prints the formula the plan used.
  */
 FA_API uint64_t fa_plan_sram_bytes(const fa_plan *plan);
-/* Work-groups the plan's launches run in all: for a forward plan batch * heads_q *
- * ceil(seqlen_q / Br); for a backward plan batch * heads_kv * ceil(seqlen_k / Bc). */
+/* Work-groups the plan's launches run in all, summed over its launches: for a forward plan
+ * batch * heads_q * ceil(seqlen_q / Br); for a backward plan on opencl and cuda
+ * batch * (2 * heads_q * ceil(seqlen_q / Br) + heads_kv * ceil(seqlen_k / Bc)) (the D and dQ
+ * passes, the dK/dV pass), on cpu batch * heads_kv (one per K/V head). */
 FA_API uint64_t fa_plan_work_groups(const fa_plan *plan);
 /*
  * Device bytes a run of the plan allocates for itself beyond the caller's tensors, counted in
@@ -409,8 +411,9 @@ FA_API const char *fa_plan_explain(const fa_plan *plan);
  * lse may be NULL; otherwise it receives f32 [batch, heads_q, seqlen_q] log-sum-exp values.
  * Buffers are checked against the problem's layout before anything runs.
  * Returns FA_STATUS_NULL_POINTER, CONTEXT_MISMATCH (a plan or buffer of another context),
- * BUFFER_TOO_SMALL (a buffer smaller than the plan's problem's layout needs),
- * INVALID_ARGUMENT (O overlapping an input or LSE), DEVICE_ERROR, OUT_OF_MEMORY.
+ * INVALID_PLAN (a plan of fa_plan_create_backward), BUFFER_TOO_SMALL (a buffer smaller than
+ * the plan's problem's layout needs), INVALID_ARGUMENT (O overlapping an input or LSE),
+ * DEVICE_ERROR, OUT_OF_MEMORY.
  * Same inputs, plan and device give bitwise identical outputs.
  */
 FA_API fa_status fa_forward(fa_context *ctx, const fa_plan *plan, const fa_buffer *q,
@@ -435,8 +438,11 @@ FA_API fa_status fa_plan_create_backward(fa_context *ctx, const fa_problem *p, f
  * V; with GQA summed over the query heads of a group), in the storage dtype, from Q, K, V, O and
  * LSE (f32 [batch, heads_q, seqlen_q] as fa_forward wrote it for the same problem). P is
  * recomputed from LSE, never stored: the extra memory is linear in the sequence lengths. Rows
- * with no key (LSE = -inf) get dQ = 0 and add nothing to dK and dV. Deterministic: the same
- * inputs give bitwise the same gradients (the reduction order is fixed; docs/algorithm.md).
+ * with no key (LSE = -inf) get dQ = 0 and add nothing to dK and dV. dK and dV rows must not
+ * overlap: K and V broadcast over the batch (stride_batch 0) need dK and dV with their own
+ * batch stride, which then receive each batch's gradient (the caller sums them).
+ * Deterministic: the same inputs give bitwise the same gradients (the reduction order is fixed;
+ * docs/algorithm.md).
  * Returns FA_STATUS_NULL_POINTER, CONTEXT_MISMATCH, INVALID_PLAN (a plan of fa_plan_create),
  * BUFFER_TOO_SMALL, INVALID_ARGUMENT (an output overlapping an input or another output),
  * DEVICE_ERROR, OUT_OF_MEMORY; outputs are untouched on every error.

@@ -271,14 +271,17 @@ static void copy_layout(const fa_tensor_layout *t, fa_kp_i64 *offset, fa_kp_i64 
 void fa__kernel_params_fill(const fa_problem *p, int32_t block_r, fa_kernel_params *kp)
 {
     memset(kp, 0, sizeof *kp);
-    copy_layout(&p->q, &kp->q_offset, &kp->q_stride_b, &kp->q_stride_h, &kp->q_stride_s);
-    /* K and V with no rows are never read, and validation leaves their strides free up to
-     * 2^60, where b * stride_b would overflow int64: such layouts reach no backend. */
+    /* A tensor with no rows is never read or written, and validation leaves its strides free
+     * up to 2^60, where b * stride_b would overflow int64: such layouts reach no backend (the
+     * backward runs with seqlen_q = 0, to zero dK and dV). */
+    if (p->seqlen_q > 0) {
+        copy_layout(&p->q, &kp->q_offset, &kp->q_stride_b, &kp->q_stride_h, &kp->q_stride_s);
+        copy_layout(&p->o, &kp->o_offset, &kp->o_stride_b, &kp->o_stride_h, &kp->o_stride_s);
+    }
     if (p->seqlen_k > 0) {
         copy_layout(&p->k, &kp->k_offset, &kp->k_stride_b, &kp->k_stride_h, &kp->k_stride_s);
         copy_layout(&p->v, &kp->v_offset, &kp->v_stride_b, &kp->v_stride_h, &kp->v_stride_s);
     }
-    copy_layout(&p->o, &kp->o_offset, &kp->o_stride_b, &kp->o_stride_h, &kp->o_stride_s);
     kp->batch = p->batch;
     kp->seqlen_q = p->seqlen_q;
     kp->seqlen_k = p->seqlen_k;
@@ -294,8 +297,12 @@ void fa__kernel_params_fill(const fa_problem *p, int32_t block_r, fa_kernel_para
 
 void fa__kernel_params_fill_backward(const fa_problem *p, fa_kernel_params *kp)
 {
-    copy_layout(&p->d_o, &kp->do_offset, &kp->do_stride_b, &kp->do_stride_h, &kp->do_stride_s);
-    copy_layout(&p->dq, &kp->dq_offset, &kp->dq_stride_b, &kp->dq_stride_h, &kp->dq_stride_s);
+    if (p->seqlen_q > 0) { /* as for Q and O: no rows, no strides */
+        copy_layout(&p->d_o, &kp->do_offset, &kp->do_stride_b, &kp->do_stride_h,
+                    &kp->do_stride_s);
+        copy_layout(&p->dq, &kp->dq_offset, &kp->dq_stride_b, &kp->dq_stride_h,
+                    &kp->dq_stride_s);
+    }
     if (p->seqlen_k > 0) { /* as for K and V: no rows, no strides */
         copy_layout(&p->dk, &kp->dk_offset, &kp->dk_stride_b, &kp->dk_stride_h,
                     &kp->dk_stride_s);

@@ -87,6 +87,20 @@ void case_fill_problem(const fa_test_case *c, fa_problem *p)
     }
 }
 
+void case_fill_problem_backward(const fa_test_case *c, fa_problem *p)
+{
+    case_fill_problem(c, p);
+    /* fa_problem_init gave dO, dQ, dK and dV the contiguous layout of their twins, with
+       stride_batch > 0 for dK/dV even where K/V are broadcast. */
+    if (c->layout != CASE_PADDED)
+        return;
+    /* Pads unlike every forward tensor's: dQ read with Q's strides (or dK with K's) misses. */
+    padded_layout(&p->d_o, (case_pad){4, 1, 6, 7}, c->heads_q, c->seqlen_q, c->head_dim);
+    padded_layout(&p->dq, (case_pad){1, 7, 2, 15}, c->heads_q, c->seqlen_q, c->head_dim);
+    padded_layout(&p->dk, (case_pad){2, 4, 1, 10}, c->heads_kv, c->seqlen_k, c->head_dim);
+    padded_layout(&p->dv, (case_pad){6, 3, 9, 5}, c->heads_kv, c->seqlen_k, c->head_dim);
+}
+
 int64_t case_extent(const fa_tensor_layout *t, int64_t batch, int64_t heads, int64_t seq,
                     int64_t head_dim)
 {

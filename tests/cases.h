@@ -37,6 +37,15 @@ extern const size_t fa_test_case_count;
 void case_fill_problem(const fa_test_case *c, fa_problem *p);
 
 /*
+ * case_fill_problem, plus the backward's tensors: dO and dQ like Q's layout, dK and dV like K's,
+ * each with padding of its own in a padded case (so a kernel that uses Q's strides for dQ
+ * misses). A broadcast K/V (stride_batch 0) keeps dense dK/dV: a gradient with stride_batch 0
+ * would have overlapping rows, which fa_plan_create_backward rejects; the library then writes
+ * each batch's contribution to that batch's rows of dK/dV (the caller sums them).
+ */
+void case_fill_problem_backward(const fa_test_case *c, fa_problem *p);
+
+/*
  * Elements a tensor spans from element 0 of its buffer, computed independently of the library:
  * offset + (B-1)*sb + (H-1)*sh + (S-1)*ss + D, or 0 when any count is 0.
  */

@@ -50,9 +50,9 @@ for name in $names; do targets+=("fuzz_$name"); done
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >"$build/build.log" 2>&1 ||
     { cat "$build/build.log"; exit 1; }
 
-# Longest input per harness: a header and a few hundred elements; a problem description; an
-# argument vector.
-declare -A max_len=([npy]=4096 [problem]=128 [cli]=1024)
+# Longest input per harness: a header and a few hundred elements; a problem description (all
+# eight layouts spelt out in raw 64-bit values take ~400 bytes); an argument vector.
+declare -A max_len=([npy]=4096 [problem]=512 [cli]=1024)
 
 # run_one NAME: fuzzes for $secs seconds; prints the line; returns non-zero on a failure.
 run_one() {

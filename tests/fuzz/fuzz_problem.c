@@ -1,7 +1,9 @@
 /*
- * fuzz_problem.c - fuzz harness for problem validation, planning and fa_forward's buffer checks
- * on the cpu backend. The input describes a problem (sizes, strides, offsets, dtype, mask,
- * scale, tile overrides) and how large its buffers are; when the work is small the forward runs.
+ * fuzz_problem.c - fuzz harness for problem validation, planning, fa_forward and (in
+ * fuzz_backward.c) fa_plan_create_backward and fa_backward, with their buffer checks, on the cpu
+ * backend. The input describes a problem (sizes, strides, offsets of all eight tensors, dtype,
+ * mask, scale, tile overrides) and how large its buffers are; when the work is small both passes
+ * run.
  *
  * Input, read front to back with fz_reader (a short input takes the defaults for the rest):
  *   flags        bit 0 BSHD (else BHSD), bit 1 LSE wanted, bit 2 Q, K and V share one buffer,
@@ -16,7 +18,13 @@
  *                stride_seq to replace, then an fz_i64 for each one picked
  *   amplitude    input values are uniform in +-2^(byte % 41 - 8), at most 2^15 for f16
  *   which, cut, small: the short buffer, by how many bytes, the size of every buffer in mode 2
- * Input values come from a generator seeded with a hash of the whole input.
+ *   grads        a byte (1): bit 0 dO, dQ, dK, dV start as copies of the O, Q, K, V layouts
+ *                decoded above (else contiguous, as fa_problem_init leaves them), bit 1 dQ, dK
+ *                and dV share one buffer
+ *   d_o, dq, dk, dv: as q, k, v, o
+ * Input values come from a generator seeded with a hash of the whole input. Inputs written before
+ * the backward's fields existed end before them and so test the backward with the gradients laid
+ * out like their twins.
  *
  * Properties: fa_problem_check and fa_plan_create return OK with an empty last error, or a
  * status with a non-empty one (the same status from both when the check fails); a plan's tiles
@@ -27,66 +35,27 @@
  * range of V, 0 with LSE = -inf where the mask leaves no key, and finite with a finite LSE
  * unless a score can pass the f32 range (then a row may be NaN, wholly, with a NaN LSE). The
  * context's memory counter returns to 0 when everything is released.
+ * The backward's properties are listed at the top of fuzz_backward.c.
  */
 #if !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200809L /* unsetenv */
 #endif
 
-#include "fuzz.h"
-
-#include "flashattn.h"
+#include "fuzz_problem.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Buffers up to this size are allocated exactly; a layout that needs more gets `small` bytes
- * (and so must be rejected). */
-#define FZ_MAX_BUFFER ((uint64_t)1 << 20)
-/* The forward runs only when batch * heads_q * seqlen_q * seqlen_k * head_dim (an empty
- * sequence counted as 1) is at most this: the cpu backend is scalar, and a fuzzer wants
- * thousands of runs a second. */
-#define FZ_MAX_WORK ((uint64_t)1 << 18)
 /* Below this bound on |score| no score reaches the f32 range (FLT_MAX / log2(e), where the
  * backends saturate it to +-inf), so no row may be NaN and every LSE of a row with keys is
  * finite. */
 #define FZ_SCORE_BOUND 1e37
-/* Fill of O and LSE before the call: 0xffa5 per 16 bits is a NaN in f32, f16 and bf16. */
-#define FZ_SENTINEL(i) ((uint8_t)((i) % 2 ? 0xff : 0xa5))
 
 enum { SLOT_Q, SLOT_K, SLOT_V, SLOT_O, SLOT_LSE, SLOT_COUNT };
-enum { SIZE_EXACT = 0, SIZE_CUT = 1, SIZE_SMALL = 2 };
 
-/* One fuzz input, decoded. */
-typedef struct fz_case {
-    fa_problem p;
-    int want_lse, shared_qkv, wrap, sizing;
-    int amp_exp;
-    uint8_t which;
-    uint64_t cut, small;
-    uint64_t seed;
-} fz_case;
-
-/* One buffer: its memory (wrapped, or a host mirror of a created one) and its handle. */
-typedef struct fz_buf {
-    uint8_t *host;
-    size_t bytes;
-    uint64_t need; /* bytes its tensors' layouts span (UINT64_MAX: more than fits) */
-    fa_buffer *buf;
-} fz_buf;
-
-static fa_context *fz_ctx;
-
-static uint64_t add_sat(uint64_t a, uint64_t b)
-{
-    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
-}
-
-static uint64_t mul_sat(uint64_t a, uint64_t b)
-{
-    return b != 0 && a > UINT64_MAX / b ? UINT64_MAX : a * b;
-}
+fa_context *fz_ctx;
 
 /* ---- decoding ---------------------------------------------------------------------------- */
 
@@ -162,13 +131,23 @@ static void decode_case(const uint8_t *data, size_t size, fz_case *c)
     c->which = fz_byte(&r, 0);
     c->cut = 1 + (uint64_t)fz_i64(&r, 0) % 256;
     c->small = 1 + (uint64_t)fz_i64(&r, 31) % 4096;
+    uint8_t grads = fz_byte(&r, 1);
+    if (grads & 1) { /* the backward's tensors laid out like their twins, as decoded */
+        c->p.d_o = c->p.o;
+        c->p.dq = c->p.q;
+        c->p.dk = c->p.k;
+        c->p.dv = c->p.v;
+    }
+    c->shared_grads = grads >> 1 & 1;
+    fa_tensor_layout *g[4] = {&c->p.d_o, &c->p.dq, &c->p.dk, &c->p.dv};
+    for (int i = 0; i < 4; i++)
+        decode_layout(&r, g[i]);
     c->seed = hash_input(data, size);
 }
 
 /* ---- plan -------------------------------------------------------------------------------- */
 
-/* A status with the context's last error as the API documents it. */
-static void check_status_message(fa_status st, const char *call)
+void fz_check_status_message(fa_status st, const char *call)
 {
     const char *msg = fa_context_last_error(fz_ctx);
     FZ_CHECK(msg != NULL, "%s: last error is NULL", call);
@@ -197,31 +176,30 @@ static void check_plan(const fa_plan *plan, const fa_problem *p)
 
 /* ---- buffers ----------------------------------------------------------------------------- */
 
-/* Bytes a tensor's layout spans from the start of its buffer; 0 when it has no element. */
-static uint64_t span_bytes(const fa_tensor_layout *t, const fa_problem *p, int64_t heads,
-                           int64_t seq)
+uint64_t fz_span_bytes(const fa_tensor_layout *t, const fa_problem *p, int64_t heads,
+                       int64_t seq)
 {
     if (p->batch == 0 || heads == 0 || seq == 0)
         return 0;
     uint64_t last = (uint64_t)t->offset;
-    last = add_sat(last, mul_sat((uint64_t)(p->batch - 1), (uint64_t)t->stride_batch));
-    last = add_sat(last, mul_sat((uint64_t)(heads - 1), (uint64_t)t->stride_head));
-    last = add_sat(last, mul_sat((uint64_t)(seq - 1), (uint64_t)t->stride_seq));
-    return mul_sat(add_sat(last, (uint64_t)p->head_dim), fa_dtype_size(p->dtype));
+    last = fz_add_sat(last, fz_mul_sat((uint64_t)(p->batch - 1), (uint64_t)t->stride_batch));
+    last = fz_add_sat(last, fz_mul_sat((uint64_t)(heads - 1), (uint64_t)t->stride_head));
+    last = fz_add_sat(last, fz_mul_sat((uint64_t)(seq - 1), (uint64_t)t->stride_seq));
+    return fz_mul_sat(fz_add_sat(last, (uint64_t)p->head_dim), fa_dtype_size(p->dtype));
 }
 
 /* Which slot holds each tensor, and what each slot must hold; returns the slots in use. */
 static int plan_slots(const fz_case *c, int slot_of[SLOT_COUNT], fz_buf b[SLOT_COUNT])
 {
     const fa_problem *p = &c->p;
-    uint64_t rows = mul_sat((uint64_t)p->batch, (uint64_t)p->heads_q);
-    rows = mul_sat(rows, (uint64_t)p->seqlen_q);
+    uint64_t rows = fz_mul_sat((uint64_t)p->batch, (uint64_t)p->heads_q);
+    rows = fz_mul_sat(rows, (uint64_t)p->seqlen_q);
     uint64_t need[SLOT_COUNT] = {
-        span_bytes(&p->q, p, p->heads_q, p->seqlen_q),
-        span_bytes(&p->k, p, p->heads_kv, p->seqlen_k),
-        span_bytes(&p->v, p, p->heads_kv, p->seqlen_k),
-        span_bytes(&p->o, p, p->heads_q, p->seqlen_q),
-        mul_sat(rows, 4)};
+        fz_span_bytes(&p->q, p, p->heads_q, p->seqlen_q),
+        fz_span_bytes(&p->k, p, p->heads_kv, p->seqlen_k),
+        fz_span_bytes(&p->v, p, p->heads_kv, p->seqlen_k),
+        fz_span_bytes(&p->o, p, p->heads_q, p->seqlen_q),
+        fz_mul_sat(rows, 4)};
     memset(b, 0, sizeof(fz_buf) * SLOT_COUNT);
     for (int i = 0; i < SLOT_COUNT; i++) {
         slot_of[i] = c->shared_qkv && i <= SLOT_V ? SLOT_Q : i;
@@ -231,19 +209,18 @@ static int plan_slots(const fz_case *c, int slot_of[SLOT_COUNT], fz_buf b[SLOT_C
     return c->want_lse ? SLOT_COUNT : SLOT_LSE;
 }
 
-/* Sizes the slots per the input's sizing mode; returns whether every slot holds its need. */
-static int size_slots(const fz_case *c, fz_buf b[SLOT_COUNT], int nslots)
+int fz_size_slots(const fz_case *c, fz_buf *b, const int *slot_of, int n)
 {
-    int fits = 1, cut_slot = c->which % nslots;
-    for (int i = 0; i < nslots; i++) {
-        uint64_t n = b[i].need;
-        if (i != SLOT_Q && i <= SLOT_V && c->shared_qkv)
-            continue;
-        if (c->sizing == SIZE_SMALL || n > FZ_MAX_BUFFER)
-            n = c->small;
-        else if (c->sizing == SIZE_CUT && i == cut_slot)
-            n = n > c->cut ? n - c->cut : 1;
-        b[i].bytes = n > 0 ? (size_t)n : 1; /* a buffer has at least one byte */
+    int fits = 1, cut_slot = c->which % n;
+    for (int i = 0; i < n; i++) {
+        uint64_t need = b[i].need;
+        if (slot_of[i] != i)
+            continue; /* its tensor's need counts in the slot it shares */
+        if (c->sizing == FZ_SIZE_SMALL || need > FZ_MAX_BUFFER)
+            need = c->small;
+        else if (c->sizing == FZ_SIZE_CUT && i == cut_slot)
+            need = need > c->cut ? need - c->cut : 1;
+        b[i].bytes = need > 0 ? (size_t)need : 1; /* a buffer has at least one byte */
         fits = fits && b[i].need <= b[i].bytes;
     }
     return fits;
@@ -257,7 +234,7 @@ static uint64_t next_random(uint64_t *state)
     return z ^ (z >> 31);
 }
 
-static float load_elem(fa_dtype dt, const uint8_t *base, size_t i)
+float fz_load_elem(fa_dtype dt, const uint8_t *base, size_t i)
 {
     uint16_t h;
     float f;
@@ -286,7 +263,7 @@ static void fill_inputs(fz_buf *b, fa_dtype dt, float amp, uint64_t *rng)
     }
 }
 
-static void make_buffer(const fz_case *c, fz_buf *b, int is_output, uint64_t *rng)
+void fz_make_buffer(const fz_case *c, fz_buf *b, int is_output, fa_dtype fill, uint64_t *rng)
 {
     b->host = malloc(b->bytes);
     FZ_CHECK(b->host != NULL, "out of host memory for %zu bytes", b->bytes);
@@ -294,7 +271,7 @@ static void make_buffer(const fz_case *c, fz_buf *b, int is_output, uint64_t *rn
         for (size_t i = 0; i < b->bytes; i++)
             b->host[i] = FZ_SENTINEL(i);
     } else {
-        fill_inputs(b, c->p.dtype, ldexpf(1.0f, c->amp_exp), rng);
+        fill_inputs(b, fill, ldexpf(1.0f, c->amp_exp), rng);
     }
     fa_status st = c->wrap ? fa_buffer_wrap_host(fz_ctx, b->host, b->bytes, &b->buf)
                            : fa_buffer_create(fz_ctx, b->bytes, &b->buf);
@@ -305,8 +282,7 @@ static void make_buffer(const fz_case *c, fz_buf *b, int is_output, uint64_t *rn
     }
 }
 
-/* Brings a created output buffer's contents into its host mirror. */
-static void fetch(const fz_case *c, fz_buf *b)
+void fz_fetch(const fz_case *c, fz_buf *b)
 {
     if (c->wrap || !b->buf)
         return;
@@ -314,7 +290,7 @@ static void fetch(const fz_case *c, fz_buf *b)
     FZ_CHECK(st == FA_STATUS_OK, "fa_buffer_read: %s", fa_status_name(st));
 }
 
-static void untouched(const fz_buf *b, const char *name)
+void fz_untouched(const fz_buf *b, const char *name)
 {
     for (size_t i = 0; b->host && i < b->bytes; i++)
         FZ_CHECK(b->host[i] == FZ_SENTINEL(i), "a rejected call wrote byte %zu of %s", i, name);
@@ -322,8 +298,7 @@ static void untouched(const fz_buf *b, const char *name)
 
 /* ---- outputs ----------------------------------------------------------------------------- */
 
-/* Keys row i may attend to (fa_mask's rule). */
-static int64_t keys_of_row(const fa_problem *p, int64_t i)
+int64_t fz_keys_of_row(const fa_problem *p, int64_t i)
 {
     int64_t n = p->seqlen_k;
     if (p->mask == FA_MASK_CAUSAL_TOP_LEFT)
@@ -333,12 +308,12 @@ static int64_t keys_of_row(const fa_problem *p, int64_t i)
     return n < 0 ? 0 : n > p->seqlen_k ? p->seqlen_k : n;
 }
 
-static float max_abs(const fz_buf *b, fa_dtype dt)
+float fz_max_abs(const fz_buf *b, fa_dtype dt)
 {
     float m = 0.0f;
     size_t elem = fa_dtype_size(dt);
     for (size_t i = 0; i < b->bytes / elem; i++)
-        m = fmaxf(m, fabsf(load_elem(dt, b->host, i)));
+        m = fmaxf(m, fabsf(fz_load_elem(dt, b->host, i)));
     return m;
 }
 
@@ -357,7 +332,7 @@ static void check_row(const fa_problem *p, const fz_buf *o, const fz_row *row, f
     int64_t nans = 0, zeros = 0;
     for (int64_t x = 0; x < p->head_dim; x++) {
         size_t i = row->first + (size_t)x;
-        float v = load_elem(p->dtype, o->host, i);
+        float v = fz_load_elem(p->dtype, o->host, i);
         /* O is a convex combination of V's values, or a NaN row from a +inf score. */
         FZ_CHECK(isnan(v) || fabsf(v) <= vmax * (1.0f + 1e-6f),
                  "O element %zu is %g, outside max |V| = %g", i, (double)v, (double)vmax);
@@ -389,7 +364,7 @@ static void check_outputs(const fz_case *c, const fa_problem *pp, fz_buf *b, con
     const fa_problem *p = &c->p;
     const fz_buf *o = &b[SLOT_O];
     const float *lse = c->want_lse ? (const float *)(const void *)b[SLOT_LSE].host : NULL;
-    float amp = ldexpf(1.0f, c->amp_exp), vmax = max_abs(&b[slot_of[SLOT_V]], p->dtype);
+    float amp = ldexpf(1.0f, c->amp_exp), vmax = fz_max_abs(&b[slot_of[SLOT_V]], p->dtype);
     /* |score| <= d * max|q| * max|k| * |scale|: below the bound no score saturates to +-inf. */
     int strict = (double)p->head_dim * amp * amp * fabs((double)pp->scale) < FZ_SCORE_BOUND;
     size_t elem = fa_dtype_size(p->dtype), lse_row = 0;
@@ -400,7 +375,7 @@ static void check_outputs(const fz_case *c, const fa_problem *pp, fz_buf *b, con
             for (int64_t s = 0; s < p->seqlen_q; s++, lse_row++) {
                 fz_row row = {(size_t)(p->o.offset + bi * p->o.stride_batch +
                                        h * p->o.stride_head + s * p->o.stride_seq),
-                              lse ? lse + lse_row : NULL, keys_of_row(p, s) > 0, strict};
+                              lse ? lse + lse_row : NULL, fz_keys_of_row(p, s) > 0, strict};
                 check_row(p, o, &row, vmax, covered);
             }
     for (size_t i = 0; i < o->bytes; i++)
@@ -417,31 +392,39 @@ static void print_layout(const char *name, const fa_tensor_layout *t)
             (long long)t->stride_batch, (long long)t->stride_head, (long long)t->stride_seq);
 }
 
-/* With FLASHATTN_FUZZ_VERBOSE set, one line per input: what it decodes to and what happened,
- * to read a crash input or check what a seed exercises. */
-static void trace(const fz_case *c, const char *what, fa_status st)
+static int verbose(void)
 {
-    static int verbose = -1;
-    if (verbose < 0)
-        verbose = getenv("FLASHATTN_FUZZ_VERBOSE") != NULL;
-    if (!verbose)
+    static int on = -1;
+    if (on < 0)
+        on = getenv("FLASHATTN_FUZZ_VERBOSE") != NULL;
+    return on;
+}
+
+/* With FLASHATTN_FUZZ_VERBOSE set, one line per input saying what it decodes to, then one per
+ * call (fz_trace_status), to read a crash input or check what a seed exercises. */
+static void trace_case(const fz_case *c)
+{
+    const fa_problem *p = &c->p;
+    if (!verbose())
         return;
-    if (!what) {
-        const fa_problem *p = &c->p;
-        fprintf(stderr, "case: dtype %d mask %d batch %lld heads %lld/%lld seq %lld x %lld d %lld "
-                "scale %g tiles %d x %d lse %d shared %d wrap %d sizing %d amp 2^%d:",
-                (int)p->dtype, (int)p->mask, (long long)p->batch, (long long)p->heads_q,
-                (long long)p->heads_kv, (long long)p->seqlen_q, (long long)p->seqlen_k,
-                (long long)p->head_dim, (double)p->scale, (int)p->block_r, (int)p->block_c,
-                c->want_lse, c->shared_qkv, c->wrap, c->sizing, c->amp_exp);
-        print_layout("q", &p->q);
-        print_layout("k", &p->k);
-        print_layout("v", &p->v);
-        print_layout("o", &p->o);
-        fputc('\n', stderr);
-        return;
-    }
-    fprintf(stderr, "  %s: %s %s\n", what, fa_status_name(st), fa_context_last_error(fz_ctx));
+    fprintf(stderr, "case: dtype %d mask %d batch %lld heads %lld/%lld seq %lld x %lld d %lld "
+            "scale %g tiles %d x %d lse %d shared %d wrap %d sizing %d amp 2^%d "
+            "shared grads %d:",
+            (int)p->dtype, (int)p->mask, (long long)p->batch, (long long)p->heads_q,
+            (long long)p->heads_kv, (long long)p->seqlen_q, (long long)p->seqlen_k,
+            (long long)p->head_dim, (double)p->scale, (int)p->block_r, (int)p->block_c,
+            c->want_lse, c->shared_qkv, c->wrap, c->sizing, c->amp_exp, c->shared_grads);
+    const fa_tensor_layout *t[8] = {&p->q, &p->k, &p->v, &p->o, &p->d_o, &p->dq, &p->dk, &p->dv};
+    static const char *const names[8] = {"q", "k", "v", "o", "d_o", "dq", "dk", "dv"};
+    for (int i = 0; i < 8; i++)
+        print_layout(names[i], t[i]);
+    fputc('\n', stderr);
+}
+
+void fz_trace_status(const char *what, fa_status st)
+{
+    if (verbose())
+        fprintf(stderr, "  %s: %s %s\n", what, fa_status_name(st), fa_context_last_error(fz_ctx));
 }
 
 /* ---- one input --------------------------------------------------------------------------- */
@@ -452,24 +435,24 @@ static void run_forward(const fz_case *c, const fa_plan *plan)
     fz_buf b[SLOT_COUNT];
     uint64_t rng = c->seed;
     int nslots = plan_slots(c, slot_of, b);
-    int fits = size_slots(c, b, nslots);
+    int fits = fz_size_slots(c, b, slot_of, nslots);
     for (int i = 0; i < nslots; i++)
         if (slot_of[i] == i)
-            make_buffer(c, &b[i], i >= SLOT_O, &rng);
+            fz_make_buffer(c, &b[i], i >= SLOT_O, c->p.dtype, &rng);
     fa_status st = fa_forward(fz_ctx, plan, b[slot_of[SLOT_Q]].buf, b[slot_of[SLOT_K]].buf,
                               b[slot_of[SLOT_V]].buf, b[SLOT_O].buf, b[SLOT_LSE].buf);
-    trace(c, fits ? "fa_forward (buffers fit)" : "fa_forward (a buffer is short)", st);
-    check_status_message(st, "fa_forward");
+    fz_trace_status(fits ? "fa_forward (buffers fit)" : "fa_forward (a buffer is short)", st);
+    fz_check_status_message(st, "fa_forward");
     FZ_CHECK(st == (fits ? FA_STATUS_OK : FA_STATUS_BUFFER_TOO_SMALL),
              "fa_forward returned %s, but the buffers %s", fa_status_name(st),
              fits ? "hold every layout" : "are too small");
-    fetch(c, &b[SLOT_O]);
-    fetch(c, &b[SLOT_LSE]);
+    fz_fetch(c, &b[SLOT_O]);
+    fz_fetch(c, &b[SLOT_LSE]);
     if (st == FA_STATUS_OK) {
         check_outputs(c, fa_plan_problem(plan), b, slot_of);
     } else {
-        untouched(&b[SLOT_O], "O");
-        untouched(&b[SLOT_LSE], "LSE");
+        fz_untouched(&b[SLOT_O], "O");
+        fz_untouched(&b[SLOT_LSE], "LSE");
     }
     for (int i = 0; i < SLOT_COUNT; i++) {
         fa_buffer_destroy(b[i].buf);
@@ -477,14 +460,13 @@ static void run_forward(const fz_case *c, const fa_plan *plan)
     }
 }
 
-/* Multiply-adds of the forward, saturated; an empty sequence counts as one, since checking
- * the outputs still walks batch * heads. */
-static uint64_t work_of(const fa_problem *p)
+/* An empty sequence counts as one, since checking the outputs still walks batch * heads. */
+uint64_t fz_work_of(const fa_problem *p)
 {
     uint64_t sq = p->seqlen_q > 0 ? (uint64_t)p->seqlen_q : 1;
     uint64_t sk = p->seqlen_k > 0 ? (uint64_t)p->seqlen_k : 1;
-    uint64_t w = mul_sat((uint64_t)p->batch, (uint64_t)p->heads_q);
-    return mul_sat(mul_sat(mul_sat(w, sq), sk), (uint64_t)p->head_dim);
+    uint64_t w = fz_mul_sat((uint64_t)p->batch, (uint64_t)p->heads_q);
+    return fz_mul_sat(fz_mul_sat(fz_mul_sat(w, sq), sk), (uint64_t)p->head_dim);
 }
 
 static void open_context(void)
@@ -507,12 +489,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!fz_ctx)
         open_context();
     decode_case(data, size, &c);
-    trace(&c, NULL, FA_STATUS_OK);
+    trace_case(&c);
     fa_status checked = fa_problem_check(fz_ctx, &c.p);
-    check_status_message(checked, "fa_problem_check");
+    fz_check_status_message(checked, "fa_problem_check");
     fa_status st = fa_plan_create(fz_ctx, &c.p, &plan);
-    trace(&c, "fa_plan_create", st);
-    check_status_message(st, "fa_plan_create");
+    fz_trace_status("fa_plan_create", st);
+    fz_check_status_message(st, "fa_plan_create");
     FZ_CHECK(checked == FA_STATUS_OK || st == checked,
              "fa_problem_check said %s, fa_plan_create %s", fa_status_name(checked),
              fa_status_name(st));
@@ -520,9 +502,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
              fa_status_name(st), (void *)plan);
     if (st == FA_STATUS_OK) {
         check_plan(plan, &c.p);
-        if (work_of(&c.p) <= FZ_MAX_WORK)
+        if (fz_work_of(&c.p) <= FZ_MAX_WORK)
             run_forward(&c, plan);
     }
+    fz_backward(&c, checked, plan);
     fa_plan_destroy(plan);
     fa_context_memory(fz_ctx, &current, NULL);
     FZ_CHECK(current == 0, "%llu device bytes still counted after everything was released",

@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# oclgrind_tests.sh - runs a subset of the forward suite on Oclgrind, the OpenCL device
-# simulator, with its data-race, API and (where the plugin holds up) uninitialised-read checks,
-# and once with a small simulated local memory so the planner picks other tiles.
+# oclgrind_tests.sh - runs a subset of the forward and backward suites on Oclgrind, the OpenCL
+# device simulator, with its data-race, API and (where the plugin holds up) uninitialised-read
+# checks, and both once more with a small simulated local memory so the planners pick other
+# tiles.
 #
 #   oclgrind_tests.sh BUILD_DIR SOURCE_DIR
 #
 # Oclgrind reports problems on stderr and still exits 0, so every run's output is searched for
-# its report headers. A self-test first runs a kernel with one barrier removed and requires the
-# race to be reported, so a checker that silently stopped working cannot pass.
+# its report headers; a clean run must also end with cmocka's PASSED line, so a simulator that
+# crashed half-way (its uninitialised-value plugin does) is not taken for a clean one. Self-tests
+# first run each kernel file with one barrier removed and require the race to be reported, so a
+# checker that silently stopped working cannot pass.
 # Exit 77 (skipped) when oclgrind is not installed, unless CI=true or FLASHATTN_REQUIRE_OCLGRIND=1.
 set -u
 build=$1
 src=$2
 forward=$build/tests/test_forward
+backward=$build/tests/test_backward
 cli=$build/tools/flashattn
 
 if ! command -v oclgrind >/dev/null 2>&1; then
@@ -45,7 +49,7 @@ run() {
     local reported=0
     grep -qE "$REPORT" "$tmp/out" && reported=1
     if [ "$expect" = clean ] && [ $rc -eq 0 ] && [ $reported -eq 0 ] &&
-        grep -q "Oclgrind" "$tmp/out"; then
+        grep -q "Oclgrind" "$tmp/out" && grep -q "PASSED" "$tmp/out"; then
         echo "ok   $name"
         passed=$((passed + 1))
     elif [ "$expect" = report ] && [ $reported -eq 1 ]; then
@@ -59,7 +63,7 @@ run() {
 }
 
 # Self-test: the kernel without the barrier that protects the K/V tiles from being overwritten.
-mkdir -p "$tmp/racy"
+mkdir -p "$tmp/racy" "$tmp/racy_bwd"
 sed '0,/barrier(CLK_LOCAL_MEM_FENCE); \/\* the previous tiles/{//d}' "$src/kernels_cl/flash_fwd.cl" \
     >"$tmp/racy/flash_fwd.cl"
 if cmp -s "$src/kernels_cl/flash_fwd.cl" "$tmp/racy/flash_fwd.cl"; then
@@ -70,16 +74,44 @@ else
         --data-races -- "$forward" opencl --case=mha97_d64/f32
 fi
 
+# The backward's self-test: flash_bwd_dq without the barrier before it overwrites the K/V
+# tiles; "f32 d64 12x20" (4 x 8 tiles, no mask) loops over three key tiles. The kernel folder
+# must hold both files: the backward's program is flash_fwd.cl followed by flash_bwd.cl.
+cp "$src/kernels_cl/flash_fwd.cl" "$tmp/racy_bwd/flash_fwd.cl"
+sed '0,/barrier(CLK_LOCAL_MEM_FENCE); \/\* the previous tiles/{//d}' \
+    "$src/kernels_cl/flash_bwd.cl" >"$tmp/racy_bwd/flash_bwd.cl"
+if cmp -s "$src/kernels_cl/flash_bwd.cl" "$tmp/racy_bwd/flash_bwd.cl"; then
+    echo "FAIL self-test: could not remove the barrier from kernels_cl/flash_bwd.cl"
+    failed=$((failed + 1))
+else
+    FLASHATTN_KERNEL_DIR=$tmp/racy_bwd run "self-test: a barrier missing in flash_bwd_dq" \
+        report --data-races -- "$backward" opencl --case="f32 d64 12x20"
+fi
+
 # Data races and API misuse over shapes that cover every mask, GQA, padding and tail tiles.
 for c in mha97_d64/ gqa113_d80/f16 q113_k17_br/ q17_k113_br/bf16 gqa_padded/ decode_q1/f32 \
     kv_broadcast/f16 scale_big/f32; do
     run "races $c" clean --data-races --check-api -- "$forward" opencl --case="$c"
 done
 
+# The backward's three kernels (flash_bwd_pre, flash_bwd_dkdv, flash_bwd_dq), each case after
+# the forward that gives it O and LSE. Small shapes only (gqa113_d80/f16 alone takes ~4 min,
+# mha97_d64/f32 20 s): every mask, GQA 8/2 and 2/1 and K/V broadcast over the batch, padding on
+# every tensor, tail tiles of the planner's tiles and of 4 x 8 overrides, f32/f16/bf16, and the
+# empty seqlen_q / seqlen_k (dK, dV or dQ written as zeros). About 45 s in all.
+for c in scale_neg/f32 q113_k17_br/ q17_k113_br/bf16 q113_k17_tl/f16 gqa_padded/f16 \
+    kv_broadcast/f16 odd17_d40/bf16 "f32 d8 5x17 top-left tiles" "bf16 d8 33x7" k0/ q0/; do
+    run "backward races $c" clean --data-races --check-api -- "$backward" opencl --case="$c"
+done
+
 # Uninitialised reads: Oclgrind 21.10's plugin crashes inside itself on the larger kernels
 # (a segfault in Uninitialized::instructionExecuted), so it runs on the shapes it survives.
 for c in one/ three/ k1/ k0/; do
     run "uninitialized $c" clean --uninitialized --data-races -- "$forward" opencl --case="$c"
+done
+for c in one/ three/ k0/ q0/; do
+    run "backward uninitialized $c" clean --uninitialized --data-races -- \
+        "$backward" opencl --case="$c"
 done
 
 # A small simulated local memory: the plan must change, and the results must still pass.
@@ -96,6 +128,12 @@ fi
 for c in mha97_d64/f32 q17_k113_br/f16 gqa_padded/bf16; do
     run "8 KiB local memory $c" clean --local-mem-size 8192 --data-races -- \
         "$forward" opencl --case="$c"
+done
+# The backward's planner then picks 8 x 8 tiles for q113_k17_br/f32 (32 x 16 by default) and
+# 16 x 7 for odd17_d40/f16 (16 x 16): a key tile that is not a multiple of 8.
+for c in q113_k17_br/f32 odd17_d40/f16; do
+    run "8 KiB local memory backward $c" clean --local-mem-size 8192 --data-races -- \
+        "$backward" opencl --case="$c"
 done
 
 echo "oclgrind: $passed passed, $failed failed"
