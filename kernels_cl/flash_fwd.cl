@@ -38,6 +38,9 @@
 #ifndef WG_SIZE
 #define WG_SIZE BLOCK_R /* work-items per work-group */
 #endif
+#ifndef VEC_MAX
+#define VEC_MAX 8 /* the widest floatN the loops use: 8 or 16 (the device's preferred width) */
+#endif
 
 /* The host passes the struct by value; C and OpenCL C must agree on its size (C99 check). */
 typedef char fa_kernel_params_size_check[sizeof(fa_kernel_params) == 320 ? 1 : -1];
@@ -46,9 +49,11 @@ typedef char fa_kernel_params_size_check[sizeof(fa_kernel_params) == 320 ? 1 : -
 #define CAT(a, b) CAT_(a, b)
 #define LN2 0.69314718055994530942f
 
-/* Widest of 8, 4, 2, 1 that divides n: the vector width of loops over n elements (keys of an
- * S row, n = Bc; elements of an O row, n = d). */
-#if BLOCK_C % 8 == 0
+/* Widest of 16 (up to VEC_MAX), 8, 4, 2, 1 that divides n: the vector width of loops over n
+ * elements (keys of an S row, n = Bc; elements of an O row, n = d). */
+#if VEC_MAX >= 16 && BLOCK_C % 16 == 0
+#define KEYS_PER_VEC 16
+#elif BLOCK_C % 8 == 0
 #define KEYS_PER_VEC 8
 #elif BLOCK_C % 4 == 0
 #define KEYS_PER_VEC 4
@@ -57,7 +62,9 @@ typedef char fa_kernel_params_size_check[sizeof(fa_kernel_params) == 320 ? 1 : -
 #else
 #define KEYS_PER_VEC 1
 #endif
-#if HEAD_DIM % 8 == 0
+#if VEC_MAX >= 16 && HEAD_DIM % 16 == 0
+#define DIMS_PER_VEC 16
+#elif HEAD_DIM % 8 == 0
 #define DIMS_PER_VEC 8
 #elif HEAD_DIM % 4 == 0
 #define DIMS_PER_VEC 4
@@ -129,7 +136,12 @@ typedef CAT(float, DIMS_PER_VEC) float_dims;
 /* The max / sum of the KEYS_PER_VEC lanes of v, pairwise (halves, then quarters ...). */
 float hmax_keys(float_keys v)
 {
-#if KEYS_PER_VEC == 8
+#if KEYS_PER_VEC == 16
+    float8 c = fmax(v.lo, v.hi);
+    float4 a = fmax(c.lo, c.hi);
+    float2 b = fmax(a.lo, a.hi);
+    return fmax(b.lo, b.hi);
+#elif KEYS_PER_VEC == 8
     float4 a = fmax(v.lo, v.hi);
     float2 b = fmax(a.lo, a.hi);
     return fmax(b.lo, b.hi);
@@ -145,7 +157,12 @@ float hmax_keys(float_keys v)
 
 float hsum_keys(float_keys v)
 {
-#if KEYS_PER_VEC == 8
+#if KEYS_PER_VEC == 16
+    float8 c = v.lo + v.hi;
+    float4 a = c.lo + c.hi;
+    float2 b = a.lo + a.hi;
+    return b.lo + b.hi;
+#elif KEYS_PER_VEC == 8
     float4 a = v.lo + v.hi;
     float2 b = a.lo + a.hi;
     return b.lo + b.hi;

@@ -113,6 +113,8 @@ typedef struct fa__kernel_variant {
     int32_t work_group_size; /* WG_SIZE: work-items per work-group */
     int32_t row_lanes;       /* TPR: lanes that share one query row */
     int32_t mma;             /* MMA: 1 = the tensor-core path (CUDA) */
+    int32_t vector_width;    /* VEC_MAX: the widest float vector the kernel uses (OpenCL);
+                                0: not a define of this kernel */
 } fa__kernel_variant;
 
 /* Writes "<prefix>HEAD_DIM=64 <prefix>BLOCK_R=..." for a variant (prefix "-D " for OpenCL C,

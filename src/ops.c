@@ -36,6 +36,8 @@ void fa__variant_defines(const fa__kernel_variant *v, const char *prefix, char *
     for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++)
         fa__append(dst, size, "%s%s%s=%d", i ? " " : "", prefix, defs[i].name,
                    (int)defs[i].value);
+    if (v->vector_width > 0)
+        fa__append(dst, size, " %sVEC_MAX=%d", prefix, (int)v->vector_width);
 }
 
 /* One work-group per (query tile, head, batch) reads Q, K, V and writes O and, when asked, LSE. */

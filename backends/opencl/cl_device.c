@@ -405,6 +405,8 @@ fa_status fa__cl_state_limits(fa_context *ctx, fa__cl_state *s)
     const device_query q[] = {FA_CL_QUERY(CL_DEVICE_MEM_BASE_ADDR_ALIGN, s->base_align_bits),
                               FA_CL_QUERY(CL_DEVICE_MAX_MEM_ALLOC_SIZE, s->max_alloc),
                               FA_CL_QUERY(CL_DEVICE_LOCAL_MEM_SIZE, s->local_mem),
+                              FA_CL_QUERY(CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT,
+                                          s->vector_width),
                               FA_CL_QUERY(CL_DEVICE_COMPILER_AVAILABLE, s->compiler),
                               FA_CL_QUERY(CL_DEVICE_TYPE, type)};
     const char *failed = "";

@@ -227,6 +227,9 @@ static fa_status cl_launch_prepare(fa_context *ctx, fa_plan *plan, fa__launch *l
 {
     (void)plan;
     fa__cl_state *s = ctx->state;
+    /* float16 where the device prefers it (pocl on AVX-512: 512-bit FMAs, about 10% faster
+     * measured, where float8 gave only 256-bit ones); otherwise float8, as every device had. */
+    launch->variant.vector_width = s->vector_width >= 16 ? 16 : 8;
     char options[320] = "-cl-std=CL1.2 ";
     size_t used = strlen(options);
     fa__variant_defines(&launch->variant, "-D ", options + used, sizeof options - used);

@@ -31,6 +31,7 @@ typedef struct fa__cl_state {
     cl_uint base_align_bits; /* CL_DEVICE_MEM_BASE_ADDR_ALIGN: sub-buffer origin alignment */
     cl_ulong max_alloc;      /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
     cl_ulong local_mem;      /* CL_DEVICE_LOCAL_MEM_SIZE */
+    cl_uint vector_width;    /* CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT */
     cl_bool compiler;        /* CL_DEVICE_COMPILER_AVAILABLE */
     cl_mem_flags alloc_flags; /* added to CL_MEM_READ_WRITE: CL_MEM_ALLOC_HOST_PTR on CPUs */
     fa__kernel_cache programs; /* fa__cl_program, by -D options */
