@@ -65,6 +65,9 @@ typedef struct fa__plan_rules {
     uint32_t tile_multiple; /* Br and Bc above it are rounded down to a multiple of it (>= 1) */
     uint32_t max_block_c;   /* 0: no limit; else the kernel's largest Bc */
     uint32_t max_block_r;   /* 0: no limit; else the kernel's largest Br */
+    uint32_t min_block_r;   /* 0: none; else Br below it is raised towards it after the fit,
+                               as far as the sequence, the work-group limit and the on-chip
+                               memory allow at the planned Bc (never past an override) */
     fa__onchip_formula onchip;
     int32_t mma;            /* the kernel's tensor-core path (CUDA, 1); 0: its default path */
     int32_t row_lanes;      /* lanes that share one query row in the kernel (CUDA's TPR);

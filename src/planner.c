@@ -136,6 +136,34 @@ static fa_status fit_sram(plan_state *s, uint64_t sram, int64_t d, size_t elem, 
     return reject(s, FA_STATUS_SRAM_TOO_SMALL, msg);
 }
 
+/* Raises Br towards the kernel's preferred rows per work-group where everything still fits at
+ * the fitted Bc: more rows share each K/V tile load. Overrides are never changed. */
+static void raise_br(plan_state *s, const fa__plan_rules *rules, const fa_device_props *dev,
+                     const fa_problem *p, int64_t d, size_t elem, int64_t m)
+{
+    int64_t want = rules->min_block_r, sq = p->seqlen_q > 1 ? p->seqlen_q : 1;
+    if (s->override_r || want <= s->br)
+        return;
+    if (want > sq)
+        want = sq;
+    if (rules->max_block_r > 0 && want > (int64_t)rules->max_block_r)
+        want = rules->max_block_r;
+    if (rules->items_per_row > 0 && want > (int64_t)(dev->max_work_group_size / rules->items_per_row))
+        want = dev->max_work_group_size / rules->items_per_row;
+    uint64_t fit = br_that_fits(s, dev->sram_bytes, d, elem);
+    if (want > (int64_t)fit)
+        want = (int64_t)fit;
+    want = round_down(want, m);
+    if (want <= s->br)
+        return;
+    fa__append(s->explain, s->explain_size,
+               "Br %lld -> %lld: the kernel prefers %u rows per work-group (each K/V tile "
+               "serves more rows), as far as the sequence, the work-group limit and the "
+               "on-chip memory allow\n",
+               (long long)s->br, (long long)want, (unsigned)rules->min_block_r);
+    s->br = want;
+}
+
 static void paper_rule(plan_state *s, const fa_device_props *dev, int64_t d, size_t elem)
 {
     uint64_t m = dev->sram_bytes / elem;
@@ -233,6 +261,7 @@ fa_status fa__plan_tiles(const fa_device_props *dev, const fa__plan_rules *rules
         st = fit_sram(&s, dev->sram_bytes, d, elem, m);
     if (st != FA_STATUS_OK)
         return st;
+    raise_br(&s, rules, dev, p, d, elem, m);
     out->block_r = (int32_t)s.br;
     out->block_c = (int32_t)s.bc;
     out->work_group_size = rules->items_per_row > 0 ? (int32_t)(s.br * rules->items_per_row) : 1;

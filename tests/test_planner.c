@@ -223,6 +223,46 @@ static void test_row_floats(void **state)
     assert_int_equal(tiles.block_c, 56);
 }
 
+/* min_block_r raises Br after the fit, only as far as the sequence, the work-group limit and
+ * the on-chip memory allow, and never past an override. */
+static void test_min_block_r(void **state)
+{
+    (void)state;
+    fa__plan_rules rules = {.items_per_row = 1, .tile_multiple = 8, .max_block_c = 128,
+                            .min_block_r = 256, .onchip = FWD_ONCHIP};
+    fa_device_props dev = props_of(&POCL); /* 524288 bytes, 4096 work-items */
+    fa_problem p;
+    fa_problem_init(&p, F32, FA_LAYOUT_BHSD, 1, 1, 1, 2048, 2048, 64);
+    fa__tiles t;
+    char explain[2048];
+    /* d 64: the rule's Br 64 -> 256; (256*64 + 2*128*64) * 4 + 256*128*4 = 262144 fits. */
+    assert_int_equal(fa__plan_tiles(&dev, &rules, &p, &t, explain, sizeof explain, NULL, 0), OK);
+    assert_int_equal(t.block_r, 256);
+    assert_int_equal(t.block_c, 128);
+    assert_int_equal(t.work_group_size, 256);
+    assert_non_null(strstr(explain, "Br 64 -> 256: the kernel prefers 256 rows"));
+    /* The sequence bounds it: Sq 100 -> Br 96 (a multiple of 8). */
+    p.seqlen_q = 100;
+    assert_int_equal(fa__plan_tiles(&dev, &rules, &p, &t, NULL, 0, NULL, 0), OK);
+    assert_int_equal(t.block_r, 96);
+    /* The on-chip memory bounds it: at 200000 bytes and Bc 128, a row costs 64*4 + 128*4 = 768
+     * bytes beside 65536 of K and V: (200000 - 65536) / 768 = 175 -> 168. */
+    p.seqlen_q = 2048;
+    dev.sram_bytes = 200000;
+    assert_int_equal(fa__plan_tiles(&dev, &rules, &p, &t, NULL, 0, NULL, 0), OK);
+    assert_int_equal(t.block_c, 128);
+    assert_int_equal(t.block_r, 168);
+    /* The work-group limit bounds it; an override is kept. */
+    dev = props_of(&POCL);
+    dev.max_work_group_size = 128;
+    assert_int_equal(fa__plan_tiles(&dev, &rules, &p, &t, NULL, 0, NULL, 0), OK);
+    assert_int_equal(t.block_r, 128);
+    dev = props_of(&POCL);
+    p.block_r = 32;
+    assert_int_equal(fa__plan_tiles(&dev, &rules, &p, &t, NULL, 0, NULL, 0), OK);
+    assert_int_equal(t.block_r, 32);
+}
+
 /* A NULL explain / why buffer is allowed. */
 static void test_null_explain(void **state)
 {
@@ -380,6 +420,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_invented_devices), cmocka_unit_test(test_tile_bytes),
         cmocka_unit_test(test_row_floats),
+        cmocka_unit_test(test_min_block_r),
         cmocka_unit_test(test_null_explain),     cmocka_unit_test(test_cpu_plan_create),
         cmocka_unit_test(test_env_overrides),    cmocka_unit_test(test_backend_list),
         cmocka_unit_test(test_planning_context_errors),
