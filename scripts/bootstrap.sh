@@ -11,6 +11,8 @@
 #   libcmocka-dev                       the test suites
 #   oclgrind                            the OpenCL race / uninitialised-read checks
 #   gnuplot-nox                         `flashattn bench --plot`
+#   libclblast-dev                      `flashattn bench`'s tuned-GEMM naive baseline (CLBlast);
+#                                       the build works without it and the bench says so
 #   clinfo                              to see what OpenCL finds when something is wrong
 #   clang, libclang-rt-dev              the libFuzzer harnesses (tests/fuzz/fuzz.sh)
 # The CUDA Toolkit is not installed here: the build uses it when it is present (nvcc on PATH or
@@ -19,7 +21,7 @@ set -eu
 cd "$(dirname "$0")/.."
 
 packages=(cmake gcc make pkg-config ocl-icd-opencl-dev opencl-headers pocl-opencl-icd
-    libcmocka-dev oclgrind gnuplot-nox clinfo clang libclang-rt-dev)
+    libcmocka-dev oclgrind gnuplot-nox libclblast-dev clinfo clang libclang-rt-dev)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

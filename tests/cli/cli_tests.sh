@@ -137,6 +137,11 @@ expect_error "unknown command" 2 "unknown command 'frobnicate'" frobnicate
 expect_stdout "devices lists cpu" '^cpu: [1-9][0-9]* device' devices
 expect_stdout "devices lists opencl" '^opencl: ' devices
 expect_stdout "devices lists cuda" '^cuda: ' devices
+# f16/bf16 storage works on every device; the native-arithmetic flag is a separate line, so a
+# "no" there is not read as "f16 does not run".
+expect_stdout "devices f16/bf16 storage" '^    f16/bf16 storage +yes / yes' devices --backend cpu
+expect_stdout "devices f16/bf16 math" '^    f16/bf16 math +(yes|no) / (yes|no) \(informational' \
+    devices --backend cpu
 expect_stdout "plan prints Br" '^Br +[1-9][0-9]*$' plan --backend cpu --seq 128 --dim 64
 expect_stdout "plan prints Bc" '^Bc +[1-9][0-9]*$' plan --backend cpu --seq 128 --dim 64
 expect_stdout "plan prints work-groups" '^work-groups +[1-9]' plan --backend cpu --seq 128 --dim 64
@@ -422,7 +427,7 @@ else pass "bad backward lines write nothing"; fi
 
 # ---- bench: tiny sweeps (seconds), flash vs naive --------------------------------------------
 BENCH=(bench --seq-list 16,32 --dim 16 --heads 2 --repeat 1 --quiet)
-BENCH_CSV_HEADER='backend,device,dtype,mask,batch,heads,dim,seq,flops,flash_state,flash_ms,flash_gflops,flash_peak_bytes,naive_state,naive_ms,naive_gflops,naive_peak_bytes,naive_need_bytes,speedup,mem_ratio,err_flash,err_naive,check,pass'
+BENCH_CSV_HEADER='backend,device,dtype,mask,batch,heads,dim,seq,flops,flash_state,flash_ms,flash_gflops,flash_peak_bytes,naive_state,naive_ms,naive_gflops,naive_peak_bytes,naive_need_bytes,speedup,mem_ratio,err_flash,err_naive,check,pass,gemm_state,gemm_ms,gemm_gflops,gemm_peak_bytes,speedup_gemm,err_gemm'
 expect_stdout "bench header command line" '^# flashattn bench --seq-list 16,32 .*--backend cpu$' \
     "${BENCH[@]}" --backend cpu
 expect_stdout "bench header date" '^# date +[0-9]{4}-[0-9]{2}-[0-9]{2} ' "${BENCH[@]}" --backend cpu
@@ -460,8 +465,8 @@ csv_check() { # csv_check NAME FILE ROWS
     elif [ "$(wc -l <"$file" | tr -d ' ')" != $((rows + 1)) ]; then
         fail "$name" "$(wc -l <"$file" | tr -d ' ') lines, want $((rows + 1))"
     else
-        bad=$(tail -n +2 "$file" | sed 's/"[^"]*"//' | awk -F, 'NF != 24' | wc -l | tr -d ' ')
-        if [ "$bad" != 0 ]; then fail "$name" "$bad rows without 24 fields"; else pass "$name"; fi
+        bad=$(tail -n +2 "$file" | sed 's/"[^"]*"//' | awk -F, 'NF != 30' | wc -l | tr -d ' ')
+        if [ "$bad" != 0 ]; then fail "$name" "$bad rows without 30 fields"; else pass "$name"; fi
     fi
 }
 fa "${BENCH[@]}" --backend cpu --dtype f32,bf16 --csv "$TMP/bench.csv"
@@ -481,7 +486,7 @@ fi
 expect_stdout "bench skips slow points" '^cpu +f32 +none +16 +64 \| +skip ' \
     bench --backend cpu --seq-list 16,32,64 --dim 16 --heads 2 --repeat 1 --quiet \
     --max-seconds 0.0000001
-expect_stdout "bench check above the limit" '^cpu +f32 +none +16 +32 \|.*\| ref +- *$' \
+expect_stdout "bench check above the limit" '^cpu +f32 +none +16 +32 \|.*\| ref +- +\| +n/a +- +- +- *$' \
     "${BENCH[@]}" --backend cpu --check-max-seq 16
 
 # --pass bwd and fwd+bwd: the backward against the naive backward (P and dP), same table.
@@ -498,7 +503,8 @@ for want in fwd:131072 bwd:327680 fwd+bwd:458752; do
     ps=${want%%:*}
     fa "${BENCH[@]}" --backend cpu --pass "$ps" --csv "$TMP/pass.csv"
     csv_check "bench csv --pass $ps" "$TMP/pass.csv" 2
-    if grep -q "^cpu,\"[^\"]*\",f32,none,1,2,16,32,${want#*:},ok,.*,$ps\$" "$TMP/pass.csv"; then
+    if grep -q "^cpu,\"[^\"]*\",f32,none,1,2,16,32,${want#*:},ok,.*,$ps,unsupported,,,,,\$" \
+        "$TMP/pass.csv"; then
         pass "bench csv --pass $ps flops"
     else
         fail "bench csv --pass $ps flops" "no seq 32 row with ${want#*:} FLOPs and pass $ps"
@@ -509,6 +515,13 @@ expect_stdout "bench bwd naive OOM" '^cpu +f32 +none +16 +32 \| +[0-9.]+ .*\| +O
 expect_error "bench bad pass" 2 "--pass: unknown pass 'backward' \(fwd, bwd, fwd\+bwd\)" \
     bench --pass backward
 
+# The CLBlast (tuned-GEMM) naive path: the header says what it runs or that it was not built,
+# never nothing; on cpu it is n/a.
+expect_stdout "bench gemm header" '^# gemm +(CLBlast SGEMM|NOT BUILT: CLBlast was not found)' \
+    "${BENCH[@]}" --backend cpu
+expect_stdout "bench gemm n/a on cpu" '^cpu +f32 +none +16 +32 \|.*\| +n/a +- +- +- *$' \
+    "${BENCH[@]}" --backend cpu
+
 # OpenCL: the naive kernels on the same device, both outputs checked against the CPU golden.
 if "$FA" devices 2>/dev/null | grep -Eq '^opencl: [1-9]'; then
     expect_stdout "bench opencl row" \
@@ -518,6 +531,27 @@ if "$FA" devices 2>/dev/null | grep -Eq '^opencl: [1-9]'; then
     csv_check "bench csv all backends" "$TMP/all.csv" 4
     expect_stdout "bench opencl naive OOM" '^opencl +f16 +none +16 +32 \| +[0-9.]+ .*\| +OOM ' \
         "${BENCH[@]}" --backend opencl --dtype f16 --naive-max-bytes 100
+    # The CLBlast path where it is built: it runs, and matches the golden, unmasked and with
+    # both causal alignments (the mask lives in its softmax kernel); f16 is n/a (f32 only).
+    GEMM_OK='\| +[0-9.]+ +[0-9.]+ +[0-9.]+x [0-9]\.[0-9]e[-+][0-9]+ *$'
+    if "$FA" "${BENCH[@]}" --backend cpu 2>/dev/null | grep -Eq '^# gemm +CLBlast SGEMM'; then
+        for mk in none top-left bottom-right; do
+            expect_stdout "bench gemm opencl $mk matches the golden" \
+                "^opencl +f32 +$mk +16 +32 \\|.*$GEMM_OK" "${BENCH[@]}" --backend opencl --mask "$mk"
+        done
+        expect_stdout "bench gemm opencl f16 n/a" '^opencl +f16 +none +16 +32 \|.*\| +n/a +- ' \
+            "${BENCH[@]}" --backend opencl --dtype f16
+        expect_error "bench gemm-params malformed" 1 "--gemm-params: 'MWG' is not a list" \
+            "${BENCH[@]}" --backend opencl --gemm-params MWG
+        expect_error "bench gemm-params incomplete" 1 '--gemm-params: CLBlast refused' \
+            "${BENCH[@]}" --backend opencl --gemm-params MWG=64
+        fa "${BENCH[@]}" --backend opencl --csv "$TMP/gemm.csv"
+        if [ "$RC" -eq 0 ] && grep -Eq ',fwd,ok,[0-9.]+,[0-9.]+,[0-9]+,[0-9.]+,[0-9.e+-]+$' "$TMP/gemm.csv"
+        then pass "bench csv gemm columns"; else fail "bench csv gemm columns" "exit $RC"; fi
+    else
+        expect_stdout "bench gemm opencl not built says n/a" '^opencl +f32 +none +16 +32 \|.*\| +n/a ' \
+            "${BENCH[@]}" --backend opencl
+    fi
     # The backward where the opencl backend has one; where it has none yet, a clear one-line
     # error, never a silent skip (the naive backward exists either way).
     if "$FA" plan --backend opencl --seq 16 --dim 16 --backward >/dev/null 2>&1; then

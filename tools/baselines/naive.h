@@ -16,7 +16,7 @@
  * with dP a second f32 buffer of the size of S/P (dS overwrites it in place); with GQA, dK and
  * dV sum over the query heads of a group. rowsum(P * dP) is rowsum(dO * O), so O is not read.
  *
- * Two implementations behind one interface (naive.c dispatches through naive_impl.h's table):
+ * Three implementations behind one interface (naive.c dispatches through naive_impl.h's table):
  *   cpu     naive_cpu.c: a plain C loop over an fa_context of the CPU backend. Q, K, V, O and
  *           S/P are buffers made with fa_buffer_create, so the context's memory counters see the
  *           N^2 bytes; the loop moves one row (or one head of Q/K/V) at a time through small
@@ -28,6 +28,10 @@
  *           of a buffer made by fa_buffer_create, so the naive OpenCL buffers are made with
  *           clCreateBuffer here and their bytes are counted here (naive_uncounted_bytes) instead
  *           of by the context. Built only with OpenCL; otherwise naive_cl_none.c says so.
+ *   clblast naive_blast.c: the same attention as a framework runs it, both matrix products on
+ *           CLBlast's tuned SGEMM and a softmax kernel (naive_blast.cl) between them, on the
+ *           same naive_cl; f32 forward only. Built only where CMake found CLBlast; otherwise
+ *           naive_blast_none.c answers UNSUPPORTED with the reason.
  *
  * Both refuse, with FA_STATUS_OUT_OF_MEMORY and a reason, an S/P buffer above the caller's cap
  * (max_sp_bytes), above the device's limits (or, on cpu, the host memory the caller says is
@@ -89,6 +93,25 @@ fa_status naive_create_cpu(naive_attn **out, fa_context *ctx, const naive_proble
 /* Allocates the buffers of an OpenCL naive attention and builds its kernels (cached). */
 fa_status naive_create_opencl(naive_attn **out, naive_cl *cl, const naive_problem *p, char *why,
                               size_t why_size);
+/*
+ * The tuned-GEMM naive attention (naive_blast.c): S = scale Q K^T and O = P V on CLBlast's
+ * strided-batched SGEMM, a softmax kernel (which applies the mask) between them, on the
+ * naive_cl's context and queue. f32 forward only: f16, bf16 or a backward problem is
+ * FA_STATUS_UNSUPPORTED, and so is every problem when the tool was built without CLBlast
+ * (why says so). The instance is used through the calls below like the others.
+ */
+fa_status naive_create_clblast(naive_attn **out, naive_cl *cl, const naive_problem *p,
+                               char *why, size_t why_size);
+/*
+ * Replaces CLBlast's Xgemm parameters (f32) for the naive_cl's device with "NAME=V,NAME=V,...",
+ * e.g. what clblast_tuner_xgemm found on this device: CLBlast needs every parameter of the
+ * kernel (GEMMK KREG KWG KWI MDIMA MDIMC MWG NDIMB NDIMC NWG SA SB STRM STRN VWM VWN).
+ * INVALID_ARGUMENT with the reason for a malformed list or one CLBlast refuses; UNSUPPORTED
+ * when built without CLBlast.
+ */
+fa_status naive_clblast_tune(naive_cl *cl, const char *params, char *why, size_t why_size);
+/* What the CLBlast path runs, one line for reports; NULL when built without CLBlast. */
+const char *naive_clblast_info(void);
 /*
  * Copies Q [B,Hq,Sq,d], K and V [B,Hkv,Sk,d] in: contiguous f32 values in C order, already
  * rounded to the dtype, of the problem's shapes (a NULL array is allowed where it is empty).

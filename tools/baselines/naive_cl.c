@@ -9,9 +9,7 @@
  * queue. Every OpenCL call's result is checked; allocation failures, which some drivers report
  * only when a kernel first touches the buffer, become FA_STATUS_OUT_OF_MEMORY.
  */
-#include "naive_impl.h"
-
-#include "flashattn_opencl.h"
+#include "naive_cl_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,16 +19,6 @@
 extern const unsigned char naive_attn_cl[];
 extern const size_t naive_attn_cl_len;
 
-#define NAIVE_NDTYPES 3
-#define NAIVE_NMASKS 3
-
-struct naive_cl {
-    cl_context context;
-    cl_device_id device;
-    cl_command_queue queue;
-    cl_ulong max_alloc, global_mem;
-    cl_program programs[NAIVE_NDTYPES][NAIVE_NMASKS]; /* built on first use */
-};
 
 typedef struct naive_cl_attn {
     naive_attn base; /* first: the dispatch sees a naive_attn */
@@ -43,7 +31,7 @@ typedef struct naive_cl_attn {
 } naive_cl_attn;
 
 /* Allocation failures are the caller's OUT_OF_MEMORY; anything else is a device error. */
-static fa_status cl_status(cl_int err)
+fa_status naive_cl_status(cl_int err)
 {
     switch (err) {
     case CL_MEM_OBJECT_ALLOCATION_FAILURE:
@@ -56,10 +44,10 @@ static fa_status cl_status(cl_int err)
     }
 }
 
-static fa_status cl_fail(cl_int err, const char *call, char *why, size_t why_size)
+fa_status naive_cl_fail(cl_int err, const char *call, char *why, size_t why_size)
 {
-    return naive_fail(cl_status(err), why, why_size, "naive opencl: %s failed (error %d)", call,
-                      (int)err);
+    return naive_fail(naive_cl_status(err), why, why_size, "naive opencl: %s failed (error %d)",
+                      call, (int)err);
 }
 
 /* ---- device ------------------------------------------------------------------------------ */
@@ -96,11 +84,11 @@ static fa_status query_limits(naive_cl *cl, char *why, size_t why_size)
     cl_int err = clGetDeviceInfo(cl->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof cl->max_alloc,
                                  &cl->max_alloc, NULL);
     if (err != CL_SUCCESS)
-        return cl_fail(err, "clGetDeviceInfo(CL_DEVICE_MAX_MEM_ALLOC_SIZE)", why, why_size);
+        return naive_cl_fail(err, "clGetDeviceInfo(CL_DEVICE_MAX_MEM_ALLOC_SIZE)", why, why_size);
     err = clGetDeviceInfo(cl->device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof cl->global_mem,
                           &cl->global_mem, NULL);
     if (err != CL_SUCCESS)
-        return cl_fail(err, "clGetDeviceInfo(CL_DEVICE_GLOBAL_MEM_SIZE)", why, why_size);
+        return naive_cl_fail(err, "clGetDeviceInfo(CL_DEVICE_GLOBAL_MEM_SIZE)", why, why_size);
     return FA_STATUS_OK;
 }
 
@@ -116,12 +104,12 @@ fa_status naive_cl_open(naive_cl **out, int index, char *why, size_t why_size)
     if (st == FA_STATUS_OK) {
         cl->context = clCreateContext(NULL, 1, &cl->device, NULL, NULL, &err);
         if (!cl->context || err != CL_SUCCESS)
-            st = cl_fail(err, "clCreateContext", why, why_size);
+            st = naive_cl_fail(err, "clCreateContext", why, why_size);
     }
     if (st == FA_STATUS_OK) {
         cl->queue = clCreateCommandQueue(cl->context, cl->device, 0, &err);
         if (!cl->queue || err != CL_SUCCESS)
-            st = cl_fail(err, "clCreateCommandQueue", why, why_size);
+            st = naive_cl_fail(err, "clCreateCommandQueue", why, why_size);
     }
     st = st ? st : query_limits(cl, why, why_size);
     if (st != FA_STATUS_OK) {
@@ -146,6 +134,8 @@ void naive_cl_close(naive_cl *cl)
         for (m = 0; m < NAIVE_NMASKS; m++)
             if (cl->programs[d][m])
                 clReleaseProgram(cl->programs[d][m]);
+    if (cl->blast_program)
+        clReleaseProgram(cl->blast_program);
     if (cl->queue)
         clReleaseCommandQueue(cl->queue);
     if (cl->context)
@@ -177,23 +167,35 @@ static fa_status get_program(naive_cl *cl, fa_dtype dtype, fa_mask mask, cl_prog
     size_t len = naive_attn_cl_len;
     char opts[64];
     cl_program prog;
-    cl_int err = CL_SUCCESS;
+    fa_status st;
     if ((int)dtype < 0 || (int)dtype >= NAIVE_NDTYPES || (int)mask < 0 ||
         (int)mask >= NAIVE_NMASKS)
         return naive_fail(FA_STATUS_INVALID_ARGUMENT, why, why_size, "naive opencl: bad dtype");
     if ((*out = cl->programs[dtype][mask]) != NULL)
         return FA_STATUS_OK;
-    prog = clCreateProgramWithSource(cl->context, 1, &src, &len, &err);
-    if (!prog || err != CL_SUCCESS)
-        return cl_fail(err, "clCreateProgramWithSource", why, why_size);
     snprintf(opts, sizeof opts, "-D DTYPE=%d -D MASK=%d", (int)dtype, (int)mask);
+    st = naive_cl_build(cl, src, len, opts, &prog, why, why_size);
+    if (st != FA_STATUS_OK)
+        return st;
+    cl->programs[dtype][mask] = prog;
+    *out = prog;
+    return FA_STATUS_OK;
+}
+
+fa_status naive_cl_build(naive_cl *cl, const char *src, size_t len, const char *opts,
+                         cl_program *out, char *why, size_t why_size)
+{
+    cl_int err = CL_SUCCESS;
+    cl_program prog = clCreateProgramWithSource(cl->context, 1, &src, &len, &err);
+    *out = NULL;
+    if (!prog || err != CL_SUCCESS)
+        return naive_cl_fail(err, "clCreateProgramWithSource", why, why_size);
     err = clBuildProgram(prog, 1, &cl->device, opts, NULL, NULL);
     if (err != CL_SUCCESS) {
         fa_status st = build_failed(cl, prog, err, why, why_size);
         clReleaseProgram(prog);
         return st;
     }
-    cl->programs[dtype][mask] = prog;
     *out = prog;
     return FA_STATUS_OK;
 }
@@ -209,7 +211,7 @@ static fa_status make_buffer(naive_cl_attn *a, uint64_t bytes, cl_mem *out, char
     *out = clCreateBuffer(a->cl->context, CL_MEM_READ_WRITE, (size_t)bytes, NULL, &err);
     if (!*out || err != CL_SUCCESS) {
         *out = NULL;
-        return cl_fail(err, "clCreateBuffer", why, why_size);
+        return naive_cl_fail(err, "clCreateBuffer", why, why_size);
     }
     a->bytes += bytes;
     return FA_STATUS_OK;
@@ -222,7 +224,7 @@ static fa_status make_kernel(cl_program prog, const char *name, cl_kernel *out, 
     *out = clCreateKernel(prog, name, &err);
     if (!*out || err != CL_SUCCESS) {
         *out = NULL;
-        return cl_fail(err, "clCreateKernel", why, why_size);
+        return naive_cl_fail(err, "clCreateKernel", why, why_size);
     }
     return FA_STATUS_OK;
 }
@@ -261,7 +263,8 @@ static fa_status set_args(naive_cl_attn *a, char *why, size_t why_size)
     set_arg(a->pv, 5, sizeof d, &d, &err);
     set_arg(a->pv, 6, sizeof hq, &hq, &err);
     set_arg(a->pv, 7, sizeof hkv, &hkv, &err);
-    return err == CL_SUCCESS ? FA_STATUS_OK : cl_fail(err, "clSetKernelArg", why, why_size);
+    return err == CL_SUCCESS ? FA_STATUS_OK
+                             : naive_cl_fail(err, "clSetKernelArg", why, why_size);
 }
 
 /* The backward kernels' arguments, set once like the forward's. */
@@ -293,7 +296,8 @@ static fa_status set_backward_args(naive_cl_attn *a, char *why, size_t why_size)
     set_arg(a->ds_kernel, 1, sizeof(cl_mem), &ds_in[1], &err);
     set_arg(a->ds_kernel, 2, sizeof sq, &sq, &err);
     set_arg(a->ds_kernel, 3, sizeof sk, &sk, &err);
-    return err == CL_SUCCESS ? FA_STATUS_OK : cl_fail(err, "clSetKernelArg", why, why_size);
+    return err == CL_SUCCESS ? FA_STATUS_OK
+                             : naive_cl_fail(err, "clSetKernelArg", why, why_size);
 }
 
 /* dO and dQ like Q, dK and dV like K, dP like S/P, and the four backward kernels. */
@@ -342,7 +346,7 @@ static fa_status write_one(naive_cl_attn *a, cl_mem mem, const void *src, size_t
         return FA_STATUS_OK;
     err = clEnqueueWriteBuffer(a->cl->queue, mem, CL_TRUE, 0, bytes, src, 0, NULL, NULL);
     return err == CL_SUCCESS ? FA_STATUS_OK
-                             : cl_fail(err, "clEnqueueWriteBuffer", why, why_size);
+                             : naive_cl_fail(err, "clEnqueueWriteBuffer", why, why_size);
 }
 
 /* ---- the operations ---------------------------------------------------------------------- */
@@ -365,7 +369,7 @@ static fa_status enqueue(naive_cl_attn *a, cl_kernel k, cl_uint dims, const size
 {
     cl_int err = clEnqueueNDRangeKernel(a->cl->queue, k, dims, NULL, global, NULL, 0, NULL, NULL);
     if (err != CL_SUCCESS)
-        return naive_fail(cl_status(err), why, why_size,
+        return naive_fail(naive_cl_status(err), why, why_size,
                           "naive opencl: clEnqueueNDRangeKernel(%s) failed (error %d)", name,
                           (int)err);
     return FA_STATUS_OK;
@@ -389,7 +393,7 @@ static fa_status cl_forward(naive_attn *base, char *why, size_t why_size)
     st = st ? st : enqueue(a, a->pv, 3, g_pv, "naive_pv", why, why_size);
     err = clFinish(a->cl->queue);
     if (st == FA_STATUS_OK && err != CL_SUCCESS)
-        st = cl_fail(err, "clFinish", why, why_size);
+        st = naive_cl_fail(err, "clFinish", why, why_size);
     return st;
 }
 
@@ -424,7 +428,7 @@ static fa_status cl_backward(naive_attn *base, char *why, size_t why_size)
         st = st ? st : enqueue(a, a->dkv_kernel, 3, g_dkv, "naive_dkv", why, why_size);
     err = clFinish(a->cl->queue);
     if (st == FA_STATUS_OK && err != CL_SUCCESS)
-        st = cl_fail(err, "clFinish", why, why_size);
+        st = naive_cl_fail(err, "clFinish", why, why_size);
     return st;
 }
 
@@ -435,7 +439,8 @@ static fa_status read_one(naive_cl_attn *a, cl_mem mem, void *dst, size_t bytes,
     if (bytes == 0)
         return FA_STATUS_OK;
     err = clEnqueueReadBuffer(a->cl->queue, mem, CL_TRUE, 0, bytes, dst, 0, NULL, NULL);
-    return err == CL_SUCCESS ? FA_STATUS_OK : cl_fail(err, "clEnqueueReadBuffer", why, why_size);
+    return err == CL_SUCCESS ? FA_STATUS_OK
+                             : naive_cl_fail(err, "clEnqueueReadBuffer", why, why_size);
 }
 
 static fa_status cl_download(naive_attn *base, void *o, char *why, size_t why_size)

@@ -31,7 +31,7 @@
 /* Default cap on the naive S/P buffer: 1 GiB. */
 #define BENCH_NAIVE_MAX_BYTES (1ull << 30)
 
-#define BENCH_NOPTS 18
+#define BENCH_NOPTS 19
 
 static const cli_cmd bench_cmd = {
     "bench", "[options]",
@@ -43,6 +43,8 @@ static const cli_cmd bench_cmd = {
     "--pass bwd times the backward instead (fa_backward, after one untimed forward, against\n"
     "a naive backward that materializes P and dP; GFLOP/s counting 2.5x the forward's FLOPs,\n"
     "as FlashAttention-2 does; err over dQ, dK and dV); --pass fwd+bwd both (3.5x).\n"
+    "On opencl a second baseline, gemm, runs the same naive attention on CLBlast's SGEMM\n"
+    "(f32 forward; when built with CLBlast): the paper's \"standard attention\".\n"
     "The naive path reports OOM when its S/P buffer exceeds --naive-max-bytes or the device;\n"
     "the flash path goes on. A point that does not fit in the host's or the device's memory is\n"
     "OOM without being allocated. Lists are comma-separated. Exit status 1 when a flash\n"
@@ -79,6 +81,8 @@ static size_t bench_table(bench_args *a, cli_opt *o)
          "draw time and memory vs seq into a PNG, or SVG for *.svg (gnuplot)", 0},
         {"pass", CLI_STRING, &a->pass, 0, 0, "P",
          "what is timed: fwd, bwd or fwd+bwd (default fwd)", 0},
+        {"gemm-params", CLI_STRING, &a->gemm_params, 0, 0, "LIST",
+         "opencl gemm path: CLBlast Xgemm parameters NAME=V,... (default CLBlast's)", 0},
         {"quiet", CLI_FLAG, &a->quiet, 0, 0, NULL, "no progress lines on stderr", 0},
     };
     memcpy(o, t, sizeof t);
@@ -194,6 +198,14 @@ static int parse_lists(bench_run *r)
 
 /* ---- devices ----------------------------------------------------------------------------- */
 
+static void close_device(bench_device *d)
+{
+    fa_context_destroy(d->ctx);
+    naive_cl_close(d->cl);
+    d->ctx = NULL;
+    d->cl = NULL;
+}
+
 /* Opens the flash context (and on OpenCL the naive objects it shares) on one backend. */
 static int open_device(bench_run *r, fa_backend backend, int required)
 {
@@ -205,6 +217,11 @@ static int open_device(bench_run *r, fa_backend backend, int required)
         st = naive_cl_open(&d->cl, (int)r->a.device, why, sizeof why);
         if (st == FA_STATUS_OK)
             st = naive_cl_fa_context(d->cl, &d->ctx, why, sizeof why);
+        if (st == FA_STATUS_OK && r->a.gemm_params) /* a bad list is the user's error */
+            if (naive_clblast_tune(d->cl, r->a.gemm_params, why, sizeof why) != FA_STATUS_OK) {
+                close_device(d);
+                return cli_error("--gemm-params: %s", why);
+            }
     } else {
         fa_context_options o;
         o.backend = backend;
@@ -254,10 +271,8 @@ static int open_devices(bench_run *r)
 static void close_devices(bench_run *r)
 {
     int i;
-    for (i = 0; i < r->ndevs; i++) {
-        fa_context_destroy(r->devs[i].ctx);
-        naive_cl_close(r->devs[i].cl);
-    }
+    for (i = 0; i < r->ndevs; i++)
+        close_device(&r->devs[i]);
     r->ndevs = 0;
 }
 
@@ -343,40 +358,11 @@ static fa_status run_flash(const bench_run *r, bench_device *d, bench_io *io, be
     return st;
 }
 
-naive_problem bench_naive_problem(const bench_run *r, const fa_problem *p)
-{
-    naive_problem np;
-    memset(&np, 0, sizeof np);
-    np.dtype = p->dtype;
-    np.mask = p->mask;
-    np.batch = p->batch;
-    np.heads_q = p->heads_q;
-    np.heads_kv = p->heads_kv;
-    np.seq_q = p->seqlen_q;
-    np.seq_k = p->seqlen_k;
-    np.dim = p->head_dim;
-    np.scale = 1.0f / sqrtf((float)p->head_dim);
-    np.max_sp_bytes = r->a.naive_max_bytes;
-    return np;
-}
-
-fa_status bench_naive_create(bench_device *d, naive_problem *np, naive_attn **out, char *why,
-                             size_t why_size)
-{
-    *out = NULL;
-    if (d->backend == FA_BACKEND_OPENCL)
-        return naive_create_opencl(out, d->cl, np, why, why_size);
-    if (d->backend == FA_BACKEND_CPU) {
-        np->host_available = cli_host_memory_available(&np->host_source);
-        return naive_create_cpu(out, d->ctx, np, why, why_size);
-    }
-    return naive_fail(FA_STATUS_UNSUPPORTED, why, why_size, "no naive attention%s for the %s "
-                      "backend", np->backward ? " backward" : "", fa_backend_name(d->backend));
-}
-
-/* The naive path: context-counted bytes (cpu) plus those the tool allocated itself (opencl). */
-static fa_status run_naive(const bench_run *r, bench_device *d, bench_io *io, int skip_if_fits,
-                           bench_path *out, char *why, size_t why_size)
+/* A naive path (make: the plain kernels or the CLBlast one), its output into o: context-counted
+ * bytes (cpu) plus those the tool allocated itself (opencl). */
+static fa_status run_naive(const bench_run *r, bench_device *d, bench_io *io,
+                           bench_naive_maker make, int skip_if_fits, bench_path *out,
+                           cli_tensor *o, char *why, size_t why_size)
 {
     naive_problem np = bench_naive_problem(r, &io->p);
     naive_attn *n = NULL;
@@ -384,7 +370,7 @@ static fa_status run_naive(const bench_run *r, bench_device *d, bench_io *io, in
     fa_status st;
     out->need = naive_total_bytes(&np);
     fa_context_reset_peak(d->ctx);
-    st = bench_naive_create(d, &np, &n, why, why_size);
+    st = make(d, &np, &n, why, why_size);
     if (st == FA_STATUS_OK && skip_if_fits) {
         /* Too slow to run, but created first so that a point that cannot fit says OOM. */
         out->state = BENCH_SKIPPED;
@@ -395,7 +381,7 @@ static fa_status run_naive(const bench_run *r, bench_device *d, bench_io *io, in
     st = st ? st : bench_timed(naive_fn, n, r->a.repeat, &out->ms, why, why_size);
     fa_context_memory(d->ctx, NULL, &peak);
     out->peak = peak + naive_uncounted_bytes(n);
-    st = st ? st : naive_download(n, io->o_naive.data, why, why_size);
+    st = st ? st : naive_download(n, o->data, why, why_size);
     naive_destroy(n);
     return st;
 }
@@ -472,6 +458,8 @@ static void check_point(const bench_run *r, const bench_device *d, bench_io *io,
         check_path(r, pt, "flash", &pt->flash, &io->o_flash, ref);
     if (pt->naive.state == BENCH_OK)
         check_path(r, pt, "naive", &pt->naive, &io->o_naive, ref);
+    if (pt->gemm.state == BENCH_OK)
+        check_path(r, pt, "gemm", &pt->gemm, &io->o_gemm, ref);
 }
 
 /* ---- the sweep --------------------------------------------------------------------------- */
@@ -499,7 +487,7 @@ static int too_slow(const bench_run *r, const bench_last *last, double flops)
 static int record(bench_path *path, fa_status st, const char *why, const char *what,
                   const bench_run *r, const bench_point *pt)
 {
-    int naive = strcmp(what, "naive") == 0;
+    int naive = strcmp(what, "flash") != 0; /* a baseline: naive or gemm */
     char label[128];
     path->status = st;
     if (st == FA_STATUS_OK) {
@@ -513,7 +501,7 @@ static int record(bench_path *path, fa_status st, const char *why, const char *w
     }
     if (path->state == BENCH_OOM && naive) {
         if (!r->a.quiet)
-            fprintf(stderr, "bench: naive OOM: %s\n", cli_status_detail(st, why));
+            fprintf(stderr, "bench: %s OOM: %s\n", what, cli_status_detail(st, why));
         return 0;
     }
     bench_point_label(r, pt, what, label, sizeof label);
@@ -566,9 +554,9 @@ static int point_oom(const bench_run *r, bench_point *pt, const fa_problem *p, c
     naive_problem np = bench_naive_problem(r, p);
     char label[128];
     np.backward = r->pass != BENCH_PASS_FWD;
-    pt->flash.state = pt->naive.state = BENCH_OOM;
-    pt->flash.status = pt->naive.status = FA_STATUS_OUT_OF_MEMORY;
-    pt->naive.need = naive_total_bytes(&np);
+    pt->flash.state = pt->naive.state = pt->gemm.state = BENCH_OOM;
+    pt->flash.status = pt->naive.status = pt->gemm.status = FA_STATUS_OUT_OF_MEMORY;
+    pt->naive.need = pt->gemm.need = naive_total_bytes(&np);
     bench_point_label(r, pt, "", label, sizeof label);
     if (*why)
         fprintf(stderr, "flashattn bench: %s: the point %s; neither path was run\n", label, why);
@@ -586,6 +574,7 @@ static int alloc_io(const bench_run *r, const bench_point *pt, bench_io *io)
         cli_tensor_alloc(&io->v, "v", p->batch, p->heads_kv, p->seqlen_k, p->head_dim) ||
         cli_tensor_alloc(&io->o_flash, "o", p->batch, p->heads_q, p->seqlen_q, p->head_dim) ||
         cli_tensor_alloc(&io->o_naive, "o", p->batch, p->heads_q, p->seqlen_q, p->head_dim) ||
+        cli_tensor_alloc(&io->o_gemm, "o", p->batch, p->heads_q, p->seqlen_q, p->head_dim) ||
         cli_tensor_alloc(&io->o_ref, "o", p->batch, p->heads_q, p->seqlen_q, p->head_dim))
         return CLI_EXIT_FAIL;
     cli_tensor_fill_random(&io->q, &state);
@@ -604,12 +593,13 @@ static void free_io(bench_io *io)
     cli_tensor_free(&io->v);
     cli_tensor_free(&io->o_flash);
     cli_tensor_free(&io->o_naive);
+    cli_tensor_free(&io->o_gemm);
     cli_tensor_free(&io->o_ref);
     bench_bwd_free(io);
 }
 
 /* Measures both paths of one point; non-zero when something failed (a naive OOM is a result). */
-static int run_point(bench_run *r, bench_point *pt, bench_last last[2])
+static int run_point(bench_run *r, bench_point *pt, bench_last last[3])
 {
     bench_device *d = &r->devs[pt->dev];
     char why[2048] = "";
@@ -635,11 +625,19 @@ static int run_point(bench_run *r, bench_point *pt, bench_last last[2])
                      why, "flash", r, pt);
     why[0] = '\0';
     st = r->pass == BENCH_PASS_FWD
-             ? run_naive(r, d, &io, too_slow(r, &last[1], pt->flops), &pt->naive, why, sizeof why)
+             ? run_naive(r, d, &io, bench_naive_create, too_slow(r, &last[1], pt->flops),
+                         &pt->naive, &io.o_naive, why, sizeof why)
              : bench_bwd_naive(r, d, &io, too_slow(r, &last[1], pt->flops), &pt->naive, why,
                                sizeof why);
     if (pt->naive.state != BENCH_SKIPPED)
         rc |= record(&pt->naive, st, why, "naive", r, pt);
+    why[0] = '\0';
+    st = r->pass == BENCH_PASS_FWD
+             ? run_naive(r, d, &io, bench_gemm_create, too_slow(r, &last[2], pt->flops),
+                         &pt->gemm, &io.o_gemm, why, sizeof why)
+             : naive_fail(FA_STATUS_UNSUPPORTED, why, sizeof why, "forward only");
+    if (pt->gemm.state != BENCH_SKIPPED)
+        rc |= record(&pt->gemm, st, why, "gemm", r, pt);
     if (r->pass == BENCH_PASS_FWD)
         check_point(r, d, &io, pt);
     else
@@ -649,6 +647,8 @@ static int run_point(bench_run *r, bench_point *pt, bench_last last[2])
         last[0].flops = pt->flops, last[0].ms = pt->flash.ms;
     if (pt->naive.state == BENCH_OK)
         last[1].flops = pt->flops, last[1].ms = pt->naive.ms;
+    if (pt->gemm.state == BENCH_OK)
+        last[2].flops = pt->flops, last[2].ms = pt->gemm.ms;
     free_io(&io);
     return rc;
 }
@@ -659,8 +659,8 @@ static bench_point *next_point(bench_run *r, int dev, size_t t, size_t m, size_t
     bench_point *pt = &r->points[r->npoints++];
     memset(pt, 0, sizeof *pt);
     /* Failed until a path says otherwise, so a point no path reached never looks measured. */
-    pt->flash.state = pt->naive.state = BENCH_FAILED;
-    pt->flash.status = pt->naive.status = FA_STATUS_INVALID_ARGUMENT;
+    pt->flash.state = pt->naive.state = pt->gemm.state = BENCH_FAILED;
+    pt->flash.status = pt->naive.status = pt->gemm.status = FA_STATUS_INVALID_ARGUMENT;
     pt->dev = dev;
     pt->dtype = r->dtypes[t];
     pt->mask = r->masks[m];
@@ -680,7 +680,7 @@ static int sweep(bench_run *r)
         for (t = 0; t < r->ndtypes; t++)
             for (m = 0; m < r->nmasks; m++)
                 for (k = 0; k < r->ndims; k++) {
-                    bench_last last[2] = {{0.0, 0.0}, {0.0, 0.0}};
+                    bench_last last[3] = {{0.0, 0.0}, {0.0, 0.0}, {0.0, 0.0}};
                     for (i = 0; i < r->nseqs; i++) {
                         bench_point *pt = next_point(r, dev, t, m, k, i);
                         if (!r->a.quiet)

@@ -61,6 +61,7 @@ typedef struct bench_point {
     int64_t dim, seq;
     double flops; /* 4 * B * H * Sq * Sk * d, halved when causal, times bench_pass_factor */
     bench_path flash, naive;
+    bench_path gemm; /* the naive attention on CLBlast's SGEMM (opencl f32 forward only) */
 } bench_point;
 
 /* One device of the sweep: the flash path's fa_context and, on OpenCL, the tool's objects. */
@@ -73,6 +74,7 @@ typedef struct bench_device {
 
 typedef struct bench_args {
     const char *backend, *seq_list, *dims, *dtypes, *masks, *csv, *plot, *pass;
+    const char *gemm_params; /* --gemm-params: CLBlast Xgemm parameters, or NULL */
     int64_t device, batch, heads, repeat, check_max_seq;
     uint64_t naive_max_bytes, seed;
     float max_seconds;
@@ -124,7 +126,7 @@ int bench_plot_is_svg(const char *path);
 /* The tensors of one point. Index 0, 1, 2 of the gradients: flash, naive, the CPU golden. */
 typedef struct bench_io {
     fa_problem p;
-    cli_tensor q, k, v, o_flash, o_naive, o_ref;
+    cli_tensor q, k, v, o_flash, o_naive, o_gemm, o_ref;
     cli_tensor d_o, dq[3], dk[3], dv[3]; /* the passes with the backward only */
 } bench_io;
 
@@ -138,11 +140,22 @@ fa_status bench_timed(bench_fn fn, void *arg, int64_t repeat, double *median, ch
  * (an OOM is a result), the reason in why. */
 fa_status bench_flash_setup(cli_session *s, fa_context *ctx, const bench_io *io, char *why,
                             size_t why_size);
+/* ---- the baselines (cli_bench_naive.c) ----------------------------------------------------- */
+
 /* The naive attention problem of a point's problem, with the --naive-max-bytes cap. */
 naive_problem bench_naive_problem(const bench_run *r, const fa_problem *p);
-/* The naive attention on the device's backend; FA_STATUS_UNSUPPORTED where it has none. */
+/* Makes one naive attention for a device; FA_STATUS_UNSUPPORTED where it has none. */
+typedef fa_status (*bench_naive_maker)(bench_device *d, naive_problem *np, naive_attn **out,
+                                       char *why, size_t why_size);
+/* The plain naive attention on the device's backend (naive kernels, or the C loop on cpu). */
 fa_status bench_naive_create(bench_device *d, naive_problem *np, naive_attn **out, char *why,
                              size_t why_size);
+/* The tuned-GEMM naive attention (CLBlast): opencl, f32, forward only; UNSUPPORTED elsewhere
+ * and when the tool was built without CLBlast. */
+fa_status bench_gemm_create(bench_device *d, naive_problem *np, naive_attn **out, char *why,
+                            size_t why_size);
+/* The table header's line about the gemm path: what it runs, or that it was not built. */
+const char *bench_gemm_note(void);
 /* "flash, opencl f32 top-left dim 64 seq 512": which path of which point, for messages. */
 void bench_point_label(const bench_run *r, const bench_point *pt, const char *what, char *buf,
                        size_t size);

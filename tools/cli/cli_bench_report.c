@@ -16,7 +16,8 @@
 #include <string.h>
 
 /* The table's columns: one format for the header and the rows, so they stay aligned. */
-#define ROW_FMT "%-7s %-5s %-12s %4s %6s | %10s %8s %8s | %10s %8s %8s | %8s %7s | %-12s %-9s\n"
+#define ROW_FMT "%-7s %-5s %-12s %4s %6s | %10s %8s %8s | %10s %8s %8s | %8s %7s | %-12s %-9s | " \
+                "%10s %8s %8s %-9s\n"
 
 static double gflops(const bench_point *pt, const bench_path *p)
 {
@@ -91,25 +92,40 @@ void bench_print_header(const bench_run *r)
                "together; naive: its forward then its backward\n");
     if (r->pass == BENCH_PASS_FWD)
         printf("# naive    S/P in one f32 buffer of 4*B*H*seq^2 bytes, capped at %" PRIu64
-               " bytes; golden check up to seq %" PRId64 "\n\n",
+               " bytes; golden check up to seq %" PRId64 "\n",
                r->a.naive_max_bytes, r->a.check_max_seq);
     else
         printf("# naive    P and dP in two f32 buffers of 4*B*H*seq^2 bytes, each capped at "
-               "%" PRIu64 " bytes; golden check up to seq %" PRId64 "\n\n",
+               "%" PRIu64 " bytes; golden check up to seq %" PRId64 "\n",
                r->a.naive_max_bytes, r->a.check_max_seq);
+    printf("# gemm     %s%s\n\n", bench_gemm_note(),
+           !naive_clblast_info() ? ""
+           : r->a.gemm_params    ? "; Xgemm parameters from --gemm-params"
+                                 : "; CLBlast's own Xgemm parameters for the device");
     printf(ROW_FMT, "backend", "dtype", "mask", "dim", "seq", "flash ms", "GFLOP/s", "peak",
-           "naive ms", "GFLOP/s", "peak", "speedup", "mem", "err flash", "err naive");
+           "naive ms", "GFLOP/s", "peak", "speedup", "mem", "err flash", "err naive", "gemm ms",
+           "GFLOP/s", "vs gemm", "err gemm");
+}
+
+/* "2.31x": baseline ms / flash ms, or "-" where either did not run. */
+static void speedup_cell(const bench_path *f, const bench_path *base, char *buf, size_t size)
+{
+    snprintf(buf, size, "-");
+    if (f->state == BENCH_OK && base->state == BENCH_OK && f->ms > 0.0)
+        snprintf(buf, size, "%.2fx", base->ms / f->ms);
 }
 
 void bench_print_row(const bench_run *r, const bench_point *pt)
 {
-    char fms[16], fgf[16], fpk[16], nms[16], ngf[16], npk[16], dim[16], seq[24];
-    char speed[24] = "-", mem[24] = "-", ferr[32], nerr[32];
-    const bench_path *f = &pt->flash, *n = &pt->naive;
+    char fms[16], fgf[16], fpk[16], nms[16], ngf[16], npk[16], gms[16], ggf[16], gpk[16];
+    char dim[16], seq[24], speed[24], gspeed[24], mem[24] = "-", ferr[32], nerr[32], gerr[32];
+    const bench_path *f = &pt->flash, *n = &pt->naive, *g = &pt->gemm;
     path_cells(pt, f, fms, fgf, fpk);
     path_cells(pt, n, nms, ngf, npk);
-    if (f->state == BENCH_OK && n->state == BENCH_OK && f->ms > 0.0)
-        snprintf(speed, sizeof speed, "%.2fx", n->ms / f->ms);
+    path_cells(pt, g, gms, ggf, gpk); /* its peak is the naive one's: the CSV has it */
+    speedup_cell(f, n, speed, sizeof speed);
+    speedup_cell(f, g, gspeed, sizeof gspeed);
+    err_cell(g, gerr, sizeof gerr);
     if (f->state == BENCH_OK && f->peak > 0 && (n->state == BENCH_OK || n->need))
         snprintf(mem, sizeof mem, "%.1fx",
                  (double)(n->state == BENCH_OK ? n->peak : n->need) / (double)f->peak);
@@ -119,7 +135,7 @@ void bench_print_row(const bench_run *r, const bench_point *pt)
     snprintf(seq, sizeof seq, "%" PRId64, pt->seq);
     printf(ROW_FMT, fa_backend_name(r->devs[pt->dev].backend), fa_dtype_name(pt->dtype),
            fa_mask_name(pt->mask), dim, seq, fms, fgf, fpk, nms, ngf, npk, speed, mem, ferr,
-           nerr);
+           nerr, gms, ggf, gspeed, gerr);
 }
 
 /* The notes under the table, one array per pass; the OOM and check words are the same. */
@@ -137,6 +153,11 @@ static const char *const fwd_notes[] = {
     "err: max |O - O_golden| against the CPU golden backend (fp64 accumulation); '-': not",
     "  checked (above --check-max-seq); 'ref': the flash path on cpu is the golden itself;",
     "  FAIL: above the tolerance of `run --check`, or NaN/inf where the golden differs (inf).",
+    "gemm: the same naive attention with S = Q K^T and O = P V on CLBlast's SGEMM and a",
+    "  softmax kernel (which applies the mask) between them, on the flash path's device and",
+    "  queue: the paper's \"standard attention\". vs gemm = gemm ms / flash ms. Its GEMMs",
+    "  compute the masked scores too, as a framework's attention does. n/a: not opencl, not",
+    "  f32 (CLBlast's HGEMM would compute in f16; there is no bf16 GEMM), or not built.",
     NULL,
 };
 
@@ -159,6 +180,7 @@ static const char *const bwd_notes[] = {
     "  golden backend, each tensor checked by the rule of `run --check` against its own",
     "  largest magnitude; '-': not checked (above --check-max-seq); 'ref': the flash path on",
     "  cpu is the golden itself; FAIL: above the tolerance, or NaN/inf where the golden differs.",
+    "gemm: the CLBlast naive attention is forward only: n/a here.",
     NULL,
 };
 
@@ -227,6 +249,20 @@ static void csv_err(FILE *f, const bench_path *p)
         fprintf(f, ",");
 }
 
+/* The CLBlast path's columns, appended after the older ones so their positions stay: state,
+ * ms, GFLOP/s, peak bytes, speedup (gemm ms / flash ms), err. */
+static void csv_gemm(FILE *f, const bench_point *pt)
+{
+    const bench_path *fl = &pt->flash, *g = &pt->gemm;
+    csv_path(f, pt, g);
+    if (fl->state == BENCH_OK && g->state == BENCH_OK && fl->ms > 0.0)
+        fprintf(f, ",%.4f", g->ms / fl->ms);
+    else
+        fprintf(f, ",");
+    csv_err(f, g);
+    fprintf(f, "\n");
+}
+
 static void csv_row(FILE *f, const bench_run *r, const bench_point *pt)
 {
     const bench_path *fl = &pt->flash, *nv = &pt->naive;
@@ -245,7 +281,8 @@ static void csv_row(FILE *f, const bench_run *r, const bench_point *pt)
     csv_err(f, fl);
     csv_err(f, nv);
     fprintf(f, ",%s", fl->fail ? "fail" : fl->check == BENCH_CHECK_DONE ? "pass" : "");
-    fprintf(f, ",%s\n", bench_pass_name(r->pass));
+    fprintf(f, ",%s", bench_pass_name(r->pass));
+    csv_gemm(f, pt);
 }
 
 int bench_write_csv(const bench_run *r, const char *path)
@@ -257,7 +294,8 @@ int bench_write_csv(const bench_run *r, const char *path)
     fprintf(f, "backend,device,dtype,mask,batch,heads,dim,seq,flops,"
                "flash_state,flash_ms,flash_gflops,flash_peak_bytes,"
                "naive_state,naive_ms,naive_gflops,naive_peak_bytes,naive_need_bytes,"
-               "speedup,mem_ratio,err_flash,err_naive,check,pass\n");
+               "speedup,mem_ratio,err_flash,err_naive,check,pass,"
+               "gemm_state,gemm_ms,gemm_gflops,gemm_peak_bytes,speedup_gemm,err_gemm\n");
     for (i = 0; i < r->npoints; i++)
         csv_row(f, r, &r->points[i]);
     if (fclose(f) != 0)

@@ -40,7 +40,12 @@ static void print_device(fa_backend backend, int index)
     printf("    %-16s %s\n", "global memory", global);
     printf("    %-16s %" PRIu32 "\n", "max work-group", p.max_work_group_size);
     printf("    %-16s %" PRIu32 "\n", "compute units", p.compute_units);
-    printf("    %-16s %s / %s\n", "fp16 / bf16", p.fp16 ? "yes" : "no", p.bf16 ? "yes" : "no");
+    /* Two separate facts, so "no" is not read as "f16 does not work": every backend stores
+     * f16 and bf16 and converts them to f32 on load (docs/backends.md); fa_device_props only
+     * says whether the hardware also computes in them (OpenCL: cl_khr_fp16; bf16 never). */
+    printf("    %-16s yes / yes (converted to f32 on load)\n", "f16/bf16 storage");
+    printf("    %-16s %s / %s (informational: the kernels compute in f32)\n", "f16/bf16 math",
+           p.fp16 ? "yes" : "no", p.bf16 ? "yes" : "no");
     printf("    %-16s %s\n", "arch", *p.arch ? p.arch : "-");
 }
 
