@@ -293,14 +293,7 @@ fa_status naive_create_clblast(naive_attn **out, naive_cl *cl, const naive_probl
     if (p->heads_kv <= 0 || p->heads_q % p->heads_kv != 0)
         return naive_fail(FA_STATUS_INVALID_ARGUMENT, why, why_size,
                           "naive clblast: heads_q is not a multiple of heads_kv");
-    st = naive_check_size(p, cl->max_alloc, "largest allocation (CL_DEVICE_MAX_MEM_ALLOC_SIZE)",
-                          why, why_size);
-    if (st == FA_STATUS_OK && naive_total_bytes(p) > cl->global_mem)
-        st = naive_fail(FA_STATUS_OUT_OF_MEMORY, why, why_size,
-                        "naive buffers need %llu bytes, more than the device's memory of %llu "
-                        "(CL_DEVICE_GLOBAL_MEM_SIZE)",
-                        (unsigned long long)naive_total_bytes(p),
-                        (unsigned long long)cl->global_mem);
+    st = naive_cl_check_memory(cl, p, why, why_size);
     if (st != FA_STATUS_OK)
         return st;
     a = (naive_blast_attn *)naive_alloc(sizeof *a, &blast_ops, p, why, why_size);

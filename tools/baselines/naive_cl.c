@@ -493,19 +493,26 @@ static const naive_ops cl_ops = {.upload = cl_upload,
                                  .backward = cl_backward,
                                  .download_grads = cl_download_grads};
 
-fa_status naive_create_opencl(naive_attn **out, naive_cl *cl, const naive_problem *p, char *why,
-                              size_t why_size)
+fa_status naive_cl_check_memory(const naive_cl *cl, const naive_problem *p, char *why,
+                                size_t why_size)
 {
-    naive_cl_attn *a;
     fa_status st = naive_check_size(p, cl->max_alloc, "largest allocation "
                                     "(CL_DEVICE_MAX_MEM_ALLOC_SIZE)", why, why_size);
-    *out = NULL;
     if (st == FA_STATUS_OK && naive_total_bytes(p) > cl->global_mem)
         st = naive_fail(FA_STATUS_OUT_OF_MEMORY, why, why_size,
                         "naive buffers need %llu bytes, more than the device's memory of %llu "
                         "(CL_DEVICE_GLOBAL_MEM_SIZE)",
                         (unsigned long long)naive_total_bytes(p),
                         (unsigned long long)cl->global_mem);
+    return st;
+}
+
+fa_status naive_create_opencl(naive_attn **out, naive_cl *cl, const naive_problem *p, char *why,
+                              size_t why_size)
+{
+    naive_cl_attn *a;
+    *out = NULL;
+    fa_status st = naive_cl_check_memory(cl, p, why, why_size);
     if (st != FA_STATUS_OK)
         return st;
     a = (naive_cl_attn *)naive_alloc(sizeof *a, &cl_ops, p, why, why_size);
