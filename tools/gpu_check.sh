@@ -3,7 +3,8 @@
 #   1. configure and build with the CUDA backend required (FLASHATTN_CUDA=ON);
 #   2. run the whole test suite with FLASHATTN_REQUIRE_BACKENDS=cpu,cuda (plus opencl when an
 #      OpenCL platform exists), so a missing driver or NVRTC fails instead of skipping;
-#   3. compute-sanitizer memcheck, racecheck and synccheck on a tiny subset of the forward suite;
+#   3. compute-sanitizer memcheck, racecheck and synccheck on a tiny subset of the forward and
+#      the backward suites (both CUDA paths: f32 runs the CUDA cores, f16/bf16 tensor cores);
 #   4. tools/bench_torch.py: our forward against PyTorch SDPA (flash) and a naive attention.
 #
 # usage: tools/gpu_check.sh [BUILD_DIR]     (default: build-gpu; BENCH=0 skips the benchmark)
@@ -44,10 +45,12 @@ if [ ! -x "$SAN" ]; then
     exit 1
 fi
 for tool in memcheck racecheck synccheck; do
-    for case in mha97 q113_k17_br gqa_padded; do
-        echo "-- $tool: test_forward cuda --case=$case"
-        FLASHATTN_REQUIRE_BACKENDS=cuda "$SAN" --tool "$tool" --error-exitcode 1 \
-            "$BUILD/tests/test_forward" cuda --case="$case"
+    for suite in test_forward test_backward; do
+        for case in mha97 q113_k17_br gqa_padded; do
+            echo "-- $tool: $suite cuda --case=$case"
+            FLASHATTN_REQUIRE_BACKENDS=cuda "$SAN" --tool "$tool" --error-exitcode 1 \
+                "$BUILD/tests/$suite" cuda --case="$case"
+        done
     done
 done
 
