@@ -50,16 +50,7 @@ static fa_status blast_fail(CLBlastStatusCode code, const char *call, char *why,
 static fa_status make_buffer(naive_blast_attn *a, uint64_t bytes, cl_mem *out, char *why,
                              size_t why_size)
 {
-    cl_int err = CL_SUCCESS;
-    if (bytes == 0)
-        bytes = sizeof(float); /* OpenCL refuses empty buffers */
-    *out = clCreateBuffer(a->cl->context, CL_MEM_READ_WRITE, (size_t)bytes, NULL, &err);
-    if (!*out || err != CL_SUCCESS) {
-        *out = NULL;
-        return naive_cl_fail(err, "clCreateBuffer", why, why_size);
-    }
-    a->bytes += bytes;
-    return FA_STATUS_OK;
+    return naive_cl_buffer(a->cl, bytes, out, &a->bytes, why, why_size);
 }
 
 /* The softmax kernel (program built once per naive_cl), its arguments, its work-group size:

@@ -202,19 +202,25 @@ fa_status naive_cl_build(naive_cl *cl, const char *src, size_t len, const char *
 
 /* ---- buffers and kernels ----------------------------------------------------------------- */
 
-static fa_status make_buffer(naive_cl_attn *a, uint64_t bytes, cl_mem *out, char *why,
-                             size_t why_size)
+fa_status naive_cl_buffer(const naive_cl *cl, uint64_t bytes, cl_mem *out, uint64_t *counted,
+                          char *why, size_t why_size)
 {
     cl_int err = CL_SUCCESS;
     if (bytes == 0)
         bytes = sizeof(float); /* OpenCL refuses empty buffers */
-    *out = clCreateBuffer(a->cl->context, CL_MEM_READ_WRITE, (size_t)bytes, NULL, &err);
+    *out = clCreateBuffer(cl->context, CL_MEM_READ_WRITE, (size_t)bytes, NULL, &err);
     if (!*out || err != CL_SUCCESS) {
         *out = NULL;
         return naive_cl_fail(err, "clCreateBuffer", why, why_size);
     }
-    a->bytes += bytes;
+    *counted += bytes;
     return FA_STATUS_OK;
+}
+
+static fa_status make_buffer(naive_cl_attn *a, uint64_t bytes, cl_mem *out, char *why,
+                             size_t why_size)
+{
+    return naive_cl_buffer(a->cl, bytes, out, &a->bytes, why, why_size);
 }
 
 static fa_status make_kernel(cl_program prog, const char *name, cl_kernel *out, char *why,

@@ -34,6 +34,10 @@ fa_status naive_cl_fail(cl_int err, const char *call, char *why, size_t why_size
 fa_status naive_cl_build(naive_cl *cl, const char *src, size_t len, const char *opts,
                          cl_program *out, char *why, size_t why_size);
 
+/* A read-write buffer of `bytes` (at least one float: OpenCL refuses empty ones), added to
+ * *counted; the reason in why when clCreateBuffer fails. */
+fa_status naive_cl_buffer(const naive_cl *cl, uint64_t bytes, cl_mem *out, uint64_t *counted,
+                          char *why, size_t why_size);
 /* Whether the naive buffers of p fit the device's largest allocation and its memory: OK, or
  * the reason (OUT_OF_MEMORY, ...) in why. */
 fa_status naive_cl_check_memory(const naive_cl *cl, const naive_problem *p, char *why,
