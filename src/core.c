@@ -17,7 +17,10 @@
 #include <unistd.h>
 
 /* The kernel params struct is read by OpenCL C and CUDA as well: its layout must not drift. */
-_Static_assert(sizeof(fa_kernel_params) == 16 * 8 + 4 * 8 + 8 * 4 + 16 * 8, "fa_kernel_params size");
+_Static_assert(sizeof(fa_kernel_params) == 16 * 8 + 4 * 8 + 8 * 4 + 16 * 8 + 7 * 8 + 6 * 4,
+               "fa_kernel_params size");
+_Static_assert(offsetof(fa_kernel_params, bias_offset) == 320, "fa_kernel_params modifier block");
+_Static_assert(offsetof(fa_kernel_params, softcap) == 376, "fa_kernel_params modifier floats");
 _Static_assert(offsetof(fa_kernel_params, do_offset) == 192, "fa_kernel_params backward block");
 _Static_assert(offsetof(fa_kernel_params, batch) == 128, "fa_kernel_params 64-bit block");
 _Static_assert(offsetof(fa_kernel_params, heads_q) == 160, "fa_kernel_params 32-bit block");

@@ -38,6 +38,10 @@ typedef enum fa__tensor {
     FA__TENSOR_DK,
     FA__TENSOR_DV,
     FA__TENSOR_SCRATCH, /* device memory a run allocates for its launches (fa_plan_scratch_bytes) */
+    FA__TENSOR_ALIBI,   /* the score modifiers' tensors (fa_modifier_buffers), bound only by */
+    FA__TENSOR_BIAS,    /* launches of a plan whose problem turns them on */
+    FA__TENSOR_SINKS,
+    FA__TENSOR_DSINKS,
     FA__TENSOR_COUNT
 } fa__tensor;
 
@@ -118,13 +122,16 @@ typedef struct fa__kernel_variant {
     int32_t mma;             /* MMA: 1 = the tensor-core path (CUDA) */
     int32_t vector_width;    /* VEC_MAX: the widest float vector the kernel uses (OpenCL);
                                 0: not a define of this kernel */
+    int32_t features;        /* FEATURES: FA_FEATURE_* bits of the score modifiers and dropout
+                                (0: a define only when nonzero, so plain kernels keep their key) */
+    int32_t bias_dtype;      /* BIAS_DTYPE: fa_dtype of the bias, with FA_FEATURE_BIAS */
 } fa__kernel_variant;
 
 /* Writes "<prefix>HEAD_DIM=64 <prefix>BLOCK_R=..." for a variant (prefix "-D " for OpenCL C,
  * "-D" for NVRTC). */
 void fa__variant_defines(const fa__kernel_variant *v, const char *prefix, char *dst, size_t size);
 
-#define FA__MAX_LAUNCH_ARGS 12
+#define FA__MAX_LAUNCH_ARGS 14
 
 /* One kernel launch of a plan, complete at plan time: running it only binds buffers. */
 typedef struct fa__launch {
@@ -154,6 +161,19 @@ void fa__kernel_params_fill_backward(const fa_problem *p, fa_kernel_params *kp);
 fa_status fa__problem_validate_backward(fa_context *ctx, const fa_problem *p);
 /* The softmax scale the problem resolves to. */
 float fa__problem_scale(const fa_problem *p);
+
+/* ---- score modifiers and dropout (src/modifiers.c) ----------------------------------------- */
+
+/* The FA_FEATURE_* bits a problem turns on. */
+unsigned fa__problem_features(const fa_problem *p);
+/* "softcap", "alibi", ... for one bit. */
+const char *fa__feature_name(unsigned bit);
+/* "softcap, window" for a set of bits; "none" for 0. */
+void fa__features_spell(unsigned features, char *dst, size_t size);
+/* Checks the modifier and dropout fields (called by fa__problem_validate). */
+fa_status fa__modifiers_validate(fa_context *ctx, const fa_problem *p);
+/* Fills the modifier and dropout fields of kernel params from a validated problem. */
+void fa__kernel_params_fill_modifiers(const fa_problem *p, fa_kernel_params *kp);
 
 /* ---- backends ---------------------------------------------------------------------------- */
 
@@ -202,6 +222,9 @@ typedef struct fa__backend_ops {
     /* Optional: known props of an architecture, for planning-only contexts
      * (fa_context_create_planning); INVALID_ARGUMENT listing the known ones. */
     fa_status (*arch_props)(const char *arch, fa_device_props *out, char *why, size_t why_size);
+    /* The FA_FEATURE_* bits (score modifiers, dropout) the backend's launches of each op run;
+     * a problem using another is UNSUPPORTED, named, at plan time. */
+    unsigned supported_features[FA__OP_COUNT];
 } fa__backend_ops;
 
 /* The registry (src/registry.c): the ops of a built-in backend, or NULL. */

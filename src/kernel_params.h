@@ -1,6 +1,6 @@
 /*
- * kernel_params.h - the one parameter struct every backend's forward kernel receives by value,
- * and the mask rule every backend applies.
+ * kernel_params.h - the one parameter struct every backend's kernels receive by value, and the
+ * rules every backend applies: the mask, the sliding window and dropout's keep mask (Philox).
  *
  * Included by the C core and, embedded as text, by the OpenCL and CUDA kernels, so the layout
  * and the rule are written once. 8-byte fields come first so no language inserts padding; the C
@@ -13,14 +13,28 @@
 #if defined(__OPENCL_VERSION__)
 typedef long fa_kp_i64;
 typedef int fa_kp_i32;
+typedef ulong fa_kp_u64;
+typedef uint fa_kp_u32;
 #elif defined(__CUDACC__) || defined(__CUDACC_RTC__)
 typedef long long fa_kp_i64;
 typedef int fa_kp_i32;
+typedef unsigned long long fa_kp_u64;
+typedef unsigned int fa_kp_u32;
 #else
 #include <stdint.h>
 typedef int64_t fa_kp_i64;
 typedef int32_t fa_kp_i32;
+typedef uint64_t fa_kp_u64;
+typedef uint32_t fa_kp_u32;
 #endif
+
+/* The score modifiers and dropout, as bits of `features` (and of a kernel's FEATURES define). */
+#define FA_FEATURE_SOFTCAP 1u
+#define FA_FEATURE_ALIBI 2u
+#define FA_FEATURE_BIAS 4u
+#define FA_FEATURE_WINDOW 8u
+#define FA_FEATURE_SINKS 16u
+#define FA_FEATURE_DROPOUT 32u
 
 typedef struct fa_kernel_params {
     fa_kp_i64 q_offset, q_stride_b, q_stride_h, q_stride_s; /* Q [B, Hq, Sq, D] */
@@ -45,6 +59,18 @@ typedef struct fa_kernel_params {
     fa_kp_i64 dq_offset, dq_stride_b, dq_stride_h, dq_stride_s; /* dQ [B, Hq, Sq, D] */
     fa_kp_i64 dk_offset, dk_stride_b, dk_stride_h, dk_stride_s; /* dK [B, Hkv, Sk, D] */
     fa_kp_i64 dv_offset, dv_stride_b, dv_stride_h, dv_stride_s; /* dV [B, Hkv, Sk, D] */
+    /* The score modifiers and dropout (fa_problem's; unused ones are 0, the window -1). */
+    fa_kp_i64 bias_offset, bias_stride_b, bias_stride_h, bias_stride_s; /* bias [B, Hq, Sq, Sk],
+                                                   keys contiguous, stride 0 broadcasts */
+    fa_kp_i64 window_left;     /* keys j >= i' - window_left visible; -1: unbounded */
+    fa_kp_i64 window_right;    /* keys j <= i' + window_right visible; -1: unbounded */
+    fa_kp_u64 dropout_seed;    /* Philox key: (seed & 0xffffffff, seed >> 32) */
+    float softcap;             /* s = softcap * tanh(s / softcap) when > 0 */
+    fa_kp_u32 dropout_threshold; /* keep an element when its Philox word >= this */
+    float dropout_scale;       /* (float)(1 / (1 - p)): kept probabilities are scaled by it */
+    fa_kp_u32 dropout_offset;  /* the Philox counter's 4th word */
+    fa_kp_i32 features;        /* FA_FEATURE_* bits in use */
+    fa_kp_i32 bias_dtype;      /* fa_dtype of the bias */
 } fa_kernel_params;
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
@@ -68,6 +94,99 @@ FA_KP_FN fa_kp_i64 fa_keys_allowed(fa_kp_i32 mask, fa_kp_i64 row, fa_kp_i64 seql
         return seqlen_k;
     fa_kp_i64 n = row + 1 + (mask == 2 ? seqlen_k - seqlen_q : 0);
     return n < 0 ? 0 : n > seqlen_k ? seqlen_k : n;
+}
+
+/*
+ * The sliding window (FA_FEATURE_WINDOW): row `row` sees keys [fa_window_begin, fa_window_end)
+ * with i' = row + seqlen_k - seqlen_q, begin = i' - window_left, end = i' + window_right + 1,
+ * clamped to [0, seqlen_k]; -1 leaves that side unbounded. Both never decrease with the row.
+ * The params hold bounds below seqlen_q + seqlen_k + 1 (larger ones become -1), so no sum here
+ * can overflow.
+ */
+FA_KP_FN fa_kp_i64 fa_window_begin(const fa_kernel_params *p, fa_kp_i64 row)
+{
+    if (p->window_left < 0)
+        return 0;
+    fa_kp_i64 n = row + p->seqlen_k - p->seqlen_q - p->window_left;
+    return n < 0 ? 0 : n > p->seqlen_k ? p->seqlen_k : n;
+}
+
+FA_KP_FN fa_kp_i64 fa_window_end(const fa_kernel_params *p, fa_kp_i64 row)
+{
+    if (p->window_right < 0)
+        return p->seqlen_k;
+    fa_kp_i64 n = row + p->seqlen_k - p->seqlen_q + p->window_right + 1;
+    return n < 0 ? 0 : n > p->seqlen_k ? p->seqlen_k : n;
+}
+
+/*
+ * The keys row `row` may attend to, mask and window together: [fa_keys_begin, fa_keys_end).
+ * `mask` and `features` are the kernel's MASK and FEATURES (compile-time constants in the GPU
+ * kernels, so an unused window costs nothing). The range may be empty (end <= begin).
+ */
+FA_KP_FN fa_kp_i64 fa_keys_begin(const fa_kernel_params *p, fa_kp_i32 features, fa_kp_i64 row)
+{
+    return (features & FA_FEATURE_WINDOW) ? fa_window_begin(p, row) : 0;
+}
+
+FA_KP_FN fa_kp_i64 fa_keys_end(const fa_kernel_params *p, fa_kp_i32 mask, fa_kp_i32 features,
+                               fa_kp_i64 row)
+{
+    fa_kp_i64 n = fa_keys_allowed(mask, row, p->seqlen_q, p->seqlen_k);
+    if (features & FA_FEATURE_WINDOW) {
+        fa_kp_i64 w = fa_window_end(p, row);
+        n = w < n ? w : n;
+    }
+    return n;
+}
+
+/*
+ * Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011): ten
+ * rounds on the counter c[0..3] with key (k0, k1), the key bumped by the Weyl constants between
+ * rounds. A round: (hi0, lo0) = 0xD2511F53 * c[0], (hi1, lo1) = 0xCD9E8D57 * c[2] (64-bit
+ * products), c = (hi1 ^ c[1] ^ k0, lo1, hi0 ^ c[3] ^ k1, lo0).
+ */
+FA_KP_FN void fa_philox4x32_10(fa_kp_u32 c[4], fa_kp_u32 k0, fa_kp_u32 k1)
+{
+    for (int round = 0; round < 10; round++) {
+        if (round > 0) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        fa_kp_u64 p0 = (fa_kp_u64)0xD2511F53u * (fa_kp_u64)c[0];
+        fa_kp_u64 p1 = (fa_kp_u64)0xCD9E8D57u * (fa_kp_u64)c[2];
+        fa_kp_u32 c1 = c[1], c3 = c[3];
+        c[0] = (fa_kp_u32)(p1 >> 32) ^ c1 ^ k0;
+        c[1] = (fa_kp_u32)p1;
+        c[2] = (fa_kp_u32)(p0 >> 32) ^ c3 ^ k1;
+        c[3] = (fa_kp_u32)p0;
+    }
+}
+
+/*
+ * Dropout's random words for keys 4*(j >> 2) .. +3 of row i of (batch b, query head h): Philox
+ * with counter (j >> 2, i, b * heads_q + h, dropout_offset), each word mod 2^32, and key
+ * (seed & 0xffffffff, seed >> 32). Key j's word is w[j & 3]; it is kept when
+ * w[j & 3] >= dropout_threshold (fa_dropout_keep).
+ */
+FA_KP_FN void fa_dropout_words(const fa_kernel_params *p, fa_kp_i64 b, fa_kp_i64 h,
+                               fa_kp_i64 i, fa_kp_i64 j, fa_kp_u32 w[4])
+{
+    w[0] = (fa_kp_u32)(j >> 2);
+    w[1] = (fa_kp_u32)i;
+    w[2] = (fa_kp_u32)(b * p->heads_q + h);
+    w[3] = p->dropout_offset;
+    fa_philox4x32_10(w, (fa_kp_u32)p->dropout_seed, (fa_kp_u32)(p->dropout_seed >> 32));
+}
+
+/* 1 when dropout keeps element (b, h, i, j); one Philox call (prefer fa_dropout_words for four
+ * consecutive keys). */
+FA_KP_FN int fa_dropout_keep(const fa_kernel_params *p, fa_kp_i64 b, fa_kp_i64 h, fa_kp_i64 i,
+                             fa_kp_i64 j)
+{
+    fa_kp_u32 w[4];
+    fa_dropout_words(p, b, h, i, j, w);
+    return w[j & 3] >= p->dropout_threshold;
 }
 
 #endif /* FA_KERNEL_PARAMS_H */

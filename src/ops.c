@@ -38,6 +38,25 @@ void fa__variant_defines(const fa__kernel_variant *v, const char *prefix, char *
                    (int)defs[i].value);
     if (v->vector_width > 0)
         fa__append(dst, size, " %sVEC_MAX=%d", prefix, (int)v->vector_width);
+    if (v->features != 0)
+        fa__append(dst, size, " %sFEATURES=%d %sBIAS_DTYPE=%d", prefix, (int)v->features, prefix,
+                   (int)v->bias_dtype);
+}
+
+/*
+ * Appends the modifier tensors a launch reads, in one order for every kernel (ALiBi slopes, bias,
+ * sinks: those the problem turns on) after its own tensors; the kernels declare the same
+ * arguments under the same FEATURES bits. `sinks`: whether this launch reads the sinks.
+ */
+static void add_modifier_args(fa__launch *l, bool sinks)
+{
+    const unsigned f = (unsigned)l->params.features;
+    if (f & FA_FEATURE_ALIBI)
+        l->args[l->n_args++] = FA__TENSOR_ALIBI;
+    if (f & FA_FEATURE_BIAS)
+        l->args[l->n_args++] = FA__TENSOR_BIAS;
+    if (sinks && (f & FA_FEATURE_SINKS))
+        l->args[l->n_args++] = FA__TENSOR_SINKS;
 }
 
 /* One work-group per (query tile, head, batch) reads Q, K, V and writes O and, when asked, LSE. */
@@ -61,6 +80,8 @@ static void forward_launches(fa_plan *plan, const fa__plan_rules *rules)
         .work_group_size = t->work_group_size,
         .row_lanes = rules->row_lanes > 0 ? rules->row_lanes : items,
         .mma = rules->mma,
+        .features = kp->features,
+        .bias_dtype = kp->features ? kp->bias_dtype : 0,
     };
     l->grid[0] = (uint64_t)kp->q_tiles;
     l->grid[1] = (uint64_t)kp->heads_q;
@@ -68,6 +89,7 @@ static void forward_launches(fa_plan *plan, const fa__plan_rules *rules)
     l->onchip_bytes = t->sram_bytes;
     memcpy(l->args, args, sizeof args);
     l->n_args = (int)(sizeof args / sizeof args[0]);
+    add_modifier_args(l, true);
     plan->n_launches = 1;
 }
 
@@ -84,7 +106,9 @@ static void set_launch(fa__launch *l, const char *entry, uint64_t gx, uint64_t g
 }
 
 /* The CPU golden's one launch: per (batch, K/V head) every query row in order, dK and dV
- * accumulated in f64 in scratch (sized by the backend), so the order is fixed. */
+ * accumulated in f64 in scratch (sized by the backend), so the order is fixed. With sinks a
+ * second launch, flash_bwd_dsinks, sums their gradient per query head over the batch and rows
+ * in order, D = rowsum(dO * O) recomputed in f64. */
 static void backward_golden(fa_plan *plan)
 {
     static const fa__tensor args[] = {FA__TENSOR_Q,  FA__TENSOR_K,  FA__TENSOR_V,
@@ -95,6 +119,15 @@ static void backward_golden(fa_plan *plan)
     const fa_kernel_params *kp = &l->params;
     set_launch(l, "flash_bwd", 1, (uint64_t)kp->heads_kv, (uint64_t)kp->batch, args,
                (int)(sizeof args / sizeof args[0]));
+    add_modifier_args(l, false);
+    plan->n_launches = 1;
+    if (kp->features & FA_FEATURE_SINKS) {
+        static const fa__tensor dsinks[] = {FA__TENSOR_LSE, FA__TENSOR_O, FA__TENSOR_DO,
+                                            FA__TENSOR_SINKS, FA__TENSOR_DSINKS};
+        l[1] = l[0];
+        set_launch(&l[1], "flash_bwd_dsinks", 1, (uint64_t)kp->heads_q, 1, dsinks, 5);
+        plan->n_launches = 2;
+    }
 }
 
 /*
@@ -127,8 +160,19 @@ static void backward_kernels(fa_plan *plan, const fa__plan_rules *rules)
     l[1].variant.work_group_size =
         plan->tiles.block_c * (rules->items_per_row > 0 ? (int32_t)rules->items_per_row : 1);
     set_launch(&l[2], "flash_bwd_dq", q_tiles, hq, b, dq, 7);
+    add_modifier_args(&l[1], false); /* P = exp(S - LSE): LSE already holds the sinks */
+    add_modifier_args(&l[2], false);
     plan->n_launches = 3;
     plan->scratch_bytes = b * hq * (uint64_t)kp->seqlen_q * 4;
+    if (kp->features & FA_FEATURE_SINKS) {
+        /* flash_bwd_dsinks: one work-group per query head sums -exp(sink - LSE) * D over the
+         * batch and the rows in a fixed order (a tree within the work-group, no atomics). */
+        static const fa__tensor dsinks[] = {FA__TENSOR_LSE, FA__TENSOR_SCRATCH, FA__TENSOR_SINKS,
+                                            FA__TENSOR_DSINKS};
+        l[3] = l[0];
+        set_launch(&l[3], "flash_bwd_dsinks", 1, hq, 1, dsinks, 4);
+        plan->n_launches = 4;
+    }
 }
 
 /* The forward's variant and params, the backward's tensors, then the backend's launches. */

@@ -14,7 +14,17 @@ static fa_status check_problem(fa_context *ctx, const fa_problem *p, fa__op op)
 {
     fa_status st = op == FA__OP_BACKWARD ? fa__problem_validate_backward(ctx, p)
                                          : fa__problem_validate(ctx, p);
-    if (st == FA_STATUS_OK && ctx->ops->problem_check)
+    if (st != FA_STATUS_OK)
+        return st;
+    unsigned missing = fa__problem_features(p) & ~ctx->ops->supported_features[op];
+    if (missing) {
+        char names[96];
+        fa__features_spell(missing, names, sizeof names);
+        return fa__error(ctx, FA_STATUS_UNSUPPORTED, "the %s backend's %s pass does not run %s yet",
+                         fa_backend_name(ctx->ops->backend),
+                         op == FA__OP_BACKWARD ? "backward" : "forward", names);
+    }
+    if (ctx->ops->problem_check)
         st = ctx->ops->problem_check(ctx, p);
     return st;
 }
@@ -276,8 +286,71 @@ static fa_status run_launches(fa_context *ctx, const fa_plan *plan, void **mem, 
     return st;
 }
 
+/* A per-head f32 vector [heads_q] (ALiBi slopes, sinks and their gradient). */
+static tensor_use head_vector_use(const char *name, const fa_buffer *buf, const fa_problem *p,
+                                  bool output)
+{
+    tensor_use u = {name, buf, 0, (uint64_t)p->heads_q * 4, output};
+    return u;
+}
+
+/* The bias over [batch, heads_q, seqlen_q, seqlen_k], keys contiguous, in its own dtype. */
+static tensor_use bias_use(const fa_buffer *buf, const fa_problem *p)
+{
+    size_t elem = fa_dtype_size(p->bias_dtype);
+    uint64_t extent = fa__layout_extent(&p->bias_layout, p->batch, p->heads_q, p->seqlen_q,
+                                        p->seqlen_k);
+    tensor_use u = {"bias", buf, extent ? (uint64_t)p->bias_layout.offset * elem : 0,
+                    extent * elem, false};
+    return u;
+}
+
+/*
+ * The modifier buffers of a run: given exactly for the features the problem turns on (d_sinks
+ * only by the backward), appended to u[*n] and bound in mem.
+ */
+static fa_status modifier_uses(fa_context *ctx, const fa_problem *p,
+                               const fa_modifier_buffers *mods, bool backward, tensor_use *u,
+                               int *n, void **mem)
+{
+    const fa_modifier_buffers none = {NULL, NULL, NULL, NULL};
+    const fa_modifier_buffers *m = mods ? mods : &none;
+    const struct {
+        const char *name;
+        const fa_buffer *buf;
+        bool on;
+        fa__tensor tensor;
+    } t[4] = {{"alibi_slopes", m->alibi_slopes, p->alibi != 0, FA__TENSOR_ALIBI},
+              {"bias", m->bias, p->bias != 0, FA__TENSOR_BIAS},
+              {"sinks", m->sinks, p->sinks != 0, FA__TENSOR_SINKS},
+              {"d_sinks", m->d_sinks, backward && p->sinks != 0, FA__TENSOR_DSINKS}};
+    for (int i = 0; i < 4; i++) {
+        if (t[i].on && !t[i].buf)
+            return fa__error(ctx, FA_STATUS_NULL_POINTER,
+                             "the problem turns %s on but its buffer (mods->%s) is NULL",
+                             t[i].name, t[i].name);
+        if (!t[i].on && t[i].buf)
+            return fa__error(ctx, FA_STATUS_INVALID_ARGUMENT,
+                             "mods->%s is given but the problem %s", t[i].name,
+                             i == 3 && !backward ? "runs no backward (fa_forward_ex)"
+                                                 : "does not turn it on");
+        if (!t[i].on)
+            continue;
+        u[(*n)++] = i == 1 ? bias_use(t[i].buf, p) : head_vector_use(t[i].name, t[i].buf, p, i == 3);
+        mem[t[i].tensor] = t[i].buf->mem;
+    }
+    return FA_STATUS_OK;
+}
+
 fa_status fa_forward(fa_context *ctx, const fa_plan *plan, const fa_buffer *q, const fa_buffer *k,
                      const fa_buffer *v, fa_buffer *o, fa_buffer *lse)
+{
+    return fa_forward_ex(ctx, plan, q, k, v, o, lse, NULL);
+}
+
+fa_status fa_forward_ex(fa_context *ctx, const fa_plan *plan, const fa_buffer *q,
+                        const fa_buffer *k, const fa_buffer *v, fa_buffer *o, fa_buffer *lse,
+                        const fa_modifier_buffers *mods)
 {
     if (!ctx)
         return FA_STATUS_NULL_POINTER;
@@ -288,11 +361,17 @@ fa_status fa_forward(fa_context *ctx, const fa_plan *plan, const fa_buffer *q, c
     if (st != FA_STATUS_OK)
         return st;
     const fa_problem *p = &plan->problem;
-    const tensor_use u[5] = {use_of("q", q, &p->q, p, false, false),
-                             use_of("k", k, &p->k, p, true, false),
-                             use_of("v", v, &p->v, p, true, false),
-                             use_of("o", o, &p->o, p, false, true), lse_use(lse, p, true)};
-    st = check_uses(ctx, u, lse ? 5 : 4);
+    void *mem[FA__TENSOR_COUNT] = {NULL};
+    tensor_use u[9] = {use_of("q", q, &p->q, p, false, false),
+                       use_of("k", k, &p->k, p, true, false),
+                       use_of("v", v, &p->v, p, true, false),
+                       use_of("o", o, &p->o, p, false, true)};
+    int n = 4;
+    if (lse)
+        u[n++] = lse_use(lse, p, true);
+    st = modifier_uses(ctx, p, mods, false, u, &n, mem);
+    if (st == FA_STATUS_OK)
+        st = check_uses(ctx, u, n);
     if (st != FA_STATUS_OK)
         return st;
     if (p->batch == 0 || p->seqlen_q == 0) {
@@ -300,10 +379,11 @@ fa_status fa_forward(fa_context *ctx, const fa_plan *plan, const fa_buffer *q, c
         return FA_STATUS_OK; /* documented no-op: nothing to write */
     }
     /* Without LSE the kernel never touches that argument (has_lse = 0); O stands in for it. */
-    void *mem[FA__TENSOR_COUNT] = {[FA__TENSOR_Q] = q->mem, [FA__TENSOR_K] = k->mem,
-                                   [FA__TENSOR_V] = v->mem, [FA__TENSOR_O] = o->mem,
-                                   [FA__TENSOR_LSE] = lse ? lse->mem : o->mem,
-                                   [FA__TENSOR_SCRATCH] = NULL};
+    mem[FA__TENSOR_Q] = q->mem;
+    mem[FA__TENSOR_K] = k->mem;
+    mem[FA__TENSOR_V] = v->mem;
+    mem[FA__TENSOR_O] = o->mem;
+    mem[FA__TENSOR_LSE] = lse ? lse->mem : o->mem;
     return run_launches(ctx, plan, mem, lse != NULL);
 }
 
@@ -311,6 +391,14 @@ fa_status fa_backward(fa_context *ctx, const fa_plan *plan, const fa_buffer *q,
                       const fa_buffer *k, const fa_buffer *v, const fa_buffer *o,
                       const fa_buffer *lse, const fa_buffer *d_o, fa_buffer *dq, fa_buffer *dk,
                       fa_buffer *dv)
+{
+    return fa_backward_ex(ctx, plan, q, k, v, o, lse, d_o, dq, dk, dv, NULL);
+}
+
+fa_status fa_backward_ex(fa_context *ctx, const fa_plan *plan, const fa_buffer *q,
+                         const fa_buffer *k, const fa_buffer *v, const fa_buffer *o,
+                         const fa_buffer *lse, const fa_buffer *d_o, fa_buffer *dq,
+                         fa_buffer *dk, fa_buffer *dv, const fa_modifier_buffers *mods)
 {
     if (!ctx)
         return FA_STATUS_NULL_POINTER;
@@ -324,25 +412,28 @@ fa_status fa_backward(fa_context *ctx, const fa_plan *plan, const fa_buffer *q,
     if (st != FA_STATUS_OK)
         return st;
     const fa_problem *p = &plan->problem;
-    const tensor_use u[9] = {use_of("q", q, &p->q, p, false, false),
-                             use_of("k", k, &p->k, p, true, false),
-                             use_of("v", v, &p->v, p, true, false),
-                             use_of("o", o, &p->o, p, false, false),
-                             lse_use(lse, p, false),
-                             use_of("d_o", d_o, &p->d_o, p, false, false),
-                             use_of("dq", dq, &p->dq, p, false, true),
-                             use_of("dk", dk, &p->dk, p, true, true),
-                             use_of("dv", dv, &p->dv, p, true, true)};
-    st = check_uses(ctx, u, 9);
-    if (st != FA_STATUS_OK)
-        return st;
-    if (p->batch == 0) {
-        fa__error_clear(ctx);
-        return FA_STATUS_OK; /* nothing to write */
-    }
+    tensor_use u[13] = {use_of("q", q, &p->q, p, false, false),
+                        use_of("k", k, &p->k, p, true, false),
+                        use_of("v", v, &p->v, p, true, false),
+                        use_of("o", o, &p->o, p, false, false),
+                        lse_use(lse, p, false),
+                        use_of("d_o", d_o, &p->d_o, p, false, false),
+                        use_of("dq", dq, &p->dq, p, false, true),
+                        use_of("dk", dk, &p->dk, p, true, true),
+                        use_of("dv", dv, &p->dv, p, true, true)};
+    int n = 9;
     void *mem[FA__TENSOR_COUNT] = {
         [FA__TENSOR_Q] = q->mem,    [FA__TENSOR_K] = k->mem,   [FA__TENSOR_V] = v->mem,
         [FA__TENSOR_O] = o->mem,    [FA__TENSOR_LSE] = lse->mem, [FA__TENSOR_DO] = d_o->mem,
         [FA__TENSOR_DQ] = dq->mem,  [FA__TENSOR_DK] = dk->mem, [FA__TENSOR_DV] = dv->mem};
+    st = modifier_uses(ctx, p, mods, true, u, &n, mem);
+    if (st == FA_STATUS_OK)
+        st = check_uses(ctx, u, n);
+    if (st != FA_STATUS_OK)
+        return st;
+    if (p->batch == 0 && !p->sinks) {
+        fa__error_clear(ctx);
+        return FA_STATUS_OK; /* nothing to write (with sinks, d_sinks = 0 is written) */
+    }
     return run_launches(ctx, plan, mem, true);
 }

@@ -233,7 +233,7 @@ fa_status fa__problem_validate(fa_context *ctx, const fa_problem *p)
         return fa__error(ctx, FA_STATUS_INVALID_TILE,
                          "tile overrides block_r = %d, block_c = %d must be in [0, %d]",
                          (int)p->block_r, (int)p->block_c, FA__MAX_TILE);
-    return FA_STATUS_OK;
+    return fa__modifiers_validate(ctx, p);
 }
 
 fa_status fa__problem_validate_backward(fa_context *ctx, const fa_problem *p)
@@ -293,6 +293,7 @@ void fa__kernel_params_fill(const fa_problem *p, int32_t block_r, fa_kernel_para
     kp->has_lse = 0; /* set per run */
     kp->scale = p->scale; /* resolved once, by fa_plan_create */
     kp->scale_log2 = (float)((double)kp->scale * 1.4426950408889634);
+    fa__kernel_params_fill_modifiers(p, kp);
 }
 
 void fa__kernel_params_fill_backward(const fa_problem *p, fa_kernel_params *kp)

@@ -182,10 +182,16 @@ typedef struct tile_state {
     double *s;   /* one S row, Bc */
 } tile_state;
 
-/* Keys of row i that the mask allows: [0, n) (the rule in kernel_params.h). */
-static int64_t keys_allowed(const fa_kernel_params *kp, int64_t i)
+/* Keys of row i that the mask and the window allow: [begin, end) (the rules in
+ * kernel_params.h). */
+static int64_t keys_begin(const fa_kernel_params *kp, int64_t i)
 {
-    return fa_keys_allowed(kp->mask, i, kp->seqlen_q, kp->seqlen_k);
+    return fa_keys_begin(kp, kp->features, i);
+}
+
+static int64_t keys_end(const fa_kernel_params *kp, int64_t i)
+{
+    return fa_keys_end(kp, kp->mask, kp->features, i);
 }
 
 /*
@@ -201,12 +207,70 @@ static double f32_range(double dot, double score)
     return score;
 }
 
+/* What the score modifiers and dropout read for one (batch, query head). */
+typedef struct head_mods {
+    const fa_kernel_params *kp;
+    int64_t b, h;
+    double slope;       /* ALiBi slope of head h */
+    double sink;        /* the sink logit of head h; -inf: none */
+    const void *bias;   /* the bias buffer, NULL without */
+    int64_t bias0;      /* element offset of bias[b][h][0][0] */
+} head_mods;
+
+static head_mods head_mods_of(const fa_kernel_params *kp, void *const mem[FA__TENSOR_COUNT],
+                              int64_t b, int64_t h)
+{
+    const unsigned f = (unsigned)kp->features;
+    head_mods hm = {kp, b, h, 0.0, -INFINITY, NULL, 0};
+    if (f & FA_FEATURE_ALIBI)
+        hm.slope = ((const float *)mem[FA__TENSOR_ALIBI])[h];
+    if (f & FA_FEATURE_SINKS)
+        hm.sink = ((const float *)mem[FA__TENSOR_SINKS])[h];
+    if (f & FA_FEATURE_BIAS) {
+        hm.bias = mem[FA__TENSOR_BIAS];
+        hm.bias0 = kp->bias_offset + b * kp->bias_stride_b + h * kp->bias_stride_h;
+    }
+    return hm;
+}
+
+/*
+ * The score of (i, j) after the modifiers, in the header's order: s = scale * q.k (already in
+ * the f32 range) -> softcap -> + ALiBi + bias. *dcap receives d(softcap(s))/ds (1 without it),
+ * for the backward.
+ */
+static double modified_score(const head_mods *hm, double s, int64_t i, int64_t j, double *dcap)
+{
+    const fa_kernel_params *kp = hm->kp;
+    const unsigned f = (unsigned)kp->features;
+    *dcap = 1.0;
+    if (f & FA_FEATURE_SOFTCAP) {
+        double cap = (double)kp->softcap, t = tanh(s / cap);
+        s = cap * t;
+        *dcap = 1.0 - t * t;
+    }
+    if (f & FA_FEATURE_ALIBI)
+        s -= hm->slope * fabs((double)(i + kp->seqlen_k - kp->seqlen_q - j));
+    if (f & FA_FEATURE_BIAS)
+        s += load((fa_dtype)kp->bias_dtype, hm->bias, hm->bias0 + i * kp->bias_stride_s + j);
+    return s;
+}
+
+/* Dropout's factor for P[i][j]: dropout_scale when kept, 0 when dropped, 1 without dropout. */
+static double dropout_factor(const head_mods *hm, int64_t i, int64_t j)
+{
+    const fa_kernel_params *kp = hm->kp;
+    if (!(kp->features & FA_FEATURE_DROPOUT))
+        return 1.0;
+    return fa_dropout_keep(kp, hm->b, hm->h, i, j) ? (double)kp->dropout_scale : 0.0;
+}
+
 typedef struct head_view {
     fa_dtype dt;
     int64_t d;
     const void *q, *k, *v; /* buffers */
     int64_t q0, k0, v0;    /* element offset of this (batch, head)'s row 0 */
     int64_t qs, ks, vs;    /* seq strides */
+    head_mods mods;
 } head_view;
 
 /* One row of one K/V tile: S = q k^T * scale, m/l update, rescale O, accumulate P V. */
@@ -214,18 +278,21 @@ static void row_step(const head_view *hv, const fa_kernel_params *kp, tile_state
                      int64_t row, int64_t c0, int64_t c1)
 {
     const int64_t d = hv->d;
-    int64_t lim = keys_allowed(kp, row);
+    int64_t lim = keys_end(kp, row), first = keys_begin(kp, row);
     if (c1 > lim)
         c1 = lim;
+    if (c0 < first)
+        c0 = first;
     if (c1 <= c0)
         return; /* mask: nothing of this tile is allowed for this row */
     double m_new = t->m[r];
-    for (int64_t j = c0; j < c1; j++) { /* S = Q K^T * scale */
-        double dot = 0.0;
+    for (int64_t j = c0; j < c1; j++) { /* S = Q K^T * scale, then the score modifiers */
+        double dot = 0.0, dcap;
         for (int64_t x = 0; x < d; x++)
             dot += load(hv->dt, hv->q, hv->q0 + row * hv->qs + x) *
                    load(hv->dt, hv->k, hv->k0 + j * hv->ks + x);
-        t->s[j - c0] = f32_range(dot, dot * (double)kp->scale);
+        t->s[j - c0] = modified_score(&hv->mods, f32_range(dot, dot * (double)kp->scale), row, j,
+                                      &dcap);
         if (t->s[j - c0] > m_new)
             m_new = t->s[j - c0];
     }
@@ -238,9 +305,10 @@ static void row_step(const head_view *hv, const fa_kernel_params *kp, tile_state
     t->l[r] *= alpha;
     for (int64_t x = 0; x < d; x++)
         acc[x] *= alpha;
-    for (int64_t j = c0; j < c1; j++) { /* accumulate P V */
+    for (int64_t j = c0; j < c1; j++) { /* accumulate P V; l counts P before dropout */
         double pj = exp(t->s[j - c0] - m_use);
         t->l[r] += pj;
+        pj *= dropout_factor(&hv->mods, row, j);
         for (int64_t x = 0; x < d; x++)
             acc[x] += pj * load(hv->dt, hv->v, hv->v0 + j * hv->vs + x);
     }
@@ -252,14 +320,18 @@ static void q_tile(const head_view *hv, const fa_kernel_params *kp, int32_t bloc
                    tile_state *t, int64_t r0, int rows, void *o, int64_t o0, float *lse_row)
 {
     const int64_t d = hv->d;
+    /* A sink starts each row as a key of score `sink` with V = 0: m = sink, l = exp(0) = 1. */
+    const double sink = hv->mods.sink;
     for (int r = 0; r < rows; r++) {
-        t->m[r] = -INFINITY;
-        t->l[r] = 0.0;
+        t->m[r] = sink;
+        t->l[r] = sink == -INFINITY ? 0.0 : 1.0;
         memset(t->acc + (int64_t)r * d, 0, (size_t)d * sizeof(double));
     }
-    /* Causal: key tiles past the tile's last row's diagonal are never visited. */
-    int64_t kv_end = keys_allowed(kp, r0 + rows - 1);
-    for (int64_t c0 = 0; c0 < kv_end; c0 += block_c) {
+    /* Causal and window: key tiles before the first row's window or past the last row's
+     * diagonal are never visited. */
+    int64_t kv_end = keys_end(kp, r0 + rows - 1);
+    int64_t kv_begin = keys_begin(kp, r0) / block_c * block_c;
+    for (int64_t c0 = kv_begin; c0 < kv_end; c0 += block_c) {
         int64_t c1 = c0 + block_c < kp->seqlen_k ? c0 + block_c : kp->seqlen_k;
         for (int r = 0; r < rows; r++)
             row_step(hv, kp, t, r, r0 + r, c0, c1);
@@ -285,6 +357,7 @@ typedef struct bwd_head {
     void *dq;
     int64_t q0, k0, v0, o0, do0, dq0; /* element offset of row 0 */
     int64_t qs, ks, vs, os, dos, dqs; /* seq strides */
+    head_mods mods;
 } bwd_head;
 
 /* dot(A[a0 + 0..d), B[b0 + 0..d)) in f64 over two stored rows. */
@@ -298,31 +371,32 @@ static double dot_rows(fa_dtype dt, const void *a, int64_t a0, const void *b, in
 }
 
 /*
- * One query row: P recomputed from LSE over the planned key tiles, dQ written, and its terms
- * added to the f64 dK and dV accumulators (Sk x d) in key order. A row with no key (LSE = -inf)
- * gets dQ = 0 and adds nothing.
+ * One query row: P recomputed from LSE over the row's keys in key order, dQ written, and its
+ * terms added to the f64 dK and dV accumulators (Sk x d). A row with no key (LSE = -inf) gets
+ * dQ = 0 and adds nothing. With dropout, Z = dropout_factor: dV += P Z dO, dP = Z (dO . V);
+ * softcap's derivative joins dS.
  */
-static void bwd_row(const bwd_head *bh, const fa_kernel_params *kp, int32_t block_c, int64_t row,
-                    float lse, double *dq_row, double *acc_k, double *acc_v)
+static void bwd_row(const bwd_head *bh, const fa_kernel_params *kp, int64_t row, float lse,
+                    double *dq_row, double *acc_k, double *acc_v)
 {
     const int64_t d = bh->d, qr = bh->q0 + row * bh->qs, dor = bh->do0 + row * bh->dos;
     const double scale = (double)kp->scale;
-    int64_t n = lse == -INFINITY ? 0 : keys_allowed(kp, row);
+    int64_t first = keys_begin(kp, row), end = lse == -INFINITY ? first : keys_end(kp, row);
     memset(dq_row, 0, (size_t)d * sizeof(double));
     /* D = rowsum(dO * O): the softmax's own term of dP, from the stored O. */
-    double dsum = n ? dot_rows(bh->dt, bh->d_o, dor, bh->o, bh->o0 + row * bh->os, d) : 0.0;
-    for (int64_t c0 = 0; c0 < n; c0 += block_c) {
-        int64_t c1 = c0 + block_c < n ? c0 + block_c : n;
-        for (int64_t j = c0; j < c1; j++) {
-            double dot = dot_rows(bh->dt, bh->q, qr, bh->k, bh->k0 + j * bh->ks, d);
-            double p = exp(f32_range(dot, dot * scale) - (double)lse);
-            double dp = dot_rows(bh->dt, bh->d_o, dor, bh->v, bh->v0 + j * bh->vs, d);
-            double ds = p * (dp - dsum) * scale; /* dS, with the scale of S = scale * Q K^T */
-            for (int64_t x = 0; x < d; x++) {
-                acc_v[j * d + x] += p * load(bh->dt, bh->d_o, dor + x);
-                acc_k[j * d + x] += ds * load(bh->dt, bh->q, qr + x);
-                dq_row[x] += ds * load(bh->dt, bh->k, bh->k0 + j * bh->ks + x);
-            }
+    double dsum = end > first ? dot_rows(bh->dt, bh->d_o, dor, bh->o, bh->o0 + row * bh->os, d)
+                              : 0.0;
+    for (int64_t j = first; j < end; j++) {
+        double dot = dot_rows(bh->dt, bh->q, qr, bh->k, bh->k0 + j * bh->ks, d), dcap;
+        double s = modified_score(&bh->mods, f32_range(dot, dot * scale), row, j, &dcap);
+        double p = exp(s - (double)lse), z = dropout_factor(&bh->mods, row, j);
+        double dp = z * dot_rows(bh->dt, bh->d_o, dor, bh->v, bh->v0 + j * bh->vs, d);
+        /* dS with respect to q.k: softcap's derivative and the scale of S = scale * Q K^T */
+        double ds = p * (dp - dsum) * dcap * scale;
+        for (int64_t x = 0; x < d; x++) {
+            acc_v[j * d + x] += p * z * load(bh->dt, bh->d_o, dor + x);
+            acc_k[j * d + x] += ds * load(bh->dt, bh->q, qr + x);
+            dq_row[x] += ds * load(bh->dt, bh->k, bh->k0 + j * bh->ks + x);
         }
     }
     for (int64_t x = 0; x < d; x++)
@@ -343,7 +417,7 @@ static bwd_head bwd_head_of(const fa__launch *launch, const fa_kernel_params *kp
                    kp->do_offset + b * kp->do_stride_b + h * kp->do_stride_h,
                    kp->dq_offset + b * kp->dq_stride_b + h * kp->dq_stride_h,
                    kp->q_stride_s, kp->k_stride_s, kp->v_stride_s, kp->o_stride_s,
-                   kp->do_stride_s, kp->dq_stride_s};
+                   kp->do_stride_s, kp->dq_stride_s, head_mods_of(kp, mem, b, h)};
     return bh;
 }
 
@@ -385,11 +459,39 @@ static fa_status cpu_backward(const fa__launch *launch, const fa_kernel_params *
                 bwd_head bh = bwd_head_of(launch, kp, mem, b, h, h_kv);
                 const float *lse_row = lse + (b * kp->heads_q + h) * kp->seqlen_q;
                 for (int64_t row = 0; row < kp->seqlen_q; row++)
-                    bwd_row(&bh, kp, launch->variant.block_c, row, lse_row[row], dq_row, acc_k,
-                            acc_v);
+                    bwd_row(&bh, kp, row, lse_row[row], dq_row, acc_k, acc_v);
             }
             bwd_store_kv(launch, kp, mem, b, h_kv, acc_k, acc_v);
         }
+    }
+    return FA_STATUS_OK;
+}
+
+/*
+ * The sinks' gradient (flash_bwd_dsinks): per query head h, dsink[h] = -sum over the batch and
+ * the rows, in that order, of exp(sink[h] - LSE) * D with D = rowsum(dO * O) in f64. Rows with
+ * no key and no sink (LSE = -inf) add nothing.
+ */
+static fa_status cpu_backward_dsinks(const fa__launch *launch, const fa_kernel_params *kp,
+                                     void *const mem[FA__TENSOR_COUNT])
+{
+    const fa_dtype dt = (fa_dtype)launch->variant.dtype;
+    const float *lse = mem[FA__TENSOR_LSE], *sinks = mem[FA__TENSOR_SINKS];
+    for (int64_t h = 0; h < kp->heads_q; h++) {
+        double sum = 0.0;
+        for (int64_t b = 0; b < kp->batch; b++) {
+            int64_t o0 = kp->o_offset + b * kp->o_stride_b + h * kp->o_stride_h;
+            int64_t do0 = kp->do_offset + b * kp->do_stride_b + h * kp->do_stride_h;
+            for (int64_t i = 0; i < kp->seqlen_q; i++) {
+                double l = lse[(b * kp->heads_q + h) * kp->seqlen_q + i];
+                if (l == -INFINITY)
+                    continue;
+                double dsum = dot_rows(dt, mem[FA__TENSOR_DO], do0 + i * kp->do_stride_s,
+                                       mem[FA__TENSOR_O], o0 + i * kp->o_stride_s, kp->head_dim);
+                sum -= exp((double)sinks[h] - l) * dsum;
+            }
+        }
+        ((float *)mem[FA__TENSOR_DSINKS])[h] = (float)sum;
     }
     return FA_STATUS_OK;
 }
@@ -418,7 +520,8 @@ static fa_status cpu_launch(fa_context *ctx, const fa_plan *plan, const fa__laun
 {
     (void)ctx;
     if (plan->op == FA__OP_BACKWARD)
-        return cpu_backward(launch, kp, mem);
+        return launch == &plan->launches[0] ? cpu_backward(launch, kp, mem)
+                                            : cpu_backward_dsinks(launch, kp, mem);
     const int32_t br = launch->variant.block_r, bc = launch->variant.block_c;
     const int64_t d = kp->head_dim;
     double *scratch = mem[FA__TENSOR_SCRATCH]; /* cpu_launch_prepare sized it */
@@ -435,7 +538,8 @@ static fa_status cpu_launch(fa_context *ctx, const fa_plan *plan, const fa__laun
                             kp->q_offset + b * kp->q_stride_b + h * kp->q_stride_h,
                             kp->k_offset + b * kp->k_stride_b + hkv * kp->k_stride_h,
                             kp->v_offset + b * kp->v_stride_b + hkv * kp->v_stride_h,
-                            kp->q_stride_s, kp->k_stride_s, kp->v_stride_s};
+                            kp->q_stride_s, kp->k_stride_s, kp->v_stride_s,
+                            head_mods_of(kp, mem, b, h)};
             int64_t o0 = kp->o_offset + b * kp->o_stride_b + h * kp->o_stride_h;
             float *lse_row = kp->has_lse ? (float *)mem[FA__TENSOR_LSE] +
                                                (b * kp->heads_q + h) * kp->seqlen_q
@@ -464,4 +568,10 @@ const fa__backend_ops fa__cpu_ops = {
     .buffer_read = cpu_buffer_read,
     .launch_prepare = cpu_launch_prepare,
     .launch = cpu_launch,
+    .supported_features = {[FA__OP_FORWARD] = FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI |
+                                              FA_FEATURE_BIAS | FA_FEATURE_WINDOW |
+                                              FA_FEATURE_SINKS | FA_FEATURE_DROPOUT,
+                           [FA__OP_BACKWARD] = FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI |
+                                               FA_FEATURE_BIAS | FA_FEATURE_WINDOW |
+                                               FA_FEATURE_SINKS | FA_FEATURE_DROPOUT},
 };
