@@ -434,7 +434,8 @@ FA_API uint64_t fa_plan_sram_bytes(const fa_plan *plan);
 /* Work-groups the plan's launches run in all, summed over its launches: for a forward plan
  * batch * heads_q * ceil(seqlen_q / Br); for a backward plan on opencl and cuda
  * batch * (2 * heads_q * ceil(seqlen_q / Br) + heads_kv * ceil(seqlen_k / Bc)) (the D and dQ
- * passes, the dK/dV pass), on cpu batch * heads_kv (one per K/V head). */
+ * passes, the dK/dV pass), on cpu batch * heads_kv (one per K/V head); with sinks the
+ * backward adds heads_q (the sinks' gradient, one work-group per query head). */
 FA_API uint64_t fa_plan_work_groups(const fa_plan *plan);
 /*
  * Device bytes a run of the plan allocates for itself beyond the caller's tensors, counted in
