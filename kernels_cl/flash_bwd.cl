@@ -10,6 +10,7 @@
  *   flash_bwd_dq    one work-group per (query tile, head, batch), one work-item per query row,
  *                   like the forward: S and dP rows per key tile, then dQ += dS K.
  *
+ * and with sinks a fourth, flash_bwd_dsinks (dsink[h] from LSE and D, one work-group per head),
  * with P = exp(S - LSE) and dS = P * (dP - D). Both passes recompute S and dP; that costs about
  * 40% more multiply-adds than one pass with atomic dQ, and buys determinism. A kernel's BLOCK_R
  * is always the rows its work-group owns (dK/dV pass: keys, BLOCK_R = the plan's Bc) and BLOCK_C
@@ -21,8 +22,6 @@
 #ifndef FA_FLASH_FWD_CL
 #include "flash_fwd.cl"
 #endif
-
-#define LOG2E 1.44269504088896340736f
 
 #if KEYS_PER_VEC == 1
 typedef int int_keys;
@@ -92,6 +91,123 @@ float lse2_of(float lse)
     return lse == -INFINITY ? 0.0f : lse * LOG2E;
 }
 
+/* ---- the score modifiers and dropout in the backward (FEATURES) ---------------------------- */
+/* With any modifier but the sinks (which only the LSE carries), P and dS are computed element
+ * by element: dropout's Z and softcap's derivative join dS, and the window's mask has two
+ * sides. Without them the vector path above (row_grad) runs unchanged. */
+#define GRAD_MODS (FEATURES & ~FA_FEATURE_SINKS)
+
+#if GRAD_MODS
+/* One element (query i, key j) of a score tile: s = q.k * SCORE_SCALE, dp = dO_i . V_j, z the
+ * dropout factor (1 without dropout); lse2 and d are row i's LSE (log2 units) and D, bias_row
+ * row i's bias (when on). Returns P Z (dV's weight) and sets *ds = P (Z dP - D) dcap, dcap =
+ * d softcap(s) / ds (dQ's and dK's weight before the scale). A key the row may not see gives 0. */
+float grad_element(float s, float dp, const fa_kernel_params *p, float slope2,
+                   __global const bias_t *bias_row, long i, long j, bool visible, float lse2,
+                   float d, float z, float *ds)
+{
+    *ds = 0.0f;
+    if (!visible)
+        return 0.0f;
+    float dcap = 1.0f;
+#if FEATURES & FA_FEATURE_SOFTCAP
+    float t = SOFTCAP_TANH(s, p->softcap); /* s = cap * tanh(s / cap), log2 units */
+    s = (p->softcap * LOG2E) * t;
+    dcap = 1.0f - t * t;
+#endif
+#if FEATURES & FA_FEATURE_ALIBI
+    s -= slope2 * fabs((float)(i + p->seqlen_k - p->seqlen_q - j)); /* -slope |i' - j| */
+#endif
+#if FEATURES & FA_FEATURE_BIAS
+    s += LOG2E * load_bias(bias_row + j);
+#endif
+    float pr = exp2(s - lse2); /* P = exp(S - LSE) */
+    *ds = pr * (z * dp - d) * dcap;
+    return pr * z;
+}
+
+/* Row i's bias (bias_t, keys contiguous) of (batch b, query head h); 0 without a bias. */
+__global const bias_t *bias_row_of(const fa_kernel_params *p BIAS_ARG, long b, long h, long i)
+{
+#if FEATURES & FA_FEATURE_BIAS
+    return bias + p->bias_offset + b * p->bias_stride_b + h * p->bias_stride_h +
+           i * p->bias_stride_s;
+#else
+    return 0;
+#endif
+}
+
+/* The ALiBi slope of query head h in log2 units; 0 without ALiBi. */
+float slope2_of(const fa_kernel_params *p ALIBI_ARG, long h)
+{
+    (void)p; /* p only leads the argument list, so the optional slopes can follow it */
+#if FEATURES & FA_FEATURE_ALIBI
+    return alibi_slopes[h] * LOG2E;
+#else
+    return 0.0f;
+#endif
+}
+
+/* Dropout's factor for (b, h, i, j) from the words w of its group of four keys. */
+float dropout_z(const fa_kernel_params *p, const uint w[4], long j)
+{
+#if FEATURES & FA_FEATURE_DROPOUT
+    return w[j & 3] >= p->dropout_threshold ? p->dropout_scale : 0.0f;
+#else
+    return 1.0f;
+#endif
+}
+
+/* The dQ pass's row i of (b, h): keys j = k0 + c of the tile, visible in [begin, end). s_row
+ * (S) becomes P Z and dp_row (dP) dS; one Philox call per group of four keys. */
+void grad_row_dq(__local float *s_row, __local float *dp_row, const fa_kernel_params *p,
+                 float slope2, __global const bias_t *bias_row, long b, long h, long i, long k0,
+                 long begin, long end, float lse2, float d)
+{
+    uint w[4] = {0, 0, 0, 0};
+    long group = -1; /* the key group w belongs to */
+    for (int c = 0; c < BLOCK_C; c++) {
+        long j = k0 + c;
+        bool visible = j >= begin && j < end;
+#if FEATURES & FA_FEATURE_DROPOUT
+        if (visible && j >> 2 != group) {
+            group = j >> 2;
+            fa_dropout_words(p, b, h, i, j, w);
+        }
+#endif
+        float ds;
+        s_row[c] = grad_element(s_row[c], dp_row[c], p, slope2, bias_row, i, j, visible, lse2,
+                                d, dropout_z(p, w, j), &ds);
+        dp_row[c] = ds;
+    }
+}
+
+/* The dK/dV pass's key j against query rows i = r0 + c of (b, h): st_row (S^T) becomes P^T Z
+ * and dpt_row (dP^T) dS^T. keys_v holds each row's key end (0 for a row with no key). Each
+ * element needs its own Philox call: the counter holds the row. */
+void grad_row_dkdv(__local float *st_row, __local float *dpt_row, const fa_kernel_params *p
+                   ALIBI_ARG BIAS_ARG, long b, long h, long j, long r0,
+                   __local const float *lse2_v, __local const float *d_v,
+                   __local const int *keys_v)
+{
+    const float slope2 = slope2_of(p ALIBI_PASS, h);
+    for (int c = 0; c < BLOCK_C; c++) {
+        long i = r0 + c;
+        bool visible = j < keys_v[c] && j >= fa_keys_begin(p, FEATURES, i);
+        uint w[4] = {0, 0, 0, 0};
+#if FEATURES & FA_FEATURE_DROPOUT
+        if (visible)
+            fa_dropout_words(p, b, h, i, j, w);
+#endif
+        float ds;
+        st_row[c] = grad_element(st_row[c], dpt_row[c], p, slope2,
+                                 visible ? bias_row_of(p BIAS_PASS, b, h, i) : 0, i, j, visible,
+                                 lse2_v[c], d_v[c], dropout_z(p, w, j), &ds);
+        dpt_row[c] = ds;
+    }
+}
+#endif
+
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 flash_bwd_pre(__global const store_t *o, __global const store_t *d_o, __global float *delta,
               const fa_kernel_params p)
@@ -113,7 +229,8 @@ flash_bwd_pre(__global const store_t *o, __global const store_t *d_o, __global f
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global const store_t *v,
              __global const float *lse, __global const store_t *d_o,
-             __global const float *delta, __global store_t *dq, const fa_kernel_params p)
+             __global const float *delta, __global store_t *dq ALIBI_ARG BIAS_ARG,
+             const fa_kernel_params p)
 {
     __local store_t q_tile[HEAD_DIM * BLOCK_R];  /* Q^T:  d x Br */
     __local store_t do_tile[HEAD_DIM * BLOCK_R]; /* dO^T: d x Br */
@@ -142,23 +259,40 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
     const float lse_row = row < sq ? lse[at] : -INFINITY;
     const float lse2 = lse2_of(lse_row), d = row < sq ? delta[at] : 0.0f;
     /* Keys [0, row_keys) of this row count; none for a row with no key or past Sq. */
-    const long row_keys = lse_row == -INFINITY ? 0 : fa_keys_allowed(MASK, row, sq, sk);
-    const long kv_end = keys_to_visit(&p, r0);
+    const long row_keys = lse_row == -INFINITY ? 0 : fa_keys_end(&p, MASK, FEATURES, row);
+#if FEATURES & FA_FEATURE_WINDOW
+    __local long kv_range[2]; /* the key tiles [kv_begin, kv_end) */
+    share_range(kv_range, keys_first_tile(&p, r0), keys_to_visit(&p, r0));
+    const long kv_begin = kv_range[0], kv_end = kv_range[1];
+#else
+    const long kv_begin = 0, kv_end = keys_to_visit(&p, r0);
+#endif
+#if GRAD_MODS
+    const long row_begin = fa_keys_begin(&p, FEATURES, row); /* window: keys from here */
+    const float slope2 = slope2_of(&p ALIBI_PASS, h);
+    __global const bias_t *bias_row = row < sq ? bias_row_of(&p BIAS_PASS, b, h, row) : 0;
+#endif
 
     float_dims acc[VECS_PER_O_ROW]; /* dQ[r][..] / scale, f32 */
     for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++)
         acc[dvec] = 0.0f;
-    for (long k0 = 0; k0 < kv_end; k0 += BLOCK_C) {
+    for (long k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C) {
         barrier(CLK_LOCAL_MEM_FENCE); /* the previous tiles are no longer read */
         load_tile(kt_tile, k_head, k0, sk, p.k_stride_s, BLOCK_C, 1);
         load_tile(vt_tile, v_head, k0, sk, p.v_stride_s, BLOCK_C, 1);
         load_tile(k_tile, k_head, k0, sk, p.k_stride_s, BLOCK_C, 0);
         barrier(CLK_LOCAL_MEM_FENCE);
-        row_scores(s_row, q_tile + r, kt_tile, p.scale_log2); /* S (log2 units) */
-        row_scores(dp_row, do_tile + r, vt_tile, 1.0f);       /* dP = dO V^T */
+        row_scores(s_row, q_tile + r, kt_tile, SCORE_SCALE(p)); /* S (log2 units) */
+        row_scores(dp_row, do_tile + r, vt_tile, 1.0f);         /* dP = dO V^T */
+#if GRAD_MODS
+        /* The modifiers, the mask, P and dS = P (Z dP - D) dcap, element by element. */
+        grad_row_dq(s_row, dp_row, &p, slope2, bias_row, b, h, row, k0, row_begin, row_keys,
+                    lse2, d);
+#else
         for (long c = max(row_keys - k0, 0L); c < BLOCK_C; c++)
             s_row[c] = -INFINITY;
         row_grad(s_row, dp_row, 0, 0, lse2, d);
+#endif
         accumulate_rows(acc, dp_row, k_tile, (int)min((long)BLOCK_C, sk - k0));
     }
     if (row < sq)
@@ -167,13 +301,27 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
                              row * p.dq_stride_s);
 }
 
-/* The first query row that sees key `key` (the mask rule of kernel_params.h, inverted). */
+/* The first query row that sees key `key` (the mask and window rules of kernel_params.h,
+ * inverted: j <= i' + window_right means i >= j - window_right - (Sk - Sq)). */
 long first_row_seeing(long key, const fa_kernel_params *p)
 {
-    if (MASK == 0)
-        return 0;
-    long first = key - (MASK == 2 ? p->seqlen_k - p->seqlen_q : 0);
+    long first = MASK == 0 ? 0 : key - (MASK == 2 ? p->seqlen_k - p->seqlen_q : 0);
+#if FEATURES & FA_FEATURE_WINDOW
+    if (p->window_right >= 0)
+        first = max(first, key - p->window_right - (p->seqlen_k - p->seqlen_q));
+#endif
     return clamp(first, 0L, p->seqlen_q);
+}
+
+/* The end of the query rows that see key `key` (the window's left side inverted: j >= i' -
+ * window_left means i <= j + window_left - (Sk - Sq)); Sq without a window. */
+long rows_seeing_end(long key, const fa_kernel_params *p)
+{
+#if FEATURES & FA_FEATURE_WINDOW
+    if (p->window_left >= 0)
+        return clamp(key + p->window_left - (p->seqlen_k - p->seqlen_q) + 1, 0L, p->seqlen_q);
+#endif
+    return p->seqlen_q;
 }
 
 /* The LSE (log2 units), D and allowed-key count of query rows [r0, r0 + BLOCK_C) of head h into
@@ -187,16 +335,15 @@ void load_row_stats(__local float *lse2_v, __local float *d_v, __local int *keys
         float l = row < p->seqlen_q ? lse[at] : -INFINITY;
         lse2_v[i] = lse2_of(l);
         d_v[i] = row < p->seqlen_q ? delta[at] : 0.0f;
-        keys_v[i] = l == -INFINITY ? 0 : (int)fa_keys_allowed(MASK, row, p->seqlen_q,
-                                                              p->seqlen_k);
+        keys_v[i] = l == -INFINITY ? 0 : (int)fa_keys_end(p, MASK, FEATURES, row);
     }
 }
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global const store_t *v,
                __global const float *lse, __global const store_t *d_o,
-               __global const float *delta, __global store_t *dk, __global store_t *dv,
-               const fa_kernel_params p)
+               __global const float *delta, __global store_t *dk,
+               __global store_t *dv ALIBI_ARG BIAS_ARG, const fa_kernel_params p)
 {
     __local store_t kt_tile[HEAD_DIM * BLOCK_R];  /* K^T:  d x (own keys) */
     __local store_t vt_tile[HEAD_DIM * BLOCK_R];  /* V^T:  d x (own keys) */
@@ -222,13 +369,20 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
     float_dims acc_k[VECS_PER_O_ROW], acc_v[VECS_PER_O_ROW]; /* dK / scale and dV, f32 */
     for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++)
         acc_k[dvec] = acc_v[dvec] = 0.0f;
-    const long first = first_row_seeing(k0, &p); /* causal: earlier rows see none of the keys */
+    /* Causal and window: rows before `first` or from `last_end` on see none of the keys. */
+#if FEATURES & FA_FEATURE_WINDOW
+    __local long rows_range[2];
+    share_range(rows_range, first_row_seeing(k0, &p), rows_seeing_end(k0 + BLOCK_R - 1, &p));
+    const long first = rows_range[0], last_end = rows_range[1];
+#else
+    const long first = first_row_seeing(k0, &p), last_end = p.seqlen_q;
+#endif
 
     for (long h = h_kv * group; h < (h_kv + 1) * group; h++) {
         __global const store_t *q_head = q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h;
         __global const store_t *do_head = d_o + p.do_offset + b * p.do_stride_b +
                                           h * p.do_stride_h;
-        for (long r0 = first; r0 < sq; r0 += BLOCK_C) {
+        for (long r0 = first; r0 < last_end; r0 += BLOCK_C) {
             barrier(CLK_LOCAL_MEM_FENCE); /* the previous query tile is no longer read */
             load_tile(qt_tile, q_head, r0, sq, p.q_stride_s, BLOCK_C, 1);
             load_tile(dot_tile, do_head, r0, sq, p.do_stride_s, BLOCK_C, 1);
@@ -236,8 +390,13 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
             load_tile(do_tile, do_head, r0, sq, p.do_stride_s, BLOCK_C, 0);
             load_row_stats(lse2_v, d_v, keys_v, lse, delta, &p, b, h, r0);
             barrier(CLK_LOCAL_MEM_FENCE);
-            row_scores(st_row, kt_tile + c, qt_tile, p.scale_log2); /* S^T (log2 units) */
-            row_scores(dpt_row, vt_tile + c, dot_tile, 1.0f);       /* dP^T = V dO^T */
+            row_scores(st_row, kt_tile + c, qt_tile, SCORE_SCALE(p)); /* S^T (log2 units) */
+            row_scores(dpt_row, vt_tile + c, dot_tile, 1.0f);         /* dP^T = V dO^T */
+#if GRAD_MODS
+            /* The modifiers, the mask, P^T Z and dS^T = P (Z dP - D) dcap, by element. */
+            grad_row_dkdv(st_row, dpt_row, &p ALIBI_PASS BIAS_PASS, b, h, key, r0, lse2_v, d_v,
+                          keys_v);
+#else
             for (int kvec = 0; kvec < VECS_PER_S_ROW; kvec++) { /* mask: key >= row's keys */
                 int at = kvec * KEYS_PER_VEC;
                 float_keys s = S_LOAD_KEYS(st_row + at);
@@ -246,6 +405,7 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
                              st_row + at);
             }
             row_grad(st_row, dpt_row, lse2_v, d_v, 0.0f, 0.0f); /* P^T and dS^T */
+#endif
             int rows = (int)min((long)BLOCK_C, sq - r0);
             accumulate_rows(acc_k, dpt_row, q_tile, rows);
             accumulate_rows(acc_v, st_row, do_tile, rows);
@@ -259,4 +419,42 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
     store_row_scaled(acc_v, 1.0f,
                      dv + p.dv_offset + b * p.dv_stride_b + h_kv * p.dv_stride_h +
                          key * p.dv_stride_s);
+}
+
+/*
+ * The sinks' gradient: dsink[h] = -sum over b, then rows i, of exp(sink[h] - LSE[b][h][i]) *
+ * D[b][h][i] (D from flash_bwd_pre), rows with LSE = -inf adding nothing. One work-group per
+ * query head (NDRange (WG_SIZE, Hq, 1)): work-item t sums rows t, t + WG_SIZE, .. of each batch
+ * in order, then a tree over the work-group adds the partial sums; no atomics, a fixed order.
+ * With batch 0, delta is never read and dsinks gets 0.
+ */
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+flash_bwd_dsinks(__global const float *lse, __global const float *delta,
+                 __global const float *sinks, __global float *dsinks, const fa_kernel_params p)
+{
+    __local float partial[WG_SIZE]; /* partial[t]: work-item t's sum */
+    const int t = (int)get_local_id(0);
+    const long h = (long)get_group_id(1), sq = p.seqlen_q;
+    const float sink = sinks[h];
+    float sum = 0.0f;
+    for (long b = 0; b < p.batch; b++) {
+        for (long i = t; i < sq; i += WG_SIZE) {
+            long at = (b * p.heads_q + h) * sq + i; /* LSE and D [B, Hq, Sq] */
+            float l = lse[at];
+            if (l != -INFINITY)
+                sum += exp(sink - l) * delta[at];
+        }
+    }
+    partial[t] = sum;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    int step = 1; /* the largest power of two below WG_SIZE */
+    while (step * 2 < WG_SIZE)
+        step *= 2;
+    for (; step > 0; step /= 2) { /* partial[t] += partial[t + step], within WG_SIZE */
+        if (t < step && t + step < WG_SIZE)
+            partial[t] += partial[t + step];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (t == 0)
+        dsinks[h] = -partial[0];
 }

@@ -12,6 +12,9 @@
  * scores are contiguous vector loads; Q is stored transposed (d x Br) so work-items read
  * distinct banks on GPUs.
  *
+ * The score modifiers and dropout (softcap, ALiBi, bias, sliding window, sinks, Philox dropout)
+ * are compiled in only under their FEATURES bits, so a kernel without them is the plain one.
+ *
  * Every tunable has a default so the file compiles alone (with -I src for kernel_params.h); the
  * host passes the planned values with -D. The library prepends kernel_params.h to this text.
  */
@@ -41,6 +44,12 @@
 #ifndef VEC_MAX
 #define VEC_MAX 8 /* the widest floatN the loops use: 8 or 16 (the device's preferred width) */
 #endif
+#ifndef FEATURES
+#define FEATURES 0 /* FA_FEATURE_* bits: the score modifiers and dropout compiled in */
+#endif
+#ifndef BIAS_DTYPE
+#define BIAS_DTYPE 0 /* the bias's storage: 0 f32, 1 f16, 2 bf16 */
+#endif
 
 /* The host passes the struct by value; C and OpenCL C must agree on its size (C99 check). */
 typedef char fa_kernel_params_size_check[sizeof(fa_kernel_params) == 400 ? 1 : -1];
@@ -48,6 +57,7 @@ typedef char fa_kernel_params_size_check[sizeof(fa_kernel_params) == 400 ? 1 : -
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
 #define LN2 0.69314718055994530942f
+#define LOG2E 1.44269504088896340736f
 
 /* Widest of 16 (up to VEC_MAX), 8, 4, 2, 1 that divides n: the vector width of loops over n
  * elements (keys of an S row, n = Bc; elements of an O row, n = d). */
@@ -249,15 +259,219 @@ float softmax_update(__local float *s_row, float m_old, float *l, float *alpha)
 }
 
 /* The keys [0, end) that the tile starting at row r0 visits: those its last row may attend
- * to, so causal launches skip K tiles entirely past the diagonal. */
+ * to, so causal and window launches skip K tiles entirely past the diagonal or the window. */
 long keys_to_visit(const fa_kernel_params *p, long r0)
 {
-    return fa_keys_allowed(MASK, min(r0 + BLOCK_R, p->seqlen_q) - 1, p->seqlen_q, p->seqlen_k);
+    return fa_keys_end(p, MASK, FEATURES, min(r0 + BLOCK_R, p->seqlen_q) - 1);
 }
+
+/* ---- score modifiers and dropout (FEATURES; flashattn.h, "The modifiers, precisely") ------- */
+/* Each is compiled in only under its FA_FEATURE_* bit, so a kernel without it keeps the plain
+ * arithmetic exactly. Scores stay in log2 units: the natural-unit terms are scaled by log2(e). */
+
+/* The extra kernel arguments, in the host's order (src/ops.c, add_modifier_args): ALiBi slopes
+ * f32 [Hq], the bias, the sinks f32 [Hq] (the forward only). */
+#if FEATURES & FA_FEATURE_ALIBI
+#define ALIBI_ARG , __global const float *alibi_slopes
+#define ALIBI_PASS , alibi_slopes
+#else
+#define ALIBI_ARG
+#define ALIBI_PASS
+#endif
+#if FEATURES & FA_FEATURE_BIAS
+#define BIAS_ARG , __global const bias_t *bias
+#define BIAS_PASS , bias
+#else
+#define BIAS_ARG
+#define BIAS_PASS
+#endif
+#if FEATURES & FA_FEATURE_SINKS
+#define SINKS_ARG , __global const float *sinks
+#else
+#define SINKS_ARG
+#endif
+
+#if BIAS_DTYPE == 0
+typedef float bias_t;
+#else
+typedef ushort bias_t; /* f16 or bf16 bits */
+#endif
+
+/* One bias element as f32. */
+float load_bias(__global const bias_t *p)
+{
+#if BIAS_DTYPE == 0
+    return *p;
+#elif BIAS_DTYPE == 1
+    return vload_half(0, (__global const half *)p);
+#else
+    return as_float((uint)(*p) << 16);
+#endif
+}
+
+/* bias p[0 .. KEYS_PER_VEC) as f32. */
+float_keys load_bias_keys(__global const bias_t *p)
+{
+#if KEYS_PER_VEC == 1
+    return load_bias(p);
+#elif BIAS_DTYPE == 0
+    return CAT(vload, KEYS_PER_VEC)(0, p);
+#elif BIAS_DTYPE == 1
+    return CAT(vload_half, KEYS_PER_VEC)(0, (__global const half *)p);
+#else
+    return CAT(as_float, KEYS_PER_VEC)(
+        CAT(convert_uint, KEYS_PER_VEC)(CAT(vload, KEYS_PER_VEC)(0, p)) << 16);
+#endif
+}
+
+/* 0, 1, 2 .. : lane e of a float_keys vector is key c + e. */
+__constant float lane_index[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+#if KEYS_PER_VEC == 1
+#define LANE_INDEX 0.0f
+#else
+#define LANE_INDEX CAT(vload, KEYS_PER_VEC)(0, lane_index)
+#endif
+
+/* tanh(s / cap) as 1 - 2 / (exp(2 s / cap) + 1): +-1 at the infinities, a few 1e-7 (absolute)
+ * from tanh elsewhere, and cheaper on pocl than its tanh (softcap cost 18% over no modifier
+ * with tanh, 10% with this). The forward and the backward use the same, so the backward
+ * recomputes the forward's S. */
+#define SOFTCAP_TANH(s, cap) (1.0f - 2.0f / (exp2((s) * (2.0f * LOG2E / (cap))) + 1.0f))
+
+/* The score the plain kernel's S = Q K^T * scale is multiplied by: natural units where softcap
+ * needs them (tanh of the true score), else log2 units directly. */
+#if FEATURES & FA_FEATURE_SOFTCAP
+#define SCORE_SCALE(p) ((p).scale)
+#else
+#define SCORE_SCALE(p) ((p).scale_log2)
+#endif
+
+/* What the score modifiers read for one query row of (batch, head): the ALiBi slope in log2
+ * units, the distance i' - k0 = row + Sk - Sq - k0 to the tile's first key, and the row's bias
+ * from key k0 on, with bias_keys of them readable. */
+typedef struct row_mods {
+    float slope2;
+    long dist0;
+    __global const bias_t *bias_row;
+    int bias_keys;
+} row_mods;
+
+/* S = softcap(s) + ALiBi for one float_keys vector of scores s (natural units with softcap,
+ * else log2 units) of keys k0 + at + e, in log2 units. Lanes are keys, so the distance |i' - j|
+ * falls by one per lane. */
+float_keys modify_keys(float_keys s, const fa_kernel_params *p, const row_mods *rm, int at)
+{
+#if FEATURES & FA_FEATURE_SOFTCAP
+    s = (p->softcap * LOG2E) * SOFTCAP_TANH(s, p->softcap); /* s = cap * tanh(s / cap) */
+#endif
+#if FEATURES & FA_FEATURE_ALIBI
+    s -= rm->slope2 * fabs((float_keys)(float)(rm->dist0 - at) - LANE_INDEX); /* |i' - j| */
+#endif
+    return s;
+}
+
+/* The score modifiers over one S row of the tile (the forward's): softcap, ALiBi, then the
+ * bias, by vectors where a whole vector of keys has one, the last keys one by one (a private
+ * array for a partial vector cost pocl a third of the run: 65% against 12% over no bias). */
+void modify_row(__local float *s_row, const fa_kernel_params *p, const row_mods *rm)
+{
+    for (int kvec = 0; kvec < VECS_PER_S_ROW; kvec++) {
+        int at = kvec * KEYS_PER_VEC;
+        float_keys s = modify_keys(S_LOAD_KEYS(s_row + at), p, rm, at);
+#if FEATURES & FA_FEATURE_BIAS
+        if (at + KEYS_PER_VEC <= rm->bias_keys)
+            s += LOG2E * load_bias_keys(rm->bias_row + at);
+#endif
+        S_STORE_KEYS(s, s_row + at);
+    }
+#if FEATURES & FA_FEATURE_BIAS
+    for (int c = rm->bias_keys / KEYS_PER_VEC * KEYS_PER_VEC; c < rm->bias_keys; c++)
+        s_row[c] += LOG2E * load_bias(rm->bias_row + c); /* the keys of a partial vector */
+#endif
+}
+
+/* The modifier inputs of query row `row` of (batch b, query head h), at key 0 (row_mods_at_tile
+ * moves them to a tile). */
+row_mods row_mods_of(const fa_kernel_params *p ALIBI_ARG BIAS_ARG, long b, long h, long row)
+{
+    row_mods rm = {0.0f, row + p->seqlen_k - p->seqlen_q, 0, 0};
+#if FEATURES & FA_FEATURE_ALIBI
+    rm.slope2 = alibi_slopes[h] * LOG2E;
+#endif
+#if FEATURES & FA_FEATURE_BIAS
+    if (row < p->seqlen_q) /* rows past Sq read nothing */
+        rm.bias_row = bias + p->bias_offset + b * p->bias_stride_b + h * p->bias_stride_h +
+                      row * p->bias_stride_s;
+#endif
+    return rm;
+}
+
+/* Points rm at the tile of keys [k0, k0 + Bc): valid_keys of them exist. */
+void row_mods_at_tile(row_mods *rm, const row_mods *base, long k0, int valid_keys)
+{
+    rm->slope2 = base->slope2;
+    rm->dist0 = base->dist0 - k0;
+    rm->bias_row = base->bias_row ? base->bias_row + k0 : 0;
+    rm->bias_keys = base->bias_row ? valid_keys : 0;
+}
+
+/* Dropout on one row of P (keys k0 + c, c in [0, valid_keys)): kept P times dropout_scale,
+ * dropped ones 0. One Philox call per group of four keys (fa_dropout_words), each key taking
+ * its word j & 3. */
+void dropout_row(__local float *p_row, const fa_kernel_params *p, long b, long h, long row,
+                 long k0, int valid_keys)
+{
+#if BLOCK_C % 4 == 0
+    if (valid_keys == BLOCK_C) { /* k0 is a multiple of 4: the groups are the tile's quarters */
+        for (int g = 0; g < BLOCK_C / 4; g++) { /* keys k0 + 4g .. + 3 */
+            uint w[4];
+            fa_dropout_words(p, b, h, row, k0 + 4 * g, w);
+            uint4 words = (uint4)(w[0], w[1], w[2], w[3]);
+            vstore4(select((float4)0.0f, vload4(g, p_row) * p->dropout_scale,
+                           words >= (uint4)p->dropout_threshold),
+                    g, p_row);
+        }
+        return;
+    }
+#endif
+    for (long g = k0 >> 2; g << 2 < k0 + valid_keys; g++) { /* keys 4g .. 4g + 3 */
+        uint w[4];
+        fa_dropout_words(p, b, h, row, g << 2, w);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            long c = (g << 2) + e - k0;
+            if (c >= 0 && c < valid_keys)
+                p_row[c] = w[e] >= p->dropout_threshold ? p_row[c] * p->dropout_scale : 0.0f;
+        }
+    }
+}
+
+/* The first key tile (a multiple of Bc) any row of the tile at r0 may see: with a window, the
+ * tiles wholly left of the first row's window are skipped. */
+long keys_first_tile(const fa_kernel_params *p, long r0)
+{
+    return fa_keys_begin(p, FEATURES, r0) / BLOCK_C * BLOCK_C;
+}
+
+#if FEATURES & FA_FEATURE_WINDOW
+/* Sets range[0], range[1] to `first` and `end`, the bounds of a loop over tiles, seen by the
+ * whole work-group. Loop bounds that read the window pass through local memory: pocl did not
+ * see them as uniform and ran the tile loop (it holds barriers) 1.5x slower (B1 H8 N2048 d64
+ * f32: 218 ms against 148); from local memory it does. Call from every work-item. */
+void share_range(__local long *range, long first, long end)
+{
+    if (get_local_id(0) == 0) {
+        range[0] = first;
+        range[1] = end;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+#endif
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 flash_fwd(__global const store_t *q, __global const store_t *k, __global const store_t *v,
-          __global store_t *o, __global float *lse, const fa_kernel_params p)
+          __global store_t *o, __global float *lse ALIBI_ARG BIAS_ARG SINKS_ARG,
+          const fa_kernel_params p)
 {
     __local store_t q_tile[HEAD_DIM * BLOCK_R]; /* Q^T: d x Br store_t */
     __local store_t k_tile[HEAD_DIM * BLOCK_C]; /* K^T: d x Bc store_t */
@@ -279,38 +493,77 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
     load_tile(q_tile, q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h, r0, sq,
               p.q_stride_s, BLOCK_R, 1);
 
-    const long kv_end = keys_to_visit(&p, r0);
-    const long row_keys = fa_keys_allowed(MASK, row, sq, sk);  /* this row's keys: [0, row_keys) */
-    const long tile_keys = fa_keys_allowed(MASK, r0, sq, sk); /* the fewest of any row here */
+#if FEATURES & FA_FEATURE_WINDOW
+    __local long kv_range[2]; /* the key tiles [kv_begin, kv_end) */
+    share_range(kv_range, keys_first_tile(&p, r0), keys_to_visit(&p, r0));
+    const long kv_begin = kv_range[0], kv_end = kv_range[1];
+#else
+    const long kv_begin = 0, kv_end = keys_to_visit(&p, r0);
+#endif
+    const long row_keys = fa_keys_end(&p, MASK, FEATURES, row); /* this row's keys end here */
+    const long tile_keys = fa_keys_end(&p, MASK, FEATURES, r0);  /* the fewest of any row here */
+#if FEATURES & FA_FEATURE_WINDOW
+    const long row_begin = fa_keys_begin(&p, FEATURES, row); /* and begin here (window) */
+    const long tile_begin = fa_keys_begin(&p, FEATURES, min(r0 + BLOCK_R, sq) - 1); /* the last */
+#endif
+#if FEATURES & (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_BIAS)
+    const row_mods mods = row_mods_of(&p ALIBI_PASS BIAS_PASS, b, h, row);
+#endif
 
+    /* A sink is a first key of score sink[h] and V = 0: m = sink (log2 units), l = exp(0) = 1;
+     * a sink of -inf is none. */
+#if FEATURES & FA_FEATURE_SINKS
+    const float sink = sinks[h];
+    float m = sink * LOG2E, l = sink == -INFINITY ? 0.0f : 1.0f;
+#else
     float m = -INFINITY, l = 0.0f;
+#endif
     float_dims acc[VECS_PER_O_ROW]; /* O[r][DIMS_PER_VEC * dvec ..], f32 */
     for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++)
         acc[dvec] = 0.0f;
 
-    /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [0, kv_end) by Bc. */
-    for (long k0 = 0; k0 < kv_end; k0 += BLOCK_C) {
+    /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc. */
+    for (long k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C) {
         barrier(CLK_LOCAL_MEM_FENCE); /* the previous tiles are no longer read */
         load_tile(k_tile, k_head, k0, sk, p.k_stride_s, BLOCK_C, 1); /* K^T: d x Bc */
         load_tile(v_tile, v_head, k0, sk, p.v_stride_s, BLOCK_C, 0); /* V: Bc x d */
         barrier(CLK_LOCAL_MEM_FENCE);
 
         /* S = Q K^T * scale (in log2 units, for exp2): row r, S[r][c] for c in [0, Bc). */
-        row_scores(s_row, q_tile + r, k_tile, p.scale_log2);
-
-        /* Mask: keys past Sk and, causal, keys after the row's diagonal get -inf. Only tiles
-         * at the sequence end or crossing the diagonal need it (uniform per work-group). */
+        row_scores(s_row, q_tile + r, k_tile, SCORE_SCALE(p));
         int valid_keys = (int)min((long)BLOCK_C, sk - k0); /* keys [0, valid_keys) exist */
+
+        /* Score modifiers: softcap, then + ALiBi + bias (log2 units from here on). */
+#if FEATURES & (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_BIAS)
+        row_mods tile_mods;
+        row_mods_at_tile(&tile_mods, &mods, k0, valid_keys);
+        modify_row(s_row, &p, &tile_mods);
+#endif
+
+        /* Mask: keys past Sk and, causal, keys after the row's diagonal get -inf, as do keys
+         * outside the window. Only tiles at the sequence end, crossing the diagonal or a
+         * window's edge need it (uniform per work-group). */
         bool needs_mask = tile_keys < k0 + BLOCK_C;
         long allowed = row_keys - k0; /* this row's keys [0, allowed) of the tile are allowed */
         if (needs_mask) {
             for (int c = (int)max(allowed, 0L); c < BLOCK_C; c++)
                 s_row[c] = -INFINITY;
         }
+#if FEATURES & FA_FEATURE_WINDOW
+        if (k0 < tile_begin) { /* keys before the row's window: [0, row_begin - k0) */
+            for (int c = 0; c < (int)min(row_begin - k0, (long)BLOCK_C); c++)
+                s_row[c] = -INFINITY;
+        }
+#endif
 
-        /* m/l update (online softmax); S becomes P. */
+        /* m/l update (online softmax); S becomes P. l counts P before dropout. */
         float alpha;
         m = softmax_update(s_row, m, &l, &alpha);
+#if FEATURES & FA_FEATURE_DROPOUT
+        /* Dropout: P Z with Z = dropout_scale for a kept key, 0 for a dropped one. */
+        if (row < sq)
+            dropout_row(s_row, &p, b, h, row, k0, valid_keys);
+#endif
 
         /* Rescale O, then accumulate P V: O[r][x] += sum_c P[r][c] * V[c][x], x in [0, d),
          * c in [0, valid_keys) (keys past it have P = 0 and are skipped). */
@@ -325,9 +578,10 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
         }
     }
 
-    /* Final 1/l and LSE: a row with no allowed key (l == 0) gives O = 0 and LSE = -inf; a
-     * NaN l (a NaN or +inf score) gives NaN in both. O[b][h][row][x] = acc / l (row stride
-     * o_stride_s); LSE [B, Hq, Sq] contiguous, natural log: (m + log2 l) * ln 2. */
+    /* Final 1/l and LSE: a row with no allowed key (l == 0) gives O = 0 and LSE = -inf (with a
+     * finite sink: O = 0, LSE = sink); a NaN l (a NaN or +inf score) gives NaN in both.
+     * O[b][h][row][x] = acc / l (row stride o_stride_s); LSE [B, Hq, Sq] contiguous, natural
+     * log: (m + log2 l) * ln 2. */
     if (row >= sq)
         return;
     float inv_l = l == 0.0f ? 0.0f : 1.0f / l;
