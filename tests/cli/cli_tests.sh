@@ -637,6 +637,10 @@ expect_error "bench unknown option" 2 "unknown option '--seq'" bench --seq 256
 expect_error "bench unwritable csv" 1 'cannot create' \
     "${BENCH[@]}" --backend cpu --csv "$TMP/no/such/dir/b.csv"
 
+# ---- score modifiers and dropout: cli_modifier_tests.sh ------------------------------------
+# shellcheck source=cli_modifier_tests.sh
+. "$(dirname "${BASH_SOURCE[0]}")/cli_modifier_tests.sh"
+
 # ---- bad command lines: one line on stderr, exit 2 ------------------------------------------
 expect_error "seq abc" 2 "'abc' is not an integer" run --seq abc
 expect_error "seq -5" 2 'out of range' run --seq -5

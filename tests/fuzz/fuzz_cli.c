@@ -13,8 +13,13 @@
  *   - after OK, the shared problem options either build a problem or say why not, and the
  *     library's check of that problem answers OK with an empty last error or a status with a
  *     message; describing the problem never overruns its buffer.
+ *   - after OK, the score modifier options (cli_modifiers.c) are accepted or refused as a usage
+ *     error; accepted values are ones the library accepts too (softcap finite >= 0, dropout in
+ *     [0, 1), window bounds >= -1).
  *   - `flashattn plan ARGS` returns 0, 1 or 2. It runs on the cpu backend only: inputs that
- *     name another backend skip it, so replaying the corpus never opens a device.
+ *     name another backend skip it, so replaying the corpus never opens a device; nor do
+ *     inputs that name a device or process file (dev/, proc/), which --bias or --sinks would
+ *     read to the end (/dev/zero has none).
  */
 #if !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200809L /* setenv, unsetenv */
@@ -24,8 +29,10 @@
 
 #include "cli_commands.h"
 #include "cli_common.h"
+#include "cli_modifiers.h"
 
 #include <ctype.h>
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,15 +52,16 @@ typedef struct fz_args {
     uint64_t seed;
     const char *name;
     int flag;
+    cli_mod_args mods;
 } fz_args;
 
-#define FZ_NOPTS (CLI_PROBLEM_NOPTS + 6)
+#define FZ_NOPTS (CLI_PROBLEM_NOPTS + 6 + CLI_MOD_NOPTS)
 
 static fa_context *fz_ctx;
 
 static size_t fz_table(fz_args *a, cli_opt *opts)
 {
-    const cli_opt more[FZ_NOPTS - CLI_PROBLEM_NOPTS] = {
+    const cli_opt more[FZ_NOPTS - CLI_PROBLEM_NOPTS - CLI_MOD_NOPTS] = {
         {"backend", CLI_BACKEND, &a->backend, 0, 0, "B", "backend", 0},
         {"device", CLI_INT, &a->device, 0, INT32_MAX, "N", "device index", 0},
         {"repeat", CLI_INT, &a->repeat, 1, 100000, "N", "a range not starting at 0", 0},
@@ -63,6 +71,7 @@ static size_t fz_table(fz_args *a, cli_opt *opts)
     };
     cli_problem_opts(&a->pa, opts);
     memcpy(opts + CLI_PROBLEM_NOPTS, more, sizeof more);
+    cli_mod_opts(&a->mods, opts + FZ_NOPTS - CLI_MOD_NOPTS);
     return FZ_NOPTS;
 }
 
@@ -163,6 +172,21 @@ static void check_problem(const cli_problem_args *pa)
              "cli_describe_problem overran or did not terminate its buffer");
 }
 
+/* The modifier options' values: refused as a usage error, or ones the library accepts. */
+static void check_modifiers(const cli_cmd *cmd, cli_mod_args *m, const cli_opt *opts, size_t n)
+{
+    int r = cli_mod_validate(cmd, m, opts, n);
+    FZ_CHECK(r == 0 || r == CLI_EXIT_USAGE, "cli_mod_validate returned %d", r);
+    if (r != 0)
+        return;
+    FZ_CHECK(m->softcap >= 0.0f && m->softcap <= FLT_MAX, "--softcap %g accepted",
+             (double)m->softcap);
+    FZ_CHECK(m->dropout >= 0.0f && m->dropout < 1.0f, "--dropout %g accepted", (double)m->dropout);
+    FZ_CHECK(!m->window || (m->window_left >= -1 && m->window_right >= -1),
+             "--window %s accepted as (%lld, %lld)", m->window, (long long)m->window_left,
+             (long long)m->window_right);
+}
+
 static void parse_table(int argc, char **argv, const char *args, size_t args_len)
 {
     static const cli_cmd cmd = {"fuzz", "[options]", "every kind of option"};
@@ -171,6 +195,7 @@ static void parse_table(int argc, char **argv, const char *args, size_t args_len
     fz_args a;
     memset(&a, 0, sizeof a);
     cli_problem_defaults(&a.pa);
+    cli_mod_defaults(&a.mods);
     a.repeat = 1;
     size_t n = fz_table(&a, opts);
     for (size_t i = 0; i < n; i++)
@@ -191,6 +216,7 @@ static void parse_table(int argc, char **argv, const char *args, size_t args_len
     }
     cli_problem_resolve(&a.pa, opts, n);
     check_problem(&a.pa);
+    check_modifiers(&cmd, &a.mods, opts, n);
 }
 
 static void setup(void)
@@ -231,7 +257,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int argc = split_args(data, size, args, argv);
     parse_table(argc, argv, args, size + 1);
     for (int i = 1; i < argc; i++)
-        skip_plan |= mentions(argv[i], "opencl") || mentions(argv[i], "cuda");
+        skip_plan |= mentions(argv[i], "opencl") || mentions(argv[i], "cuda") ||
+                     mentions(argv[i], "dev/") || mentions(argv[i], "proc/");
     if (!skip_plan) {
         int r = cli_cmd_plan(argc, argv);
         FZ_CHECK(r == CLI_EXIT_OK || r == CLI_EXIT_FAIL || r == CLI_EXIT_USAGE,

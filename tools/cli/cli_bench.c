@@ -31,7 +31,7 @@
 /* Default cap on the naive S/P buffer: 1 GiB. */
 #define BENCH_NAIVE_MAX_BYTES (1ull << 30)
 
-#define BENCH_NOPTS 19
+#define BENCH_NOPTS (19 + CLI_MOD_NOPTS)
 
 static const cli_cmd bench_cmd = {
     "bench", "[options]",
@@ -48,11 +48,13 @@ static const cli_cmd bench_cmd = {
     "The naive path reports OOM when its S/P buffer exceeds --naive-max-bytes or the device;\n"
     "the flash path goes on. A point that does not fit in the host's or the device's memory is\n"
     "OOM without being allocated. Lists are comma-separated. Exit status 1 when a flash\n"
-    "measurement failed (an error, or OOM) or its check failed."};
+    "measurement failed (an error, or OOM) or its check failed.\n"
+    "The score modifier and dropout options (those of `run`) apply to the flash path and its\n"
+    "golden check (--bias random: [1, 1, seq, seq]); the baselines have none: they say n/a."};
 
 static size_t bench_table(bench_args *a, cli_opt *o)
 {
-    const cli_opt t[BENCH_NOPTS] = {
+    const cli_opt t[BENCH_NOPTS - CLI_MOD_NOPTS] = {
         {"backend", CLI_STRING, &a->backend, 0, 0, "B",
          "cpu, opencl, cuda, auto or all (default auto)", 0},
         {"device", CLI_INT, &a->device, 0, INT32_MAX, "N",
@@ -86,6 +88,7 @@ static size_t bench_table(bench_args *a, cli_opt *o)
         {"quiet", CLI_FLAG, &a->quiet, 0, 0, NULL, "no progress lines on stderr", 0},
     };
     memcpy(o, t, sizeof t);
+    cli_mod_opts(&a->mods, o + BENCH_NOPTS - CLI_MOD_NOPTS);
     return BENCH_NOPTS;
 }
 
@@ -239,6 +242,7 @@ static int open_device(bench_run *r, fa_backend backend, int required)
         return 0;
     }
     d->backend = fa_context_backend(d->ctx);
+    d->modifiers = cli_mod_any(&r->a.mods);
     cli_describe_context(d->ctx, 0, d->desc, sizeof d->desc);
     r->ndevs++;
     return 0;
@@ -305,7 +309,8 @@ fa_status bench_timed(bench_fn fn, void *arg, int64_t repeat, double *median, ch
 static fa_status flash_fn(void *arg, char *why, size_t why_size)
 {
     cli_session *s = arg;
-    fa_status st = fa_forward(s->ctx, s->plan, s->q, s->k, s->v, s->o, NULL);
+    fa_modifier_buffers m = cli_session_mods(s, 0);
+    fa_status st = fa_forward_ex(s->ctx, s->plan, s->q, s->k, s->v, s->o, NULL, &m);
     if (st != FA_STATUS_OK)
         snprintf(why, why_size, "%s", fa_context_last_error(s->ctx));
     return st;
@@ -335,7 +340,8 @@ fa_status bench_flash_setup(cli_session *s, fa_context *ctx, const bench_io *io,
     if (st != FA_STATUS_OK)
         snprintf(why, why_size, "%s%s%s", cli_status_detail(st, fa_context_last_error(ctx)),
                  *req ? "; " : "", req);
-    else if (cli_session_upload(s, &io->q, &io->k, &io->v) != 0)
+    else if (cli_session_upload(s, &io->q, &io->k, &io->v) != 0 ||
+             cli_session_mod_buffers(s, &io->mods) != 0)
         st = FA_STATUS_DEVICE_ERROR; /* already printed */
     return st;
 }
@@ -405,6 +411,7 @@ static int run_golden(bench_io *io)
     rc = cli_session_open(&ref, FA_BACKEND_CPU, 0, &io->p);
     rc = rc ? rc : cli_session_buffers(&ref, 0);
     rc = rc ? rc : cli_session_upload(&ref, &io->q, &io->k, &io->v);
+    rc = rc ? rc : cli_session_mod_buffers(&ref, &io->mods);
     rc = rc ? rc : cli_session_forward(&ref);
     rc = rc ? rc : cli_session_download(&ref, &io->o_ref, NULL);
     cli_session_close(&ref);
@@ -517,7 +524,7 @@ static int point_problem(const bench_run *r, const bench_point *pt, fa_problem *
                         pt->seq, pt->seq, pt->dim) != FA_STATUS_OK)
         return cli_error("cannot describe the problem at seq %" PRId64, pt->seq);
     p->mask = pt->mask;
-    return 0;
+    return bench_mods_apply(r, p);
 }
 
 /*
@@ -542,6 +549,8 @@ static int point_fits(const bench_run *r, const bench_device *d, const bench_poi
     need.host = cli_add_sat(need.host, cli_mul_sat(cli_add_sat(nq, cli_mul_sat(nkv, 2)), esz));
     if (r->pass != BENCH_PASS_FWD)
         bench_bwd_need(p, flash_bytes, &need.host);
+    *flash_bytes = cli_add_sat(*flash_bytes, cli_mod_bytes(p));
+    need.host = cli_add_sat(need.host, cli_mul_sat(cli_mod_bytes(p), 2)); /* tensors, images */
     need.device = *flash_bytes;
     if (pt->seq <= r->a.check_max_seq && d->backend != FA_BACKEND_CPU)
         need.host = cli_add_sat(need.host, *flash_bytes);
@@ -583,6 +592,8 @@ static int alloc_io(const bench_run *r, const bench_point *pt, bench_io *io)
     cli_tensor_round(&io->q, pt->dtype);
     cli_tensor_round(&io->k, pt->dtype);
     cli_tensor_round(&io->v, pt->dtype);
+    if (bench_mods_fill(r, io) != 0) /* after Q, K and V: their stream is the plain one's */
+        return CLI_EXIT_FAIL;
     return r->pass == BENCH_PASS_FWD ? 0 : bench_bwd_alloc(io, &state);
 }
 
@@ -595,6 +606,7 @@ static void free_io(bench_io *io)
     cli_tensor_free(&io->o_naive);
     cli_tensor_free(&io->o_gemm);
     cli_tensor_free(&io->o_ref);
+    cli_mod_data_free(&io->mods);
     bench_bwd_free(io);
 }
 
@@ -722,6 +734,7 @@ static void set_date(bench_run *r)
 static void bench_defaults(bench_args *a)
 {
     memset(a, 0, sizeof *a);
+    cli_mod_defaults(&a->mods);
     a->batch = 1;
     a->heads = 8;
     a->repeat = 3;
@@ -741,6 +754,8 @@ static int bench_body(bench_run *r)
         return CLI_EXIT_FAIL;
     if (r->a.csv && cli_check_writable(r->a.csv, "the CSV file") != 0)
         return CLI_EXIT_FAIL;
+    if ((rc = bench_mods_prepare(r)) != 0) /* a bad file: a usage error, before the devices */
+        return rc;
     if (open_devices(r) != 0)
         return CLI_EXIT_FAIL;
     r->total = (size_t)r->ndevs * r->ndtypes * r->nmasks * r->ndims * r->nseqs;
@@ -771,7 +786,7 @@ int cli_cmd_bench(int argc, char **argv)
         cli_print_help(&bench_cmd, opts, n);
         return CLI_EXIT_OK;
     }
-    if (rc != CLI_PARSE_OK)
+    if (rc != CLI_PARSE_OK || cli_mod_validate(&bench_cmd, &r.a.mods, opts, n) != 0)
         return CLI_EXIT_USAGE;
     r.a.causal_given = cli_find(opts, n, "causal")->seen;
     if (parse_lists(&r) != 0)
@@ -780,6 +795,7 @@ int cli_cmd_bench(int argc, char **argv)
     set_date(&r);
     rc = bench_body(&r);
     close_devices(&r);
+    cli_mod_files_free(&r.mod_files);
     free(r.points);
     return rc;
 }

@@ -7,6 +7,7 @@
 #ifndef FLASHATTN_TOOLS_CLI_BENCH_H
 #define FLASHATTN_TOOLS_CLI_BENCH_H
 
+#include "cli_modifiers.h"
 #include "cli_session.h"
 #include "cli_tensor.h"
 #include "flashattn.h"
@@ -70,6 +71,7 @@ typedef struct bench_device {
     char desc[320];   /* "opencl, device 0: pthread-haswell-..." */
     fa_context *ctx;  /* flash path and, on cpu, the naive path's buffers */
     naive_cl *cl;     /* opencl: the naive path's context, device and queue; ctx lives on it */
+    int modifiers;    /* a score modifier or dropout is on: the baselines are n/a */
 } bench_device;
 
 typedef struct bench_args {
@@ -81,6 +83,7 @@ typedef struct bench_args {
     fa_mask causal;   /* --causal ALIGN */
     int causal_given; /* --causal was given (it may say "none") */
     int quiet;
+    cli_mod_args mods; /* the score modifiers and dropout of the flash path */
 } bench_args;
 
 typedef struct bench_run {
@@ -97,6 +100,7 @@ typedef struct bench_run {
     char cmdline[1024];    /* "flashattn bench --backend ..." as given */
     char date[64];         /* "2026-11-23 02:30 UTC" */
     char unavailable[1024]; /* --backend all: the backends left out, and why */
+    cli_mod_files mod_files; /* --alibi-slopes, --bias, --sinks as read */
 } bench_run;
 
 /*
@@ -128,6 +132,7 @@ typedef struct bench_io {
     fa_problem p;
     cli_tensor q, k, v, o_flash, o_naive, o_gemm, o_ref;
     cli_tensor d_o, dq[3], dk[3], dv[3]; /* the passes with the backward only */
+    cli_mod_data mods;                   /* the modifiers' tensors of the point */
 } bench_io;
 
 /* One timed operation: returns a status and, on failure, the reason in why. */
@@ -140,6 +145,20 @@ fa_status bench_timed(bench_fn fn, void *arg, int64_t repeat, double *median, ch
  * (an OOM is a result), the reason in why. */
 fa_status bench_flash_setup(cli_session *s, fa_context *ctx, const bench_io *io, char *why,
                             size_t why_size);
+/* ---- the score modifiers and dropout (cli_bench_mods.c) ------------------------------------ */
+
+/*
+ * Before the sweep: reads the modifiers' files and checks their shapes against every point
+ * (a usage error, CLI_EXIT_USAGE, naming the option), so that a bad file fails at once.
+ */
+int bench_mods_prepare(bench_run *r);
+/* Sets a point's problem fields (the shapes were checked by bench_mods_prepare). */
+int bench_mods_apply(const bench_run *r, fa_problem *p);
+/* The point's modifier tensors into io->mods (after its memory was checked). */
+int bench_mods_fill(const bench_run *r, bench_io *io);
+/* The table header's line: the modifiers, and that the baselines do not run them. */
+void bench_mods_header(const bench_run *r);
+
 /* ---- the baselines (cli_bench_naive.c) ----------------------------------------------------- */
 
 /* The naive attention problem of a point's problem, with the --naive-max-bytes cap. */

@@ -105,7 +105,8 @@ typedef struct bwd_flash {
 
 static fa_status flash_forward(cli_session *s, char *why, size_t why_size)
 {
-    fa_status st = fa_forward(s->ctx, s->plan, s->q, s->k, s->v, s->o, s->lse);
+    fa_modifier_buffers m = cli_session_mods(s, 0);
+    fa_status st = fa_forward_ex(s->ctx, s->plan, s->q, s->k, s->v, s->o, s->lse, &m);
     if (st != FA_STATUS_OK)
         snprintf(why, why_size, "%s", fa_context_last_error(s->ctx));
     return st;
@@ -115,11 +116,12 @@ static fa_status flash_bwd_fn(void *arg, char *why, size_t why_size)
 {
     bwd_flash *f = arg;
     cli_session *s = &f->s;
+    fa_modifier_buffers m = cli_session_mods(s, 1);
     fa_status st = f->with_forward ? flash_forward(s, why, why_size) : FA_STATUS_OK;
     if (st != FA_STATUS_OK)
         return st;
-    st = fa_backward(s->ctx, s->bwd_plan, s->q, s->k, s->v, s->o, s->lse, s->d_o, s->dq, s->dk,
-                     s->dv);
+    st = fa_backward_ex(s->ctx, s->bwd_plan, s->q, s->k, s->v, s->o, s->lse, s->d_o, s->dq, s->dk,
+                        s->dv, &m);
     if (st != FA_STATUS_OK)
         snprintf(why, why_size, "%s", fa_context_last_error(s->ctx));
     return st;
@@ -147,7 +149,7 @@ static fa_status flash_bwd_setup(bwd_flash *f, fa_context *ctx, const bench_io *
         snprintf(why, why_size, "%s", cli_status_detail(st, fa_context_last_error(ctx)));
         return st;
     }
-    if (cli_session_upload_do(s, &io->d_o) != 0)
+    if (cli_session_upload_do(s, &io->d_o) != 0 || cli_session_dsinks_buffer(s) != 0)
         return FA_STATUS_DEVICE_ERROR; /* already printed */
     return f->with_forward ? FA_STATUS_OK : flash_forward(s, why, why_size);
 }
@@ -233,6 +235,7 @@ static int run_golden(bench_io *io)
     rc = rc ? rc : cli_session_backward_buffers(&ref);
     rc = rc ? rc : cli_session_upload(&ref, &io->q, &io->k, &io->v);
     rc = rc ? rc : cli_session_upload_do(&ref, &io->d_o);
+    rc = rc ? rc : cli_session_mod_buffers(&ref, &io->mods);
     rc = rc ? rc : cli_session_forward(&ref);
     rc = rc ? rc : cli_session_backward(&ref);
     rc = rc ? rc : cli_session_download(&ref, &io->o_ref, NULL);

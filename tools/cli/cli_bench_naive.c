@@ -32,6 +32,9 @@ fa_status bench_naive_create(bench_device *d, naive_problem *np, naive_attn **ou
                              size_t why_size)
 {
     *out = NULL;
+    if (d->modifiers)
+        return naive_fail(FA_STATUS_UNSUPPORTED, why, why_size, "the naive attention has no "
+                          "score modifiers or dropout");
     if (d->backend == FA_BACKEND_OPENCL)
         return naive_create_opencl(out, d->cl, np, why, why_size);
     if (d->backend == FA_BACKEND_CPU) {
@@ -46,6 +49,9 @@ fa_status bench_gemm_create(bench_device *d, naive_problem *np, naive_attn **out
                             size_t why_size)
 {
     *out = NULL;
+    if (d->modifiers)
+        return naive_fail(FA_STATUS_UNSUPPORTED, why, why_size, "the CLBlast attention has no "
+                          "score modifiers or dropout");
     if (d->backend != FA_BACKEND_OPENCL)
         return naive_fail(FA_STATUS_UNSUPPORTED, why, why_size, "no CLBlast attention for the %s "
                           "backend", fa_backend_name(d->backend));

@@ -98,6 +98,7 @@ void bench_print_header(const bench_run *r)
         printf("# naive    P and dP in two f32 buffers of 4*B*H*seq^2 bytes, each capped at "
                "%" PRIu64 " bytes; golden check up to seq %" PRId64 "\n",
                r->a.naive_max_bytes, r->a.check_max_seq);
+    bench_mods_header(r);
     printf("# gemm     %s%s\n\n", bench_gemm_note(),
            !naive_clblast_info() ? ""
            : r->a.gemm_params    ? "; Xgemm parameters from --gemm-params"
@@ -126,7 +127,9 @@ void bench_print_row(const bench_run *r, const bench_point *pt)
     speedup_cell(f, n, speed, sizeof speed);
     speedup_cell(f, g, gspeed, sizeof gspeed);
     err_cell(g, gerr, sizeof gerr);
-    if (f->state == BENCH_OK && f->peak > 0 && (n->state == BENCH_OK || n->need))
+    /* A baseline that is n/a has no memory to compare, not the bytes it would need. */
+    if (f->state == BENCH_OK && f->peak > 0 &&
+        (n->state == BENCH_OK || (n->state != BENCH_NA && n->need)))
         snprintf(mem, sizeof mem, "%.1fx",
                  (double)(n->state == BENCH_OK ? n->peak : n->need) / (double)f->peak);
     err_cell(f, ferr, sizeof ferr);
@@ -149,7 +152,8 @@ static const char *const fwd_notes[] = {
     "OOM: does not fit: the naive S/P buffer (--naive-max-bytes or the device's limits), or",
     "  the point in the host's or the device's memory (then neither path runs; stderr says",
     "  how many bytes it needs and how many are available).",
-    "skip: estimated over --max-seconds. n/a: no naive attention for that backend (cuda).",
+    "skip: estimated over --max-seconds. n/a: no naive attention for that backend (cuda),",
+    "  or a score modifier or dropout is on (the baselines have none).",
     "err: max |O - O_golden| against the CPU golden backend (fp64 accumulation); '-': not",
     "  checked (above --check-max-seq); 'ref': the flash path on cpu is the golden itself;",
     "  FAIL: above the tolerance of `run --check`, or NaN/inf where the golden differs (inf).",
@@ -174,7 +178,8 @@ static const char *const bwd_notes[] = {
     "OOM: does not fit: a naive P or dP buffer (--naive-max-bytes, each, or the device's",
     "  limits), or the point in the host's or the device's memory (then neither path runs;",
     "  stderr says how many bytes it needs and how many are available).",
-    "skip: estimated over --max-seconds. n/a: no naive backward for that backend (cuda).",
+    "skip: estimated over --max-seconds. n/a: no naive backward for that backend (cuda),",
+    "  or a score modifier or dropout is on (the baselines have none).",
     "  A backend without a backward pass is an error of the flash path (stderr says so).",
     "err: the largest max |x - x_golden| of dQ, dK and dV (and O for fwd+bwd) against the CPU",
     "  golden backend, each tensor checked by the rule of `run --check` against its own",

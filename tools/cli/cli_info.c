@@ -7,6 +7,7 @@
 #include "cli_commands.h"
 #include "cli_common.h"
 #include "cli_memory.h"
+#include "cli_modifiers.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -139,6 +140,8 @@ static void print_plan(const fa_context *ctx, int picked, const fa_plan *plan, f
         printf("%-13s %s\n", "auto", note + 6);
     cli_describe_problem(fa_plan_problem(plan), layout, line, sizeof line);
     printf("%-13s %s\n", "problem", line);
+    cli_mod_describe(fa_plan_problem(plan), line, sizeof line);
+    printf("%-13s %s\n", "modifiers", line);
     if (backward)
         printf("%-13s backward: dO -> dQ, dK, dV\n", "pass");
     printf("%-13s %" PRId32 "\n", "Br", fa_plan_block_r(plan));
@@ -164,13 +167,16 @@ int cli_cmd_plan(int argc, char **argv)
         "--backward plans the backward pass instead (fa_plan_create_backward) and adds its\n"
         "memory formula: tensors (Q, K, V, O, dO, dQ, dK, dV and LSE) + scratch = peak device\n"
         "bytes. With --backend cuda --arch sm_XY it plans for a known GPU architecture instead\n"
-        "of a device, so it needs no GPU."};
+        "of a device, so it needs no GPU. The score modifier and dropout options are those of\n"
+        "`run` (see flashattn run --help); the plan prints which are on."};
     cli_problem_args pa;
     fa_backend backend = FA_BACKEND_AUTO;
     int64_t device = 0;
     const char *arch = NULL;
     int backward = 0;
-    cli_opt opts[CLI_PROBLEM_NOPTS + 4] = {
+    cli_mod_args mods;
+    cli_mod_files files;
+    cli_opt opts[CLI_PROBLEM_NOPTS + 4 + CLI_MOD_NOPTS] = {
         {"backend", CLI_BACKEND, &backend, 0, 0, "B", "auto, cpu, opencl or cuda (default auto)",
          0},
         {"device", CLI_INT, &device, 0, INT32_MAX, "N", "device index (default 0)", 0},
@@ -188,18 +194,26 @@ int cli_cmd_plan(int argc, char **argv)
 
     cli_problem_defaults(&pa);
     cli_problem_opts(&pa, opts + 4);
+    cli_mod_defaults(&mods);
+    cli_mod_opts(&mods, opts + 4 + CLI_PROBLEM_NOPTS);
+    memset(&files, 0, sizeof files);
     r = cli_parse(&cmd, argc, argv, opts, n);
     if (r == CLI_PARSE_HELP) {
         cli_print_help(&cmd, opts, n);
         return CLI_EXIT_OK;
     }
-    if (r != CLI_PARSE_OK)
+    if (r != CLI_PARSE_OK || cli_mod_validate(&cmd, &mods, opts, n) != 0)
         return CLI_EXIT_USAGE;
     cli_problem_resolve(&pa, opts, n);
-    if (cli_problem_build(&pa, &p) != 0)
+    if (cli_problem_build(&pa, &p) != 0 || cli_mod_load(&mods, &files) != 0) {
+        cli_mod_files_free(&files);
         return CLI_EXIT_FAIL;
-    r = arch ? open_arch_context(&cmd, backend, arch, &ctx)
-             : cli_context_open(backend, (int)device, &ctx);
+    }
+    r = cli_mod_apply(&cmd, &mods, &files, &p);
+    cli_mod_files_free(&files); /* the plan needs the shapes only */
+    if (r == 0)
+        r = arch ? open_arch_context(&cmd, backend, arch, &ctx)
+                 : cli_context_open(backend, (int)device, &ctx);
     if (r != 0)
         return r;
     st = backward ? fa_plan_create_backward(ctx, &p, &plan) : fa_plan_create(ctx, &p, &plan);

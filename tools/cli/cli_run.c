@@ -17,6 +17,7 @@
 #include "cli_commands.h"
 #include "cli_common.h"
 #include "cli_memory.h"
+#include "cli_modifiers.h"
 #include "cli_run.h"
 #include "cli_session.h"
 #include "cli_tensor.h"
@@ -41,7 +42,7 @@
 #define CLI_MAX_REPEAT 100000
 #define KEY RUN_KEY
 
-#define RUN_NOPTS (CLI_PROBLEM_NOPTS + 16)
+#define RUN_NOPTS (CLI_PROBLEM_NOPTS + 17 + CLI_MOD_NOPTS)
 
 /* The option table; entries point into *a. Returns the number of entries. */
 static size_t run_table(run_args *a, cli_opt *opts)
@@ -51,7 +52,7 @@ static size_t run_table(run_args *a, cli_opt *opts)
          0},
         {"device", CLI_INT, &a->device, 0, INT32_MAX, "N", "device index (default 0)", 0},
     };
-    const cli_opt rest[RUN_NOPTS - CLI_PROBLEM_NOPTS - 2] = {
+    const cli_opt rest[RUN_NOPTS - CLI_PROBLEM_NOPTS - CLI_MOD_NOPTS - 2] = {
         {"seed", CLI_U64, &a->seed, 0, 0, "S", "seed of the random inputs (default 1)", 0},
         {"q", CLI_STRING, &a->q_path, 0, 0, "FILE",
          "Q from .npy [batch, heads, seq, dim], '<f4' or '<f2'", 0},
@@ -67,21 +68,24 @@ static size_t run_table(run_args *a, cli_opt *opts)
         {"dq", CLI_STRING, &a->dq_path, 0, 0, "FILE", "write dQ as .npy, the shape of Q", 0},
         {"dk", CLI_STRING, &a->dk_path, 0, 0, "FILE", "write dK as .npy, the shape of K", 0},
         {"dv", CLI_STRING, &a->dv_path, 0, 0, "FILE", "write dV as .npy, the shape of V", 0},
+        {"dsinks", CLI_STRING, &a->dsinks_path, 0, 0, "FILE",
+         "with --sinks: write the sinks' gradient as float32 .npy [heads]", 0},
         {"repeat", CLI_INT, &a->repeat, 1, CLI_MAX_REPEAT, "N",
          "time the median of N runs after one warm-up (default 1)", 0},
         {"backward", CLI_FLAG, &a->backward, 0, 0, NULL,
          "then the backward pass: dO -> dQ, dK, dV (random dO)", 0},
         {"check", CLI_FLAG, &a->check, 0, 0, NULL,
-         "compare O (and dQ, dK, dV) with the CPU golden backend", 0},
+         "compare O (and dQ, dK, dV, dsinks) with the CPU golden backend", 0},
     };
     memcpy(opts, where, sizeof where);
     cli_problem_opts(&a->pa, opts + 2);
     memcpy(opts + 2 + CLI_PROBLEM_NOPTS, rest, sizeof rest);
+    cli_mod_opts(&a->mods, opts + RUN_NOPTS - CLI_MOD_NOPTS);
     return RUN_NOPTS;
 }
 
 /* Options that make no sense together. */
-static int run_validate(const cli_cmd *cmd, const run_args *a, const cli_opt *opts, size_t n)
+static int run_validate(const cli_cmd *cmd, run_args *a, const cli_opt *opts, size_t n)
 {
     static const char *const shape_opts[] = {"batch", "heads", "heads-kv", "seq",
                                              "seq-k", "dim",   "seed"};
@@ -93,6 +97,8 @@ static int run_validate(const cli_cmd *cmd, const run_args *a, const cli_opt *op
         if (cli_find(opts, n, shape_opts[i])->seen)
             return cli_usage_error(
                 cmd, "--%s cannot be combined with --q (the files give the shape)", shape_opts[i]);
+    if (cli_mod_validate(cmd, &a->mods, opts, n) != 0)
+        return CLI_EXIT_USAGE;
     return run_bwd_validate(cmd, a);
 }
 
@@ -230,6 +236,8 @@ static void print_setup(const run_args *a, const cli_session *s)
         printf(KEY "%s\n", "auto", note + 6);
     cli_describe_problem(&s->problem, a->pa.layout, line, sizeof line);
     printf(KEY "%s\n", "problem", line);
+    cli_mod_describe(&s->problem, line, sizeof line);
+    printf(KEY "%s\n", "modifiers", line);
     if (a->q_path)
         printf(KEY "%s, %s, %s\n", "inputs", a->q_path, a->k_path, a->v_path);
     else
@@ -347,7 +355,8 @@ static int golden_forward(cli_session *ref, const run_args *a, run_data *d, fa_p
     p->block_r = 0;
     p->block_c = 0;
     if (cli_session_open(ref, FA_BACKEND_CPU, 0, p) || cli_session_buffers(ref, a->backward) ||
-        cli_session_upload(ref, &d->q, &d->k, &d->v) || cli_session_forward(ref) ||
+        cli_session_upload(ref, &d->q, &d->k, &d->v) || cli_session_mod_buffers(ref, &d->mods) ||
+        cli_session_forward(ref) ||
         cli_tensor_alloc(&d->ref, "reference o", p->batch, p->heads_q, p->seqlen_q,
                          p->head_dim) ||
         cli_session_download(ref, &d->ref, NULL))
@@ -427,6 +436,8 @@ static int check_memory(const run_args *a, const cli_session *s)
         device = cli_add_sat(device, cli_mul_sat(rows, sizeof(float)));
     if (a->backward)
         run_bwd_need(a, s, &host_floats, &device);
+    device = cli_add_sat(device, cli_mod_bytes(p)); /* and as much host memory for them */
+    host_floats = cli_add_sat(host_floats, cli_mod_bytes(p) / sizeof(float));
     need.host = cli_add_sat(cli_mul_sat(host_floats, sizeof(float)), staging);
     if (a->check)
         need.host = cli_add_sat(need.host, device);
@@ -439,11 +450,12 @@ static int check_memory(const run_args *a, const cli_session *s)
 /* Every output path can be written, checked before any work. */
 static int check_outputs(const run_args *a)
 {
-    const char *const paths[5] = {a->out_path, a->lse_path, a->dq_path, a->dk_path, a->dv_path};
-    static const char *const what[5] = {"the O file", "the LSE file", "the dQ file",
-                                        "the dK file", "the dV file"};
+    const char *const paths[6] = {a->out_path, a->lse_path, a->dq_path,
+                                  a->dk_path,  a->dv_path,  a->dsinks_path};
+    static const char *const what[6] = {"the O file",  "the LSE file", "the dQ file",
+                                        "the dK file", "the dV file",  "the dsinks file"};
     int i;
-    for (i = 0; i < 5; i++)
+    for (i = 0; i < 6; i++)
         if (paths[i] && cli_check_writable(paths[i], what[i]) != 0)
             return CLI_EXIT_FAIL;
     return 0;
@@ -455,6 +467,8 @@ static int prepare_inputs(const run_args *a, const cli_session *s, run_data *d)
     fa_dtype dtype = s->problem.dtype;
     if (!a->q_path && random_inputs(a, &s->problem, d) != 0)
         return CLI_EXIT_FAIL;
+    if (cli_mod_fill(&a->mods, &d->mod_files, &s->problem, a->seed, &d->mods) != 0)
+        return CLI_EXIT_FAIL;
     cli_tensor_round(&d->q, dtype);
     cli_tensor_round(&d->k, dtype);
     cli_tensor_round(&d->v, dtype);
@@ -465,21 +479,27 @@ static int prepare_inputs(const run_args *a, const cli_session *s, run_data *d)
 }
 
 /* Everything after option parsing; d and s are released by the caller. */
-static int run_body(run_args *a, int dtype_given, run_data *d, cli_session *s)
+static int run_body(const cli_cmd *cmd, run_args *a, int dtype_given, run_data *d,
+                    cli_session *s)
 {
     int want_lse = a->lse_path != NULL;
     double ms = 0.0;
     fa_problem p;
-    if (check_outputs(a) != 0 || (a->q_path && load_inputs(a, dtype_given, d) != 0))
+    int rc;
+    if (check_outputs(a) != 0 || (a->q_path && load_inputs(a, dtype_given, d) != 0) ||
+        cli_mod_load(&a->mods, &d->mod_files) != 0 || cli_problem_build(&a->pa, &p) != 0)
         return CLI_EXIT_FAIL;
-    if (cli_problem_build(&a->pa, &p) != 0 ||
-        cli_session_open(s, a->backend, (int)a->device, &p) != 0 ||
+    rc = cli_mod_apply(cmd, &a->mods, &d->mod_files, &p);
+    if (rc != 0)
+        return rc;
+    if (cli_session_open(s, a->backend, (int)a->device, &p) != 0 ||
         (a->backward && cli_session_plan_backward(s, &p) != 0) || check_memory(a, s) != 0 ||
         prepare_inputs(a, s, d) != 0)
         return CLI_EXIT_FAIL;
     /* The backward reads the LSE the forward writes, so it needs the buffer either way. */
     if (cli_session_buffers(s, want_lse || a->backward) ||
-        cli_session_upload(s, &d->q, &d->k, &d->v) || alloc_outputs(s, want_lse, d) ||
+        cli_session_upload(s, &d->q, &d->k, &d->v) || cli_session_mod_buffers(s, &d->mods) ||
+        alloc_outputs(s, want_lse, d) ||
         (a->backward && run_bwd_prepare(s, d) != 0))
         return CLI_EXIT_FAIL;
     print_setup(a, s);
@@ -508,7 +528,12 @@ int cli_cmd_run(int argc, char **argv)
         "random like the inputs, or --do. --check compares O (and dQ, dK, dV) with the CPU\n"
         "golden backend and fails when max|x - ref| > atol + rtol * max|ref| (max|ref| of each\n"
         "tensor on its own) or when they disagree on NaN or infinity (NaN where the reference\n"
-        "has NaN agrees)."};
+        "has NaN agrees).\n"
+        "Score modifiers and dropout (fa_forward_ex, fa_backward_ex; the golden runs them too):\n"
+        "--softcap, --alibi or --alibi-slopes, --bias, --window, --sinks (--dsinks writes their\n"
+        "gradient), --dropout with --dropout-seed and --dropout-offset. --bias random ([1, 1,\n"
+        "seq, seq_k]) and --sinks random draw uniform [-1, 1) values from --seed (streams of\n"
+        "their own, so Q, K and V stay those of a plain run)."};
     run_args a;
     run_data d;
     cli_session s;
@@ -520,6 +545,7 @@ int cli_cmd_run(int argc, char **argv)
     memset(&d, 0, sizeof d);
     memset(&s, 0, sizeof s);
     cli_problem_defaults(&a.pa);
+    cli_mod_defaults(&a.mods);
     a.backend = FA_BACKEND_AUTO;
     a.repeat = 1;
     a.seed = 1;
@@ -533,7 +559,7 @@ int cli_cmd_run(int argc, char **argv)
         return CLI_EXIT_USAGE;
     a.backward = a.backward || a.do_path; /* --do implies the backward */
     cli_problem_resolve(&a.pa, opts, n);
-    r = run_body(&a, cli_find(opts, n, "dtype")->seen, &d, &s);
+    r = run_body(&cmd, &a, cli_find(opts, n, "dtype")->seen, &d, &s);
     cli_session_close(&s);
     cli_tensor_free(&d.q);
     cli_tensor_free(&d.k);
@@ -541,6 +567,8 @@ int cli_cmd_run(int argc, char **argv)
     cli_tensor_free(&d.o);
     cli_tensor_free(&d.ref);
     run_bwd_free(&d);
+    cli_mod_data_free(&d.mods);
+    cli_mod_files_free(&d.mod_files);
     free(d.lse);
     return r;
 }

@@ -7,6 +7,7 @@
 #define FLASHATTN_TOOLS_CLI_RUN_H
 
 #include "cli_common.h"
+#include "cli_modifiers.h"
 #include "cli_session.h"
 #include "cli_tensor.h"
 
@@ -14,7 +15,7 @@
 #include <stdint.h>
 
 /* The key column of the report. */
-#define RUN_KEY "%-15s"
+#define RUN_KEY "%-14s " /* always a space after the key, however long */
 
 typedef struct run_args {
     cli_problem_args pa;
@@ -23,6 +24,8 @@ typedef struct run_args {
     uint64_t seed;
     const char *q_path, *k_path, *v_path, *out_path, *lse_path, *save_dir;
     const char *do_path, *dq_path, *dk_path, *dv_path; /* the backward's files */
+    const char *dsinks_path;                           /* --dsinks: the sinks' gradient */
+    cli_mod_args mods;                                 /* the score modifiers and dropout */
     int check;
     int backward; /* --backward, or implied by --do */
 } run_args;
@@ -34,6 +37,9 @@ typedef struct run_data {
     cli_tensor ref_dq, ref_dk, ref_dv; /* --check of the backward: the golden's gradients */
     float *lse;
     size_t lse_count;
+    cli_mod_files mod_files;         /* --alibi-slopes, --bias, --sinks as read */
+    cli_mod_data mods;               /* the modifiers' tensors of the run */
+    float *dsinks, *ref_dsinks;      /* the backward with sinks: f32 [heads_q] */
 } run_data;
 
 /* ---- cli_run.c --------------------------------------------------------------------------- */

@@ -29,9 +29,12 @@ int run_bwd_validate(const cli_cmd *cmd, const run_args *a)
     if (a->backward && a->q_path && !a->do_path)
         return cli_usage_error(cmd, "--backward with --q, --k and --v needs --do FILE, the "
                                "gradient of O");
+    grad = grad ? grad : a->dsinks_path ? "dsinks" : NULL;
     if (grad && !a->backward && !a->do_path)
         return cli_usage_error(cmd, "--%s needs the backward pass: --backward, or --do FILE "
                                "with --q, --k and --v", grad);
+    if (a->dsinks_path && !a->mods.sinks)
+        return cli_usage_error(cmd, "--dsinks needs --sinks FILE|random (it is their gradient)");
     return 0;
 }
 
@@ -81,10 +84,20 @@ static int alloc_grads(const fa_problem *p, const char *what, cli_tensor *dq, cl
     return 0;
 }
 
+/* Host f32 [heads_q] for the sinks' gradient, when the problem has sinks. */
+static int alloc_dsinks(const fa_problem *p, float **out)
+{
+    if (!p->sinks)
+        return 0;
+    *out = calloc((size_t)p->heads_q, sizeof **out);
+    return *out ? 0 : cli_error("out of host memory for the sinks' gradient");
+}
+
 int run_bwd_prepare(cli_session *s, run_data *d)
 {
     if (cli_session_backward_buffers(s) || cli_session_upload_do(s, &d->d_o) ||
-        alloc_grads(&s->problem, "gradients", &d->dq, &d->dk, &d->dv))
+        alloc_grads(&s->problem, "gradients", &d->dq, &d->dk, &d->dv) ||
+        alloc_dsinks(&s->problem, &d->dsinks))
         return CLI_EXIT_FAIL;
     return 0;
 }
@@ -105,7 +118,8 @@ int run_bwd_time(const run_args *a, cli_session *s, run_data *d)
 {
     double ms = 0.0, flops = RUN_BWD_FLOP_FACTOR * run_forward_flops(&s->problem);
     if (run_timed(cli_session_backward, s, a->repeat, &ms) ||
-        cli_session_download_grads(s, &d->dq, &d->dk, &d->dv))
+        cli_session_download_grads(s, &d->dq, &d->dk, &d->dv) ||
+        (d->dsinks && cli_session_download_dsinks(s, d->dsinks)))
         return CLI_EXIT_FAIL;
     run_print_time("bwd ", ms, a->repeat, flops, " (2.5x the forward's FLOPs)");
     return 0;
@@ -138,7 +152,28 @@ int run_bwd_write(const run_args *a, const cli_session *s, const run_data *d)
             return CLI_EXIT_FAIL;
         printf(KEY "%s (%s)\n", keys[i], paths[i], npy_dtype_descr(cli_npy_dtype(dtype)));
     }
+    if (a->dsinks_path) {
+        const int64_t heads = s->problem.heads_q;
+        char err[256];
+        if (npy_write(a->dsinks_path, NPY_F32, 1, &heads, d->dsinks, err, sizeof err) != 0)
+            return cli_error("%s: %s", a->dsinks_path, err);
+        printf(KEY "%s (<f4)\n", "wrote dsinks", a->dsinks_path);
+    }
     return 0;
+}
+
+/* The sinks' gradients as [1, 1, 1, heads_q] tensors, for run_compare. */
+static int compare_dsinks(const fa_problem *p, const run_data *d, char *why, size_t why_size)
+{
+    cli_tensor x, r;
+    memset(&x, 0, sizeof x);
+    x.shape[0] = x.shape[1] = x.shape[2] = 1;
+    x.shape[3] = p->heads_q;
+    x.count = (size_t)p->heads_q;
+    r = x;
+    x.data = d->dsinks;
+    r.data = d->ref_dsinks;
+    return run_compare("dsinks", "dsinks ", &x, &r, p->dtype, why, why_size);
 }
 
 int run_bwd_check(cli_session *ref, const fa_problem *p, run_data *d, char *why,
@@ -149,17 +184,23 @@ int run_bwd_check(cli_session *ref, const fa_problem *p, run_data *d, char *why,
     const cli_tensor *const x[3] = {&d->dq, &d->dk, &d->dv};
     cli_tensor *const r[3] = {&d->ref_dq, &d->ref_dk, &d->ref_dv};
     int failed = 0, i;
+    char one[512] = "";
     if (cli_session_plan_backward(ref, p) || cli_session_backward_buffers(ref) ||
         cli_session_upload_do(ref, &d->d_o) ||
         alloc_grads(p, "reference gradients", r[0], r[1], r[2]) ||
-        cli_session_backward(ref) || cli_session_download_grads(ref, r[0], r[1], r[2]))
+        alloc_dsinks(p, &d->ref_dsinks) || cli_session_backward(ref) ||
+        cli_session_download_grads(ref, r[0], r[1], r[2]) ||
+        (d->ref_dsinks && cli_session_download_dsinks(ref, d->ref_dsinks)))
         return -1;
     for (i = 0; i < 3; i++) {
-        char one[512] = "";
+        one[0] = '\0';
         if (run_compare(names[i], prefixes[i], x[i], r[i], p->dtype, one, sizeof one) &&
             failed++ == 0)
             snprintf(why, why_size, "%s", one);
     }
+    one[0] = '\0';
+    if (d->dsinks && d->ref_dsinks && compare_dsinks(p, d, one, sizeof one) && failed++ == 0)
+        snprintf(why, why_size, "%s", one);
     return failed;
 }
 
@@ -170,4 +211,7 @@ void run_bwd_free(run_data *d)
     int i;
     for (i = 0; i < 7; i++)
         cli_tensor_free(t[i]);
+    free(d->dsinks);
+    free(d->ref_dsinks);
+    d->dsinks = d->ref_dsinks = NULL;
 }

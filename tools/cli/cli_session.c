@@ -86,9 +86,70 @@ int cli_session_upload(cli_session *s, const cli_tensor *q, const cli_tensor *k,
     return 0;
 }
 
+/* A device buffer holding `bytes` bytes of host memory. */
+static int mod_buffer(cli_session *s, const void *host, size_t bytes, fa_buffer **out)
+{
+    fa_status st = fa_buffer_create(s->ctx, bytes ? bytes : 1, out);
+    if (st == FA_STATUS_OK && bytes)
+        st = fa_buffer_write(*out, 0, host, bytes);
+    return st == FA_STATUS_OK ? 0 : cli_lib_error(st, s->ctx, NULL);
+}
+
+/* The bias in the problem's bias dtype. */
+static int bias_buffer(cli_session *s, const cli_mod_data *m)
+{
+    size_t esz = fa_dtype_size(s->problem.bias_dtype), i;
+    unsigned char *image = malloc(m->bias_count ? m->bias_count * esz : 1);
+    int rc;
+    if (!image)
+        return cli_error("out of host memory for the bias");
+    for (i = 0; i < m->bias_count; i++) {
+        if (s->problem.bias_dtype == FA_DTYPE_F16) {
+            uint16_t h = fa_f32_to_f16(m->bias[i]);
+            memcpy(image + i * 2, &h, 2);
+        } else {
+            memcpy(image + i * 4, &m->bias[i], 4);
+        }
+    }
+    rc = mod_buffer(s, image, m->bias_count * esz, &s->bias);
+    free(image);
+    return rc;
+}
+
+int cli_session_mod_buffers(cli_session *s, const cli_mod_data *m)
+{
+    const fa_problem *p = &s->problem;
+    size_t heads = (size_t)p->heads_q * sizeof(float);
+    if ((p->alibi && mod_buffer(s, m->slopes, heads, &s->slopes)) ||
+        (p->sinks && mod_buffer(s, m->sinks, heads, &s->sinks)) ||
+        (p->bias && bias_buffer(s, m)))
+        return CLI_EXIT_FAIL;
+    return 0;
+}
+
+int cli_session_dsinks_buffer(cli_session *s)
+{
+    fa_status st;
+    if (!s->problem.sinks || s->d_sinks)
+        return 0;
+    st = fa_buffer_create(s->ctx, (size_t)s->problem.heads_q * sizeof(float), &s->d_sinks);
+    return st == FA_STATUS_OK ? 0 : cli_lib_error(st, s->ctx, NULL);
+}
+
+fa_modifier_buffers cli_session_mods(const cli_session *s, int backward)
+{
+    fa_modifier_buffers m;
+    m.alibi_slopes = s->slopes;
+    m.bias = s->bias;
+    m.sinks = s->sinks;
+    m.d_sinks = backward ? s->d_sinks : NULL;
+    return m;
+}
+
 int cli_session_forward(cli_session *s)
 {
-    fa_status st = fa_forward(s->ctx, s->plan, s->q, s->k, s->v, s->o, s->lse);
+    fa_modifier_buffers m = cli_session_mods(s, 0);
+    fa_status st = fa_forward_ex(s->ctx, s->plan, s->q, s->k, s->v, s->o, s->lse, &m);
     return st == FA_STATUS_OK ? 0 : cli_lib_error(st, s->ctx, NULL);
 }
 
@@ -133,7 +194,8 @@ int cli_session_backward_buffers(cli_session *s)
     const fa_problem *p = &s->problem;
     cli_problem_shapes(p, qs, kvs);
     if (make_buffer(s, qs, &p->d_o, &s->d_o) || make_buffer(s, qs, &p->dq, &s->dq) ||
-        make_buffer(s, kvs, &p->dk, &s->dk) || make_buffer(s, kvs, &p->dv, &s->dv))
+        make_buffer(s, kvs, &p->dk, &s->dk) || make_buffer(s, kvs, &p->dv, &s->dv) ||
+        cli_session_dsinks_buffer(s))
         return CLI_EXIT_FAIL;
     return 0;
 }
@@ -145,8 +207,15 @@ int cli_session_upload_do(cli_session *s, const cli_tensor *d_o)
 
 int cli_session_backward(cli_session *s)
 {
-    fa_status st = fa_backward(s->ctx, s->bwd_plan, s->q, s->k, s->v, s->o, s->lse, s->d_o,
-                               s->dq, s->dk, s->dv);
+    fa_modifier_buffers m = cli_session_mods(s, 1);
+    fa_status st = fa_backward_ex(s->ctx, s->bwd_plan, s->q, s->k, s->v, s->o, s->lse, s->d_o,
+                                  s->dq, s->dk, s->dv, &m);
+    return st == FA_STATUS_OK ? 0 : cli_lib_error(st, s->ctx, NULL);
+}
+
+int cli_session_download_dsinks(cli_session *s, float *out)
+{
+    fa_status st = fa_buffer_read(s->d_sinks, 0, out, (size_t)s->problem.heads_q * sizeof(float));
     return st == FA_STATUS_OK ? 0 : cli_lib_error(st, s->ctx, NULL);
 }
 
@@ -161,6 +230,10 @@ int cli_session_download_grads(cli_session *s, cli_tensor *dq, cli_tensor *dk, c
 
 void cli_session_close(cli_session *s)
 {
+    fa_buffer_destroy(s->d_sinks);
+    fa_buffer_destroy(s->sinks);
+    fa_buffer_destroy(s->bias);
+    fa_buffer_destroy(s->slopes);
     fa_buffer_destroy(s->dv);
     fa_buffer_destroy(s->dk);
     fa_buffer_destroy(s->dq);

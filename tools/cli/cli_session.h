@@ -8,6 +8,7 @@
 #ifndef FLASHATTN_TOOLS_CLI_SESSION_H
 #define FLASHATTN_TOOLS_CLI_SESSION_H
 
+#include "cli_modifiers.h"
 #include "cli_tensor.h"
 #include "flashattn.h"
 
@@ -18,6 +19,8 @@ typedef struct cli_session {
     fa_buffer *q, *k, *v, *o, *lse;
     fa_plan *bwd_plan;                 /* the backward's plan, when there is one */
     fa_buffer *d_o, *dq, *dk, *dv;     /* the backward's buffers */
+    fa_buffer *slopes, *bias, *sinks;  /* the score modifiers' tensors, when the problem has them */
+    fa_buffer *d_sinks;                /* the sinks' gradient (the backward, with sinks) */
 } cli_session;
 
 /* The logical shapes of Q (and O) and of K (and V) for a problem. */
@@ -30,7 +33,13 @@ int cli_session_buffers(cli_session *s, int want_lse);
 /* Copies host tensors into the Q, K and V buffers in the problem's layout and dtype. */
 int cli_session_upload(cli_session *s, const cli_tensor *q, const cli_tensor *k,
                        const cli_tensor *v);
-/* One fa_forward call. */
+/* The buffers of the problem's score modifiers (none when it has none), filled from m. */
+int cli_session_mod_buffers(cli_session *s, const cli_mod_data *m);
+/* The d_sinks buffer of the backward, when the problem has sinks (else nothing). */
+int cli_session_dsinks_buffer(cli_session *s);
+/* The fa_modifier_buffers of the session's buffers; d_sinks only for the backward. */
+fa_modifier_buffers cli_session_mods(const cli_session *s, int backward);
+/* One fa_forward_ex call. */
 int cli_session_forward(cli_session *s);
 /* Reads O back into a tensor of Q's shape and, when both exist, LSE into lse. */
 int cli_session_download(cli_session *s, cli_tensor *o, float *lse);
@@ -43,7 +52,9 @@ int cli_session_plan_backward(cli_session *s, const fa_problem *p);
 int cli_session_backward_buffers(cli_session *s);
 /* Copies a host dO (Q's shape) into its buffer in the problem's layout and dtype. */
 int cli_session_upload_do(cli_session *s, const cli_tensor *d_o);
-/* One fa_backward call, from the O and LSE that the last forward wrote. */
+/* Reads the sinks' gradient (f32 [heads_q]) back into out. */
+int cli_session_download_dsinks(cli_session *s, float *out);
+/* One fa_backward_ex call, from the O and LSE that the last forward wrote. */
 int cli_session_backward(cli_session *s);
 /* Reads dQ (Q's shape), dK and dV (K's shape) back into host tensors. */
 int cli_session_download_grads(cli_session *s, cli_tensor *dq, cli_tensor *dk, cli_tensor *dv);
