@@ -12,7 +12,15 @@
  *                   tile, then dQ += dS K.
  *
  * with P = exp2(S * scale * log2(e) - LSE * log2(e)) and dS = P * (dP - D); dQ and dK get the
- * factor `scale` once, at the end. A kernel's BLOCK_R is always the rows its block owns (dK/dV
+ * factor `scale` once, at the end. The score modifiers and dropout (-DFEATURES, as in the
+ * forward; compiled in only when on, so a plain build is unchanged) follow docs/algorithm.md: S
+ * is recomputed exactly as the forward's (score_log2: softcap, ALiBi, bias; the mask and window
+ * by fa_keys_begin/fa_keys_end), P = exp2(S2 - LSE2), Z is dropout's factor (kernel_params.h's
+ * Philox words), dV += P Z dO, dP = Z (dO.V) and dS = P (dP - D) dcap with dcap = 1 -
+ * tanh^2(s / cap) (grad_element); tiles outside the window are skipped in both passes. The
+ * sinks are carried by the LSE alone; with them a fourth launch, flash_bwd_dsinks, sums their
+ * gradient per query head in a fixed order. ALiBi slopes and bias follow the dK/dV and dQ
+ * launches' own tensors (src/ops.c). A kernel's BLOCK_R is always the rows its block owns (dK/dV
  * pass: keys, BLOCK_R = the plan's Bc) and BLOCK_C the tile it streams (there: query rows, the
  * plan's Br), so the forward's helpers and WG_SIZE rule serve both. Every block loops over its
  * grid's strides as the forward does.
@@ -58,13 +66,28 @@ __device__ __forceinline__ float lse2_of(float lse)
     return lse == NEG_INF ? 0.0f : lse * LOG2E;
 }
 
-/* The first query row that sees key `key` (the mask rule of kernel_params.h, inverted). */
+/* The first query row that sees key `key` (the mask and window rules of kernel_params.h,
+ * inverted: j <= i' + window_right means i >= j - window_right - (Sk - Sq)). */
 __device__ __forceinline__ i64 first_row_seeing(i64 key, const fa_kernel_params &p)
 {
-    if (MASK == 0)
-        return 0;
-    i64 first = key - (MASK == 2 ? p.seqlen_k - p.seqlen_q : 0);
+    i64 first = MASK == 0 ? 0 : key - (MASK == 2 ? p.seqlen_k - p.seqlen_q : 0);
+#if FEATURES & FA_FEATURE_WINDOW
+    if (p.window_right >= 0)
+        first = max(first, key - p.window_right - (p.seqlen_k - p.seqlen_q));
+#endif
     return max((i64)0, min(first, p.seqlen_q));
+}
+
+/* The end of the query rows that see key `key` (the window's left side inverted: j >= i' -
+ * window_left means i <= j + window_left - (Sk - Sq)); Sq without a window. */
+__device__ __forceinline__ i64 rows_seeing_end(i64 key, const fa_kernel_params &p)
+{
+#if FEATURES & FA_FEATURE_WINDOW
+    if (p.window_left >= 0)
+        return max((i64)0, min(key + p.window_left - (p.seqlen_k - p.seqlen_q) + 1, p.seqlen_q));
+#endif
+    (void)key;
+    return p.seqlen_q;
 }
 
 /* The LSE (log2 units), D and key count of query rows [r0, r0 + BLOCK_C) of head h into shared
@@ -78,7 +101,7 @@ __device__ void load_row_stats(float *lse2_v, float *delta_v, int *keys_v, const
     for (int i = (int)threadIdx.x; i < BLOCK_C; i += WG_SIZE) {
         i64 row = r0 + i, at = (b * p.heads_q + h) * p.seqlen_q + row;
         float l = row < p.seqlen_q ? lse[at] : NEG_INF;
-        i64 keys = l == NEG_INF ? 0 : fa_keys_allowed(MASK, row, p.seqlen_q, p.seqlen_k) - k0;
+        i64 keys = l == NEG_INF ? 0 : fa_keys_end(&p, MASK, FEATURES, row) - k0;
         lse2_v[i] = lse2_of(l);
         delta_v[i] = row < p.seqlen_q ? delta[at] : 0.0f;
         keys_v[i] = (int)max((i64)0, min(keys, (i64)BLOCK_R));
@@ -97,6 +120,47 @@ __device__ void load_query_tile(store_t *q_tile, store_t *do_tile, float *lse2_v
     load_tile(do_tile, do_head, r0, p.seqlen_q, p.do_stride_s, BLOCK_C, false);
     load_row_stats(lse2_v, delta_v, keys_v, lse, delta, p, b, h, r0, k0);
     __syncthreads();
+}
+
+/* ---- the score modifiers and dropout in the backward (FEATURES), both paths ---------------- */
+/* The sinks are not among them: only the LSE carries them (flash_bwd_dsinks has their
+ * gradient). Without features these helpers give what the plain kernels computed, bit for bit. */
+
+/* One element (query row `row`, key `key`) of a score tile: dot = q.k, dp = dO.V, z the dropout
+ * factor (1 without dropout), lse2 and d the row's LSE (log2 units) and D. S is recomputed as
+ * the forward's (score_log2: softcap, ALiBi, bias); returns P Z (dV's weight) and sets
+ * *ds = P (Z dP - D) dcap, dcap = d softcap(s) / ds (dQ's and dK's weight before the scale).
+ * A key the row may not see (mask, window, past Sk, a row without keys) gives 0 and reads no
+ * bias. */
+__device__ __forceinline__ float grad_element(float dot, float dp, float z,
+                                              const fa_kernel_params &p, const head_mods &hm,
+                                              i64 row, i64 key, bool visible, float lse2,
+                                              float d, float *ds)
+{
+    float dcap = 1.0f;
+    const float pr = visible ? exp2f(score_log2(dot, p, hm, row, key, &dcap) - lse2) : 0.0f;
+    *ds = pr * (z * dp - d) * dcap;
+    return pr * z;
+}
+
+/* Dropout's factor of element (b, h, row, key) from its own Philox call (the words of its group
+ * of four keys; the dK/dV pass's elements of one call are spread over threads); 1 without
+ * dropout. */
+__device__ __forceinline__ float dropout_z(const fa_kernel_params &p, i64 b, i64 h, i64 row,
+                                           i64 key)
+{
+#if FEATURES & FA_FEATURE_DROPOUT
+    fa_kp_u32 w[4];
+    fa_dropout_words(&p, b, h, row, key, w);
+    return dropout_factor(p, w[key & 3]);
+#else
+    (void)p;
+    (void)b;
+    (void)h;
+    (void)row;
+    (void)key;
+    return 1.0f;
+#endif
 }
 
 /* ---- flash_bwd_pre: D = rowsum(dO * O), both paths -------------------------------------- */
@@ -207,8 +271,8 @@ __device__ void tile_bwd_dq_cuda_cores(const store_t *__restrict__ q,
                                        const float *__restrict__ lse,
                                        const store_t *__restrict__ d_o,
                                        const float *__restrict__ delta, store_t *__restrict__ dq,
-                                       const fa_kernel_params &p, i64 tile, i64 h, i64 b,
-                                       char *smem)
+                                       const modifier_args &mods, const fa_kernel_params &p,
+                                       i64 tile, i64 h, i64 b, char *smem)
 {
     float *s_tile = (float *)smem;                             /* P, then dS: Br x Bc f32 */
     store_t *q_tile = (store_t *)(s_tile + BLOCK_R * BLOCK_C); /* Q^T:  d x Br */
@@ -224,7 +288,8 @@ __device__ void tile_bwd_dq_cuda_cores(const store_t *__restrict__ q,
     const i64 sq = p.seqlen_q, sk = p.seqlen_k;
     const store_t *k_head = k + p.k_offset + b * p.k_stride_b + h_kv * p.k_stride_h;
     const store_t *v_head = v + p.v_offset + b * p.v_stride_b + h_kv * p.v_stride_h;
-    float *s_row = s_tile + r * BLOCK_C; /* row r of P / dS */
+    float *s_row = s_tile + r * BLOCK_C; /* row r of Z (dropout), then dS */
+    const head_mods hm = head_mods_of(mods, p, b, h);
 
     /* Load the Q and dO tiles (rows past Sq are zeros; their results are never written). */
     load_q_tile(q_tile, q, p, b, h, r0, true);
@@ -233,41 +298,60 @@ __device__ void tile_bwd_dq_cuda_cores(const store_t *__restrict__ q,
     const i64 at = (b * p.heads_q + h) * sq + row; /* this row in LSE and D */
     const float lse_row = row < sq ? lse[at] : NEG_INF;
     const float lse2 = lse2_of(lse_row), delta_row = row < sq ? delta[at] : 0.0f;
-    /* Keys [0, row_keys) of this row count; none for a row with no key or past Sq. */
-    const i64 row_keys = lse_row == NEG_INF ? 0 : fa_keys_allowed(MASK, row, sq, sk);
-    const i64 kv_end = keys_to_visit(p, r0);
+    /* Keys [row_begin, row_keys) of this row count (mask and window); none for a row with no
+     * key or past Sq. */
+    const i64 row_begin = fa_keys_begin(&p, FEATURES, row);
+    const i64 row_keys = lse_row == NEG_INF ? 0 : fa_keys_end(&p, MASK, FEATURES, row);
+    const i64 kv_begin = keys_to_skip(p, r0), kv_end = keys_to_visit(p, r0);
 
     float acc[DIMS_PER_THREAD]; /* dQ[r][t + j*TPR] / scale, f32 */
 #pragma unroll
     for (int j = 0; j < DIMS_PER_THREAD; j++)
         acc[j] = 0.0f;
 
-    /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [0, kv_end) by Bc. */
-    for (i64 k0 = 0; k0 < kv_end; k0 += BLOCK_C) {
+    /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc (tiles outside
+     * the window skipped). */
+    for (i64 k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C) {
         __syncthreads(); /* the previous tiles are no longer read */
         load_tile(kt_tile, k_head, k0, sk, p.k_stride_s, BLOCK_C, true);
         load_tile(vt_tile, v_head, k0, sk, p.v_stride_s, BLOCK_C, true);
         load_tile(k_tile, k_head, k0, sk, p.k_stride_s, BLOCK_C, false);
         __syncthreads();
 
-        /* S = Q K^T (log2 units), masked, then P = exp2(S - LSE2): masked keys (after the row's
-         * diagonal, past Sk, or all of a row without keys) get P = 0. */
-        float s[COLS_PER_THREAD];
-        row_dots(s, q_tile + r, kt_tile, t);
-        const i64 allowed = row_keys - k0; /* this row's columns c < allowed count */
+#if FEATURES & FA_FEATURE_DROPOUT
+        /* Dropout's Z of the row's keys into s_row, the forward's draw: lane t the Philox words
+         * of the key groups 4G .. 4G+3 (G = k0/4 + t, + TPR, ...) of this tile, one call per 4
+         * keys. */
+        for (i64 grp = (k0 >> 2) + t; grp * 4 < k0 + BLOCK_C; grp += THREADS_PER_ROW) {
+            fa_kp_u32 w[4];
+            fa_dropout_words(&p, b, h, row, grp * 4, w);
 #pragma unroll
-        for (int i = 0; i < COLS_PER_THREAD; i++) {
-            int c = t + i * THREADS_PER_ROW;
-            if (has_col(t, i))
-                s_row[c] = c < allowed ? exp2f(s[i] * p.scale_log2 - lse2) : 0.0f;
+            for (int e = 0; e < 4; e++) {
+                i64 c = grp * 4 + e - k0;
+                if (c >= 0 && c < BLOCK_C)
+                    s_row[c] = dropout_factor(p, w[e]);
+            }
         }
-        /* dP = dO V^T, then dS = P * (dP - D) in place of P (each lane its own columns). */
-        row_dots(s, do_tile + r, vt_tile, t);
+        __syncwarp(lanes); /* the row's Z is visible to all its lanes */
+#endif
+        /* S = Q K^T and dP = dO V^T; then the modifiers (softcap, ALiBi, bias), the mask (keys
+         * outside [row_begin, row_keys): after the row's diagonal, outside the window, past Sk,
+         * all of a row without keys get P = 0), P = exp2(S - LSE2) and dS = P (Z dP - D) dcap
+         * into s_row (each lane its own columns). */
+        float s[COLS_PER_THREAD], dp[COLS_PER_THREAD];
+        row_dots(s, q_tile + r, kt_tile, t);
+        row_dots(dp, do_tile + r, vt_tile, t);
 #pragma unroll
         for (int i = 0; i < COLS_PER_THREAD; i++) {
             int c = t + i * THREADS_PER_ROW;
-            if (has_col(t, i))
-                s_row[c] = s_row[c] * (s[i] - delta_row);
+            if (!has_col(t, i))
+                continue;
+            const i64 key = k0 + c;
+            const float z = (FEATURES & FA_FEATURE_DROPOUT) ? s_row[c] : 1.0f;
+            float ds;
+            grad_element(s[i], dp[i], z, p, hm, row, key, key >= row_begin && key < row_keys,
+                         lse2, delta_row, &ds);
+            s_row[c] = ds;
         }
         __syncwarp(lanes); /* the row's dS is visible to all its lanes */
 
@@ -293,8 +377,8 @@ __device__ void tile_bwd_dkdv_cuda_cores(const store_t *__restrict__ q,
                                          const store_t *__restrict__ d_o,
                                          const float *__restrict__ delta,
                                          store_t *__restrict__ dk, store_t *__restrict__ dv,
-                                         const fa_kernel_params &p, i64 tile, i64 h_kv, i64 b,
-                                         char *smem)
+                                         const modifier_args &mods, const fa_kernel_params &p,
+                                         i64 tile, i64 h_kv, i64 b, char *smem)
 {
     float *pt_tile = (float *)smem;                /* P^T:  (own keys) x (query tile) */
     float *dst_tile = pt_tile + BLOCK_R * BLOCK_C; /* dS^T: (own keys) x (query tile) */
@@ -324,35 +408,39 @@ __device__ void tile_bwd_dkdv_cuda_cores(const store_t *__restrict__ q,
 #pragma unroll
     for (int j = 0; j < DIMS_PER_THREAD; j++)
         acc_k[j] = acc_v[j] = 0.0f;
-    const i64 first = first_row_seeing(k0, p); /* causal: earlier rows see none of the keys */
+    /* Causal and window: rows before `first` or from `last_end` on see none of the keys. */
+    const i64 first = first_row_seeing(k0, p), last_end = rows_seeing_end(k0 + BLOCK_R - 1, p);
 
     /* Loop over the group's query heads, then their query tiles [r0, r0 + Br), in order. */
     for (i64 h = h_kv * group; h < (h_kv + 1) * group; h++) {
         const store_t *q_head = q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h;
         const store_t *do_head = d_o + p.do_offset + b * p.do_stride_b + h * p.do_stride_h;
-        for (i64 r0 = first; r0 < sq; r0 += BLOCK_C) {
+        const head_mods hm = head_mods_of(mods, p, b, h);
+        for (i64 r0 = first; r0 < last_end; r0 += BLOCK_C) {
             __syncthreads(); /* the previous query tile is no longer read */
             load_tile(qt_tile, q_head, r0, sq, p.q_stride_s, BLOCK_C, true);
             load_tile(dot_tile, do_head, r0, sq, p.do_stride_s, BLOCK_C, true);
             load_query_tile(q_tile, do_tile, lse2_v, delta_v, keys_v, q_head, do_head, lse,
                             delta, p, b, h, r0, k0);
 
-            /* S^T = K Q^T (log2 units), masked (key c >= the row's count), P^T = exp2(S^T -
-             * LSE2); then dP^T = V dO^T and dS^T = P^T * (dP^T - D). */
-            float s[COLS_PER_THREAD];
+            /* S^T = K Q^T and dP^T = V dO^T; then the modifiers, the mask (key c >= the row's
+             * count, or before its window), P^T Z = exp2(S^T - LSE2) Z and dS^T =
+             * P^T (Z dP^T - D) dcap, Z from one Philox call per element. */
+            float s[COLS_PER_THREAD], dp[COLS_PER_THREAD];
             row_dots(s, kt_tile + c, qt_tile, t);
+            row_dots(dp, vt_tile + c, dot_tile, t);
 #pragma unroll
             for (int i = 0; i < COLS_PER_THREAD; i++) {
                 int r = t + i * THREADS_PER_ROW;
-                if (has_col(t, i))
-                    pt_row[r] = c < keys_v[r] ? exp2f(s[i] * p.scale_log2 - lse2_v[r]) : 0.0f;
-            }
-            row_dots(s, vt_tile + c, dot_tile, t);
-#pragma unroll
-            for (int i = 0; i < COLS_PER_THREAD; i++) {
-                int r = t + i * THREADS_PER_ROW;
-                if (has_col(t, i))
-                    dst_row[r] = pt_row[r] * (s[i] - delta_v[r]);
+                if (!has_col(t, i))
+                    continue;
+                const i64 row = r0 + r;
+                const bool visible = c < keys_v[r] && key >= fa_keys_begin(&p, FEATURES, row);
+                const float z = visible ? dropout_z(p, b, h, row, key) : 1.0f;
+                float ds;
+                pt_row[r] = grad_element(s[i], dp[i], z, p, hm, row, key, visible, lse2_v[r],
+                                         delta_v[r], &ds);
+                dst_row[r] = ds;
             }
             __syncwarp(lanes); /* the key's P^T and dS^T rows are visible to all its lanes */
 
@@ -448,13 +536,44 @@ __device__ __forceinline__ void store_block_scaled(const float acc[O_TILES][4], 
     }
 }
 
+#if FEATURES & FA_FEATURE_DROPOUT
+/* Dropout's factors z[j][e] of a warp's 16 x 16 block of the dQ pass: rows[i] (i = e / 2) x keys
+ * key0 + 8j + 2t + e % 2, key0 a multiple of 16. The forward's draw: lanes t and t^1 hold the 4
+ * keys 8j + 4(t/2) .. +3 of rows g and g+8; the even lane draws row g's Philox words, the odd
+ * one row g+8's, one call per 4 keys, and each passes the other the two words of its keys. */
+__device__ __forceinline__ void block_dropout(const fa_kernel_params &p, i64 b, i64 h,
+                                              const i64 rows[2], i64 key0, int t,
+                                              unsigned lanes, float z[2][4])
+{
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const bool odd = (t & 1) != 0; /* draws for row g+8 (i = 1), else row g (i = 0) */
+        fa_kp_u32 w[4];
+        fa_dropout_words(&p, b, h, rows[odd], key0 + j * 8 + (t & ~1) * 2, w);
+        /* Words 2(t%2), 2(t%2)+1 are this lane's keys, the other two its partner's. */
+        fa_kp_u32 mine0 = odd ? w[2] : w[0], mine1 = odd ? w[3] : w[1];
+        fa_kp_u32 give0 = odd ? w[0] : w[2], give1 = odd ? w[1] : w[3];
+        fa_kp_u32 got0 = (fa_kp_u32)__float_as_int(
+            __shfl_xor_sync(lanes, __int_as_float((int)give0), 1, THREADS_PER_ROW));
+        fa_kp_u32 got1 = (fa_kp_u32)__float_as_int(
+            __shfl_xor_sync(lanes, __int_as_float((int)give1), 1, THREADS_PER_ROW));
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            bool drawn_here = (e / 2 == 1) == odd;
+            fa_kp_u32 word = drawn_here ? ((e & 1) ? mine1 : mine0) : ((e & 1) ? got1 : got0);
+            z[j][e] = dropout_factor(p, word);
+        }
+    }
+}
+#endif
+
 /* One (query tile, head, batch) work item: warp w owns query rows warp_row0 = 16w .. 16w+15;
  * each lane holds rows g and g+8 of them (i = 0, 1) and, in a 16 x 8 tile, columns 2t, 2t+1. */
 __device__ void tile_bwd_dq_mma(const store_t *__restrict__ q, const store_t *__restrict__ k,
                                 const store_t *__restrict__ v, const float *__restrict__ lse,
                                 const store_t *__restrict__ d_o, const float *__restrict__ delta,
-                                store_t *__restrict__ dq, const fa_kernel_params &p, i64 tile,
-                                i64 h, i64 b, char *smem)
+                                store_t *__restrict__ dq, const modifier_args &mods,
+                                const fa_kernel_params &p, i64 tile, i64 h, i64 b, char *smem)
 {
     store_t *q_tile = (store_t *)smem;              /* Q:  Br x d, row-major */
     store_t *do_tile = q_tile + BLOCK_R * HEAD_DIM; /* dO: Br x d */
@@ -463,7 +582,7 @@ __device__ void tile_bwd_dq_mma(const store_t *__restrict__ q, const store_t *__
 
     const int lane = (int)threadIdx.x % 32, warp_row0 = (int)threadIdx.x / 32 * 16;
     const int g = lane / 4, t = lane % 4; /* PTX's groupID and threadID_in_group */
-    const i64 r0 = tile * BLOCK_R, sq = p.seqlen_q, sk = p.seqlen_k;
+    const i64 r0 = tile * BLOCK_R, sq = p.seqlen_q;
     const i64 h_kv = h / (p.heads_q / p.heads_kv); /* GQA: query heads share a K/V head */
     const store_t *k_head = k + p.k_offset + b * p.k_stride_b + h_kv * p.k_stride_h;
     const store_t *v_head = v + p.v_offset + b * p.v_stride_b + h_kv * p.v_stride_h;
@@ -472,25 +591,31 @@ __device__ void tile_bwd_dq_mma(const store_t *__restrict__ q, const store_t *__
     load_q_tile(q_tile, q, p, b, h, r0, false);
     load_tile(do_tile, d_o + p.do_offset + b * p.do_stride_b + h * p.do_stride_h, r0, sq,
               p.do_stride_s, BLOCK_R, false);
+    const head_mods hm = head_mods_of(mods, p, b, h);
+    const i64 rows[2] = {r0 + warp_row0 + g, r0 + warp_row0 + g + 8}; /* this lane's rows */
     float lse2[2], delta_row[2];
-    i64 row_keys[2]; /* this lane's rows see keys [0, row_keys): none without keys or past Sq */
+    /* this lane's rows see keys [row_begin, row_keys) (mask and window): none without keys or
+     * past Sq */
+    i64 row_begin[2], row_keys[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-        const i64 row = r0 + warp_row0 + g + 8 * i, at = (b * p.heads_q + h) * sq + row;
+        const i64 row = rows[i], at = (b * p.heads_q + h) * sq + row;
         const float l = row < sq ? lse[at] : NEG_INF;
         lse2[i] = lse2_of(l);
         delta_row[i] = row < sq ? delta[at] : 0.0f;
-        row_keys[i] = l == NEG_INF ? 0 : fa_keys_allowed(MASK, row, sq, sk);
+        row_begin[i] = fa_keys_begin(&p, FEATURES, row);
+        row_keys[i] = l == NEG_INF ? 0 : fa_keys_end(&p, MASK, FEATURES, row);
     }
-    const i64 kv_end = keys_to_visit(p, r0);
+    const i64 kv_begin = keys_to_skip(p, r0), kv_end = keys_to_visit(p, r0);
 
     float acc[O_TILES][4]; /* dQ / scale: rows g, g+8 x dims 8n+2t, 8n+2t+1, f32 */
 #pragma unroll
     for (int n = 0; n < O_TILES; n++)
         acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 
-    /* Loop over K/V tiles: keys [k0, k0 + Bc), then 16 keys c0 .. c0+15 at a time. */
-    for (i64 k0 = 0; k0 < kv_end; k0 += BLOCK_C) {
+    /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc (tiles outside
+     * the window skipped), then 16 keys c0 .. c0+15 at a time. */
+    for (i64 k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C) {
         load_kv_tiles(k_tile, v_tile, k_head, v_head, p, k0, false);
 #pragma unroll 1
         for (int c0 = 0; c0 < BLOCK_C; c0 += 16) {
@@ -499,16 +624,24 @@ __device__ void tile_bwd_dq_mma(const store_t *__restrict__ q, const store_t *__
             float s[2][4], dp[2][4];
             warp_scores(s, q_tile, warp_row0, k_tile + c0 * HEAD_DIM, g, t);
             warp_scores(dp, do_tile, warp_row0, v_tile + c0 * HEAD_DIM, g, t);
-            /* P = exp2(S - LSE2), masked keys 0; then dS = P * (dP - D) in place. */
+            /* Dropout's Z of the block (1 without dropout). */
+            float z[2][4] = {{1.0f, 1.0f, 1.0f, 1.0f}, {1.0f, 1.0f, 1.0f, 1.0f}};
+#if FEATURES & FA_FEATURE_DROPOUT
+            block_dropout(p, b, h, rows, k0 + c0, t, row_lanes(), z);
+#endif
+            /* The modifiers, the mask (keys outside [row_begin, row_keys) get P = 0), P =
+             * exp2(S - LSE2) and dS = P (Z dP - D) dcap in place. */
 #pragma unroll
             for (int j = 0; j < 2; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    int i = e / 2, c = c0 + 8 * j + 2 * t + (e & 1);
-                    float pr = c < row_keys[i] - k0
-                                   ? exp2f(s[j][e] * p.scale_log2 - lse2[i])
-                                   : 0.0f;
-                    s[j][e] = pr * (dp[j][e] - delta_row[i]);
+                    int i = e / 2;
+                    const i64 key = k0 + c0 + 8 * j + 2 * t + (e & 1);
+                    float ds;
+                    grad_element(s[j][e], dp[j][e], z[j][e], p, hm, rows[i], key,
+                                 key >= row_begin[i] && key < row_keys[i], lse2[i],
+                                 delta_row[i], &ds);
+                    s[j][e] = ds;
                 }
             /* dQ += dS K[c0 .. c0+15] (K rows past Sk are zeros, their dS 0). */
             unsigned a_frag[4];
@@ -521,7 +654,7 @@ __device__ void tile_bwd_dq_mma(const store_t *__restrict__ q, const store_t *__
     store_t *dst[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-        const i64 row = r0 + warp_row0 + g + 8 * i;
+        const i64 row = rows[i];
         dst[i] = row < sq ? dq + p.dq_offset + b * p.dq_stride_b + h * p.dq_stride_h +
                                 row * p.dq_stride_s
                           : nullptr;
@@ -536,8 +669,9 @@ __device__ void tile_bwd_dkdv_mma(const store_t *__restrict__ q, const store_t *
                                   const store_t *__restrict__ v, const float *__restrict__ lse,
                                   const store_t *__restrict__ d_o,
                                   const float *__restrict__ delta, store_t *__restrict__ dk,
-                                  store_t *__restrict__ dv, const fa_kernel_params &p, i64 tile,
-                                  i64 h_kv, i64 b, char *smem)
+                                  store_t *__restrict__ dv, const modifier_args &mods,
+                                  const fa_kernel_params &p, i64 tile, i64 h_kv, i64 b,
+                                  char *smem)
 {
     float *lse2_v = (float *)smem; /* per query row of the tile */
     float *delta_v = lse2_v + BLOCK_C;
@@ -550,7 +684,7 @@ __device__ void tile_bwd_dkdv_mma(const store_t *__restrict__ q, const store_t *
     const int lane = (int)threadIdx.x % 32, warp_key0 = (int)threadIdx.x / 32 * 16;
     const int g = lane / 4, t = lane % 4; /* PTX's groupID and threadID_in_group */
     const i64 k0 = tile * BLOCK_R;
-    const i64 group = p.heads_q / p.heads_kv, sq = p.seqlen_q, sk = p.seqlen_k;
+    const i64 group = p.heads_q / p.heads_kv, sk = p.seqlen_k;
 
     /* Load the block's K and V tiles (keys past Sk are zeros, never written). */
     __syncthreads(); /* the previous work item no longer reads the tiles */
@@ -564,14 +698,16 @@ __device__ void tile_bwd_dkdv_mma(const store_t *__restrict__ q, const store_t *
 #pragma unroll
         for (int e = 0; e < 4; e++)
             acc_k[n][e] = acc_v[n][e] = 0.0f;
-    const i64 first = first_row_seeing(k0, p); /* causal: earlier rows see none of the keys */
+    /* Causal and window: rows before `first` or from `last_end` on see none of the keys. */
+    const i64 first = first_row_seeing(k0, p), last_end = rows_seeing_end(k0 + BLOCK_R - 1, p);
 
     /* Loop over the group's query heads, then their query tiles [r0, r0 + Br), in order, 16
      * query rows c0 .. c0+15 at a time. */
     for (i64 h = h_kv * group; h < (h_kv + 1) * group; h++) {
         const store_t *q_head = q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h;
         const store_t *do_head = d_o + p.do_offset + b * p.do_stride_b + h * p.do_stride_h;
-        for (i64 r0 = first; r0 < sq; r0 += BLOCK_C) {
+        const head_mods hm = head_mods_of(mods, p, b, h);
+        for (i64 r0 = first; r0 < last_end; r0 += BLOCK_C) {
             __syncthreads(); /* the previous query tile is no longer read */
             load_query_tile(q_tile, do_tile, lse2_v, delta_v, keys_v, q_head, do_head, lse,
                             delta, p, b, h, r0, k0);
@@ -582,16 +718,22 @@ __device__ void tile_bwd_dkdv_mma(const store_t *__restrict__ q, const store_t *
                 float st[2][4], dpt[2][4];
                 warp_scores(st, k_tile, warp_key0, q_tile + c0 * HEAD_DIM, g, t);
                 warp_scores(dpt, v_tile, warp_key0, do_tile + c0 * HEAD_DIM, g, t);
-                /* P^T = exp2(S^T - LSE2), masked (key >= the row's count) 0, in st; dS^T =
-                 * P^T * (dP^T - D) in dpt. */
+                /* The modifiers, the mask (key >= the row's count, or before its window), P^T Z =
+                 * exp2(S^T - LSE2) Z in st and dS^T = P^T (Z dP^T - D) dcap in dpt, Z from one
+                 * Philox call per element. */
 #pragma unroll
                 for (int j = 0; j < 2; j++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        int key = warp_key0 + g + 8 * (e / 2), r = c0 + 8 * j + 2 * t + (e & 1);
-                        st[j][e] = key < keys_v[r] ? exp2f(st[j][e] * p.scale_log2 - lse2_v[r])
-                                                   : 0.0f;
-                        dpt[j][e] = st[j][e] * (dpt[j][e] - delta_v[r]);
+                        int c = warp_key0 + g + 8 * (e / 2), r = c0 + 8 * j + 2 * t + (e & 1);
+                        const i64 key = k0 + c, row = r0 + r;
+                        const bool visible =
+                            c < keys_v[r] && key >= fa_keys_begin(&p, FEATURES, row);
+                        const float z = visible ? dropout_z(p, b, h, row, key) : 1.0f;
+                        float ds;
+                        st[j][e] = grad_element(st[j][e], dpt[j][e], z, p, hm, row, key, visible,
+                                                lse2_v[r], delta_v[r], &ds);
+                        dpt[j][e] = ds;
                     }
                 /* dV += P^T dO[c0 ..] and dK += dS^T Q[c0 ..] (rows past Sq are zeros). */
                 unsigned a_frag[4];
@@ -626,16 +768,17 @@ extern "C" __global__ void __launch_bounds__(WG_SIZE)
 flash_bwd_dq(const store_t *__restrict__ q, const store_t *__restrict__ k,
              const store_t *__restrict__ v, const float *__restrict__ lse,
              const store_t *__restrict__ d_o, const float *__restrict__ delta,
-             store_t *__restrict__ dq, const fa_kernel_params p)
+             store_t *__restrict__ dq, ALIBI_PARAM BIAS_PARAM const fa_kernel_params p)
 {
     extern __shared__ __align__(16) char smem[];
+    const modifier_args mods = {ALIBI_ARG, BIAS_ARG, nullptr};
     for (i64 b = blockIdx.z; b < p.batch; b += gridDim.z)
         for (i64 h = blockIdx.y; h < p.heads_q; h += gridDim.y)
             for (i64 tile = blockIdx.x; tile < p.q_tiles; tile += gridDim.x)
 #if MMA
-                tile_bwd_dq_mma(q, k, v, lse, d_o, delta, dq, p, tile, h, b, smem);
+                tile_bwd_dq_mma(q, k, v, lse, d_o, delta, dq, mods, p, tile, h, b, smem);
 #else
-                tile_bwd_dq_cuda_cores(q, k, v, lse, d_o, delta, dq, p, tile, h, b, smem);
+                tile_bwd_dq_cuda_cores(q, k, v, lse, d_o, delta, dq, mods, p, tile, h, b, smem);
 #endif
 }
 
@@ -643,17 +786,65 @@ extern "C" __global__ void __launch_bounds__(WG_SIZE)
 flash_bwd_dkdv(const store_t *__restrict__ q, const store_t *__restrict__ k,
                const store_t *__restrict__ v, const float *__restrict__ lse,
                const store_t *__restrict__ d_o, const float *__restrict__ delta,
-               store_t *__restrict__ dk, store_t *__restrict__ dv, const fa_kernel_params p)
+               store_t *__restrict__ dk, store_t *__restrict__ dv, ALIBI_PARAM BIAS_PARAM
+               const fa_kernel_params p)
 {
     extern __shared__ __align__(16) char smem[];
+    const modifier_args mods = {ALIBI_ARG, BIAS_ARG, nullptr};
     const i64 key_tiles = (p.seqlen_k + BLOCK_R - 1) / BLOCK_R;
     for (i64 b = blockIdx.z; b < p.batch; b += gridDim.z)
         for (i64 h_kv = blockIdx.y; h_kv < p.heads_kv; h_kv += gridDim.y)
             for (i64 tile = blockIdx.x; tile < key_tiles; tile += gridDim.x)
 #if MMA
-                tile_bwd_dkdv_mma(q, k, v, lse, d_o, delta, dk, dv, p, tile, h_kv, b, smem);
+                tile_bwd_dkdv_mma(q, k, v, lse, d_o, delta, dk, dv, mods, p, tile, h_kv, b,
+                                  smem);
 #else
-                tile_bwd_dkdv_cuda_cores(q, k, v, lse, d_o, delta, dk, dv, p, tile, h_kv, b,
-                                         smem);
+                tile_bwd_dkdv_cuda_cores(q, k, v, lse, d_o, delta, dk, dv, mods, p, tile, h_kv,
+                                         b, smem);
 #endif
 }
+
+#if FEATURES & FA_FEATURE_SINKS
+/*
+ * flash_bwd_dsinks: the sinks' gradient, dsink[h] = -sum over b, then rows i, of
+ * exp(sink[h] - LSE[b][h][i]) * D[b][h][i] (D from flash_bwd_pre), rows with LSE = -inf adding
+ * nothing. One block per query head (grid (1, Hq, 1), grid-stride over heads): thread t sums
+ * rows t, t + WG_SIZE, .. of each batch in order, then a tree over the block adds the partial
+ * sums in shared memory (WG_SIZE floats of the dynamic shared memory); no atomics, a fixed
+ * order. With batch 0, delta (then a null pointer) is never read and dsinks gets 0.
+ */
+extern "C" __global__ void __launch_bounds__(WG_SIZE)
+flash_bwd_dsinks(const float *__restrict__ lse, const float *__restrict__ delta,
+                 const float *__restrict__ sinks, float *__restrict__ dsinks,
+                 const fa_kernel_params p)
+{
+    extern __shared__ __align__(16) char smem[];
+    float *partial = (float *)smem; /* partial[t]: thread t's sum */
+    const int t = (int)threadIdx.x;
+    const i64 sq = p.seqlen_q;
+    for (i64 h = blockIdx.y; h < p.heads_q; h += gridDim.y) {
+        const float sink = sinks[h];
+        float sum = 0.0f;
+        for (i64 b = 0; b < p.batch; b++)
+            for (i64 i = t; i < sq; i += WG_SIZE) {
+                const i64 at = (b * p.heads_q + h) * sq + i; /* LSE and D [B, Hq, Sq] */
+                const float l = lse[at];
+                if (l != NEG_INF)
+                    sum += expf(sink - l) * delta[at];
+            }
+        __syncthreads(); /* the previous head's tree no longer reads partial */
+        partial[t] = sum;
+        __syncthreads();
+        int step = 1; /* the largest power of two below WG_SIZE */
+        while (step * 2 < WG_SIZE)
+            step *= 2;
+        for (; step > 0; step /= 2) { /* partial[t] += partial[t + step], within WG_SIZE */
+            if (t < step && t + step < WG_SIZE)
+                partial[t] += partial[t + step];
+            __syncthreads();
+        }
+        if (t == 0)
+            dsinks[h] = -partial[0];
+    }
+}
+#endif

@@ -22,6 +22,12 @@
  *   row-major tiles in shared memory; no S tile.
  * Both paths share the tile loads, the online-softmax max step and the final 1/l and LSE rules
  * (the __device__ helpers before them).
+ * The score modifiers and dropout (-DFEATURES, FA_FEATURE_* bits; -DBIAS_DTYPE) are compiled in
+ * only when on, so a plain build is unchanged: softcap, ALiBi and bias change the score before
+ * the mask (score_log2), the window narrows the mask and skips K tiles outside it, a sink is the
+ * online softmax's initial state, and dropout scales or zeroes P after l has counted it, with
+ * kernel_params.h's Philox words (one call per 4 keys) so every backend drops the same elements.
+ * Their tensors follow the launch's own (ALiBi slopes, bias, sinks: src/ops.c).
  * No CUDA header is included: NVRTC compiles this file without -I; f16 goes through PTX cvt,
  * bf16 through bit shifts. Every tunable has a default so the file compiles alone (with -I src
  * for kernel_params.h); the host passes the planned values with -D and prepends kernel_params.h.
@@ -54,6 +60,12 @@
 #ifndef TPR
 #define TPR 4 /* threads per query row (CUDA cores) or lanes per fragment row group (MMA) */
 #endif
+#ifndef FEATURES
+#define FEATURES 0 /* FA_FEATURE_* bits: the score modifiers and dropout compiled in */
+#endif
+#ifndef BIAS_DTYPE
+#define BIAS_DTYPE 0 /* the bias's fa_dtype (FA_FEATURE_BIAS): 0 f32, else DTYPE */
+#endif
 /* The host's name is TPR (its -D option); the kernel reads this one. */
 #define THREADS_PER_ROW TPR
 #ifndef WG_SIZE
@@ -75,8 +87,10 @@ static_assert(WG_SIZE == BLOCK_R * 2, "MMA: WG_SIZE must be one warp per 16 rows
 #else
 static_assert(WG_SIZE == BLOCK_R * TPR, "WG_SIZE must be BLOCK_R * TPR");
 #endif
+static_assert(BIAS_DTYPE == 0 || BIAS_DTYPE == DTYPE, "BIAS_DTYPE: f32 or the storage type");
 
 #define LN2 0.69314718055994530942f
+#define LOG2E 1.44269504088896340736f
 #define NEG_INF __int_as_float(0xff800000)
 
 typedef long long i64;
@@ -187,11 +201,136 @@ __device__ __forceinline__ void load_kv_tiles(store_t *k_tile, store_t *v_tile,
     __syncthreads();
 }
 
-/* The keys [0, end) that the tile starting at row r0 visits: those its last row may attend
- * to, so causal launches skip K tiles entirely past the diagonal. */
+/* The keys [keys_to_skip, keys_to_visit) that the tile starting at row r0 visits: up to the
+ * last key its last row may attend to, so causal launches skip K tiles entirely past the
+ * diagonal; with a window, from the Bc-aligned tile of its first row's first key, so tiles
+ * wholly left of the window are skipped too (both bounds never decrease with the row). */
 __device__ __forceinline__ i64 keys_to_visit(const fa_kernel_params &p, i64 r0)
 {
-    return fa_keys_allowed(MASK, min(r0 + BLOCK_R, p.seqlen_q) - 1, p.seqlen_q, p.seqlen_k);
+    return fa_keys_end(&p, MASK, FEATURES, min(r0 + BLOCK_R, p.seqlen_q) - 1);
+}
+
+__device__ __forceinline__ i64 keys_to_skip(const fa_kernel_params &p, i64 r0)
+{
+    return fa_keys_begin(&p, FEATURES, r0) / BLOCK_C * BLOCK_C;
+}
+
+/* ---- the score modifiers and dropout (FEATURES; kernel_params.h states the rules) ---------- */
+#if BIAS_DTYPE == 0
+typedef float bias_t; /* the bias's element: f32 or the storage type */
+__device__ __forceinline__ float bias_to_f32(bias_t v) { return v; }
+#else
+typedef store_t bias_t;
+__device__ __forceinline__ float bias_to_f32(bias_t v) { return to_f32(v); }
+#endif
+
+/* The modifier tensors of a launch, in the host's order (src/ops.c add_modifier_args): those of
+ * the features compiled in follow the launch's own tensors; absent ones are null here. */
+struct modifier_args {
+    const float *alibi;  /* ALiBi slopes f32 [Hq] */
+    const bias_t *bias;  /* bias [B, Hq, Sq, Sk] (bias_* params), keys contiguous */
+    const float *sinks;  /* sink logits f32 [Hq] */
+};
+#if FEATURES & FA_FEATURE_ALIBI
+#define ALIBI_PARAM const float *__restrict__ alibi,
+#define ALIBI_ARG alibi
+#else
+#define ALIBI_PARAM
+#define ALIBI_ARG nullptr
+#endif
+#if FEATURES & FA_FEATURE_BIAS
+#define BIAS_PARAM const bias_t *__restrict__ bias,
+#define BIAS_ARG bias
+#else
+#define BIAS_PARAM
+#define BIAS_ARG nullptr
+#endif
+#if FEATURES & FA_FEATURE_SINKS
+#define SINKS_PARAM const float *__restrict__ sinks,
+#define SINKS_ARG sinks
+#else
+#define SINKS_PARAM
+#define SINKS_ARG nullptr
+#endif
+
+/* What the modifiers read for one (batch b, query head h). */
+struct head_mods {
+    float slope;         /* ALiBi slope of head h (natural units) */
+    const bias_t *bias;  /* bias[b][h][0][0] */
+    float sink_log2;     /* sink[h] * log2(e); -inf: no sink */
+};
+
+__device__ __forceinline__ head_mods head_mods_of(const modifier_args &a,
+                                                  const fa_kernel_params &p, i64 b, i64 h)
+{
+    head_mods hm = {0.0f, nullptr, NEG_INF};
+#if FEATURES & FA_FEATURE_ALIBI
+    hm.slope = a.alibi[h];
+#endif
+#if FEATURES & FA_FEATURE_BIAS
+    hm.bias = a.bias + p.bias_offset + b * p.bias_stride_b + h * p.bias_stride_h;
+#endif
+#if FEATURES & FA_FEATURE_SINKS
+    hm.sink_log2 = a.sinks[h] * LOG2E;
+#endif
+    (void)a;
+    (void)p;
+    (void)b;
+    (void)h;
+    return hm;
+}
+
+/* The score of (row, key) in log2 units, for exp2, from dot = q.k: s = scale * dot, then, in
+ * natural units, softcap (s = cap * tanh(s / cap)), ALiBi (s -= slope * |row + Sk - Sq - key|)
+ * and bias (s += bias[b][h][row][key]). Only for rows < Sq and keys < Sk (the bias is read).
+ * dcap (the backward's): when not null, receives d softcap(s) / ds = 1 - tanh^2(s / cap); it is
+ * left as it is without softcap. */
+__device__ __forceinline__ float score_log2(float dot, const fa_kernel_params &p,
+                                            const head_mods &hm, i64 row, i64 key,
+                                            float *dcap = nullptr)
+{
+#if FEATURES & (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_BIAS)
+    float s = dot * p.scale;
+#if FEATURES & FA_FEATURE_SOFTCAP
+    const float th = tanhf(s / p.softcap);
+    s = p.softcap * th;
+    if (dcap)
+        *dcap = 1.0f - th * th;
+#endif
+#if FEATURES & FA_FEATURE_ALIBI
+    i64 dist = row + p.seqlen_k - p.seqlen_q - key;
+    s -= hm.slope * (float)(dist < 0 ? -dist : dist);
+#endif
+#if FEATURES & FA_FEATURE_BIAS
+    s += bias_to_f32(hm.bias[row * p.bias_stride_s + key]);
+#endif
+    (void)hm;
+    (void)row;
+    (void)key;
+    (void)dcap;
+    return s * LOG2E;
+#else
+    (void)hm;
+    (void)row;
+    (void)key;
+    (void)dcap;
+    return dot * p.scale_log2;
+#endif
+}
+
+/* The online softmax's initial state of a row: with a sink, a key of score sink and V = 0
+ * (m = sink, l = exp2(0) = 1), unless the sink is -inf; else m = -inf, l = 0. */
+__device__ __forceinline__ void initial_state(const head_mods &hm, float *m, float *l)
+{
+    *m = hm.sink_log2;
+    *l = hm.sink_log2 == NEG_INF ? 0.0f : 1.0f;
+}
+
+/* Dropout's factor for one probability from its Philox word: dropout_scale when kept, 0 when
+ * dropped. */
+__device__ __forceinline__ float dropout_factor(const fa_kernel_params &p, fa_kp_u32 word)
+{
+    return word >= p.dropout_threshold ? p.dropout_scale : 0.0f;
 }
 
 /* The m step of the online softmax for one row, in log2 units: *m becomes m_new = max(*m, the
@@ -229,8 +368,9 @@ __device__ __forceinline__ float row_lse(float m, float l)
 __device__ void tile_fwd_cuda_cores(const store_t *__restrict__ q,
                                      const store_t *__restrict__ k,
                                      const store_t *__restrict__ v, store_t *__restrict__ o,
-                                     float *__restrict__ lse, const fa_kernel_params &p,
-                                     i64 tile, i64 h, i64 b, char *smem)
+                                     float *__restrict__ lse, const modifier_args &mods,
+                                     const fa_kernel_params &p, i64 tile, i64 h, i64 b,
+                                     char *smem)
 {
     float *s_tile = (float *)smem;                             /* S, then P: Br x Bc f32 */
     store_t *q_tile = (store_t *)(s_tile + BLOCK_R * BLOCK_C); /* Q^T: d x Br store_t */
@@ -246,20 +386,25 @@ __device__ void tile_fwd_cuda_cores(const store_t *__restrict__ q,
     const store_t *k_head = k + p.k_offset + b * p.k_stride_b + h_kv * p.k_stride_h;
     const store_t *v_head = v + p.v_offset + b * p.v_stride_b + h_kv * p.v_stride_h;
     float *s_row = s_tile + r * BLOCK_C; /* S[r][0 .. Bc) */
+    const head_mods hm = head_mods_of(mods, p, b, h);
+    /* The keys row may attend to (mask and window): [first, last); none for rows past Sq. */
+    const i64 first = fa_keys_begin(&p, FEATURES, row);
+    const i64 last = row < sq ? fa_keys_end(&p, MASK, FEATURES, row) : 0;
 
     /* Load Q tile (rows past Sq are zeros; their results are never written). */
     load_q_tile(q_tile, q, p, b, h, r0, true);
 
-    const i64 kv_end = keys_to_visit(p, r0);
+    const i64 kv_begin = keys_to_skip(p, r0), kv_end = keys_to_visit(p, r0);
 
-    float m = NEG_INF, l = 0.0f;
+    float m, l; /* running max (log2 units) and sum; a sink is their initial state */
+    initial_state(hm, &m, &l);
     float acc[DIMS_PER_THREAD]; /* O[r][t + i*TPR], f32 */
 #pragma unroll
     for (int i = 0; i < DIMS_PER_THREAD; i++)
         acc[i] = 0.0f;
 
-    /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [0, kv_end) by Bc. */
-    for (i64 k0 = 0; k0 < kv_end; k0 += BLOCK_C) {
+    /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc. */
+    for (i64 k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C) {
         load_kv_tiles(k_tile, v_tile, k_head, v_head, p, k0, true);
 
         /* S = Q K^T * scale (in log2 units, for exp2): s[i] = S[r][c], c = t + i*TPR,
@@ -277,14 +422,17 @@ __device__ void tile_fwd_cuda_cores(const store_t *__restrict__ q,
                     s[i] += qx * to_f32(k_row[i * THREADS_PER_ROW]); /* K^T[x][c] */
         }
 
-        /* Mask: keys past Sk and, causal, keys after the row's diagonal get -inf. */
+        /* Score modifiers (softcap, ALiBi, bias; score_log2), then the mask: keys past Sk,
+         * causal keys after the row's diagonal and keys outside the window get -inf. */
         int valid_keys = (int)min((i64)BLOCK_C, sk - k0); /* keys [0, valid_keys) exist */
-        i64 allowed = fa_keys_allowed(MASK, row, sq, sk) - k0; /* row r may see c < allowed */
+        /* row r may see c in [allowed_from, allowed) */
+        i64 allowed_from = first - k0, allowed = last - k0;
         float tile_max = NEG_INF;
 #pragma unroll
         for (int i = 0; i < KEYS_PER_THREAD; i++) {
             int c = t + i * THREADS_PER_ROW;
-            s[i] = (c < BLOCK_C && c < allowed) ? s[i] * p.scale_log2 : NEG_INF;
+            bool visible = c < BLOCK_C && c < allowed && c >= allowed_from;
+            s[i] = visible ? score_log2(s[i], p, hm, row, k0 + c) : NEG_INF;
             tile_max = fmaxf(tile_max, s[i]);
         }
 
@@ -304,6 +452,23 @@ __device__ void tile_fwd_cuda_cores(const store_t *__restrict__ q,
         }
         l = l * alpha + row_sum(tile_sum, lanes);
         __syncwarp(lanes); /* the row's P values are visible to all its lanes */
+
+#if FEATURES & FA_FEATURE_DROPOUT
+        /* Dropout (l above counts P before it): P[r][c] *= dropout_scale or 0. Lane t draws the
+         * Philox words of the key groups 4G .. 4G+3 (G = k0/4 + t, + TPR, ...) of this tile,
+         * one call per 4 keys, and scales their P in s_row. */
+        for (i64 grp = (k0 >> 2) + t; grp * 4 < k0 + valid_keys; grp += THREADS_PER_ROW) {
+            fa_kp_u32 w[4];
+            fa_dropout_words(&p, b, h, row, grp * 4, w);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                i64 c = grp * 4 + e - k0;
+                if (c >= 0 && c < valid_keys)
+                    s_row[c] *= dropout_factor(p, w[e]);
+            }
+        }
+        __syncwarp(lanes); /* the dropped P values are visible to all lanes of the row */
+#endif
 
         /* Rescale O, then accumulate P V: O[r][x] += sum_c P[r][c] * V[c][x] for
          * x = t + i*TPR, c in [0, valid_keys) (keys past it have P = 0 and are skipped). */
@@ -390,8 +555,8 @@ __device__ __forceinline__ void mma_m16n8k16(float c[4], const unsigned a[4],
  * 2t + e % 2). */
 __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__restrict__ k,
                              const store_t *__restrict__ v, store_t *__restrict__ o,
-                             float *__restrict__ lse, const fa_kernel_params &p, i64 tile,
-                             i64 h, i64 b, char *smem)
+                             float *__restrict__ lse, const modifier_args &mods,
+                             const fa_kernel_params &p, i64 tile, i64 h, i64 b, char *smem)
 {
     store_t *q_tile = (store_t *)smem;             /* Q: Br x d store_t, row-major */
     store_t *k_tile = q_tile + BLOCK_R * HEAD_DIM; /* K: Bc x d store_t, row-major */
@@ -402,25 +567,33 @@ __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__res
     const unsigned lanes = row_lanes();            /* the quad that shares rows g and g+8 */
     const i64 r0 = tile * BLOCK_R;                 /* first query row of the tile */
     const i64 h_kv = h / (p.heads_q / p.heads_kv); /* GQA: query heads share a K/V head */
-    const i64 sq = p.seqlen_q, sk = p.seqlen_k;
+    const i64 sq = p.seqlen_q;
     const i64 rows[2] = {r0 + warp_row0 + g, r0 + warp_row0 + g + 8}; /* this lane's rows */
     /* Row 0 of K[b][h_kv] and V[b][h_kv]: Sk x d, row strides k_stride_s, v_stride_s. */
     const store_t *k_head = k + p.k_offset + b * p.k_stride_b + h_kv * p.k_stride_h;
     const store_t *v_head = v + p.v_offset + b * p.v_stride_b + h_kv * p.v_stride_h;
+    const head_mods hm = head_mods_of(mods, p, b, h);
+    /* The keys rows[i] may attend to (mask and window): [first[i], last[i]); none past Sq. */
+    const i64 first[2] = {fa_keys_begin(&p, FEATURES, rows[0]),
+                          fa_keys_begin(&p, FEATURES, rows[1])};
+    const i64 last[2] = {rows[0] < sq ? fa_keys_end(&p, MASK, FEATURES, rows[0]) : 0,
+                         rows[1] < sq ? fa_keys_end(&p, MASK, FEATURES, rows[1]) : 0};
 
     /* Load Q tile (rows past Sq are zeros; their results are never written). */
     load_q_tile(q_tile, q, p, b, h, r0, false);
 
-    const i64 kv_end = keys_to_visit(p, r0);
+    const i64 kv_begin = keys_to_skip(p, r0), kv_end = keys_to_visit(p, r0);
 
-    float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f}; /* rows g, g+8 */
+    float m[2], l[2]; /* rows g, g+8: running max (log2 units) and sum, from a sink if any */
+    initial_state(hm, &m[0], &l[0]);
+    initial_state(hm, &m[1], &l[1]);
     float acc[O_TILES][4]; /* O tile n: rows g, g+8 x dims 8n+2t, 8n+2t+1, f32 */
 #pragma unroll
     for (int n = 0; n < O_TILES; n++)
         acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 
-    /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [0, kv_end) by Bc. */
-    for (i64 k0 = 0; k0 < kv_end; k0 += BLOCK_C) {
+    /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc. */
+    for (i64 k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C) {
         load_kv_tiles(k_tile, v_tile, k_head, v_head, p, k0, false);
 
         /* S = Q K^T: S[r][c] = sum_x Q[r][x] * K[c][x], 16 x Bc per warp, as S_TILES 16 x 8
@@ -446,17 +619,19 @@ __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__res
             }
         }
 
-        /* Mask: keys past Sk and, causal, keys after the row's diagonal get -inf; scale.
+        /* Scale and score modifiers (softcap, ALiBi, bias; score_log2), then the mask: keys past
+         * Sk, causal keys after the row's diagonal and keys outside the window get -inf.
          * s[n][e] is S[warp_row0 + g + 8i][c], i = e / 2, key c = 8n + 2t + e % 2 of the tile. */
-        i64 allowed[2] = {fa_keys_allowed(MASK, rows[0], sq, sk) - k0,
-                          fa_keys_allowed(MASK, rows[1], sq, sk) - k0}; /* c < allowed[i] */
+        i64 allowed_from[2] = {first[0] - k0, first[1] - k0}; /* c >= allowed_from[i] */
+        i64 allowed[2] = {last[0] - k0, last[1] - k0};        /* c < allowed[i] */
         float tile_max[2] = {NEG_INF, NEG_INF};
 #pragma unroll
         for (int n = 0; n < S_TILES; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int i = e / 2, c = n * 8 + 2 * t + (e & 1);
-                s[n][e] = c < allowed[i] ? s[n][e] * p.scale_log2 : NEG_INF;
+                bool visible = c < allowed[i] && c >= allowed_from[i];
+                s[n][e] = visible ? score_log2(s[n][e], p, hm, rows[i], k0 + c) : NEG_INF;
                 tile_max[i] = fmaxf(tile_max[i], s[n][e]);
             }
 
@@ -475,6 +650,34 @@ __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__res
 #pragma unroll
         for (int i = 0; i < 2; i++)
             l[i] = l[i] * alpha[i] + row_sum(tile_sum[i], lanes);
+
+#if FEATURES & FA_FEATURE_DROPOUT
+        /* Dropout (l above counts P before it): P *= dropout_scale or 0. Lanes t and t^1 hold
+         * the 4 keys 8n + 4(t/2) .. +3 of rows g and g+8 (k0 is a multiple of 16): the even lane
+         * draws row g's Philox words, the odd one row g+8's, one call per 4 keys, and each
+         * passes the other the two words of its keys (word 2(t%2) + e%2 is key 8n + 2t + e%2). */
+#pragma unroll
+        for (int n = 0; n < S_TILES; n++) {
+            const bool odd = (t & 1) != 0; /* draws for row g+8 (i = 1), else row g (i = 0) */
+            fa_kp_u32 w[4];
+            fa_dropout_words(&p, b, h, rows[odd], k0 + n * 8 + (t & ~1) * 2, w);
+            /* Words 2(t%2), 2(t%2)+1 are this lane's keys, the other two its partner's. */
+            fa_kp_u32 mine0 = odd ? w[2] : w[0], mine1 = odd ? w[3] : w[1];
+            fa_kp_u32 give0 = odd ? w[0] : w[2], give1 = odd ? w[1] : w[3];
+            fa_kp_u32 got0 = (fa_kp_u32)__float_as_int(
+                __shfl_xor_sync(lanes, __int_as_float((int)give0), 1, THREADS_PER_ROW));
+            fa_kp_u32 got1 = (fa_kp_u32)__float_as_int(
+                __shfl_xor_sync(lanes, __int_as_float((int)give1), 1, THREADS_PER_ROW));
+            /* s[n][e] is row i = e / 2, key 2t + e % 2: its word is mine when i is the row
+             * this lane drew, else the partner's (got). */
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                bool drawn_here = (e / 2 == 1) == odd;
+                fa_kp_u32 word = drawn_here ? ((e & 1) ? mine1 : mine0) : ((e & 1) ? got1 : got0);
+                s[n][e] *= dropout_factor(p, word);
+            }
+        }
+#endif
 
         /* Rescale O, then accumulate P V: O[r][x] += sum_c P[r][c] * V[c][x], over 16-key
          * slices c0 .. c0+15. The S tiles c0/8, c0/8 + 1 are the A fragment of those keys;
@@ -524,9 +727,10 @@ __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__res
 extern "C" __global__ void __launch_bounds__(WG_SIZE)
 flash_fwd(const store_t *__restrict__ q, const store_t *__restrict__ k,
           const store_t *__restrict__ v, store_t *__restrict__ o, float *__restrict__ lse,
-          const fa_kernel_params p)
+          ALIBI_PARAM BIAS_PARAM SINKS_PARAM const fa_kernel_params p)
 {
     extern __shared__ __align__(16) char smem[];
+    const modifier_args mods = {ALIBI_ARG, BIAS_ARG, SINKS_ARG};
     /* Grid-stride loops: every thread of a block takes the same trips, so the barriers inside
      * the tile function are reached by all of them. b in [0, B), h in [0, Hq), tile in
      * [0, q_tiles). */
@@ -534,8 +738,8 @@ flash_fwd(const store_t *__restrict__ q, const store_t *__restrict__ k,
         for (i64 h = blockIdx.y; h < p.heads_q; h += gridDim.y)
             for (i64 tile = blockIdx.x; tile < p.q_tiles; tile += gridDim.x)
 #if MMA
-                tile_fwd_mma(q, k, v, o, lse, p, tile, h, b, smem);
+                tile_fwd_mma(q, k, v, o, lse, mods, p, tile, h, b, smem);
 #else
-                tile_fwd_cuda_cores(q, k, v, o, lse, p, tile, h, b, smem);
+                tile_fwd_cuda_cores(q, k, v, o, lse, mods, p, tile, h, b, smem);
 #endif
 }

@@ -2,9 +2,11 @@
  * test_cuda.c - CUDA-specific tests that need no GPU:
  *   (a) NVRTC compiles kernels_cu/flash_fwd.cu for every plan the shared case table produces
  *       on the known props of sm_75, sm_80, sm_86, sm_89 and sm_90 (identical option strings
- *       compiled once), and the backward's three entry points (kernels_cu/flash_bwd.cu) for the
- *       plans of a few representative backward problems on the same archs; a broken kernel
- *       reports KERNEL_BUILD_ERROR with the full log;
+ *       compiled once) and for a few problems with the score modifiers and dropout, and the
+ *       backward's entry points (kernels_cu/flash_bwd.cu) for the plans of a few
+ *       representative backward problems and of the same modifier problems (with
+ *       flash_bwd_dsinks) on the same archs; a broken kernel reports
+ *       KERNEL_BUILD_ERROR with the full log;
  *   (b) without a driver the backend reports BACKEND_UNAVAILABLE with a reason, contexts fail
  *       cleanly, planning-only contexts (--arch) plan but refuse device work, and the library
  *       still runs on the cpu backend.
@@ -153,8 +155,98 @@ static void add_backward_jobs(fa_context *ctx, compile_jobs *jobs, const bwd_pro
     fa_plan_destroy(plan);
 }
 
-/* (a) Every distinct plan of the case table and of the backward problems compiles for one
- * arch. */
+/* Representative forward problems with the score modifiers and dropout (FEATURES, BIAS_DTYPE):
+ * each dtype, both paths (f16/bf16 with d a multiple of 16 take the tensor cores on sm_80+),
+ * each feature in at least two variants, all six together. */
+typedef struct mod_problem {
+    const char *name;
+    fa_dtype dtype, bias_dtype;
+    fa_mask mask;
+    int64_t head_dim;
+    float softcap, dropout_p;
+    int32_t alibi, bias, window, sinks;
+} mod_problem;
+
+static const mod_problem mod_problems[] = {
+    {"mods f32 d64 all", FA_DTYPE_F32, FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT, 64, 30.0f, 0.1f,
+     1, 1, 1, 1},
+    {"mods f16 d128 all, f16 bias", FA_DTYPE_F16, FA_DTYPE_F16, FA_MASK_CAUSAL_TOP_LEFT, 128,
+     50.0f, 0.2f, 1, 1, 1, 1},
+    {"mods bf16 d64 all, f32 bias", FA_DTYPE_BF16, FA_DTYPE_F32, FA_MASK_NONE, 64, 30.0f, 0.1f, 1,
+     1, 1, 1},
+    {"mods bf16 d64 softcap window dropout", FA_DTYPE_BF16, FA_DTYPE_F32, FA_MASK_NONE, 64, 30.0f,
+     0.3f, 0, 0, 1, 0},
+    {"mods f16 d40 alibi bias sinks", FA_DTYPE_F16, FA_DTYPE_F16, FA_MASK_NONE, 40, 0.0f, 0.0f, 1,
+     1, 0, 1},
+    {"mods bf16 d256 sinks dropout", FA_DTYPE_BF16, FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT, 256,
+     0.0f, 0.5f, 0, 0, 0, 1},
+};
+
+/* The fa_problem of a modifier problem. */
+static void modifier_problem(const mod_problem *m, fa_problem *out)
+{
+    fa_problem p;
+    const int64_t heads = 4, sq = 300, sk = 500;
+    assert_int_equal(fa_problem_init(&p, m->dtype, FA_LAYOUT_BHSD, 2, heads, 2, sq, sk,
+                                     m->head_dim),
+                     OK);
+    p.mask = m->mask;
+    p.softcap = m->softcap;
+    p.alibi = m->alibi;
+    if (m->bias) {
+        p.bias = 1;
+        p.bias_dtype = m->bias_dtype;
+        p.bias_layout.stride_seq = sk;
+        p.bias_layout.stride_head = sq * sk;
+        p.bias_layout.stride_batch = heads * sq * sk;
+    }
+    if (m->window) {
+        p.window = 1;
+        p.window_left = 64;
+        p.window_right = 0;
+    }
+    p.sinks = m->sinks;
+    p.dropout_p = m->dropout_p;
+    p.dropout_seed = 42;
+    *out = p;
+}
+
+/* The forward plan of a modifier problem as a compile job. */
+static void add_modifier_job(fa_context *ctx, compile_jobs *jobs, const mod_problem *m)
+{
+    fa_problem p;
+    modifier_problem(m, &p);
+    fa_plan *plan = NULL;
+    if (fa_plan_create(ctx, &p, &plan) != OK)
+        fail_msg("%s: %s", m->name, fa_context_last_error(ctx));
+    char options[256];
+    fa__variant_defines(&plan->launches[0].variant, "-D", options, sizeof options);
+    assert_non_null(strstr(options, "-DFEATURES="));
+    jobs_add(jobs, "flash_fwd", options, m->name);
+    fa_plan_destroy(plan);
+}
+
+/* The backward plan of a modifier problem as compile jobs: flash_bwd_pre, flash_bwd_dkdv and
+ * flash_bwd_dq with the modifiers, and flash_bwd_dsinks with sinks. */
+static void add_backward_modifier_jobs(fa_context *ctx, compile_jobs *jobs, const mod_problem *m)
+{
+    fa_problem p;
+    modifier_problem(m, &p);
+    fa_plan *plan = NULL;
+    if (fa_plan_create_backward(ctx, &p, &plan) != OK)
+        fail_msg("%s (backward): %s", m->name, fa_context_last_error(ctx));
+    assert_int_equal(plan->n_launches, m->sinks ? 4 : 3);
+    for (int i = 0; i < plan->n_launches; i++) {
+        char options[256];
+        fa__variant_defines(&plan->launches[i].variant, "-D", options, sizeof options);
+        assert_non_null(strstr(options, "-DFEATURES="));
+        jobs_add(jobs, plan->launches[i].variant.entry, options, m->name);
+    }
+    fa_plan_destroy(plan);
+}
+
+/* (a) Every distinct plan of the case table, of the modifier problems (forward and backward)
+ * and of the backward problems compiles for one arch. */
 static void compile_arch(const char *arch)
 {
     static compile_jobs jobs; /* large: not on the stack */
@@ -168,9 +260,13 @@ static void compile_arch(const char *arch)
         case_options(ctx, &fa_test_cases[i], options, sizeof options);
         jobs_add(&jobs, "flash_fwd", options, fa_test_cases[i].name);
     }
+    for (size_t i = 0; i < sizeof mod_problems / sizeof mod_problems[0]; i++)
+        add_modifier_job(ctx, &jobs, &mod_problems[i]);
     int forward = jobs.count;
     for (size_t i = 0; i < sizeof bwd_problems / sizeof bwd_problems[0]; i++)
         add_backward_jobs(ctx, &jobs, &bwd_problems[i]);
+    for (size_t i = 0; i < sizeof mod_problems / sizeof mod_problems[0]; i++)
+        add_backward_modifier_jobs(ctx, &jobs, &mod_problems[i]);
     fa_context_destroy(ctx);
     double t0 = harness_seconds();
     compile_all(&jobs);
@@ -184,8 +280,8 @@ static void compile_arch(const char *arch)
         }
         free(jobs.log[i]);
     }
-    print_message("%s: %zu cases, %d distinct forward kernels; %zu backward problems, %d "
-                  "distinct backward modules; compiled in %.1f s\n",
+    print_message("%s: %zu cases, %d distinct forward kernels; %zu backward problems (and the "
+                  "modifier problems), %d distinct backward modules; compiled in %.1f s\n",
                   arch, fa_test_case_count, forward,
                   sizeof bwd_problems / sizeof bwd_problems[0], jobs.count - forward,
                   harness_seconds() - t0);

@@ -32,6 +32,20 @@
 
 #define OK FA_STATUS_OK
 
+/* The score modifiers and dropout of a case (flashattn.h, "The modifiers, precisely"). */
+typedef struct emu_mods {
+    float softcap;      /* > 0: on */
+    bool alibi;         /* slopes 2^(-8(h+1)/Hq) */
+    int bias;           /* 0 off; 1 f32; 2 the storage dtype. [B, Hq, Sq, Sk], rows padded by 3,
+                           offset 2 */
+    bool bias_bcast;    /* the bias's batch stride 0 */
+    bool window;        /* window_left / window_right below */
+    int64_t window_left, window_right;
+    bool sinks;         /* random in [-1, 2), the last head's -inf (no sink) */
+    float dropout_p;    /* > 0: on */
+    bool masked_rows;   /* the golden has rows without keys: the case checks them */
+} emu_mods;
+
 typedef struct emu_case {
     const char *name;
     fa_dtype dtype;
@@ -42,46 +56,109 @@ typedef struct emu_case {
     int64_t pad;              /* > 0: every row stride and offset padded by this many elements */
     bool fold;                /* a 1 x 1 x 1 grid: the kernel's grid-stride loops do the rest */
     bool poison;              /* a NaN in Q and a +inf in K: rows the golden makes NaN */
+    const emu_mods *mods;     /* NULL: none */
 } emu_case;
 
 static const emu_case cases[] = {
     {"gqa_bshd_f32", FA_DTYPE_F32, FA_MASK_NONE, FA_LAYOUT_BSHD, 2, 4, 2, 37, 45, 64, 16, 32, 0,
-     false, false},
+     false, false, NULL},
     {"gqa_bshd_f32_folded", FA_DTYPE_F32, FA_MASK_NONE, FA_LAYOUT_BSHD, 2, 4, 2, 37, 45, 64, 16,
-     32, 0, true, false},
+     32, 0, true, false, NULL},
     {"mqa_top_left_bf16_padded", FA_DTYPE_BF16, FA_MASK_CAUSAL_TOP_LEFT, FA_LAYOUT_BHSD, 1, 3, 1,
-     29, 53, 40, 8, 24, 3, false, false},
+     29, 53, 40, 8, 24, 3, false, false, NULL},
     /* Sq > Sk bottom-right: the first 36 rows have no allowed key (O = 0, LSE = -inf). */
     {"masked_rows_bottom_right_f32", FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT, FA_LAYOUT_BHSD, 2,
-     2, 2, 53, 17, 16, 8, 16, 0, false, false},
+     2, 2, 53, 17, 16, 8, 16, 0, false, false, NULL},
     {"tail_tiles_top_left_f32_d128", FA_DTYPE_F32, FA_MASK_CAUSAL_TOP_LEFT, FA_LAYOUT_BHSD, 1, 1,
-     1, 70, 70, 128, 16, 64, 0, true, false},
+     1, 70, 70, 128, 16, 64, 0, true, false, NULL},
     {"d256_bottom_right_f32", FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT, FA_LAYOUT_BSHD, 1, 2, 1,
-     9, 12, 256, 8, 8, 0, false, false},
+     9, 12, 256, 8, 8, 0, false, false, NULL},
     {"f16_d40_cuda_cores", FA_DTYPE_F16, FA_MASK_NONE, FA_LAYOUT_BHSD, 1, 2, 1, 29, 53, 40, 8, 24,
-     0, false, false},
+     0, false, false, NULL},
     /* No overrides: the plans sm_80 really gets (CUDA cores 64 x 128 with 256 threads for f32;
      * tensor cores 128 x 64 with 256 threads for bf16 d 128). */
     {"default_plan_f32_d64", FA_DTYPE_F32, FA_MASK_NONE, FA_LAYOUT_BHSD, 1, 2, 2, 300, 300, 64, 0,
-     0, 0, false, false},
+     0, 0, false, false, NULL},
     {"mma_default_plan_bf16_d128_top_left", FA_DTYPE_BF16, FA_MASK_CAUSAL_TOP_LEFT,
-     FA_LAYOUT_BSHD, 1, 2, 1, 200, 200, 128, 0, 0, 0, false, false},
+     FA_LAYOUT_BSHD, 1, 2, 1, 200, 200, 128, 0, 0, 0, false, false, NULL},
     /* Tensor cores (sm_80, f16/bf16, d a multiple of 16), planned tiles clamped to short
      * sequences: tails, GQA, masks with fully masked rows, padding, a folded grid. */
     {"mma_one_key_tile_bf16_padded", FA_DTYPE_BF16, FA_MASK_NONE, FA_LAYOUT_BHSD, 1, 2, 2, 33, 16,
-     80, 16, 16, 5, false, false},
+     80, 16, 16, 5, false, false, NULL},
     {"mma_gqa_bshd_f16", FA_DTYPE_F16, FA_MASK_NONE, FA_LAYOUT_BSHD, 2, 4, 2, 37, 45, 64, 0, 0, 0,
-     false, false},
+     false, false, NULL},
     {"mma_masked_rows_bottom_right_bf16", FA_DTYPE_BF16, FA_MASK_CAUSAL_BOTTOM_RIGHT,
-     FA_LAYOUT_BHSD, 2, 2, 2, 53, 17, 128, 0, 0, 0, false, false},
+     FA_LAYOUT_BHSD, 2, 2, 2, 53, 17, 128, 0, 0, 0, false, false, NULL},
     {"mma_top_left_f16_d16_padded_folded", FA_DTYPE_F16, FA_MASK_CAUSAL_TOP_LEFT, FA_LAYOUT_BHSD,
-     1, 3, 1, 70, 70, 16, 0, 0, 3, true, false},
+     1, 3, 1, 70, 70, 16, 0, 0, 3, true, false, NULL},
     /* Non-finite inputs on both paths: NaN and +inf scores give NaN rows (O and LSE), -inf
      * scores weigh nothing, as on the golden (flashattn.h, "Non-finite values"). */
     {"poison_gqa_bshd_f32", FA_DTYPE_F32, FA_MASK_NONE, FA_LAYOUT_BSHD, 2, 4, 2, 37, 45, 64, 16,
-     32, 0, false, true},
+     32, 0, false, true, NULL},
     {"mma_poison_gqa_bshd_f16", FA_DTYPE_F16, FA_MASK_NONE, FA_LAYOUT_BSHD, 2, 4, 2, 37, 45, 64, 0,
-     0, 0, false, true},
+     0, 0, false, true, NULL},
+};
+
+/* ---- the score modifiers and dropout (FEATURES), each alone and all together, both paths ---- */
+static const emu_mods softcap = {.softcap = 0.4f};
+static const emu_mods alibi = {.alibi = true};
+static const emu_mods bias_f32_bcast = {.bias = 1, .bias_bcast = true};
+static const emu_mods bias_storage = {.bias = 2};
+/* Sq 45 > Sk 33, keys [i' - 5, i' + 2], i' = i - 12: rows 0..9 see no key. */
+static const emu_mods window_masked_rows = {
+    .window = true, .window_left = 5, .window_right = 2, .masked_rows = true};
+/* Left-bounded only (with a causal mask): whole K tiles left of the window are skipped. */
+static const emu_mods window_left_only = {.window = true, .window_left = 10, .window_right = -1};
+static const emu_mods window_skip = {.window = true, .window_left = 20, .window_right = 0};
+/* Sq 53 > Sk 33 bottom-right: rows 0..19 without keys get O = 0 and LSE = sink (-inf: no sink). */
+static const emu_mods sinks_masked_rows = {.sinks = true, .masked_rows = true};
+static const emu_mods dropout = {.dropout_p = 0.3f};
+static const emu_mods all_f32_bias = {.softcap = 0.5f, .alibi = true, .bias = 1, .window = true,
+                                      .window_left = 9, .window_right = 4, .sinks = true,
+                                      .dropout_p = 0.25f};
+static const emu_mods all_storage_bias = {.softcap = 0.5f, .alibi = true, .bias = 2,
+                                          .bias_bcast = true, .window = true, .window_left = 20,
+                                          .window_right = 0, .sinks = true, .dropout_p = 0.1f};
+
+static const emu_case mod_cases[] = {
+    /* CUDA cores: f32 (and f16 at d 40), d 40, Br 8, Bc 24. */
+    {"mod_softcap_gqa_f32", FA_DTYPE_F32, FA_MASK_NONE, FA_LAYOUT_BSHD, 2, 4, 2, 37, 45, 40, 8,
+     24, 0, false, false, &softcap},
+    {"mod_alibi_mqa_bottom_right_f32", FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT, FA_LAYOUT_BHSD,
+     1, 4, 1, 29, 53, 40, 8, 24, 0, false, false, &alibi},
+    {"mod_bias_bcast_f32_padded", FA_DTYPE_F32, FA_MASK_NONE, FA_LAYOUT_BHSD, 2, 2, 2, 37, 45, 40,
+     8, 24, 3, false, false, &bias_f32_bcast},
+    {"mod_window_masked_rows_gqa_f32", FA_DTYPE_F32, FA_MASK_NONE, FA_LAYOUT_BSHD, 1, 4, 2, 45,
+     33, 40, 8, 24, 0, false, false, &window_masked_rows},
+    {"mod_window_left_top_left_f32", FA_DTYPE_F32, FA_MASK_CAUSAL_TOP_LEFT, FA_LAYOUT_BHSD, 1, 1,
+     1, 97, 97, 40, 8, 24, 0, false, false, &window_left_only},
+    {"mod_sinks_mqa_bottom_right_f32", FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT, FA_LAYOUT_BHSD,
+     2, 3, 1, 53, 33, 40, 8, 24, 0, false, false, &sinks_masked_rows},
+    {"mod_dropout_gqa_f32_folded", FA_DTYPE_F32, FA_MASK_NONE, FA_LAYOUT_BSHD, 2, 4, 2, 37, 45, 40,
+     8, 24, 0, true, false, &dropout},
+    {"mod_all_bottom_right_f32", FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT, FA_LAYOUT_BHSD, 2, 4,
+     2, 45, 40, 40, 8, 24, 0, false, false, &all_f32_bias},
+    {"mod_all_f16_cuda_cores_padded", FA_DTYPE_F16, FA_MASK_NONE, FA_LAYOUT_BHSD, 1, 2, 1, 29, 53,
+     40, 8, 24, 2, false, false, &all_storage_bias},
+    /* Tensor cores: f16/bf16, d 64, Br 16, Bc 32. */
+    {"mma_mod_softcap_gqa_f16", FA_DTYPE_F16, FA_MASK_NONE, FA_LAYOUT_BSHD, 2, 4, 2, 37, 45, 64,
+     16, 32, 0, false, false, &softcap},
+    {"mma_mod_alibi_top_left_bf16", FA_DTYPE_BF16, FA_MASK_CAUSAL_TOP_LEFT, FA_LAYOUT_BHSD, 1, 4,
+     4, 45, 37, 64, 16, 32, 0, false, false, &alibi},
+    {"mma_mod_bias_f16_padded", FA_DTYPE_F16, FA_MASK_NONE, FA_LAYOUT_BHSD, 2, 2, 1, 37, 45, 64,
+     16, 32, 3, false, false, &bias_storage},
+    {"mma_mod_window_masked_rows_bf16", FA_DTYPE_BF16, FA_MASK_NONE, FA_LAYOUT_BSHD, 1, 4, 2, 45,
+     33, 64, 16, 32, 0, false, false, &window_masked_rows},
+    {"mma_mod_sinks_bottom_right_f16", FA_DTYPE_F16, FA_MASK_CAUSAL_BOTTOM_RIGHT, FA_LAYOUT_BHSD,
+     2, 3, 1, 53, 33, 64, 16, 32, 0, false, false, &sinks_masked_rows},
+    {"mma_mod_dropout_gqa_bf16_folded", FA_DTYPE_BF16, FA_MASK_NONE, FA_LAYOUT_BSHD, 2, 4, 2, 37,
+     45, 64, 16, 32, 0, true, false, &dropout},
+    {"mma_mod_all_bottom_right_f16", FA_DTYPE_F16, FA_MASK_CAUSAL_BOTTOM_RIGHT, FA_LAYOUT_BHSD, 2,
+     4, 2, 45, 40, 64, 16, 32, 0, false, false, &all_f32_bias},
+    {"mma_mod_all_window_skip_bf16", FA_DTYPE_BF16, FA_MASK_NONE, FA_LAYOUT_BHSD, 1, 2, 1, 100,
+     100, 64, 16, 32, 0, false, false, &all_storage_bias},
+    {"mma_mod_window_skip_bf16", FA_DTYPE_BF16, FA_MASK_NONE, FA_LAYOUT_BHSD, 1, 2, 1, 100, 100,
+     64, 16, 32, 0, false, false, &window_skip},
 };
 
 /* Pads one tensor's BHSD rows: stride_seq d + pad, offset pad. */
@@ -127,6 +204,83 @@ static const fa_emu_kernel *launch_kernel(const char *name, const fa__launch *la
     return kernel;
 }
 
+/* The modifiers' host tensors of a case: NULL where off. */
+typedef struct mod_images {
+    float *alibi; /* f32 [Hq] */
+    void *bias;   /* the problem's bias_layout in its bias_dtype */
+    float *sinks; /* f32 [Hq] */
+    size_t bias_bytes;
+} mod_images;
+
+/* Turns on the case's modifiers in the problem. */
+static void mods_for(const emu_case *c, fa_problem *p)
+{
+    const emu_mods *m = c->mods;
+    if (!m)
+        return;
+    p->softcap = m->softcap;
+    p->alibi = m->alibi;
+    if (m->bias) {
+        p->bias = 1;
+        p->bias_dtype = m->bias == 1 ? FA_DTYPE_F32 : c->dtype;
+        p->bias_layout.offset = 2;
+        p->bias_layout.stride_seq = c->seqlen_k + 3;
+        p->bias_layout.stride_head = c->seqlen_q * p->bias_layout.stride_seq;
+        p->bias_layout.stride_batch = m->bias_bcast ? 0 : c->heads_q * p->bias_layout.stride_head;
+    }
+    p->window = m->window;
+    p->window_left = m->window_left;
+    p->window_right = m->window_right;
+    p->sinks = m->sinks;
+    p->dropout_p = m->dropout_p;
+    p->dropout_seed = 0x0123456789abcdefull;
+    p->dropout_offset = 7;
+}
+
+static void fill_random(const emu_case *c, void *t, size_t n, const char *salt);
+
+/* Allocates and fills the modifiers' tensors of a problem (mods_for's). */
+static void mods_alloc(const emu_case *c, const fa_problem *p, mod_images *mi)
+{
+    memset(mi, 0, sizeof *mi);
+    if (p->alibi) {
+        mi->alibi = malloc((size_t)c->heads_q * sizeof(float));
+        assert_non_null(mi->alibi);
+        for (int64_t h = 0; h < c->heads_q; h++)
+            mi->alibi[h] = exp2f(-8.0f * (float)(h + 1) / (float)c->heads_q);
+    }
+    if (p->bias) {
+        const fa_tensor_layout *l = &p->bias_layout;
+        size_t n = (size_t)(l->offset + (c->batch - 1) * l->stride_batch +
+                            (c->heads_q - 1) * l->stride_head +
+                            (c->seqlen_q - 1) * l->stride_seq + c->seqlen_k);
+        emu_case as_bias = *c; /* fill_random writes the case's dtype */
+        as_bias.dtype = p->bias_dtype;
+        mi->bias_bytes = n * fa_dtype_size(p->bias_dtype);
+        mi->bias = malloc(mi->bias_bytes);
+        assert_non_null(mi->bias);
+        fill_random(&as_bias, mi->bias, n, "bias"); /* in [-1, 1) */
+    }
+    if (p->sinks) {
+        harness_rng rng;
+        char seed[128];
+        snprintf(seed, sizeof seed, "%s/sinks", c->name);
+        harness_rng_seed(&rng, seed);
+        mi->sinks = malloc((size_t)c->heads_q * sizeof(float));
+        assert_non_null(mi->sinks);
+        for (int64_t h = 0; h < c->heads_q; h++)
+            mi->sinks[h] = (float)harness_rng_uniform(&rng, -1.0, 2.0);
+        mi->sinks[c->heads_q - 1] = -INFINITY;
+    }
+}
+
+static void mods_free(mod_images *mi)
+{
+    free(mi->alibi);
+    free(mi->bias);
+    free(mi->sinks);
+}
+
 static void problem_for(const emu_case *c, fa_problem *p)
 {
     assert_int_equal(fa_problem_init(p, c->dtype, c->layout, c->batch, c->heads_q, c->heads_kv,
@@ -141,11 +295,14 @@ static void problem_for(const emu_case *c, fa_problem *p)
             pad_layout(keys[i], c->heads_kv, c->seqlen_k, c->head_dim, c->pad);
         }
     }
+    mods_for(c, p);
 }
 
-/* The CPU golden backend on the same host memory: O into o_ref, LSE into lse_ref. */
+/* The CPU golden backend on the same host memory: O into o_ref, LSE into lse_ref; mi: the
+ * modifiers' tensors (NULL: none). */
 static void run_golden(const fa_problem *p, void *q, void *k, void *v, void *o_ref,
-                       float *lse_ref, const size_t bytes[4], size_t lse_bytes)
+                       float *lse_ref, const size_t bytes[4], size_t lse_bytes,
+                       const mod_images *mi)
 {
     fa_context *ctx = NULL;
     fa_context_options opts = {FA_BACKEND_CPU, 0};
@@ -158,10 +315,27 @@ static void run_golden(const fa_problem *p, void *q, void *k, void *v, void *o_r
     assert_int_equal(fa_buffer_wrap_host(ctx, lse_ref, lse_bytes, &bl), OK);
     fa_problem golden = *p;
     golden.block_r = golden.block_c = 0;
+    fa_buffer *ba = NULL, *bb = NULL, *bs = NULL;
+    fa_modifier_buffers mods = {NULL, NULL, NULL, NULL};
+    if (mi && mi->alibi) {
+        assert_int_equal(fa_buffer_wrap_host(ctx, mi->alibi, (size_t)p->heads_q * 4, &ba), OK);
+        mods.alibi_slopes = ba;
+    }
+    if (mi && mi->bias) {
+        assert_int_equal(fa_buffer_wrap_host(ctx, mi->bias, mi->bias_bytes, &bb), OK);
+        mods.bias = bb;
+    }
+    if (mi && mi->sinks) {
+        assert_int_equal(fa_buffer_wrap_host(ctx, mi->sinks, (size_t)p->heads_q * 4, &bs), OK);
+        mods.sinks = bs;
+    }
     fa_plan *plan = NULL;
     assert_int_equal(fa_plan_create(ctx, &golden, &plan), OK);
-    assert_int_equal(fa_forward(ctx, plan, bq, bk, bv, bo, bl), OK);
+    assert_int_equal(fa_forward_ex(ctx, plan, bq, bk, bv, bo, bl, &mods), OK);
     fa_plan_destroy(plan);
+    fa_buffer_destroy(ba);
+    fa_buffer_destroy(bb);
+    fa_buffer_destroy(bs);
     fa_buffer_destroy(bq);
     fa_buffer_destroy(bk);
     fa_buffer_destroy(bv);
@@ -183,6 +357,9 @@ static int compare(const emu_case *c, const fa_problem *p, bool mma, const unsig
      * u * max|V| = u, inputs being in [-1, 1). */
     double u = c->dtype == FA_DTYPE_F16 ? 0x1p-11 : 0x1p-8;
     double rel = c->dtype == FA_DTYPE_F32 ? 1e-5 : 2.02 * u, abs_tol = 1e-6 + (mma ? u : 0.0);
+    /* Dropout: the tensor-core path rounds the scaled P, so u * max|V| * dropout_scale. */
+    if (mma && p->dropout_p > 0.0f)
+        abs_tol = 1e-6 + u / (1.0 - (double)p->dropout_p);
     int bad = 0;
     for (size_t i = 0; i < o_bytes / elem; i++) {
         double got = oracle_load(c->dtype, o, (int64_t)i);
@@ -212,6 +389,17 @@ static size_t count_nan(const float *x, size_t n)
     for (size_t i = 0; i < n; i++)
         nan += isnan(x[i]) != 0;
     return nan;
+}
+
+/* Rows whose golden LSE says they saw no key: -inf, or exactly their head's sink. */
+static size_t count_keyless(const emu_case *c, const float *lse, const float *sinks)
+{
+    size_t n = 0;
+    for (int64_t i = 0; i < c->batch * c->heads_q * c->seqlen_q; i++) {
+        float sink = sinks ? sinks[i / c->seqlen_q % c->heads_q] : -INFINITY;
+        n += lse[i] == sink || (isinf(lse[i]) && lse[i] < 0);
+    }
+    return n;
 }
 
 static void fill_random(const emu_case *c, void *t, size_t n, const char *salt)
@@ -268,6 +456,8 @@ static int run_case(const emu_case *c, float scale_error)
     fill_random(c, t[0], n[0], "q");
     fill_random(c, t[1], n[1], "k");
     fill_random(c, t[2], n[2], "v");
+    mod_images mi;
+    mods_alloc(c, &p, &mi);
     if (c->poison) {
         /* Element 3 of Q row 5 and element 0 of K row 7, in batch 0, head 0's layout. */
         oracle_store(c->dtype, t[0], p.q.offset + 5 * p.q.stride_seq + 3, NAN);
@@ -280,16 +470,27 @@ static int run_case(const emu_case *c, float scale_error)
              gy = c->fold ? 1u : (unsigned)launch->grid[1],
              gz = c->fold ? 1u : (unsigned)launch->grid[2];
     double t0 = harness_seconds();
-    void *args[5] = {t[0], t[1], t[2], t[3], lse}; /* flash_fwd's q, k, v, o, lse */
+    void *mem[FA__TENSOR_COUNT] = {[FA__TENSOR_Q] = t[0],         [FA__TENSOR_K] = t[1],
+                                   [FA__TENSOR_V] = t[2],         [FA__TENSOR_O] = t[3],
+                                   [FA__TENSOR_LSE] = lse,        [FA__TENSOR_ALIBI] = mi.alibi,
+                                   [FA__TENSOR_BIAS] = mi.bias,   [FA__TENSOR_SINKS] = mi.sinks};
+    void *args[FA__MAX_LAUNCH_ARGS]; /* the launch's tensors in its order (src/ops.c) */
+    for (int a = 0; a < launch->n_args; a++) {
+        args[a] = mem[launch->args[a]];
+        assert_non_null(args[a]);
+    }
     fa_emu_launch(kernel, gx, gy, gz, args, &kp);
     double secs = harness_seconds() - t0;
-    run_golden(&p, t[0], t[1], t[2], o_ref, lse_ref, bytes, rows * sizeof *lse);
+    run_golden(&p, t[0], t[1], t[2], o_ref, lse_ref, bytes, rows * sizeof *lse, &mi);
     int bad = compare(c, &p, strstr(options, "-DMMA=1") != NULL, t[3], o_ref, bytes[3], lse,
                       lse_ref);
     print_message("  %-30s %s, grid %u x %u x %u, %.2f s: %s\n", c->name, options, gx, gy, gz,
                   secs, bad ? "MISMATCH" : "matches the golden");
     if (c->poison && count_nan(lse_ref, rows) == 0)
         fail_msg("%s: the golden has no NaN row, so the case checks nothing", c->name);
+    if (c->mods && c->mods->masked_rows && count_keyless(c, lse_ref, mi.sinks) == 0)
+        fail_msg("%s: the golden has no row without keys, so the case checks none", c->name);
+    mods_free(&mi);
 
     for (int i = 0; i < 4; i++)
         free(t[i]);
@@ -308,6 +509,16 @@ static void test_cases(void **state)
         int bad = run_case(&cases[i], 1.0f);
         if (bad)
             fail_msg("%s: %d elements differ from the golden", cases[i].name, bad);
+    }
+}
+
+static void test_modifier_cases(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof mod_cases / sizeof mod_cases[0]; i++) {
+        int bad = run_case(&mod_cases[i], 1.0f);
+        if (bad)
+            fail_msg("%s: %d elements differ from the golden", mod_cases[i].name, bad);
     }
 }
 
@@ -330,29 +541,29 @@ static void test_emulator_catches_errors(void **state)
  */
 static const emu_case bwd_cases[] = {
     {"bwd_gqa_bshd_f32_d64", FA_DTYPE_F32, FA_MASK_NONE, FA_LAYOUT_BSHD, 2, 4, 2, 12, 20, 64, 8,
-     16, 0, false, false},
+     16, 0, false, false, NULL},
     {"bwd_gqa_bshd_f32_d64_folded", FA_DTYPE_F32, FA_MASK_NONE, FA_LAYOUT_BSHD, 2, 4, 2, 12, 20,
-     64, 8, 16, 0, true, false},
+     64, 8, 16, 0, true, false, NULL},
     /* Sq > Sk bottom-right: rows 0..25 see no key (dQ exactly 0, nothing added to dK, dV). */
     {"bwd_mqa_bottom_right_f16_d8_padded", FA_DTYPE_F16, FA_MASK_CAUSAL_BOTTOM_RIGHT,
-     FA_LAYOUT_BHSD, 2, 2, 1, 33, 7, 8, 8, 8, 3, false, false},
+     FA_LAYOUT_BHSD, 2, 2, 1, 33, 7, 8, 8, 8, 3, false, false, NULL},
     /* Sq < Sk top-left: keys 5..16 are seen by no row (dK, dV exactly 0). */
     {"bwd_top_left_bf16_d96", FA_DTYPE_BF16, FA_MASK_CAUSAL_TOP_LEFT, FA_LAYOUT_BHSD, 1, 2, 2, 5,
-     17, 96, 8, 8, 0, false, false},
+     17, 96, 8, 8, 0, false, false, NULL},
     {"bwd_gqa_bottom_right_f32_d96_tails", FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT,
-     FA_LAYOUT_BSHD, 1, 4, 2, 19, 27, 96, 8, 24, 0, false, false},
+     FA_LAYOUT_BSHD, 1, 4, 2, 19, 27, 96, 8, 24, 0, false, false, NULL},
     {"bwd_mqa_top_left_f16_d64_padded", FA_DTYPE_F16, FA_MASK_CAUSAL_TOP_LEFT, FA_LAYOUT_BHSD, 1,
-     2, 1, 37, 29, 64, 16, 8, 2, false, false},
+     2, 1, 37, 29, 64, 16, 8, 2, false, false, NULL},
     /* Tensor cores (sm_80, f16/bf16, d a multiple of 16): tails, GQA/MQA, rows without keys,
      * unseen keys, padding, the planner's own tiles on a folded grid. */
     {"bwd_mma_gqa_bshd_f16_d64", FA_DTYPE_F16, FA_MASK_NONE, FA_LAYOUT_BSHD, 2, 4, 2, 37, 45, 64,
-     16, 32, 0, false, false},
+     16, 32, 0, false, false, NULL},
     {"bwd_mma_mqa_bottom_right_bf16_d128_padded", FA_DTYPE_BF16, FA_MASK_CAUSAL_BOTTOM_RIGHT,
-     FA_LAYOUT_BHSD, 1, 2, 1, 40, 24, 128, 16, 16, 3, false, false},
+     FA_LAYOUT_BHSD, 1, 2, 1, 40, 24, 128, 16, 16, 3, false, false, NULL},
     {"bwd_mma_top_left_f16_d16", FA_DTYPE_F16, FA_MASK_CAUSAL_TOP_LEFT, FA_LAYOUT_BHSD, 1, 2, 2,
-     20, 50, 16, 16, 16, 0, false, false},
+     20, 50, 16, 16, 16, 0, false, false, NULL},
     {"bwd_mma_default_plan_bf16_d64_folded", FA_DTYPE_BF16, FA_MASK_NONE, FA_LAYOUT_BHSD, 1, 2,
-     1, 70, 70, 64, 0, 0, 0, true, false},
+     1, 70, 70, 64, 0, 0, 0, true, false, NULL},
 };
 
 /* Host images of a backward problem's tensors, by fa__tensor: Q, K, V, dO random; O and LSE
@@ -362,6 +573,8 @@ typedef struct bwd_images {
     void *t[FA__TENSOR_COUNT];
     size_t bytes[FA__TENSOR_COUNT];
     void *ref[3];
+    mod_images mi;     /* the modifiers' tensors (NULL where off), also at t[FA__TENSOR_ALIBI ..] */
+    float *dsinks_ref; /* the golden's d_sinks [Hq] (NULL without sinks) */
 } bwd_images;
 
 #define GUARD_ELEMS 16 /* elements after each tensor's last one: a write past it shows */
@@ -385,7 +598,11 @@ static void bwd_alloc(const emu_case *c, const fa_problem *p, const fa_plan *pla
     }
     im->bytes[FA__TENSOR_LSE] = (rows + 1) * sizeof(float);
     im->bytes[FA__TENSOR_SCRATCH] = (size_t)plan->scratch_bytes + sizeof(float);
+    if (p->sinks)
+        im->bytes[FA__TENSOR_DSINKS] = ((size_t)c->heads_q + 1) * sizeof(float);
     for (int i = 0; i < FA__TENSOR_COUNT; i++) {
+        if (i >= FA__TENSOR_ALIBI && i <= FA__TENSOR_SINKS)
+            continue; /* mods_alloc's */
         im->t[i] = malloc(im->bytes[i]);
         assert_non_null(im->t[i]);
         memset(im->t[i], 0xFF, im->bytes[i]);
@@ -399,25 +616,37 @@ static void bwd_alloc(const emu_case *c, const fa_problem *p, const fa_plan *pla
     fill_random(c, im->t[FA__TENSOR_K], im->bytes[FA__TENSOR_K] / elem, "k");
     fill_random(c, im->t[FA__TENSOR_V], im->bytes[FA__TENSOR_V] / elem, "v");
     fill_random(c, im->t[FA__TENSOR_DO], im->bytes[FA__TENSOR_DO] / elem, "do");
+    mods_alloc(c, p, &im->mi);
+    im->t[FA__TENSOR_ALIBI] = im->mi.alibi;
+    im->t[FA__TENSOR_BIAS] = im->mi.bias;
+    im->t[FA__TENSOR_SINKS] = im->mi.sinks;
+    if (p->sinks) {
+        im->dsinks_ref = malloc(im->bytes[FA__TENSOR_DSINKS]);
+        assert_non_null(im->dsinks_ref);
+        memset(im->dsinks_ref, 0xFF, im->bytes[FA__TENSOR_DSINKS]);
+    }
 }
 
 static void bwd_free(bwd_images *im)
 {
     for (int i = 0; i < FA__TENSOR_COUNT; i++)
-        free(im->t[i]);
+        if (i < FA__TENSOR_ALIBI || i > FA__TENSOR_SINKS)
+            free(im->t[i]);
+    mods_free(&im->mi);
+    free(im->dsinks_ref);
     for (int i = 0; i < 3; i++)
         free(im->ref[i]);
 }
 
 /* The golden on the same host memory: its forward's O and LSE into the images, then its
- * backward's dQ, dK, dV into ref. */
+ * backward's dQ, dK, dV into ref (and d_sinks into dsinks_ref), with the case's modifiers. */
 static void bwd_golden(const fa_problem *p, bwd_images *im)
 {
     const size_t fwd_bytes[4] = {im->bytes[FA__TENSOR_Q], im->bytes[FA__TENSOR_K],
                                  im->bytes[FA__TENSOR_V], im->bytes[FA__TENSOR_O]};
     run_golden(p, im->t[FA__TENSOR_Q], im->t[FA__TENSOR_K], im->t[FA__TENSOR_V],
                im->t[FA__TENSOR_O], im->t[FA__TENSOR_LSE], fwd_bytes,
-               im->bytes[FA__TENSOR_LSE]);
+               im->bytes[FA__TENSOR_LSE], &im->mi);
     fa_context *ctx = NULL;
     fa_context_options opts = {FA_BACKEND_CPU, 0};
     assert_int_equal(fa_context_create(&ctx, &opts, NULL, 0), OK);
@@ -428,15 +657,25 @@ static void bwd_golden(const fa_problem *p, bwd_images *im)
     }
     fa_problem golden = *p;
     golden.block_r = golden.block_c = 0;
+    fa_buffer *bm[4] = {NULL, NULL, NULL, NULL}; /* ALiBi, bias, sinks, d_sinks */
+    void *mod_mem[4] = {im->mi.alibi, im->mi.bias, im->mi.sinks, im->dsinks_ref};
+    size_t mod_bytes[4] = {(size_t)p->heads_q * 4, im->mi.bias_bytes, (size_t)p->heads_q * 4,
+                           (size_t)p->heads_q * 4};
+    for (int i = 0; i < 4; i++)
+        if (mod_mem[i])
+            assert_int_equal(fa_buffer_wrap_host(ctx, mod_mem[i], mod_bytes[i], &bm[i]), OK);
+    fa_modifier_buffers mods = {bm[0], bm[1], bm[2], bm[3]};
     fa_plan *plan = NULL;
     assert_int_equal(fa_plan_create_backward(ctx, &golden, &plan), OK);
-    assert_int_equal(fa_backward(ctx, plan, b[FA__TENSOR_Q], b[FA__TENSOR_K], b[FA__TENSOR_V],
-                                 b[FA__TENSOR_O], b[FA__TENSOR_LSE], b[FA__TENSOR_DO],
-                                 b[FA__TENSOR_DQ], b[FA__TENSOR_DK], b[FA__TENSOR_DV]),
+    assert_int_equal(fa_backward_ex(ctx, plan, b[FA__TENSOR_Q], b[FA__TENSOR_K], b[FA__TENSOR_V],
+                                    b[FA__TENSOR_O], b[FA__TENSOR_LSE], b[FA__TENSOR_DO],
+                                    b[FA__TENSOR_DQ], b[FA__TENSOR_DK], b[FA__TENSOR_DV], &mods),
                      OK);
     fa_plan_destroy(plan);
     for (int i = 0; i < FA__TENSOR_SCRATCH; i++)
         fa_buffer_destroy(b[i]);
+    for (int i = 0; i < 4; i++)
+        fa_buffer_destroy(bm[i]);
     fa_context_destroy(ctx);
 }
 
@@ -446,8 +685,9 @@ static void bwd_golden(const fa_problem *p, bwd_images *im)
 static void bwd_emulate(const emu_case *c, const fa_plan *plan, bwd_images *im,
                         float scale_error)
 {
-    for (int i = FA__TENSOR_DQ; i <= FA__TENSOR_SCRATCH; i++)
-        memset(im->t[i], 0xFF, im->bytes[i]);
+    for (int i = FA__TENSOR_DQ; i <= FA__TENSOR_DSINKS; i++)
+        if (i <= FA__TENSOR_SCRATCH || i == FA__TENSOR_DSINKS)
+            memset(im->t[i], 0xFF, im->bytes[i]);
     for (int i = 0; i < plan->n_launches; i++) {
         const fa__launch *l = &plan->launches[i];
         if (l->grid[0] == 0 || l->grid[1] == 0 || l->grid[2] == 0)
@@ -542,6 +782,19 @@ static int bwd_compare(const emu_case *c, const fa_problem *p, const bwd_images 
     double w_dv = compare_grad(c, "dV", &p->dv, c->heads_kv, c->seqlen_k, im->t[FA__TENSOR_DV],
                                im->ref[2], im->bytes[FA__TENSOR_DV], zk, &bad);
     print_message("  %-36s worst err/tol: dq %.3f dk %.3f dv %.3f\n", c->name, w_dq, w_dk, w_dv);
+    if (p->sinks) {
+        /* d_sinks: f32 sums (a tree) against the golden's f64, D from the stored O either way;
+         * the element past [Hq] untouched. */
+        const float *got = im->t[FA__TENSOR_DSINKS], *want = im->dsinks_ref;
+        for (int64_t h = 0; h <= c->heads_q; h++) {
+            bool ok = h == c->heads_q
+                          ? memcmp(&got[h], &want[h], sizeof *got) == 0
+                          : fabs((double)got[h] - want[h]) <= 1e-4 * (1.0 + fabs(want[h]));
+            if (!ok && bad++ < 10)
+                print_message("  %s: d_sinks[%lld] is %.9g, golden %.9g\n", c->name,
+                              (long long)h, got[h], want[h]);
+        }
+    }
     free(zq);
     free(zk);
     return bad;
@@ -562,7 +815,7 @@ static int run_bwd_case(const emu_case *c, float scale_error)
     fa_plan *plan = NULL;
     if (fa_plan_create_backward(arch, &p, &plan) != OK)
         fail_msg("%s: the sm_80 backward plan failed: %s", c->name, fa_context_last_error(arch));
-    assert_int_equal(plan->n_launches, 3);
+    assert_int_equal(plan->n_launches, p.sinks ? 4 : 3);
     bwd_images im;
     bwd_alloc(c, &p, plan, &im);
     bwd_golden(&p, &im);
@@ -602,6 +855,19 @@ static void test_backward_cases(void **state)
     }
 }
 
+/* The forward's modifier cases (mod_cases: each feature alone and all together, CUDA cores and
+ * tensor cores, masks, GQA, rows without keys) through the backward: dQ, dK, dV and d_sinks
+ * against the golden. */
+static void test_backward_modifier_cases(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof mod_cases / sizeof mod_cases[0]; i++) {
+        int bad = run_bwd_case(&mod_cases[i], 1.0f);
+        if (bad)
+            fail_msg("%s: %d elements differ from the golden", mod_cases[i].name, bad);
+    }
+}
+
 /* As for the forward: a scale 0.1% off must give mismatches in the backward's comparison. */
 static void test_backward_catches_errors(void **state)
 {
@@ -614,8 +880,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_emulator_catches_errors),
         cmocka_unit_test(test_cases),
+        cmocka_unit_test(test_modifier_cases),
         cmocka_unit_test(test_backward_catches_errors),
         cmocka_unit_test(test_backward_cases),
+        cmocka_unit_test(test_backward_modifier_cases),
     };
     return cmocka_run_group_tests_name("cuda kernel, emulated on the host", tests, NULL, NULL);
 }

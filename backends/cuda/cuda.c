@@ -186,10 +186,15 @@ static fa_status cu_buffer_read(fa_context *ctx, void *mem, size_t offset, void 
 
 /* The dynamic shared memory a launch gets: the plan's on-chip bytes, which every kernel of the
  * plan fits in (the backward's two passes share one formula), except flash_bwd_pre, which reads
- * only global memory; asking for none keeps its blocks from being limited by shared memory. */
+ * only global memory (asking for none keeps its blocks from being limited by shared memory),
+ * and flash_bwd_dsinks, whose tree needs one float per thread. */
 static uint64_t launch_shared(const fa__launch *launch)
 {
-    return strcmp(launch->variant.entry, "flash_bwd_pre") == 0 ? 0 : launch->onchip_bytes;
+    if (strcmp(launch->variant.entry, "flash_bwd_pre") == 0)
+        return 0;
+    if (strcmp(launch->variant.entry, "flash_bwd_dsinks") == 0)
+        return (uint64_t)launch->variant.work_group_size * sizeof(float);
+    return launch->onchip_bytes;
 }
 
 /* Check before launch: what the compiled kernel can do, and the shared memory opt-in. */
@@ -261,7 +266,9 @@ static fa_status cu_launch(fa_context *ctx, const fa_plan *plan, const fa__launc
     CUdeviceptr ptrs[FA__MAX_LAUNCH_ARGS];
     void *args[FA__MAX_LAUNCH_ARGS + 1];
     for (int i = 0; i < launch->n_args; i++) {
-        ptrs[i] = ((const fa__cu_mem *)mem[launch->args[i]])->ptr;
+        /* A null tensor (the scratch of a run with batch 0, for flash_bwd_dsinks) binds 0. */
+        const fa__cu_mem *m = mem[launch->args[i]];
+        ptrs[i] = m ? m->ptr : 0;
         args[i] = &ptrs[i];
     }
     fa_kernel_params params = *kp;
@@ -306,4 +313,12 @@ const fa__backend_ops fa__cuda_ops = {
     .launch_prepare = cu_launch_prepare,
     .launch = cu_launch,
     .arch_props = fa__cuda_arch_props,
+    /* The forward's and the backward's kernels (both paths) run every score modifier and
+     * dropout; the backward adds flash_bwd_dsinks. */
+    .supported_features = {[FA__OP_FORWARD] = FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI |
+                                              FA_FEATURE_BIAS | FA_FEATURE_WINDOW |
+                                              FA_FEATURE_SINKS | FA_FEATURE_DROPOUT,
+                           [FA__OP_BACKWARD] = FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI |
+                                               FA_FEATURE_BIAS | FA_FEATURE_WINDOW |
+                                               FA_FEATURE_SINKS | FA_FEATURE_DROPOUT},
 };

@@ -1,9 +1,11 @@
 /*
  * emu_kernel.cpp - the CUDA kernels compiled as host C++ for one configuration, given by the
  * build with the same -D options NVRTC gets (HEAD_DIM, BLOCK_R, BLOCK_C, DTYPE, MASK, WG_SIZE,
- * TPR, MMA) plus FA_EMU_ID, a name for the configuration. A configuration holds every entry
+ * TPR, MMA, and FEATURES with BIAS_DTYPE for the score modifiers) plus FA_EMU_ID, a name for the
+ * configuration. A configuration holds every entry
  * point a module of those options can have: flash_fwd and the backward's flash_bwd_pre,
- * flash_bwd_dkdv and flash_bwd_dq (flash_bwd.cu, which includes flash_fwd.cu).
+ * flash_bwd_dkdv, flash_bwd_dq and, with sinks, flash_bwd_dsinks (flash_bwd.cu, which includes
+ * flash_fwd.cu).
  * Each configuration lives in its own namespace and registers its entry points with the
  * launcher (emu_launch.cpp).
  */
@@ -14,11 +16,20 @@
 #define FA_EMU_STR2(x) #x
 #define FA_EMU_STR(x) FA_EMU_STR2(x)
 
+/* The score modifiers' options, spelled as fa__variant_defines does (only when on). */
+#ifdef FEATURES
+#define FA_EMU_FEATURE_OPTIONS                                                                 \
+    " -DFEATURES=" FA_EMU_STR(FEATURES) " -DBIAS_DTYPE=" FA_EMU_STR(BIAS_DTYPE)
+#else
+#define FA_EMU_FEATURE_OPTIONS ""
+#endif
+
 /* The kernels' extern "C" entry points need names of their own per configuration. */
 #define flash_fwd FA_EMU_CAT(fa_emu_flash_fwd_, FA_EMU_ID)
 #define flash_bwd_pre FA_EMU_CAT(fa_emu_flash_bwd_pre_, FA_EMU_ID)
 #define flash_bwd_dkdv FA_EMU_CAT(fa_emu_flash_bwd_dkdv_, FA_EMU_ID)
 #define flash_bwd_dq FA_EMU_CAT(fa_emu_flash_bwd_dq_, FA_EMU_ID)
+#define flash_bwd_dsinks FA_EMU_CAT(fa_emu_flash_bwd_dsinks_, FA_EMU_ID)
 
 namespace FA_EMU_ID {
 /* Dynamic shared memory: the kernels declare it `extern`; this is the definition. */
@@ -40,10 +51,32 @@ const fa_kernel_params &params_of(const void *p)
     return *static_cast<const fa_kernel_params *>(p);
 }
 
+/* The modifier tensors after a launch's own n tensors, in the host's order (src/ops.c
+ * add_modifier_args): ALiBi slopes, bias, sinks, those compiled in. */
+constexpr int has_alibi = (FEATURES & FA_FEATURE_ALIBI) ? 1 : 0;
+constexpr int has_bias = (FEATURES & FA_FEATURE_BIAS) ? 1 : 0;
+constexpr int has_sinks = (FEATURES & FA_FEATURE_SINKS) ? 1 : 0;
+#if FEATURES & FA_FEATURE_ALIBI
+#define EMU_ALIBI(a, n) , f32(a, n)
+#else
+#define EMU_ALIBI(a, n)
+#endif
+#if FEATURES & FA_FEATURE_BIAS
+#define EMU_BIAS(a, n) , static_cast<const bias_t *>(a[(n) + has_alibi])
+#else
+#define EMU_BIAS(a, n)
+#endif
+#if FEATURES & FA_FEATURE_SINKS
+#define EMU_SINKS(a, n) , f32(a, (n) + has_alibi + has_bias)
+#else
+#define EMU_SINKS(a, n)
+#endif
+
 /* Argument orders: src/ops.c (forward_launches, backward_kernels). */
 void fwd(void *const *a, const void *p)
 {
-    flash_fwd(in(a, 0), in(a, 1), in(a, 2), out(a, 3), f32(a, 4), params_of(p));
+    flash_fwd(in(a, 0), in(a, 1), in(a, 2), out(a, 3), f32(a, 4) EMU_ALIBI(a, 5) EMU_BIAS(a, 5)
+              EMU_SINKS(a, 5), params_of(p));
 }
 void bwd_pre(void *const *a, const void *p)
 {
@@ -52,25 +85,36 @@ void bwd_pre(void *const *a, const void *p)
 void bwd_dkdv(void *const *a, const void *p)
 {
     flash_bwd_dkdv(in(a, 0), in(a, 1), in(a, 2), f32(a, 3), in(a, 4), f32(a, 5), out(a, 6),
-                   out(a, 7), params_of(p));
+                   out(a, 7) EMU_ALIBI(a, 8) EMU_BIAS(a, 8), params_of(p));
 }
 void bwd_dq(void *const *a, const void *p)
 {
-    flash_bwd_dq(in(a, 0), in(a, 1), in(a, 2), f32(a, 3), in(a, 4), f32(a, 5), out(a, 6),
-                 params_of(p));
+    flash_bwd_dq(in(a, 0), in(a, 1), in(a, 2), f32(a, 3), in(a, 4), f32(a, 5), out(a, 6)
+                 EMU_ALIBI(a, 7) EMU_BIAS(a, 7), params_of(p));
 }
+#if FEATURES & FA_FEATURE_SINKS
+void bwd_dsinks(void *const *a, const void *p)
+{
+    flash_bwd_dsinks(f32(a, 0), f32(a, 1), f32(a, 2), f32(a, 3), params_of(p));
+}
+#endif
 
 /* The spelling of fa__variant_defines (src/ops.c), so the test finds this configuration. */
 const char options[] = "-DHEAD_DIM=" FA_EMU_STR(HEAD_DIM) " -DBLOCK_R=" FA_EMU_STR(BLOCK_R)
                        " -DBLOCK_C=" FA_EMU_STR(BLOCK_C) " -DDTYPE=" FA_EMU_STR(DTYPE)
                        " -DMASK=" FA_EMU_STR(MASK) " -DWG_SIZE=" FA_EMU_STR(WG_SIZE)
-                       " -DTPR=" FA_EMU_STR(TPR) " -DMMA=" FA_EMU_STR(MMA);
+                       " -DTPR=" FA_EMU_STR(TPR) " -DMMA=" FA_EMU_STR(MMA)
+                       FA_EMU_FEATURE_OPTIONS;
 
 const fa_emu_kernel entries[] = {
-    {"flash_fwd", options, WG_SIZE, smem, sizeof smem, fwd, 5},
+    {"flash_fwd", options, WG_SIZE, smem, sizeof smem, fwd,
+     5 + has_alibi + has_bias + has_sinks},
     {"flash_bwd_pre", options, WG_SIZE, smem, sizeof smem, bwd_pre, 3},
-    {"flash_bwd_dkdv", options, WG_SIZE, smem, sizeof smem, bwd_dkdv, 8},
-    {"flash_bwd_dq", options, WG_SIZE, smem, sizeof smem, bwd_dq, 7},
+    {"flash_bwd_dkdv", options, WG_SIZE, smem, sizeof smem, bwd_dkdv, 8 + has_alibi + has_bias},
+    {"flash_bwd_dq", options, WG_SIZE, smem, sizeof smem, bwd_dq, 7 + has_alibi + has_bias},
+#if FEATURES & FA_FEATURE_SINKS
+    {"flash_bwd_dsinks", options, WG_SIZE, smem, sizeof smem, bwd_dsinks, 4},
+#endif
 };
 
 struct registrar {
