@@ -536,36 +536,6 @@ __device__ __forceinline__ void store_block_scaled(const float acc[O_TILES][4], 
     }
 }
 
-#if FEATURES & FA_FEATURE_DROPOUT
-/* Dropout's factors z[j][e] of a warp's 16 x 16 block of the dQ pass: rows[i] (i = e / 2) x keys
- * key0 + 8j + 2t + e % 2, key0 a multiple of 16. The forward's draw: lanes t and t^1 hold the 4
- * keys 8j + 4(t/2) .. +3 of rows g and g+8; the even lane draws row g's Philox words, the odd
- * one row g+8's, one call per 4 keys, and each passes the other the two words of its keys. */
-__device__ __forceinline__ void block_dropout(const fa_kernel_params &p, i64 b, i64 h,
-                                              const i64 rows[2], i64 key0, int t,
-                                              unsigned lanes, float z[2][4])
-{
-#pragma unroll
-    for (int j = 0; j < 2; j++) {
-        const bool odd = (t & 1) != 0; /* draws for row g+8 (i = 1), else row g (i = 0) */
-        fa_kp_u32 w[4];
-        fa_dropout_words(&p, b, h, rows[odd], key0 + j * 8 + (t & ~1) * 2, w);
-        /* Words 2(t%2), 2(t%2)+1 are this lane's keys, the other two its partner's. */
-        fa_kp_u32 mine0 = odd ? w[2] : w[0], mine1 = odd ? w[3] : w[1];
-        fa_kp_u32 give0 = odd ? w[0] : w[2], give1 = odd ? w[1] : w[3];
-        fa_kp_u32 got0 = (fa_kp_u32)__float_as_int(
-            __shfl_xor_sync(lanes, __int_as_float((int)give0), 1, THREADS_PER_ROW));
-        fa_kp_u32 got1 = (fa_kp_u32)__float_as_int(
-            __shfl_xor_sync(lanes, __int_as_float((int)give1), 1, THREADS_PER_ROW));
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            bool drawn_here = (e / 2 == 1) == odd;
-            fa_kp_u32 word = drawn_here ? ((e & 1) ? mine1 : mine0) : ((e & 1) ? got1 : got0);
-            z[j][e] = dropout_factor(p, word);
-        }
-    }
-}
-#endif
 
 /* One (query tile, head, batch) work item: warp w owns query rows warp_row0 = 16w .. 16w+15;
  * each lane holds rows g and g+8 of them (i = 0, 1) and, in a 16 x 8 tile, columns 2t, 2t+1. */
@@ -627,7 +597,9 @@ __device__ void tile_bwd_dq_mma(const store_t *__restrict__ q, const store_t *__
             /* Dropout's Z of the block (1 without dropout). */
             float z[2][4] = {{1.0f, 1.0f, 1.0f, 1.0f}, {1.0f, 1.0f, 1.0f, 1.0f}};
 #if FEATURES & FA_FEATURE_DROPOUT
-            block_dropout(p, b, h, rows, k0 + c0, t, row_lanes(), z);
+#pragma unroll
+            for (int j = 0; j < 2; j++) /* the 16 keys k0 + c0 .. +15: two 8-key blocks */
+                mma_dropout_factors(p, b, h, rows, k0 + c0 + 8 * j, t, row_lanes(), z[j]);
 #endif
             /* The modifiers, the mask (keys outside [row_begin, row_keys) get P = 0), P =
              * exp2(S - LSE2) and dS = P (Z dP - D) dcap in place. */

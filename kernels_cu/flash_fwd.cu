@@ -333,6 +333,37 @@ __device__ __forceinline__ float dropout_factor(const fa_kernel_params &p, fa_kp
     return word >= p.dropout_threshold ? p.dropout_scale : 0.0f;
 }
 
+#if FEATURES & FA_FEATURE_DROPOUT
+/* Dropout's factors z[e] of one 8-key mma block (the tensor-core paths of the forward and the
+ * dQ pass): element e is row rows[e / 2], key key0 + 2t + e % 2, key0 a multiple of 8 (k0 is
+ * one of 16). Lanes t and t^1 hold the 4 keys key0 + 4(t/2) .. +3 of both rows: the even lane
+ * draws row g's Philox words, the odd one row g+8's, one call per 4 keys, and each passes the
+ * other the two words of its keys (word 2(t%2) + e%2 is key key0 + 2t + e%2). */
+__device__ __forceinline__ void mma_dropout_factors(const fa_kernel_params &p, i64 b, i64 h,
+                                                    const i64 rows[2], i64 key0, int t,
+                                                    unsigned lanes, float z[4])
+{
+    const bool odd = (t & 1) != 0; /* draws for row g+8 (i = 1), else row g (i = 0) */
+    fa_kp_u32 w[4];
+    fa_dropout_words(&p, b, h, rows[odd], key0 + (t & ~1) * 2, w);
+    /* Words 2(t%2), 2(t%2)+1 are this lane's keys, the other two its partner's. */
+    fa_kp_u32 mine0 = odd ? w[2] : w[0], mine1 = odd ? w[3] : w[1];
+    fa_kp_u32 give0 = odd ? w[0] : w[2], give1 = odd ? w[1] : w[3];
+    fa_kp_u32 got0 = (fa_kp_u32)__float_as_int(
+        __shfl_xor_sync(lanes, __int_as_float((int)give0), 1, THREADS_PER_ROW));
+    fa_kp_u32 got1 = (fa_kp_u32)__float_as_int(
+        __shfl_xor_sync(lanes, __int_as_float((int)give1), 1, THREADS_PER_ROW));
+    /* Element e is row i = e / 2: its word is mine when i is the row this lane drew, else the
+     * partner's (got). */
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        bool drawn_here = (e / 2 == 1) == odd;
+        z[e] = dropout_factor(p, drawn_here ? ((e & 1) ? mine1 : mine0)
+                                            : ((e & 1) ? got1 : got0));
+    }
+}
+#endif
+
 /* The m step of the online softmax for one row, in log2 units: *m becomes m_new = max(*m, the
  * row's max over this tile, combined over its lanes), *alpha = exp2(m_old - m_use) rescales the
  * earlier O and l, and the result m_use is what the exponents subtract. A row with no allowed
@@ -652,30 +683,15 @@ __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__res
             l[i] = l[i] * alpha[i] + row_sum(tile_sum[i], lanes);
 
 #if FEATURES & FA_FEATURE_DROPOUT
-        /* Dropout (l above counts P before it): P *= dropout_scale or 0. Lanes t and t^1 hold
-         * the 4 keys 8n + 4(t/2) .. +3 of rows g and g+8 (k0 is a multiple of 16): the even lane
-         * draws row g's Philox words, the odd one row g+8's, one call per 4 keys, and each
-         * passes the other the two words of its keys (word 2(t%2) + e%2 is key 8n + 2t + e%2). */
+        /* Dropout (l above counts P before it): P *= dropout_scale or 0, one Philox call per
+         * 4 keys shared by the two lanes that hold them (mma_dropout_factors). */
 #pragma unroll
         for (int n = 0; n < S_TILES; n++) {
-            const bool odd = (t & 1) != 0; /* draws for row g+8 (i = 1), else row g (i = 0) */
-            fa_kp_u32 w[4];
-            fa_dropout_words(&p, b, h, rows[odd], k0 + n * 8 + (t & ~1) * 2, w);
-            /* Words 2(t%2), 2(t%2)+1 are this lane's keys, the other two its partner's. */
-            fa_kp_u32 mine0 = odd ? w[2] : w[0], mine1 = odd ? w[3] : w[1];
-            fa_kp_u32 give0 = odd ? w[0] : w[2], give1 = odd ? w[1] : w[3];
-            fa_kp_u32 got0 = (fa_kp_u32)__float_as_int(
-                __shfl_xor_sync(lanes, __int_as_float((int)give0), 1, THREADS_PER_ROW));
-            fa_kp_u32 got1 = (fa_kp_u32)__float_as_int(
-                __shfl_xor_sync(lanes, __int_as_float((int)give1), 1, THREADS_PER_ROW));
-            /* s[n][e] is row i = e / 2, key 2t + e % 2: its word is mine when i is the row
-             * this lane drew, else the partner's (got). */
+            float z[4];
+            mma_dropout_factors(p, b, h, rows, k0 + n * 8, t, lanes, z);
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                bool drawn_here = (e / 2 == 1) == odd;
-                fa_kp_u32 word = drawn_here ? ((e & 1) ? mine1 : mine0) : ((e & 1) ? got1 : got0);
-                s[n][e] *= dropout_factor(p, word);
-            }
+            for (int e = 0; e < 4; e++)
+                s[n][e] *= z[e];
         }
 #endif
 
