@@ -35,6 +35,9 @@ typedef uint32_t fa_kp_u32;
 #define FA_FEATURE_WINDOW 8u
 #define FA_FEATURE_SINKS 16u
 #define FA_FEATURE_DROPOUT 32u
+#define FA_FEATURES_ALL                                                                         \
+    (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_BIAS | FA_FEATURE_WINDOW |              \
+     FA_FEATURE_SINKS | FA_FEATURE_DROPOUT)
 
 typedef struct fa_kernel_params {
     fa_kp_i64 q_offset, q_stride_b, q_stride_h, q_stride_s; /* Q [B, Hq, Sq, D] */

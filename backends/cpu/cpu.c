@@ -568,10 +568,6 @@ const fa__backend_ops fa__cpu_ops = {
     .buffer_read = cpu_buffer_read,
     .launch_prepare = cpu_launch_prepare,
     .launch = cpu_launch,
-    .supported_features = {[FA__OP_FORWARD] = FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI |
-                                              FA_FEATURE_BIAS | FA_FEATURE_WINDOW |
-                                              FA_FEATURE_SINKS | FA_FEATURE_DROPOUT,
-                           [FA__OP_BACKWARD] = FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI |
-                                               FA_FEATURE_BIAS | FA_FEATURE_WINDOW |
-                                               FA_FEATURE_SINKS | FA_FEATURE_DROPOUT},
+    .supported_features = {[FA__OP_FORWARD] = FA_FEATURES_ALL,
+                           [FA__OP_BACKWARD] = FA_FEATURES_ALL},
 };

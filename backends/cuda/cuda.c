@@ -315,10 +315,6 @@ const fa__backend_ops fa__cuda_ops = {
     .arch_props = fa__cuda_arch_props,
     /* The forward's and the backward's kernels (both paths) run every score modifier and
      * dropout; the backward adds flash_bwd_dsinks. */
-    .supported_features = {[FA__OP_FORWARD] = FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI |
-                                              FA_FEATURE_BIAS | FA_FEATURE_WINDOW |
-                                              FA_FEATURE_SINKS | FA_FEATURE_DROPOUT,
-                           [FA__OP_BACKWARD] = FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI |
-                                               FA_FEATURE_BIAS | FA_FEATURE_WINDOW |
-                                               FA_FEATURE_SINKS | FA_FEATURE_DROPOUT},
+    .supported_features = {[FA__OP_FORWARD] = FA_FEATURES_ALL,
+                           [FA__OP_BACKWARD] = FA_FEATURES_ALL},
 };

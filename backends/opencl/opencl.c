@@ -289,18 +289,14 @@ static fa_status cl_launch(fa_context *ctx, const fa_plan *plan, const fa__launc
     return err == CL_SUCCESS ? FA_STATUS_OK : fa__cl_fail(ctx, err, "clFinish");
 }
 
-#define OPENCL_FEATURES                                                                        \
-    (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_BIAS | FA_FEATURE_WINDOW |              \
-     FA_FEATURE_SINKS | FA_FEATURE_DROPOUT)
-
 const fa__backend_ops fa__opencl_ops = {
     .api_version = FA__BACKEND_API_VERSION,
     .backend = FA_BACKEND_OPENCL,
     .supported_ops = (1u << FA__OP_FORWARD) | (1u << FA__OP_BACKWARD),
     /* kernels_cl/ compiles each modifier in under its FEATURES bit; the backward adds the
      * sinks' gradient (flash_bwd_dsinks). */
-    .supported_features = {[FA__OP_FORWARD] = OPENCL_FEATURES,
-                           [FA__OP_BACKWARD] = OPENCL_FEATURES},
+    .supported_features = {[FA__OP_FORWARD] = FA_FEATURES_ALL,
+                           [FA__OP_BACKWARD] = FA_FEATURES_ALL},
     .device_count = cl_device_count,
     .device_props = cl_device_props,
     .plan_rules = cl_plan_rules,
