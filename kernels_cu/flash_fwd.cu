@@ -271,7 +271,8 @@ __device__ __forceinline__ head_mods head_mods_of(const modifier_args &a,
     hm.bias = a.bias + p.bias_offset + b * p.bias_stride_b + h * p.bias_stride_h;
 #endif
 #if FEATURES & FA_FEATURE_SINKS
-    hm.sink_log2 = a.sinks[h] * LOG2E;
+    if (a.sinks) /* the backward's passes get no sinks: LSE already holds them */
+        hm.sink_log2 = a.sinks[h] * LOG2E;
 #endif
     (void)a;
     (void)p;
