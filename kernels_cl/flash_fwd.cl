@@ -415,35 +415,52 @@ void row_mods_at_tile(row_mods *rm, const row_mods *base, long k0, int valid_key
     rm->bias_keys = base->bias_row ? valid_keys : 0;
 }
 
+/* Dropout's Philox lanes: counters of DROPOUT_LANES groups of four keys in one call (16 where
+ * the device prefers 16-wide floats, else 8). */
+#if VEC_MAX >= 16
+#define DROPOUT_LANES 16
+typedef uint16 uint_lanes;
+typedef float16 float_lanes;
+#define VSTORE_LANES vstore16
+#define PHILOX_LANE ((uint16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
+#else
+#define DROPOUT_LANES 8
+typedef uint8 uint_lanes;
+typedef float8 float_lanes;
+#define VSTORE_LANES vstore8
+#define PHILOX_LANE ((uint8)(0, 1, 2, 3, 4, 5, 6, 7))
+#endif
+
 /* Dropout on one row of P (keys k0 + c, c in [0, valid_keys)): kept P times dropout_scale,
  * dropped ones 0. One Philox call per group of four keys (fa_dropout_words), each key taking
  * its word j & 3. */
 void dropout_row(__local float *p_row, const fa_kernel_params *p, long b, long h, long row,
                  long k0, int valid_keys)
 {
-#if BLOCK_C % 32 == 0
+#if BLOCK_C % (4 * DROPOUT_LANES) == 0
     if (valid_keys == BLOCK_C) {
-        /* A whole tile: k0 is a multiple of 32, so eight groups of four keys share one Philox
-         * call on uint8 counters (lane n: group (k0 >> 2) + g0 + n; the other counter words as
-         * fa_dropout_words). The scalar form cost pocl 80% of the forward at p = 0.1 (one
-         * Philox per four keys, never vectorized); the lanes give the same words. */
-        const uint8 thr = (uint8)p->dropout_threshold;
-        for (int g0 = 0; g0 < BLOCK_C / 4; g0 += 8) { /* keys k0 + 4 g0 .. + 31 */
-            uint8 w0 = (uint8)((uint)((k0 >> 2) + g0)) + (uint8)(0, 1, 2, 3, 4, 5, 6, 7);
-            uint8 w1 = (uint8)((uint)row), w2 = (uint8)((uint)(b * p->heads_q + h));
-            uint8 w3 = (uint8)p->dropout_offset;
-            FA_PHILOX4X32_10(uint8, mul_hi, w0, w1, w2, w3, (uint)p->dropout_seed,
+        /* A whole tile: k0 is a multiple of 4 * DROPOUT_LANES, so that many groups of four
+         * keys share one Philox call on uintN counters (lane n: group (k0 >> 2) + g0 + n; the
+         * other counter words as fa_dropout_words). The scalar form cost pocl 80% of the
+         * forward at p = 0.1 (one Philox per four keys, never vectorized), 8 lanes 36%; the
+         * lanes give the same words. */
+        const uint_lanes thr = (uint_lanes)p->dropout_threshold;
+        const float_lanes kept = (float_lanes)p->dropout_scale;
+        for (int g0 = 0; g0 < BLOCK_C / 4; g0 += DROPOUT_LANES) { /* keys k0 + 4 g0 .. */
+            uint_lanes w0 = (uint_lanes)((uint)((k0 >> 2) + g0)) + PHILOX_LANE;
+            uint_lanes w1 = (uint_lanes)((uint)row), w2 = (uint_lanes)((uint)(b * p->heads_q + h));
+            uint_lanes w3 = (uint_lanes)p->dropout_offset;
+            FA_PHILOX4X32_10(uint_lanes, mul_hi, w0, w1, w2, w3, (uint)p->dropout_seed,
                              (uint)(p->dropout_seed >> 32));
             /* z[e][n]: the factor of key 4 (g0 + n) + e, whose word is lane n of word e */
-            float z[4][8];
-            const float8 kept = (float8)p->dropout_scale;
-            vstore8(select((float8)0.0f, kept, w0 >= thr), 0, z[0]);
-            vstore8(select((float8)0.0f, kept, w1 >= thr), 0, z[1]);
-            vstore8(select((float8)0.0f, kept, w2 >= thr), 0, z[2]);
-            vstore8(select((float8)0.0f, kept, w3 >= thr), 0, z[3]);
-            __local float *keys = p_row + 4 * g0; /* P[r][4 g0 + c], c in [0, 32) */
+            float z[4][DROPOUT_LANES];
+            VSTORE_LANES(select((float_lanes)0.0f, kept, w0 >= thr), 0, z[0]);
+            VSTORE_LANES(select((float_lanes)0.0f, kept, w1 >= thr), 0, z[1]);
+            VSTORE_LANES(select((float_lanes)0.0f, kept, w2 >= thr), 0, z[2]);
+            VSTORE_LANES(select((float_lanes)0.0f, kept, w3 >= thr), 0, z[3]);
+            __local float *keys = p_row + 4 * g0; /* P[r][4 g0 + c], c in [0, 4 lanes) */
 #pragma unroll
-            for (int c = 0; c < 32; c++)
+            for (int c = 0; c < 4 * DROPOUT_LANES; c++)
                 keys[c] *= z[c & 3][c >> 2];
         }
         return;

@@ -188,7 +188,7 @@ FA_KP_FN void fa_philox4x32_10(fa_kp_u32 c[4], fa_kp_u32 k0, fa_kp_u32 k1)
  * Dropout's random words for keys 4*(j >> 2) .. +3 of row i of (batch b, query head h): Philox
  * with counter (j >> 2, i, b * heads_q + h, dropout_offset), each word mod 2^32, and key
  * (seed & 0xffffffff, seed >> 32). Key j's word is w[j & 3]; it is kept when
- * w[j & 3] >= dropout_threshold (fa_dropout_keep).
+ * w[j & 3] >= dropout_threshold.
  */
 FA_KP_FN void fa_dropout_words(const fa_kernel_params *p, fa_kp_i64 b, fa_kp_i64 h,
                                fa_kp_i64 i, fa_kp_i64 j, fa_kp_u32 w[4])
@@ -198,16 +198,6 @@ FA_KP_FN void fa_dropout_words(const fa_kernel_params *p, fa_kp_i64 b, fa_kp_i64
     w[2] = (fa_kp_u32)(b * p->heads_q + h);
     w[3] = p->dropout_offset;
     fa_philox4x32_10(w, (fa_kp_u32)p->dropout_seed, (fa_kp_u32)(p->dropout_seed >> 32));
-}
-
-/* 1 when dropout keeps element (b, h, i, j); one Philox call (prefer fa_dropout_words for four
- * consecutive keys). */
-FA_KP_FN int fa_dropout_keep(const fa_kernel_params *p, fa_kp_i64 b, fa_kp_i64 h, fa_kp_i64 i,
-                             fa_kp_i64 j)
-{
-    fa_kp_u32 w[4];
-    fa_dropout_words(p, b, h, i, j, w);
-    return w[j & 3] >= p->dropout_threshold;
 }
 
 #endif /* FA_KERNEL_PARAMS_H */

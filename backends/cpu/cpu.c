@@ -261,7 +261,9 @@ static double dropout_factor(const head_mods *hm, int64_t i, int64_t j)
     const fa_kernel_params *kp = hm->kp;
     if (!(kp->features & FA_FEATURE_DROPOUT))
         return 1.0;
-    return fa_dropout_keep(kp, hm->b, hm->h, i, j) ? (double)kp->dropout_scale : 0.0;
+    fa_kp_u32 w[4]; /* one Philox call per key: the golden favours plain over fast */
+    fa_dropout_words(kp, hm->b, hm->h, i, j, w);
+    return w[j & 3] >= kp->dropout_threshold ? (double)kp->dropout_scale : 0.0;
 }
 
 typedef struct head_view {
