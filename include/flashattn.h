@@ -71,7 +71,9 @@ FA_API const char *fa_version(void);
     X(INVALID_DROPOUT, "the dropout probability is not in [0, 1)")                             \
     X(INVALID_SOFTCAP, "the logit softcap is not a finite number >= 0")                        \
     X(INVALID_WINDOW, "invalid sliding window: a bound below -1, or a bad switch")             \
-    X(INVALID_BIAS, "invalid attention bias: its dtype, offset or strides")
+    X(INVALID_BIAS, "invalid attention bias: its dtype, offset or strides")                    \
+    X(INVALID_SEQLENS, "invalid sequence lengths: cu_seqlens or seqlens_k")                    \
+    X(INVALID_BLOCK_TABLE, "invalid block table: a page outside the pool or the table")
 
 typedef enum fa_status {
 #define FA__STATUS_ENUM(name, msg) FA_STATUS_##name,
@@ -355,6 +357,21 @@ typedef struct fa_problem {
                                 kept ones are scaled by (float)(1 / (1 - p)); 0: off */
     uint64_t dropout_seed;   /* Philox4x32-10 key: (seed & 0xffffffff, seed >> 32) */
     uint32_t dropout_offset; /* the counter's 4th word; advance it between calls */
+    /* Sequences and decoding ("Sequences, pages and split-KV" below). Each is off at zero. The
+     * buffers they read are given to fa_forward_seq and fa_backward_seq (fa_seq_buffers). */
+    int32_t varlen;        /* 1: a packed variable-length batch (cu_seqlens_q, cu_seqlens_k);
+                              seqlen_q and seqlen_k are then the longest sequence's lengths */
+    int32_t seqlens_k;     /* 1: sequence b has seqlens_k[b] <= seqlen_k keys (a KV cache's
+                              lengths); 0: every sequence has seqlen_k */
+    int64_t page_size;     /* > 0: K and V are pages of page_size keys in a pool, addressed by
+                              a block table; 0: not paged */
+    int64_t num_pages;     /* paged: the pool's pages (K and V: [num_pages, ...] by their
+                              layout, batch standing for the page) */
+    int64_t pages_per_seq; /* paged: the block table's row length; page_size * pages_per_seq
+                              >= seqlen_k */
+    int32_t kv_splits;     /* split-KV (forward): 0 lets the planner choose, 1 never splits,
+                              n > 1 splits the keys in n chunks (fewer when there are fewer key
+                              tiles); FLASHATTN_KV_SPLITS stands in for 0 */
 } fa_problem;
 
 /* LSE, when requested, is f32 [batch, heads_q, seqlen_q], contiguous, natural log. */
@@ -375,6 +392,31 @@ typedef struct fa_problem {
  *   (float)(1.0 / (1.0 - p)); LSE is the log of the denominator without dropout.
  */
 
+/*
+ * Sequences, pages and split-KV (docs/algorithm.md, "Decoding"):
+ * - varlen: Q, O (and dO, dQ) hold the batch's rows packed: row i of sequence b is token
+ *   t = cu_seqlens_q[b] + i, at offset + t * stride_seq + h * stride_head (stride_batch is not
+ *   used); K, V (dK, dV) likewise with cu_seqlens_k. cu_seqlens are int32 [batch + 1],
+ *   non-decreasing from cu_seqlens[0] >= 0; each sequence has at most seqlen_q rows and
+ *   seqlen_k keys. The mask and the modifiers apply per sequence with its own lengths. LSE is
+ *   f32 [heads_q, total_q] (total_q = cu_seqlens_q[batch]): row i of (b, h) at
+ *   h * total_q + cu_seqlens_q[b] + i. The bias is indexed (b, h, i, j) within a sequence.
+ * - seqlens_k: sequence b attends to its first seqlens_k[b] keys (int32 [batch], each in
+ *   [0, seqlen_k]); bottom-right causal aligns to that length. Not with varlen.
+ * - paged: key j of sequence b lives in page block_table[b][j / page_size] (int32
+ *   [batch, pages_per_seq]) at slot j % page_size: element (page, h, slot, x) of K at
+ *   k.offset + page * k.stride_batch + h * k.stride_head + slot * k.stride_seq + x (V alike).
+ *   fa_problem_set_paged fills a contiguous [num_pages, page_size, heads_kv, head_dim] pool.
+ *   Only the pages a sequence's keys use are read; each must be in [0, num_pages). Pages may be
+ *   shared between sequences. Forward only; not with varlen.
+ * - Buffers of int32 are read back to the host and checked by every run (a few bytes per
+ *   sequence): a bad value is INVALID_SEQLENS or INVALID_BLOCK_TABLE with nothing written.
+ * - split-KV: when a forward's query tiles alone cannot fill the device's compute units, the
+ *   plan splits the keys into chunks (fa_plan_kv_splits); each chunk's partial O (f32) and LSE
+ *   go to scratch and a merge launch combines them as fa_merge does. The result matches the
+ *   unsplit forward to rounding and is bitwise repeatable.
+ */
+
 #define FA_MAX_HEAD_DIM 256
 
 /*
@@ -388,6 +430,14 @@ FA_API fa_status fa_problem_init(fa_problem *p, fa_dtype dtype, fa_layout layout
                                  int64_t seqlen_k, int64_t head_dim);
 /* Fills only the strides and offsets of Q, K, V, O, dO, dQ, dK and dV for a contiguous layout. */
 FA_API fa_status fa_problem_set_layout(fa_problem *p, fa_layout layout);
+
+/*
+ * Turns paging on: page_size, num_pages and pages_per_seq set, and K, V (and dK, dV) laid out
+ * as a contiguous pool [num_pages, page_size, heads_kv, head_dim]. seqlen_k stays the longest
+ * sequence's key count. FA_STATUS_NULL_POINTER; sizes are checked by fa_plan_create.
+ */
+FA_API fa_status fa_problem_set_paged(fa_problem *p, int64_t page_size, int64_t num_pages,
+                                      int64_t pages_per_seq);
 
 /*
  * The support query: validates the problem and asks the context's backend whether it can run it,
@@ -446,6 +496,8 @@ FA_API uint64_t fa_plan_work_groups(const fa_plan *plan);
  * (2 * seqlen_k * d + d) * 8 for a backward plan (f64 dK and dV accumulators of one K/V head).
  */
 FA_API uint64_t fa_plan_scratch_bytes(const fa_plan *plan);
+/* Key chunks of a split-KV forward plan (1: not split); the explanation says why. */
+FA_API int32_t fa_plan_kv_splits(const fa_plan *plan);
 /* A copy of the problem the plan was made for (scale resolved, overrides as given). */
 FA_API const fa_problem *fa_plan_problem(const fa_plan *plan);
 /* Human-readable, multi-line explanation of the rule and each fitting step. */
@@ -492,6 +544,55 @@ FA_API fa_status fa_forward_ex(fa_context *ctx, const fa_plan *plan, const fa_bu
                                const fa_buffer *k, const fa_buffer *v, fa_buffer *o,
                                fa_buffer *lse, const fa_modifier_buffers *mods);
 
+/* The int32 tensors of varlen, seqlens_k and paged problems (fa_problem, "Sequences, pages and
+ * split-KV"). A member must be given exactly when the problem turns its feature on. */
+typedef struct fa_seq_buffers {
+    const fa_buffer *cu_seqlens_q; /* int32 [batch + 1], when problem.varlen */
+    const fa_buffer *cu_seqlens_k; /* int32 [batch + 1], when problem.varlen */
+    const fa_buffer *seqlens_k;    /* int32 [batch], when problem.seqlens_k */
+    const fa_buffer *block_table;  /* int32 [batch, pages_per_seq], when problem.page_size */
+} fa_seq_buffers;
+
+/*
+ * fa_forward_ex with the sequence buffers (seqs may be NULL when the problem uses none). Also
+ * returns INVALID_SEQLENS and INVALID_BLOCK_TABLE (nothing written), and BUFFER_TOO_SMALL when
+ * the packed rows cu_seqlens name pass a tensor's buffer.
+ */
+FA_API fa_status fa_forward_seq(fa_context *ctx, const fa_plan *plan, const fa_buffer *q,
+                                const fa_buffer *k, const fa_buffer *v, fa_buffer *o,
+                                fa_buffer *lse, const fa_modifier_buffers *mods,
+                                const fa_seq_buffers *seqs);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Merge                                                                                       */
+/* ------------------------------------------------------------------------------------------ */
+
+/*
+ * Plans the merge of `parts` partial results of the same queries (the keys split across calls
+ * or devices) into one, as a split-KV forward's merge launch does: for each row, with m the
+ * largest partial LSE, O = sum_s exp(LSE_s - m) O_s / sum_s exp(LSE_s - m) and
+ * LSE = m + log(sum_s exp(LSE_s - m)); a row whose partials all have LSE = -inf (no key) gives
+ * O = 0, LSE = -inf. The problem gives dtype, batch, heads_q, seqlen_q, head_dim and O's layout
+ * (the other fields are validated as for a forward); varlen and paged problems are rejected
+ * (FA_STATUS_UNSUPPORTED). parts in [1, 65536] (INVALID_ARGUMENT). Same statuses as
+ * fa_plan_create otherwise.
+ */
+FA_API fa_status fa_plan_create_merge(fa_context *ctx, const fa_problem *p, int32_t parts,
+                                      fa_plan **out);
+/*
+ * Runs a merge plan. o_parts holds the partial outputs one after another, each in the problem's
+ * dtype and O layout: part s's element (b, h, i, x) at s * E + o.offset + b * o.stride_batch +
+ * h * o.stride_head + i * o.stride_seq + x, with E the elements O's layout spans (offset
+ * included). lse_parts is f32 [parts, batch, heads_q, seqlen_q] contiguous (each as fa_forward
+ * wrote it). o (the problem's O layout) and lse (f32 [batch, heads_q, seqlen_q], may be NULL)
+ * receive the merge. Accumulates in f32 (the cpu backend in f64), parts in order: bitwise
+ * repeatable. Returns NULL_POINTER, CONTEXT_MISMATCH, INVALID_PLAN (not a merge plan),
+ * BUFFER_TOO_SMALL, INVALID_ARGUMENT (an output overlapping an input), DEVICE_ERROR,
+ * OUT_OF_MEMORY.
+ */
+FA_API fa_status fa_merge(fa_context *ctx, const fa_plan *plan, const fa_buffer *o_parts,
+                          const fa_buffer *lse_parts, fa_buffer *o, fa_buffer *lse);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Backward                                                                                    */
 /* ------------------------------------------------------------------------------------------ */
@@ -534,6 +635,17 @@ FA_API fa_status fa_backward_ex(fa_context *ctx, const fa_plan *plan, const fa_b
                                 const fa_buffer *k, const fa_buffer *v, const fa_buffer *o,
                                 const fa_buffer *lse, const fa_buffer *d_o, fa_buffer *dq,
                                 fa_buffer *dk, fa_buffer *dv, const fa_modifier_buffers *mods);
+
+/*
+ * fa_backward_ex with the sequence buffers: varlen problems (packed rows, as fa_forward_seq;
+ * dQ, dK and dV packed like Q, K and V). seqlens_k and paged problems have no backward yet
+ * (FA_STATUS_UNSUPPORTED at plan time). Same statuses as fa_backward, and INVALID_SEQLENS.
+ */
+FA_API fa_status fa_backward_seq(fa_context *ctx, const fa_plan *plan, const fa_buffer *q,
+                                 const fa_buffer *k, const fa_buffer *v, const fa_buffer *o,
+                                 const fa_buffer *lse, const fa_buffer *d_o, fa_buffer *dq,
+                                 fa_buffer *dk, fa_buffer *dv, const fa_modifier_buffers *mods,
+                                 const fa_seq_buffers *seqs);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Conversions (round to nearest even; NaN stays NaN, infinities and subnormals are exact)     */

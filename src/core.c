@@ -17,8 +17,11 @@
 #include <unistd.h>
 
 /* The kernel params struct is read by OpenCL C and CUDA as well: its layout must not drift. */
-_Static_assert(sizeof(fa_kernel_params) == 16 * 8 + 4 * 8 + 8 * 4 + 16 * 8 + 7 * 8 + 6 * 4,
+_Static_assert(sizeof(fa_kernel_params) ==
+                   16 * 8 + 4 * 8 + 8 * 4 + 16 * 8 + 7 * 8 + 6 * 4 + 12 * 8 + 2 * 4,
                "fa_kernel_params size");
+_Static_assert(offsetof(fa_kernel_params, lse_stride_b) == 400, "fa_kernel_params seq block");
+_Static_assert(offsetof(fa_kernel_params, splits) == 496, "fa_kernel_params seq ints");
 _Static_assert(offsetof(fa_kernel_params, bias_offset) == 320, "fa_kernel_params modifier block");
 _Static_assert(offsetof(fa_kernel_params, softcap) == 376, "fa_kernel_params modifier floats");
 _Static_assert(offsetof(fa_kernel_params, do_offset) == 192, "fa_kernel_params backward block");

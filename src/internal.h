@@ -23,6 +23,7 @@ typedef enum fa__op {
     FA__OP_FORWARD = 0, /* O, LSE = softmax(scale * Q K^T + mask) V: one launch, flash_fwd */
     FA__OP_BACKWARD,    /* dO -> dQ, dK, dV, recomputing P from LSE: flash_bwd_pre,
                            flash_bwd_dkdv and flash_bwd_dq (or one flash_bwd on the golden) */
+    FA__OP_MERGE,       /* O, LSE from partial results: one flash_merge (fa_merge) */
     FA__OP_COUNT
 } fa__op;
 
@@ -42,6 +43,12 @@ typedef enum fa__tensor {
     FA__TENSOR_BIAS,    /* launches of a plan whose problem turns them on */
     FA__TENSOR_SINKS,
     FA__TENSOR_DSINKS,
+    FA__TENSOR_O_PARTS,     /* fa_merge's partial O and LSE (a split forward's are in scratch) */
+    FA__TENSOR_LSE_PARTS,
+    FA__TENSOR_CU_SEQLENS_Q, /* the sequence buffers (fa_seq_buffers), bound only by launches */
+    FA__TENSOR_CU_SEQLENS_K, /* of a plan whose problem uses them */
+    FA__TENSOR_SEQLENS_K,
+    FA__TENSOR_BLOCK_TABLE,
     FA__TENSOR_COUNT
 } fa__tensor;
 
@@ -81,6 +88,8 @@ typedef struct fa__plan_rules {
      * pass over key tiles and a dQ pass over query tiles) or 1 (the CPU golden's one flash_bwd
      * in f64, its accumulators in scratch). */
     int32_t backward_launches;
+    int32_t split_kv;       /* 1: the planner may split a forward's keys to fill the device
+                               (kv_splits overrides apply either way) */
 } fa__plan_rules;
 
 typedef struct fa__tiles {
@@ -98,6 +107,19 @@ typedef struct fa__tiles {
 fa_status fa__plan_tiles(const fa_device_props *dev, const fa__plan_rules *rules,
                          const fa_problem *p, fa__tiles *out, char *explain, size_t explain_size,
                          char *why, size_t why_size);
+/* A split-KV chunk holds at least this many key tiles; a plan makes at most this many. */
+#define FA__MIN_SPLIT_TILES 4
+#define FA__MAX_KV_SPLITS 64
+
+/*
+ * Key chunks for a forward planned at tiles t: the problem's kv_splits override, else (when the
+ * rules allow splitting) enough chunks for two work-groups per compute unit when the query
+ * tiles alone are fewer than the compute units; never more chunks than key tiles. Each step is
+ * appended to explain. 1: no split.
+ */
+int32_t fa__plan_kv_splits(const fa_device_props *dev, const fa__plan_rules *rules,
+                           const fa_problem *p, const fa__tiles *t, char *explain,
+                           size_t explain_size);
 /* The on-chip formula at (Br, Bc, d) for a storage size elem. */
 uint64_t fa__tile_bytes(const fa__onchip_formula *f, int64_t block_r, int64_t block_c,
                         int64_t head_dim, size_t elem);
@@ -125,13 +147,17 @@ typedef struct fa__kernel_variant {
     int32_t features;        /* FEATURES: FA_FEATURE_* bits of the score modifiers and dropout
                                 (0: a define only when nonzero, so plain kernels keep their key) */
     int32_t bias_dtype;      /* BIAS_DTYPE: fa_dtype of the bias, with FA_FEATURE_BIAS */
+    int32_t seq;             /* SEQ: FA_SEQ_* bits (a define only when nonzero) */
+    int32_t split;           /* SPLIT=1: flash_fwd writes f32 partials (a define only when 1) */
+    int32_t merge;           /* 1: flash_merge, whose partials are PARTS_DTYPE */
+    int32_t parts_dtype;     /* PARTS_DTYPE: fa_dtype of the partial O flash_merge reads */
 } fa__kernel_variant;
 
 /* Writes "<prefix>HEAD_DIM=64 <prefix>BLOCK_R=..." for a variant (prefix "-D " for OpenCL C,
  * "-D" for NVRTC). */
 void fa__variant_defines(const fa__kernel_variant *v, const char *prefix, char *dst, size_t size);
 
-#define FA__MAX_LAUNCH_ARGS 14
+#define FA__MAX_LAUNCH_ARGS 18
 
 /* One kernel launch of a plan, complete at plan time: running it only binds buffers. */
 typedef struct fa__launch {
@@ -161,6 +187,36 @@ void fa__kernel_params_fill_backward(const fa_problem *p, fa_kernel_params *kp);
 fa_status fa__problem_validate_backward(fa_context *ctx, const fa_problem *p);
 /* The softmax scale the problem resolves to. */
 float fa__problem_scale(const fa_problem *p);
+
+/* The rows one side of a problem spans: batch (the pages when paged, 1 when varlen), heads and
+ * seq (page_size when paged, the packed tokens when varlen). */
+typedef struct fa__dims {
+    int64_t batch, heads, seq;
+} fa__dims;
+/* Q's side (Q, O, dO, dQ) and K's side (K, V, dK, dV); total_*: varlen's packed rows (the
+ * longest sequence stands in at plan time). */
+fa__dims fa__q_dims(const fa_problem *p, int64_t total_q);
+fa__dims fa__kv_dims(const fa_problem *p, int64_t total_k);
+/* A tensor layout as the kernels use it: varlen's stride_batch is 0. */
+fa_tensor_layout fa__layout_used(const fa_problem *p, const fa_tensor_layout *t);
+/* Elements a tensor spans at dims (fa__layout_extent of the layout used). */
+uint64_t fa__tensor_extent(const fa_problem *p, const fa_tensor_layout *t, fa__dims dims);
+/* The layouts of Q, K, V, O (and dO, dQ, dK, dV when backward) at the given packed rows. */
+fa_status fa__tensors_validate(fa_context *ctx, const fa_problem *p, int64_t total_q,
+                               int64_t total_k, bool backward);
+
+/* ---- sequences (src/sequences.c) ----------------------------------------------------------- */
+
+/* The FA_SEQ_* bits a problem uses. */
+unsigned fa__problem_seq(const fa_problem *p);
+/* Checks the varlen, seqlens_k, paged and kv_splits fields (called by fa__problem_validate). */
+fa_status fa__seq_validate(fa_context *ctx, const fa_problem *p);
+/* Fills the sequence fields of kernel params (LSE strides, varlen's zero batch strides, pages). */
+void fa__kernel_params_fill_seq(const fa_problem *p, fa_kernel_params *kp);
+/* Reads the int32 sequence buffers back and checks them (INVALID_SEQLENS,
+ * INVALID_BLOCK_TABLE); *total_q, *total_k: varlen's packed rows, else seqlen_q, seqlen_k. */
+fa_status fa__seq_check_run(fa_context *ctx, const fa_problem *p, const fa_seq_buffers *seqs,
+                            int64_t *total_q, int64_t *total_k);
 
 /* ---- score modifiers and dropout (src/modifiers.c) ----------------------------------------- */
 
@@ -268,7 +324,11 @@ struct fa_plan {
     fa__launch launches[FA__MAX_LAUNCHES];
     int n_launches;
     uint64_t scratch_bytes; /* FA__TENSOR_SCRATCH, allocated by each run (0: none): set by the
-                               op's launches or by the backend's launch_prepare */
+                               op's launches; a backend's launch_prepare may add its own after
+                               scratch_base bytes */
+    uint64_t scratch_base;  /* bytes of scratch the op's launches use (a split forward's
+                               partials); a backend's own scratch starts here */
+    int32_t kv_splits;      /* a forward's key chunks (1: not split); a merge plan's parts */
     char explain[4096];
 };
 

@@ -74,7 +74,31 @@ typedef struct fa_kernel_params {
     fa_kp_u32 dropout_offset;  /* the Philox counter's 4th word */
     fa_kp_i32 features;        /* FA_FEATURE_* bits in use */
     fa_kp_i32 bias_dtype;      /* fa_dtype of the bias */
+    /* Sequences and decoding (fa_problem's varlen, seqlens_k, paged K/V, split-KV, the merge).
+     * LSE element (b, h, i) is at lse_stride_b * b + lse_stride_h * h + q_start + i (fa_seq_of;
+     * q_start is 0 unless varlen): [B, Hq, Sq] contiguous, or varlen's [Hq, total_q]. The
+     * backward's D scratch uses the same index. */
+    fa_kp_i64 lse_stride_b, lse_stride_h;
+    /* Partial results (a split forward writes them, flash_merge reads them): partial s of row
+     * (b, h, t = q_start + i) has O at parts_offset + s * parts_stride + b * parts_stride_b +
+     * h * parts_stride_h + t * parts_stride_s (+ x), f32 for a split forward's scratch, the
+     * storage type for fa_merge, and LSE (f32) at lse_parts_offset + s * part_rows + the row's
+     * LSE index. */
+    fa_kp_i64 parts_offset, parts_stride_b, parts_stride_h, parts_stride_s, parts_stride;
+    fa_kp_i64 lse_parts_offset, part_rows;
+    fa_kp_i64 split_keys;    /* split forward: split s takes keys [s * split_keys, + split_keys)
+                                (a multiple of Bc); 0: no split */
+    fa_kp_i64 page_size;     /* FA_SEQ_PAGED: keys per page; K/V stride_b steps over pages */
+    fa_kp_i64 pages_per_seq; /* FA_SEQ_PAGED: the block table's row length */
+    fa_kp_i32 splits;        /* partials per row: the split forward's (its grid's x is
+                                q_tiles * splits, split-major) and flash_merge's; 1: none */
+    fa_kp_i32 seq;           /* FA_SEQ_* bits in use */
 } fa_kernel_params;
+
+/* How sequences are addressed, as bits of `seq` (and of a kernel's SEQ define). */
+#define FA_SEQ_VARLEN 1u    /* packed rows: cu_seqlens_q, cu_seqlens_k int32 [B + 1] */
+#define FA_SEQ_SEQLENS_K 2u /* per-sequence key counts: seqlens_k int32 [B] */
+#define FA_SEQ_PAGED 4u     /* K and V in pages of a pool: block_table int32 [B, pages_per_seq] */
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 #define FA_KP_FN static __device__ __forceinline__
@@ -199,5 +223,79 @@ FA_KP_FN void fa_dropout_words(const fa_kernel_params *p, fa_kp_i64 b, fa_kp_i64
     w[3] = p->dropout_offset;
     fa_philox4x32_10(w, (fa_kp_u32)p->dropout_seed, (fa_kp_u32)(p->dropout_seed >> 32));
 }
+
+/* The buffers the SEQ bits read are global memory in OpenCL C. */
+#if defined(__OPENCL_VERSION__)
+#define FA_KP_GLOBAL __global
+#else
+#define FA_KP_GLOBAL
+#endif
+
+/* Where one sequence of the batch is: its rows start at token q_start of Q and O (varlen; else
+ * 0), it has seqlen_q rows and seqlen_k keys, and its keys start at key k_start of K and V
+ * (varlen; else 0). */
+typedef struct fa_seq {
+    fa_kp_i64 q_start, seqlen_q, k_start, seqlen_k;
+} fa_seq;
+
+/*
+ * Sequence b under the `seq` bits (a kernel's SEQ, a compile-time constant there): varlen reads
+ * cu_seqlens_q/k[b], [b + 1]; seqlens_k reads seqlens_k[b]; otherwise the params' lengths. The
+ * core has checked the buffers (every length within the params' seqlen_q / seqlen_k), so no
+ * bound here can pass them. Pointers a bit does not use may be NULL.
+ */
+FA_KP_FN fa_seq fa_seq_of(const fa_kernel_params *p, fa_kp_i32 seq,
+                          FA_KP_GLOBAL const fa_kp_i32 *cu_seqlens_q,
+                          FA_KP_GLOBAL const fa_kp_i32 *cu_seqlens_k,
+                          FA_KP_GLOBAL const fa_kp_i32 *seqlens_k, fa_kp_i64 b)
+{
+    fa_seq s;
+    s.q_start = 0;
+    s.k_start = 0;
+    s.seqlen_q = p->seqlen_q;
+    s.seqlen_k = p->seqlen_k;
+    if (seq & FA_SEQ_VARLEN) {
+        s.q_start = cu_seqlens_q[b];
+        s.seqlen_q = cu_seqlens_q[b + 1] - s.q_start;
+        s.k_start = cu_seqlens_k[b];
+        s.seqlen_k = cu_seqlens_k[b + 1] - s.k_start;
+    }
+    if (seq & FA_SEQ_SEQLENS_K)
+        s.seqlen_k = seqlens_k[b];
+    return s;
+}
+
+/*
+ * The element offset of key j's row (without the head term and the tensor's offset) in K or V
+ * (strides stride_b, stride_s) for sequence b starting at key k_start: paged, page
+ * block_table[b][j / page_size] at slot j % page_size; else b * stride_b + (k_start + j) *
+ * stride_s (varlen tensors have stride_b 0 in the params).
+ */
+FA_KP_FN fa_kp_i64 fa_key_row(const fa_kernel_params *p, fa_kp_i32 seq,
+                              FA_KP_GLOBAL const fa_kp_i32 *block_table, fa_kp_i64 b,
+                              fa_kp_i64 k_start, fa_kp_i64 j, fa_kp_i64 stride_b,
+                              fa_kp_i64 stride_s)
+{
+    if (seq & FA_SEQ_PAGED) {
+        fa_kp_i64 page = block_table[b * p->pages_per_seq + j / p->page_size];
+        return page * stride_b + (j % p->page_size) * stride_s;
+    }
+    return b * stride_b + (k_start + j) * stride_s;
+}
+
+/* The LSE (and D scratch) index of row i of (batch b, head h) of a sequence at q_start. */
+FA_KP_FN fa_kp_i64 fa_lse_index(const fa_kernel_params *p, fa_kp_i64 b, fa_kp_i64 h,
+                                fa_kp_i64 q_start, fa_kp_i64 i)
+{
+    return p->lse_stride_b * b + p->lse_stride_h * h + q_start + i;
+}
+
+/*
+ * The merge of partial results, one row: given partial LSEs lse_s (natural log, -inf for a
+ * partial with no key), the weight of partial s is exp(lse_s - max) / sum_s' exp(lse_s' - max)
+ * and LSE = max + log(sum). A row whose partials are all -inf has no key: O = 0, LSE = -inf;
+ * a NaN partial makes the row NaN. Written out in each kernel language (flash_merge) and the
+ * golden in this order: max, then the sum in s order, then O in s order.
+ */
 
 #endif /* FA_KERNEL_PARAMS_H */

@@ -41,6 +41,12 @@ void fa__variant_defines(const fa__kernel_variant *v, const char *prefix, char *
     if (v->features != 0)
         fa__append(dst, size, " %sFEATURES=%d %sBIAS_DTYPE=%d", prefix, (int)v->features, prefix,
                    (int)v->bias_dtype);
+    if (v->seq != 0)
+        fa__append(dst, size, " %sSEQ=%d", prefix, (int)v->seq);
+    if (v->split)
+        fa__append(dst, size, " %sSPLIT=1", prefix);
+    if (v->merge)
+        fa__append(dst, size, " %sPARTS_DTYPE=%d", prefix, (int)v->parts_dtype);
 }
 
 /*
@@ -59,7 +65,98 @@ static void add_modifier_args(fa__launch *l, bool sinks)
         l->args[l->n_args++] = FA__TENSOR_SINKS;
 }
 
-/* One work-group per (query tile, head, batch) reads Q, K, V and writes O and, when asked, LSE. */
+/*
+ * Appends the sequence buffers a launch reads, after the modifier tensors, in one order for
+ * every kernel (cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table: those the problem uses);
+ * the kernels declare the same arguments under the same SEQ bits.
+ */
+static void add_seq_args(fa__launch *l)
+{
+    const unsigned s = (unsigned)l->params.seq;
+    l->variant.seq = (int32_t)s;
+    if (s & FA_SEQ_VARLEN) {
+        l->args[l->n_args++] = FA__TENSOR_CU_SEQLENS_Q;
+        l->args[l->n_args++] = FA__TENSOR_CU_SEQLENS_K;
+    }
+    if (s & FA_SEQ_SEQLENS_K)
+        l->args[l->n_args++] = FA__TENSOR_SEQLENS_K;
+    if (s & FA_SEQ_PAGED)
+        l->args[l->n_args++] = FA__TENSOR_BLOCK_TABLE;
+}
+
+/* A launch's grid, entry and tensor arguments (the variant and params are set by the caller). */
+static void set_launch(fa__launch *l, const char *entry, uint64_t gx, uint64_t gy, uint64_t gz,
+                       const fa__tensor *args, int n_args)
+{
+    l->variant.entry = entry;
+    l->grid[0] = gx;
+    l->grid[1] = gy;
+    l->grid[2] = gz;
+    memcpy(l->args, args, (size_t)n_args * sizeof *args);
+    l->n_args = n_args;
+}
+
+/*
+ * flash_merge: one work-group per (query tile, head, batch) combines the partials of its rows
+ * (o_parts, lse_parts) into O and, when asked, LSE. It reads no modifier; parts_dtype is the
+ * partial O's storage.
+ */
+static void merge_launch(fa__launch *l, fa__tensor o_parts, fa__tensor lse_parts,
+                         int32_t parts_dtype)
+{
+    const fa__tensor args[] = {o_parts, lse_parts, FA__TENSOR_O, FA__TENSOR_LSE};
+    const fa_kernel_params *kp = &l->params;
+    set_launch(l, "flash_merge", (uint64_t)kp->q_tiles, (uint64_t)kp->heads_q,
+               (uint64_t)kp->batch, args, 4);
+    l->variant.features = 0;
+    l->variant.bias_dtype = 0;
+    l->variant.split = 0;
+    l->variant.merge = 1;
+    l->variant.parts_dtype = parts_dtype;
+    add_seq_args(l);
+}
+
+/*
+ * Split-KV: flash_fwd compiled with SPLIT writes each chunk's partial O (f32) and LSE into
+ * scratch, one work-group per (query tile and chunk, head, batch), then flash_merge combines
+ * them. The partials are laid out by row index (fa_lse_index): O [splits][rows][d] for BHSD
+ * rows, or token-major [splits][tokens][Hq][d] with varlen, then LSE [splits][rows].
+ */
+static void split_launches(fa_plan *plan)
+{
+    fa__launch *l = plan->launches;
+    fa_kernel_params *kp = &l[0].params;
+    const int64_t d = kp->head_dim, splits = plan->kv_splits;
+    const int64_t rows = kp->batch * kp->heads_q * kp->seqlen_q;
+    int64_t tiles_per = ((kp->seqlen_k + plan->tiles.block_c - 1) / plan->tiles.block_c +
+                         splits - 1) / splits;
+    kp->splits = (fa_kp_i32)splits;
+    kp->split_keys = tiles_per * plan->tiles.block_c;
+    kp->part_rows = rows;
+    kp->parts_stride = rows * d;
+    kp->parts_offset = 0;
+    if (kp->seq & FA_SEQ_VARLEN) {
+        kp->parts_stride_b = 0;
+        kp->parts_stride_h = d;
+        kp->parts_stride_s = kp->heads_q * d;
+    } else {
+        kp->parts_stride_s = d;
+        kp->parts_stride_h = kp->seqlen_q * d;
+        kp->parts_stride_b = kp->heads_q * kp->seqlen_q * d;
+    }
+    kp->lse_parts_offset = splits * rows * d;
+    l[1] = l[0];
+    l[0].grid[0] *= (uint64_t)splits;
+    l[0].args[3] = FA__TENSOR_SCRATCH; /* O and LSE: the partials */
+    l[0].args[4] = FA__TENSOR_SCRATCH;
+    l[0].variant.split = 1;
+    merge_launch(&l[1], FA__TENSOR_SCRATCH, FA__TENSOR_SCRATCH, FA_DTYPE_F32);
+    plan->n_launches = 2;
+    plan->scratch_base = plan->scratch_bytes = (uint64_t)(splits * rows * (d + 1)) * 4;
+}
+
+/* One work-group per (query tile, head, batch) reads Q, K, V and writes O and, when asked, LSE;
+ * split-KV adds a merge. */
 static void forward_launches(fa_plan *plan, const fa__plan_rules *rules)
 {
     static const fa__tensor args[] = {FA__TENSOR_Q, FA__TENSOR_K, FA__TENSOR_V, FA__TENSOR_O,
@@ -90,19 +187,31 @@ static void forward_launches(fa_plan *plan, const fa__plan_rules *rules)
     memcpy(l->args, args, sizeof args);
     l->n_args = (int)(sizeof args / sizeof args[0]);
     add_modifier_args(l, true);
+    add_seq_args(l);
     plan->n_launches = 1;
+    if (plan->op == FA__OP_FORWARD && plan->kv_splits > 1)
+        split_launches(plan);
 }
 
-/* A launch's grid, entry and tensor arguments (the variant and params are set by the caller). */
-static void set_launch(fa__launch *l, const char *entry, uint64_t gx, uint64_t gy, uint64_t gz,
-                       const fa__tensor *args, int n_args)
+/* fa_merge: partials in the storage type, laid out as O one after another (flashattn.h), LSE
+ * partials f32 [parts, B, Hq, Sq]. */
+static void public_merge_launches(fa_plan *plan, const fa__plan_rules *rules)
 {
-    l->variant.entry = entry;
-    l->grid[0] = gx;
-    l->grid[1] = gy;
-    l->grid[2] = gz;
-    memcpy(l->args, args, (size_t)n_args * sizeof *args);
-    l->n_args = n_args;
+    forward_launches(plan, rules);
+    fa__launch *l = plan->launches;
+    fa_kernel_params *kp = &l->params;
+    const fa_problem *p = &plan->problem;
+    kp->splits = plan->kv_splits;
+    kp->parts_offset = kp->o_offset;
+    kp->parts_stride_b = kp->o_stride_b;
+    kp->parts_stride_h = kp->o_stride_h;
+    kp->parts_stride_s = kp->o_stride_s;
+    kp->parts_stride = (fa_kp_i64)fa__layout_extent(&p->o, p->batch, p->heads_q, p->seqlen_q,
+                                                     p->head_dim);
+    kp->part_rows = kp->batch * kp->heads_q * kp->seqlen_q;
+    kp->lse_parts_offset = 0;
+    merge_launch(l, FA__TENSOR_O_PARTS, FA__TENSOR_LSE_PARTS, (int32_t)p->dtype);
+    plan->n_launches = 1;
 }
 
 /* The CPU golden's one launch: per (batch, K/V head) every query row in order, dK and dV
@@ -120,12 +229,14 @@ static void backward_golden(fa_plan *plan)
     set_launch(l, "flash_bwd", 1, (uint64_t)kp->heads_kv, (uint64_t)kp->batch, args,
                (int)(sizeof args / sizeof args[0]));
     add_modifier_args(l, false);
+    add_seq_args(l);
     plan->n_launches = 1;
     if (kp->features & FA_FEATURE_SINKS) {
         static const fa__tensor dsinks[] = {FA__TENSOR_LSE, FA__TENSOR_O, FA__TENSOR_DO,
                                             FA__TENSOR_SINKS, FA__TENSOR_DSINKS};
         l[1] = l[0];
         set_launch(&l[1], "flash_bwd_dsinks", 1, (uint64_t)kp->heads_q, 1, dsinks, 5);
+        add_seq_args(&l[1]);
         plan->n_launches = 2;
     }
 }
@@ -162,6 +273,8 @@ static void backward_kernels(fa_plan *plan, const fa__plan_rules *rules)
     set_launch(&l[2], "flash_bwd_dq", q_tiles, hq, b, dq, 7);
     add_modifier_args(&l[1], false); /* P = exp(S - LSE): LSE already holds the sinks */
     add_modifier_args(&l[2], false);
+    for (int i = 0; i < 3; i++)
+        add_seq_args(&l[i]);
     plan->n_launches = 3;
     plan->scratch_bytes = b * hq * (uint64_t)kp->seqlen_q * 4;
     if (kp->features & FA_FEATURE_SINKS) {
@@ -171,6 +284,7 @@ static void backward_kernels(fa_plan *plan, const fa__plan_rules *rules)
                                             FA__TENSOR_DSINKS};
         l[3] = l[0];
         set_launch(&l[3], "flash_bwd_dsinks", 1, hq, 1, dsinks, 4);
+        add_seq_args(&l[3]);
         plan->n_launches = 4;
     }
 }
@@ -191,6 +305,9 @@ void fa__op_launches(fa_plan *plan, const fa__plan_rules *rules)
     switch (plan->op) {
     case FA__OP_BACKWARD:
         backward_launches(plan, rules);
+        break;
+    case FA__OP_MERGE:
+        public_merge_launches(plan, rules);
         break;
     case FA__OP_FORWARD:
     default:

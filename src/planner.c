@@ -273,3 +273,51 @@ fa_status fa__plan_tiles(const fa_device_props *dev, const fa__plan_rules *rules
                (unsigned long long)out->sram_bytes, (unsigned long long)dev->sram_bytes);
     return FA_STATUS_OK;
 }
+
+int32_t fa__plan_kv_splits(const fa_device_props *dev, const fa__plan_rules *rules,
+                           const fa_problem *p, const fa__tiles *t, char *explain,
+                           size_t explain_size)
+{
+    int64_t bc = t->block_c, key_tiles = (p->seqlen_k + bc - 1) / bc;
+    int64_t groups = p->batch * p->heads_q * ((p->seqlen_q + t->block_r - 1) / t->block_r);
+    int64_t cu = dev->compute_units > 0 ? dev->compute_units : 1, want;
+    if (key_tiles < 2 || groups == 0)
+        return 1; /* one key tile (or nothing to do): nothing to split */
+    if (p->kv_splits > 0) {
+        want = p->kv_splits;
+        fa__append(explain, explain_size, "kv splits %lld: override\n", (long long)want);
+    } else if (!rules->split_kv) {
+        return 1;
+    } else if (groups >= cu) {
+        fa__append(explain, explain_size,
+                   "kv splits 1: the %lld work-groups of the query tiles fill the %lld compute "
+                   "units\n", (long long)groups, (long long)cu);
+        return 1;
+    } else {
+        /* Enough chunks for two work-groups per compute unit, each of at least
+         * FA__MIN_SPLIT_TILES key tiles so the merge stays a small share of the work. */
+        want = (2 * cu + groups - 1) / groups;
+        int64_t most = key_tiles / FA__MIN_SPLIT_TILES > 1 ? key_tiles / FA__MIN_SPLIT_TILES : 1;
+        if (want > most)
+            want = most;
+        if (want > FA__MAX_KV_SPLITS)
+            want = FA__MAX_KV_SPLITS;
+        fa__append(explain, explain_size,
+                   "kv splits %lld: %lld work-groups of query tiles for %lld compute units; "
+                   "chunks of at least %d key tiles, at most %d chunks\n", (long long)want,
+                   (long long)groups, (long long)cu, FA__MIN_SPLIT_TILES, FA__MAX_KV_SPLITS);
+    }
+    if (want > key_tiles) {
+        fa__append(explain, explain_size, "kv splits %lld -> %lld: one key tile each\n",
+                   (long long)want, (long long)key_tiles);
+        want = key_tiles;
+    }
+    /* Whole tiles per chunk, as even as whole tiles allow; the last chunk may be shorter, and
+     * rounding up may leave fewer chunks than asked. */
+    int64_t tiles_per = (key_tiles + want - 1) / want;
+    int64_t n = (key_tiles + tiles_per - 1) / tiles_per;
+    if (n > 1)
+        fa__append(explain, explain_size, "split-KV: %lld chunks of %lld keys, then a merge\n",
+                   (long long)n, (long long)(tiles_per * bc));
+    return (int32_t)n;
+}

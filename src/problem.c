@@ -144,11 +144,45 @@ uint64_t fa__layout_extent(const fa_tensor_layout *t, int64_t batch, int64_t hea
     return sum;
 }
 
+fa__dims fa__q_dims(const fa_problem *p, int64_t total_q)
+{
+    fa__dims d = {p->varlen ? 1 : p->batch, p->heads_q, p->varlen ? total_q : p->seqlen_q};
+    return d;
+}
+
+fa__dims fa__kv_dims(const fa_problem *p, int64_t total_k)
+{
+    fa__dims d = {p->batch, p->heads_kv, p->seqlen_k};
+    if (p->varlen) {
+        d.batch = 1;
+        d.seq = total_k;
+    } else if (p->page_size > 0) {
+        d.batch = p->num_pages;
+        d.seq = p->page_size;
+    }
+    return d;
+}
+
+fa_tensor_layout fa__layout_used(const fa_problem *p, const fa_tensor_layout *t)
+{
+    fa_tensor_layout u = *t;
+    if (p->varlen)
+        u.stride_batch = 0; /* packed rows: the token index alone addresses a row */
+    return u;
+}
+
+uint64_t fa__tensor_extent(const fa_problem *p, const fa_tensor_layout *t, fa__dims dims)
+{
+    fa_tensor_layout u = fa__layout_used(p, t);
+    return fa__layout_extent(&u, dims.batch, dims.heads, dims.seq, p->head_dim);
+}
+
 /* Offsets and strides in [0, 2^60], and the elements the tensor spans at most 2^60, so that
  * every index and byte count a backend forms from them fits in int64. */
 static fa_status check_layout(fa_context *ctx, const fa_problem *p, const char *name,
-                              const fa_tensor_layout *t, int64_t heads, int64_t seq)
+                              const fa_tensor_layout *t, fa__dims dims)
 {
+    const int64_t heads = dims.heads, seq = dims.seq;
     const int64_t v[4] = {t->offset, t->stride_batch, t->stride_head, t->stride_seq};
     const char *const what[4] = {"offset", "stride_batch", "stride_head", "stride_seq"};
     for (int i = 0; i < 4; i++) {
@@ -156,13 +190,13 @@ static fa_status check_layout(fa_context *ctx, const fa_problem *p, const char *
             return fa__error(ctx, FA_STATUS_INVALID_STRIDE, "%s.%s = %lld is outside [0, 2^60]",
                              name, what[i], (long long)v[i]);
     }
-    if (fa__layout_extent(t, p->batch, heads, seq, p->head_dim) > (uint64_t)FA__MAX_ELEMS)
+    if (fa__tensor_extent(p, t, dims) > (uint64_t)FA__MAX_ELEMS)
         return fa__error(ctx, FA_STATUS_INVALID_STRIDE,
                          "%s spans more than 2^60 elements: offset %lld + strides (batch %lld, "
                          "head %lld, seq %lld) times sizes (%lld, %lld, %lld)",
                          name, (long long)t->offset, (long long)t->stride_batch,
                          (long long)t->stride_head, (long long)t->stride_seq,
-                         (long long)p->batch, (long long)heads, (long long)seq);
+                         (long long)dims.batch, (long long)heads, (long long)seq);
     return FA_STATUS_OK;
 }
 
@@ -173,13 +207,15 @@ static fa_status check_layout(fa_context *ctx, const fa_problem *p, const char *
  * here overflows.
  */
 static fa_status check_output_rows(fa_context *ctx, const fa_problem *p, const char *name,
-                                   const fa_tensor_layout *t, int64_t heads, int64_t seq)
+                                   const fa_tensor_layout *layout, fa__dims dims)
 {
-    if (p->batch == 0 || seq == 0)
+    const int64_t heads = dims.heads, seq = dims.seq;
+    const fa_tensor_layout used = fa__layout_used(p, layout), *t = &used;
+    if (dims.batch == 0 || seq == 0)
         return FA_STATUS_OK; /* no rows at all: nothing is written, whatever the strides */
     struct dim {
         int64_t stride, count;
-    } d[3] = {{t->stride_batch, p->batch}, {t->stride_head, heads}, {t->stride_seq, seq}};
+    } d[3] = {{t->stride_batch, dims.batch}, {t->stride_head, heads}, {t->stride_seq, seq}};
     for (int i = 0; i < 3; i++) {
         for (int j = i + 1; j < 3; j++) {
             if (d[j].stride < d[i].stride) {
@@ -216,16 +252,9 @@ fa_status fa__problem_validate(fa_context *ctx, const fa_problem *p)
     if (!isfinite(p->scale))
         return fa__error(ctx, FA_STATUS_INVALID_SCALE, "scale = %g is not finite",
                          (double)p->scale);
-    const fa_tensor_layout *t[4] = {&p->q, &p->k, &p->v, &p->o};
-    const char *const names[4] = {"q", "k", "v", "o"};
-    for (int i = 0; i < 4; i++) {
-        bool is_kv = i == 1 || i == 2;
-        st = check_layout(ctx, p, names[i], t[i], is_kv ? p->heads_kv : p->heads_q,
-                          is_kv ? p->seqlen_k : p->seqlen_q);
-        if (st != FA_STATUS_OK)
-            return st;
-    }
-    st = check_output_rows(ctx, p, "O", &p->o, p->heads_q, p->seqlen_q);
+    st = fa__seq_validate(ctx, p);
+    if (st == FA_STATUS_OK)
+        st = fa__tensors_validate(ctx, p, p->seqlen_q, p->seqlen_k, false);
     if (st != FA_STATUS_OK)
         return st;
     if (p->block_r < 0 || p->block_r > FA__MAX_TILE || p->block_c < 0 ||
@@ -236,26 +265,33 @@ fa_status fa__problem_validate(fa_context *ctx, const fa_problem *p)
     return fa__modifiers_validate(ctx, p);
 }
 
-fa_status fa__problem_validate_backward(fa_context *ctx, const fa_problem *p)
+fa_status fa__tensors_validate(fa_context *ctx, const fa_problem *p, int64_t total_q,
+                               int64_t total_k, bool backward)
 {
-    fa_status st = fa__problem_validate(ctx, p);
-    if (st != FA_STATUS_OK)
-        return st;
     const struct {
         const char *name;
         const fa_tensor_layout *t;
         bool is_kv, is_output;
-    } t[4] = {{"d_o", &p->d_o, false, false},
-              {"dq", &p->dq, false, true},
-              {"dk", &p->dk, true, true},
-              {"dv", &p->dv, true, true}};
-    for (int i = 0; i < 4 && st == FA_STATUS_OK; i++) {
-        int64_t heads = t[i].is_kv ? p->heads_kv : p->heads_q;
-        int64_t seq = t[i].is_kv ? p->seqlen_k : p->seqlen_q;
-        st = check_layout(ctx, p, t[i].name, t[i].t, heads, seq);
+    } t[8] = {{"q", &p->q, false, false},   {"k", &p->k, true, false},
+              {"v", &p->v, true, false},    {"o", &p->o, false, true},
+              {"d_o", &p->d_o, false, false}, {"dq", &p->dq, false, true},
+              {"dk", &p->dk, true, true},   {"dv", &p->dv, true, true}};
+    const fa__dims qd = fa__q_dims(p, total_q), kd = fa__kv_dims(p, total_k);
+    fa_status st = FA_STATUS_OK;
+    for (int i = 0; i < (backward ? 8 : 4) && st == FA_STATUS_OK; i++) {
+        st = check_layout(ctx, p, t[i].name, t[i].t, t[i].is_kv ? kd : qd);
         if (st == FA_STATUS_OK && t[i].is_output)
-            st = check_output_rows(ctx, p, t[i].name, t[i].t, heads, seq);
+            st = check_output_rows(ctx, p, i == 3 ? "O" : t[i].name, t[i].t,
+                                   t[i].is_kv ? kd : qd);
     }
+    return st;
+}
+
+fa_status fa__problem_validate_backward(fa_context *ctx, const fa_problem *p)
+{
+    fa_status st = fa__problem_validate(ctx, p);
+    if (st == FA_STATUS_OK)
+        st = fa__tensors_validate(ctx, p, p->seqlen_q, p->seqlen_k, true);
     return st;
 }
 
@@ -294,6 +330,7 @@ void fa__kernel_params_fill(const fa_problem *p, int32_t block_r, fa_kernel_para
     kp->scale = p->scale; /* resolved once, by fa_plan_create */
     kp->scale_log2 = (float)((double)kp->scale * 1.4426950408889634);
     fa__kernel_params_fill_modifiers(p, kp);
+    fa__kernel_params_fill_seq(p, kp);
 }
 
 void fa__kernel_params_fill_backward(const fa_problem *p, fa_kernel_params *kp)
@@ -310,4 +347,6 @@ void fa__kernel_params_fill_backward(const fa_problem *p, fa_kernel_params *kp)
         copy_layout(&p->dv, &kp->dv_offset, &kp->dv_stride_b, &kp->dv_stride_h,
                     &kp->dv_stride_s);
     }
+    if (p->varlen) /* packed rows: the token index alone addresses a row */
+        kp->do_stride_b = kp->dq_stride_b = kp->dk_stride_b = kp->dv_stride_b = 0;
 }

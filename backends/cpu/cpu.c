@@ -266,12 +266,49 @@ static double dropout_factor(const head_mods *hm, int64_t i, int64_t j)
     return w[j & 3] >= kp->dropout_threshold ? (double)kp->dropout_scale : 0.0;
 }
 
+/* Where one sequence's keys are: K/V head h_kv of sequence b starting at key k_start, or
+ * through the block table (kernel_params.h, fa_key_row). */
+typedef struct key_view {
+    const fa_kernel_params *kp;
+    const int32_t *table; /* the block table, NULL unless paged */
+    int64_t b, h_kv, k_start;
+} key_view;
+
+static int64_t k_row(const key_view *kv, int64_t j)
+{
+    const fa_kernel_params *kp = kv->kp;
+    return kp->k_offset + kv->h_kv * kp->k_stride_h +
+           fa_key_row(kp, kp->seq, kv->table, kv->b, kv->k_start, j, kp->k_stride_b,
+                      kp->k_stride_s);
+}
+
+static int64_t v_row(const key_view *kv, int64_t j)
+{
+    const fa_kernel_params *kp = kv->kp;
+    return kp->v_offset + kv->h_kv * kp->v_stride_h +
+           fa_key_row(kp, kp->seq, kv->table, kv->b, kv->k_start, j, kp->v_stride_b,
+                      kp->v_stride_s);
+}
+
+/* Sequence b of a launch's problem, and params whose seqlen_q / seqlen_k are its own. */
+static fa_seq seq_of(const fa_kernel_params *kp, void *const mem[FA__TENSOR_COUNT], int64_t b,
+                     fa_kernel_params *own)
+{
+    fa_seq s = fa_seq_of(kp, kp->seq, mem[FA__TENSOR_CU_SEQLENS_Q], mem[FA__TENSOR_CU_SEQLENS_K],
+                         mem[FA__TENSOR_SEQLENS_K], b);
+    *own = *kp;
+    own->seqlen_q = s.seqlen_q;
+    own->seqlen_k = s.seqlen_k;
+    return s;
+}
+
 typedef struct head_view {
     fa_dtype dt;
     int64_t d;
     const void *q, *k, *v; /* buffers */
-    int64_t q0, k0, v0;    /* element offset of this (batch, head)'s row 0 */
-    int64_t qs, ks, vs;    /* seq strides */
+    int64_t q0;            /* element offset of this (batch, head)'s row 0 */
+    int64_t qs;            /* Q's seq stride */
+    key_view keys;
     head_mods mods;
 } head_view;
 
@@ -290,9 +327,9 @@ static void row_step(const head_view *hv, const fa_kernel_params *kp, tile_state
     double m_new = t->m[r];
     for (int64_t j = c0; j < c1; j++) { /* S = Q K^T * scale, then the score modifiers */
         double dot = 0.0, dcap;
+        int64_t kr = k_row(&hv->keys, j);
         for (int64_t x = 0; x < d; x++)
-            dot += load(hv->dt, hv->q, hv->q0 + row * hv->qs + x) *
-                   load(hv->dt, hv->k, hv->k0 + j * hv->ks + x);
+            dot += load(hv->dt, hv->q, hv->q0 + row * hv->qs + x) * load(hv->dt, hv->k, kr + x);
         t->s[j - c0] = modified_score(&hv->mods, f32_range(dot, dot * (double)kp->scale), row, j,
                                       &dcap);
         if (t->s[j - c0] > m_new)
@@ -311,42 +348,50 @@ static void row_step(const head_view *hv, const fa_kernel_params *kp, tile_state
         double pj = exp(t->s[j - c0] - m_use);
         t->l[r] += pj;
         pj *= dropout_factor(&hv->mods, row, j);
+        int64_t vr = v_row(&hv->keys, j);
         for (int64_t x = 0; x < d; x++)
-            acc[x] += pj * load(hv->dt, hv->v, hv->v0 + j * hv->vs + x);
+            acc[x] += pj * load(hv->dt, hv->v, vr + x);
     }
     t->m[r] = m_new;
 }
 
-/* Rows [r0, r0 + rows) of one (batch, head): the K/V tile loop, then final 1/l and LSE. */
+/* Rows [r0, r0 + rows) of one (batch, head) over the keys [lo, hi) (a split-KV chunk, or all
+ * of them): the K/V tile loop, leaving acc, m and l in t. `sink`: whether the rows start with
+ * the head's sink (a split forward gives it to its first chunk only). */
 static void q_tile(const head_view *hv, const fa_kernel_params *kp, int32_t block_c,
-                   tile_state *t, int64_t r0, int rows, void *o, int64_t o0, float *lse_row)
+                   tile_state *t, int64_t r0, int rows, int64_t lo, int64_t hi, bool sink)
 {
     const int64_t d = hv->d;
     /* A sink starts each row as a key of score `sink` with V = 0: m = sink, l = exp(0) = 1. */
-    const double sink = hv->mods.sink;
+    const double m0 = sink ? hv->mods.sink : -INFINITY;
     for (int r = 0; r < rows; r++) {
-        t->m[r] = sink;
-        t->l[r] = sink == -INFINITY ? 0.0 : 1.0;
+        t->m[r] = m0;
+        t->l[r] = m0 == -INFINITY ? 0.0 : 1.0;
         memset(t->acc + (int64_t)r * d, 0, (size_t)d * sizeof(double));
     }
     /* Causal and window: key tiles before the first row's window or past the last row's
      * diagonal are never visited. */
     int64_t kv_end = keys_end(kp, r0 + rows - 1);
     int64_t kv_begin = keys_begin(kp, r0) / block_c * block_c;
+    kv_begin = kv_begin > lo ? kv_begin : lo;
+    kv_end = kv_end < hi ? kv_end : hi;
     for (int64_t c0 = kv_begin; c0 < kv_end; c0 += block_c) {
         int64_t c1 = c0 + block_c < kp->seqlen_k ? c0 + block_c : kp->seqlen_k;
         for (int r = 0; r < rows; r++)
             row_step(hv, kp, t, r, r0 + r, c0, c1);
     }
-    /* Final 1/l; a row with no allowed key (l == 0) gives O = 0 and LSE = -inf; a NaN l
-     * (a NaN or +inf score) gives NaN in both. */
-    for (int r = 0; r < rows; r++) {
-        double inv = t->l[r] == 0.0 ? 0.0 : 1.0 / t->l[r];
-        for (int64_t x = 0; x < d; x++)
-            store(hv->dt, o, o0 + (r0 + r) * kp->o_stride_s + x, t->acc[(int64_t)r * d + x] * inv);
-        if (lse_row)
-            lse_row[r0 + r] = t->l[r] == 0.0 ? -INFINITY : (float)(t->m[r] + log(t->l[r]));
-    }
+}
+
+/* Row r's O = acc / l and LSE (natural log): a row with no allowed key (l == 0) gives O = 0 and
+ * LSE = -inf; a NaN l (a NaN or +inf score) gives NaN in both. */
+static double row_inv_l(const tile_state *t, int r)
+{
+    return t->l[r] == 0.0 ? 0.0 : 1.0 / t->l[r];
+}
+
+static float row_lse(const tile_state *t, int r)
+{
+    return t->l[r] == 0.0 ? -INFINITY : (float)(t->m[r] + log(t->l[r]));
 }
 
 /* ---- backward ------------------------------------------------------------------------------ */
@@ -405,33 +450,40 @@ static void bwd_row(const bwd_head *bh, const fa_kernel_params *kp, int64_t row,
         store(bh->dt, bh->dq, bh->dq0 + row * bh->dqs + x, dq_row[x]);
 }
 
-/* The view of (b, h) whose K/V head is h_kv. */
+/* The view of (b, h) of sequence sq whose K/V head is h_kv (varlen: rows from its starts). */
 static bwd_head bwd_head_of(const fa__launch *launch, const fa_kernel_params *kp,
-                            void *const mem[FA__TENSOR_COUNT], int64_t b, int64_t h, int64_t h_kv)
+                            void *const mem[FA__TENSOR_COUNT], const fa_seq *sq, int64_t b,
+                            int64_t h, int64_t h_kv)
 {
+    const int64_t qt = sq->q_start, kt = sq->k_start;
     bwd_head bh = {(fa_dtype)launch->variant.dtype, kp->head_dim, mem[FA__TENSOR_Q],
                    mem[FA__TENSOR_K], mem[FA__TENSOR_V], mem[FA__TENSOR_O], mem[FA__TENSOR_DO],
                    mem[FA__TENSOR_DQ],
-                   kp->q_offset + b * kp->q_stride_b + h * kp->q_stride_h,
-                   kp->k_offset + b * kp->k_stride_b + h_kv * kp->k_stride_h,
-                   kp->v_offset + b * kp->v_stride_b + h_kv * kp->v_stride_h,
-                   kp->o_offset + b * kp->o_stride_b + h * kp->o_stride_h,
-                   kp->do_offset + b * kp->do_stride_b + h * kp->do_stride_h,
-                   kp->dq_offset + b * kp->dq_stride_b + h * kp->dq_stride_h,
+                   kp->q_offset + b * kp->q_stride_b + h * kp->q_stride_h + qt * kp->q_stride_s,
+                   kp->k_offset + b * kp->k_stride_b + h_kv * kp->k_stride_h + kt * kp->k_stride_s,
+                   kp->v_offset + b * kp->v_stride_b + h_kv * kp->v_stride_h + kt * kp->v_stride_s,
+                   kp->o_offset + b * kp->o_stride_b + h * kp->o_stride_h + qt * kp->o_stride_s,
+                   kp->do_offset + b * kp->do_stride_b + h * kp->do_stride_h +
+                       qt * kp->do_stride_s,
+                   kp->dq_offset + b * kp->dq_stride_b + h * kp->dq_stride_h +
+                       qt * kp->dq_stride_s,
                    kp->q_stride_s, kp->k_stride_s, kp->v_stride_s, kp->o_stride_s,
                    kp->do_stride_s, kp->dq_stride_s, head_mods_of(kp, mem, b, h)};
     return bh;
 }
 
-/* Writes one K/V head's accumulated dK and dV (Sk x d f64) in the storage type. */
+/* Writes one K/V head's accumulated dK and dV (Sk x d f64) of sequence sq in the storage type;
+ * kp's seqlen_k is the sequence's. */
 static void bwd_store_kv(const fa__launch *launch, const fa_kernel_params *kp,
-                         void *const mem[FA__TENSOR_COUNT], int64_t b, int64_t h_kv,
-                         const double *acc_k, const double *acc_v)
+                         void *const mem[FA__TENSOR_COUNT], const fa_seq *sq, int64_t b,
+                         int64_t h_kv, const double *acc_k, const double *acc_v)
 {
     const fa_dtype dt = (fa_dtype)launch->variant.dtype;
     const int64_t d = kp->head_dim;
-    int64_t k0 = kp->dk_offset + b * kp->dk_stride_b + h_kv * kp->dk_stride_h;
-    int64_t v0 = kp->dv_offset + b * kp->dv_stride_b + h_kv * kp->dv_stride_h;
+    int64_t k0 = kp->dk_offset + b * kp->dk_stride_b + h_kv * kp->dk_stride_h +
+                 sq->k_start * kp->dk_stride_s;
+    int64_t v0 = kp->dv_offset + b * kp->dv_stride_b + h_kv * kp->dv_stride_h +
+                 sq->k_start * kp->dv_stride_s;
     for (int64_t j = 0; j < kp->seqlen_k; j++) {
         for (int64_t x = 0; x < d; x++) {
             store(dt, mem[FA__TENSOR_DK], k0 + j * kp->dk_stride_s + x, acc_k[j * d + x]);
@@ -455,15 +507,17 @@ static fa_status cpu_backward(const fa__launch *launch, const fa_kernel_params *
     double *acc_k = scratch, *acc_v = scratch + kv, *dq_row = scratch + 2 * kv;
     const float *lse = mem[FA__TENSOR_LSE];
     for (int64_t b = 0; b < kp->batch; b++) {
+        fa_kernel_params own; /* the sequence's lengths */
+        fa_seq sq = seq_of(kp, mem, b, &own);
         for (int64_t h_kv = 0; h_kv < kp->heads_kv; h_kv++) {
             memset(scratch, 0, 2 * kv * sizeof(double));
             for (int64_t h = h_kv * group; h < (h_kv + 1) * group; h++) {
-                bwd_head bh = bwd_head_of(launch, kp, mem, b, h, h_kv);
-                const float *lse_row = lse + (b * kp->heads_q + h) * kp->seqlen_q;
-                for (int64_t row = 0; row < kp->seqlen_q; row++)
-                    bwd_row(&bh, kp, row, lse_row[row], dq_row, acc_k, acc_v);
+                bwd_head bh = bwd_head_of(launch, &own, mem, &sq, b, h, h_kv);
+                const float *lse_row = lse + fa_lse_index(kp, b, h, sq.q_start, 0);
+                for (int64_t row = 0; row < own.seqlen_q; row++)
+                    bwd_row(&bh, &own, row, lse_row[row], dq_row, acc_k, acc_v);
             }
-            bwd_store_kv(launch, kp, mem, b, h_kv, acc_k, acc_v);
+            bwd_store_kv(launch, &own, mem, &sq, b, h_kv, acc_k, acc_v);
         }
     }
     return FA_STATUS_OK;
@@ -482,10 +536,14 @@ static fa_status cpu_backward_dsinks(const fa__launch *launch, const fa_kernel_p
     for (int64_t h = 0; h < kp->heads_q; h++) {
         double sum = 0.0;
         for (int64_t b = 0; b < kp->batch; b++) {
-            int64_t o0 = kp->o_offset + b * kp->o_stride_b + h * kp->o_stride_h;
-            int64_t do0 = kp->do_offset + b * kp->do_stride_b + h * kp->do_stride_h;
-            for (int64_t i = 0; i < kp->seqlen_q; i++) {
-                double l = lse[(b * kp->heads_q + h) * kp->seqlen_q + i];
+            fa_kernel_params own;
+            fa_seq sq = seq_of(kp, mem, b, &own);
+            int64_t o0 = kp->o_offset + b * kp->o_stride_b + h * kp->o_stride_h +
+                         sq.q_start * kp->o_stride_s;
+            int64_t do0 = kp->do_offset + b * kp->do_stride_b + h * kp->do_stride_h +
+                          sq.q_start * kp->do_stride_s;
+            for (int64_t i = 0; i < sq.seqlen_q; i++) {
+                double l = lse[fa_lse_index(kp, b, h, sq.q_start, i)];
                 if (l == -INFINITY)
                     continue;
                 double dsum = dot_rows(dt, mem[FA__TENSOR_DO], do0 + i * kp->do_stride_s,
@@ -510,55 +568,183 @@ static fa_status cpu_launch_prepare(fa_context *ctx, fa_plan *plan, fa__launch *
     (void)ctx;
     const uint64_t d = (uint64_t)launch->params.head_dim;
     const uint64_t br = (uint64_t)launch->variant.block_r, bc = (uint64_t)launch->variant.block_c;
-    plan->scratch_bytes = plan->op == FA__OP_BACKWARD
-                              ? (2 * (uint64_t)launch->params.seqlen_k + 1) * d * 8
-                              : (br * d + 2 * br + bc) * 8;
+    uint64_t own = plan->op == FA__OP_BACKWARD ? (2 * (uint64_t)launch->params.seqlen_k + 1) * d * 8
+                   : launch->variant.merge           ? (uint64_t)launch->params.splits * 8
+                                                     : (br * d + 2 * br + bc) * 8;
+    if (plan->scratch_base + own > plan->scratch_bytes)
+        plan->scratch_bytes = plan->scratch_base + own;
     return FA_STATUS_OK;
 }
 
-/* The forward's one launch: every (batch, head, query tile) in turn, with the launch's tiles. */
-static fa_status cpu_launch(fa_context *ctx, const fa_plan *plan, const fa__launch *launch,
-                            const fa_kernel_params *kp, void *const mem[FA__TENSOR_COUNT])
+/* The forward's outputs for one (batch, head): final O and LSE, or a split's f32 partials. */
+typedef struct fwd_out {
+    void *o;           /* O, or the f32 partials (split) */
+    int64_t o0;        /* element offset of row 0 (of split 0's partial) */
+    int64_t os;        /* seq stride */
+    float *lse;        /* LSE (or the partial LSEs) at index lse0 + row; NULL: not asked */
+    int64_t lse0;
+} fwd_out;
+
+/* Stores rows [r0, r0 + rows) of t: in the storage type to O, or as f32 partials (split). */
+static void store_rows(const head_view *hv, const tile_state *t, const fwd_out *out,
+                       fa_dtype dt, int64_t r0, int rows)
 {
-    (void)ctx;
-    if (plan->op == FA__OP_BACKWARD)
-        return launch == &plan->launches[0] ? cpu_backward(launch, kp, mem)
-                                            : cpu_backward_dsinks(launch, kp, mem);
+    for (int r = 0; r < rows; r++) {
+        double inv = row_inv_l(t, r);
+        for (int64_t x = 0; x < hv->d; x++)
+            store(dt, out->o, out->o0 + (r0 + r) * out->os + x, t->acc[(int64_t)r * hv->d + x] * inv);
+        if (out->lse)
+            out->lse[out->lse0 + r0 + r] = row_lse(t, r);
+    }
+}
+
+/* One (batch, head) of a forward: every query tile over every chunk of keys (one chunk unless
+ * split), in order. */
+static void forward_head(const fa__launch *launch, const fa_kernel_params *kp, tile_state *t,
+                         const head_view *hv, fwd_out out)
+{
     const int32_t br = launch->variant.block_r, bc = launch->variant.block_c;
-    const int64_t d = kp->head_dim;
-    double *scratch = mem[FA__TENSOR_SCRATCH]; /* cpu_launch_prepare sized it */
-    tile_state t = {scratch, scratch + (size_t)br * (size_t)d,
-                    scratch + (size_t)br * (size_t)d + (size_t)br,
-                    scratch + (size_t)br * (size_t)d + 2 * (size_t)br};
-    const int64_t group = kp->heads_q / kp->heads_kv;
-    const void *q = mem[FA__TENSOR_Q], *k = mem[FA__TENSOR_K], *v = mem[FA__TENSOR_V];
-    void *o = mem[FA__TENSOR_O];
+    const bool split = launch->variant.split != 0;
+    const int64_t chunk = split ? kp->split_keys : kp->seqlen_k;
+    const int64_t splits = split ? kp->splits : 1;
+    for (int64_t r0 = 0; r0 < kp->seqlen_q; r0 += br) {
+        int rows = (int)(kp->seqlen_q - r0 < br ? kp->seqlen_q - r0 : br);
+        fwd_out part = out;
+        for (int64_t sp = 0; sp < splits; sp++) {
+            q_tile(hv, kp, bc, t, r0, rows, sp * chunk, (sp + 1) * chunk, sp == 0);
+            store_rows(hv, t, &part, split ? FA_DTYPE_F32 : hv->dt, r0, rows);
+            part.o0 += kp->parts_stride;
+            part.lse0 += kp->part_rows;
+        }
+    }
+}
+
+/* The outputs of (b, h) of sequence s: O and LSE, or a split's partials in scratch. */
+static fwd_out fwd_out_of(const fa__launch *launch, const fa_kernel_params *kp,
+                          void *const mem[FA__TENSOR_COUNT], const fa_seq *s, int64_t b,
+                          int64_t h)
+{
+    int64_t li = fa_lse_index(kp, b, h, s->q_start, 0);
+    if (launch->variant.split) {
+        float *parts = mem[FA__TENSOR_SCRATCH];
+        fwd_out out = {parts,
+                       kp->parts_offset + b * kp->parts_stride_b + h * kp->parts_stride_h +
+                           s->q_start * kp->parts_stride_s,
+                       kp->parts_stride_s, parts + kp->lse_parts_offset, li};
+        return out;
+    }
+    fwd_out out = {mem[FA__TENSOR_O],
+                   kp->o_offset + b * kp->o_stride_b + h * kp->o_stride_h +
+                       s->q_start * kp->o_stride_s,
+                   kp->o_stride_s, kp->has_lse ? (float *)mem[FA__TENSOR_LSE] : NULL, li};
+    return out;
+}
+
+/* The forward's launch: every (batch, head, query tile) in turn, with the launch's tiles, each
+ * sequence with its own lengths. `state`: the tile state's scratch (Br * d + 2 Br + Bc f64). */
+static fa_status cpu_forward(const fa__launch *launch, const fa_kernel_params *kp,
+                             void *const mem[FA__TENSOR_COUNT], double *state)
+{
+    const int32_t br = launch->variant.block_r;
+    const int64_t d = kp->head_dim, group = kp->heads_q / kp->heads_kv;
+    tile_state t = {state, state + (size_t)br * (size_t)d,
+                    state + (size_t)br * (size_t)d + (size_t)br,
+                    state + (size_t)br * (size_t)d + 2 * (size_t)br};
     for (int64_t b = 0; b < kp->batch; b++) {
+        fa_kernel_params own;
+        fa_seq sq = seq_of(kp, mem, b, &own);
         for (int64_t h = 0; h < kp->heads_q; h++) {
-            int64_t hkv = h / group; /* GQA: query heads share a K/V head */
-            head_view hv = {(fa_dtype)launch->variant.dtype, d, q, k, v,
-                            kp->q_offset + b * kp->q_stride_b + h * kp->q_stride_h,
-                            kp->k_offset + b * kp->k_stride_b + hkv * kp->k_stride_h,
-                            kp->v_offset + b * kp->v_stride_b + hkv * kp->v_stride_h,
-                            kp->q_stride_s, kp->k_stride_s, kp->v_stride_s,
-                            head_mods_of(kp, mem, b, h)};
-            int64_t o0 = kp->o_offset + b * kp->o_stride_b + h * kp->o_stride_h;
-            float *lse_row = kp->has_lse ? (float *)mem[FA__TENSOR_LSE] +
-                                               (b * kp->heads_q + h) * kp->seqlen_q
-                                         : NULL;
-            for (int64_t r0 = 0; r0 < kp->seqlen_q; r0 += br) {
-                int rows = (int)(kp->seqlen_q - r0 < br ? kp->seqlen_q - r0 : br);
-                q_tile(&hv, kp, bc, &t, r0, rows, o, o0, lse_row);
+            head_view hv = {(fa_dtype)launch->variant.dtype, d, mem[FA__TENSOR_Q],
+                            mem[FA__TENSOR_K], mem[FA__TENSOR_V],
+                            kp->q_offset + b * kp->q_stride_b + h * kp->q_stride_h +
+                                sq.q_start * kp->q_stride_s,
+                            kp->q_stride_s,
+                            {kp, mem[FA__TENSOR_BLOCK_TABLE], b, h / group, sq.k_start},
+                            head_mods_of(&own, mem, b, h)};
+            forward_head(launch, &own, &t, &hv, fwd_out_of(launch, kp, mem, &sq, b, h));
+        }
+    }
+    return FA_STATUS_OK;
+}
+
+/* A partial O element (the merge's PARTS_DTYPE). */
+static double load_part(const fa__launch *launch, const void *parts, int64_t idx)
+{
+    return load((fa_dtype)launch->variant.parts_dtype, parts, idx);
+}
+
+/*
+ * flash_merge: per row, the partials' LSEs give weights exp(LSE_s - max) in f64, summed in s
+ * order (kernel_params.h, the merge rule); a row whose partials all have LSE = -inf gives O = 0,
+ * LSE = -inf.
+ */
+static void merge_row(const fa__launch *launch, const fa_kernel_params *kp,
+                      void *const mem[FA__TENSOR_COUNT], int64_t o_part, int64_t lse_part,
+                      int64_t o_row, int64_t li, double *w)
+{
+    const void *parts = mem[launch->args[0]];
+    const float *lse_parts = (const float *)mem[launch->args[1]] + kp->lse_parts_offset;
+    double m = -INFINITY, sum = 0.0;
+    for (int64_t s = 0; s < kp->splits; s++) {
+        double l = lse_parts[s * kp->part_rows + lse_part];
+        m = l > m || isnan(l) ? l : m;
+    }
+    for (int64_t s = 0; s < kp->splits; s++) {
+        w[s] = m == -INFINITY ? 0.0 : exp(lse_parts[s * kp->part_rows + lse_part] - m);
+        sum += w[s];
+    }
+    for (int64_t x = 0; x < kp->head_dim; x++) {
+        double acc = 0.0;
+        for (int64_t s = 0; s < kp->splits && m != -INFINITY; s++)
+            acc += w[s] * load_part(launch, parts, o_part + s * kp->parts_stride + x);
+        store((fa_dtype)launch->variant.dtype, mem[FA__TENSOR_O], o_row + x,
+              m == -INFINITY ? 0.0 : acc / sum);
+    }
+    if (kp->has_lse)
+        ((float *)mem[FA__TENSOR_LSE])[li] = m == -INFINITY ? -INFINITY : (float)(m + log(sum));
+}
+
+/* The merge's launch: every row of every (batch, head) of every sequence; `w`: splits f64. */
+static fa_status cpu_merge(const fa__launch *launch, const fa_kernel_params *kp,
+                           void *const mem[FA__TENSOR_COUNT], double *w)
+{
+    for (int64_t b = 0; b < kp->batch; b++) {
+        fa_kernel_params own;
+        fa_seq sq = seq_of(kp, mem, b, &own);
+        for (int64_t h = 0; h < kp->heads_q; h++) {
+            for (int64_t i = 0; i < sq.seqlen_q; i++) {
+                int64_t t = sq.q_start + i, li = fa_lse_index(kp, b, h, sq.q_start, i);
+                merge_row(launch, kp, mem,
+                          kp->parts_offset + b * kp->parts_stride_b + h * kp->parts_stride_h +
+                              t * kp->parts_stride_s,
+                          li, kp->o_offset + b * kp->o_stride_b + h * kp->o_stride_h +
+                                  t * kp->o_stride_s,
+                          li, w);
             }
         }
     }
     return FA_STATUS_OK;
 }
 
+/* The launches: the forward (or a split forward's chunks), the merge, the backward and the
+ * sinks' gradient. The golden's own scratch starts after the plan's (scratch_base). */
+static fa_status cpu_launch(fa_context *ctx, const fa_plan *plan, const fa__launch *launch,
+                            const fa_kernel_params *kp, void *const mem[FA__TENSOR_COUNT])
+{
+    (void)ctx;
+    double *state = (double *)((char *)mem[FA__TENSOR_SCRATCH] + plan->scratch_base);
+    if (plan->op == FA__OP_BACKWARD)
+        return launch == &plan->launches[0] ? cpu_backward(launch, kp, mem)
+                                            : cpu_backward_dsinks(launch, kp, mem);
+    if (launch->variant.merge)
+        return cpu_merge(launch, kp, mem, state);
+    return cpu_forward(launch, kp, mem, state);
+}
+
 const fa__backend_ops fa__cpu_ops = {
     .api_version = FA__BACKEND_API_VERSION,
     .backend = FA_BACKEND_CPU,
-    .supported_ops = (1u << FA__OP_FORWARD) | (1u << FA__OP_BACKWARD),
+    .supported_ops = (1u << FA__OP_FORWARD) | (1u << FA__OP_BACKWARD) | (1u << FA__OP_MERGE),
     .device_count = cpu_device_count,
     .device_props = cpu_device_props,
     .plan_rules = cpu_plan_rules,

@@ -299,7 +299,7 @@ static fa_status cu_launch(fa_context *ctx, const fa_plan *plan, const fa__launc
 const fa__backend_ops fa__cuda_ops = {
     .api_version = FA__BACKEND_API_VERSION,
     .backend = FA_BACKEND_CUDA,
-    .supported_ops = (1u << FA__OP_FORWARD) | (1u << FA__OP_BACKWARD),
+    .supported_ops = (1u << FA__OP_FORWARD) | (1u << FA__OP_BACKWARD) | (1u << FA__OP_MERGE),
     .device_count = fa__cu_device_count,
     .device_props = fa__cu_device_props,
     .plan_rules = fa__cu_plan_rules,

@@ -46,6 +46,7 @@ static void backward_rules(const fa_device_props *dev, fa__plan_rules *rules)
     if (dev->max_work_group_size < rules->max_block_c)
         rules->max_block_c = dev->max_work_group_size;
     rules->backward_launches = 3;
+    rules->split_kv = 1; /* many compute units: a short grid leaves them idle */
 }
 
 /*
@@ -292,7 +293,7 @@ static fa_status cl_launch(fa_context *ctx, const fa_plan *plan, const fa__launc
 const fa__backend_ops fa__opencl_ops = {
     .api_version = FA__BACKEND_API_VERSION,
     .backend = FA_BACKEND_OPENCL,
-    .supported_ops = (1u << FA__OP_FORWARD) | (1u << FA__OP_BACKWARD),
+    .supported_ops = (1u << FA__OP_FORWARD) | (1u << FA__OP_BACKWARD) | (1u << FA__OP_MERGE),
     /* kernels_cl/ compiles each modifier in under its FEATURES bit; the backward adds the
      * sinks' gradient (flash_bwd_dsinks). */
     .supported_features = {[FA__OP_FORWARD] = FA_FEATURES_ALL,
