@@ -486,7 +486,8 @@ FA_API uint64_t fa_plan_sram_bytes(const fa_plan *plan);
  * batch * heads_q * ceil(seqlen_q / Br); for a backward plan on opencl and cuda
  * batch * (2 * heads_q * ceil(seqlen_q / Br) + heads_kv * ceil(seqlen_k / Bc)) (the D and dQ
  * passes, the dK/dV pass), on cpu batch * heads_kv (one per K/V head); with sinks the
- * backward adds heads_q (the sinks' gradient, one work-group per query head). */
+ * backward adds heads_q (the sinks' gradient, one work-group per query head); a split-KV
+ * forward runs splits + 1 times the forward's (the chunks, then the merge). */
 FA_API uint64_t fa_plan_work_groups(const fa_plan *plan);
 /*
  * Device bytes a run of the plan allocates for itself beyond the caller's tensors, counted in
@@ -494,6 +495,8 @@ FA_API uint64_t fa_plan_work_groups(const fa_plan *plan);
  * for a forward plan, batch * heads_q * seqlen_q * 4 for a backward plan (D = rowsum(dO * O),
  * f32). cpu: (Br * d + 2 * Br + Bc) * 8 for a forward plan (one tile's f64 state), and
  * (2 * seqlen_k * d + d) * 8 for a backward plan (f64 dK and dV accumulators of one K/V head).
+ * A split-KV forward adds splits * batch * heads_q * seqlen_q * (d + 1) * 4 (f32 partial O and
+ * LSE) on every backend.
  */
 FA_API uint64_t fa_plan_scratch_bytes(const fa_plan *plan);
 /* Key chunks of a split-KV forward plan (1: not split); the explanation says why. */

@@ -263,6 +263,52 @@ static void test_min_block_r(void **state)
     assert_int_equal(t.block_r, 32);
 }
 
+/* Split-KV: only when the query tiles are fewer work-groups than compute units; chunks of at
+ * least FA__MIN_SPLIT_TILES key tiles, at most FA__MAX_KV_SPLITS, whole tiles; overrides. */
+static void test_kv_splits(void **state)
+{
+    (void)state;
+    fa__plan_rules rules = {.split_kv = 1};
+    fa_device_props dev = props_of(&H100);
+    dev.compute_units = 132;
+    fa_problem p;
+    fa_problem_init(&p, FA_DTYPE_F16, FA_LAYOUT_BHSD, 1, 32, 8, 1, 32768, 128);
+    fa__tiles t = {.block_r = 1, .block_c = 64};
+    char explain[1024] = "";
+    /* 32 groups, 132 units: ceil(264 / 32) = 9 chunks of ceil(512 / 9) = 57 tiles. */
+    assert_int_equal(fa__plan_kv_splits(&dev, &rules, &p, &t, explain, sizeof explain), 9);
+    assert_non_null(strstr(explain, "split-KV: 9 chunks of 3648 keys"));
+    /* 8 sequences: 256 groups fill 132 units. */
+    p.batch = 8;
+    assert_int_equal(fa__plan_kv_splits(&dev, &rules, &p, &t, NULL, 0), 1);
+    /* A short cache: 1024 keys = 16 tiles, at most 16 / 4 = 4 chunks. */
+    p.batch = 1;
+    p.seqlen_k = 1024;
+    assert_int_equal(fa__plan_kv_splits(&dev, &rules, &p, &t, NULL, 0), 4);
+    /* One group, many units: capped at 64 chunks; 520 tiles in 64 chunks round to whole tiles:
+     * 58 chunks of 9. */
+    p.heads_q = p.heads_kv = 1;
+    p.seqlen_k = 65536 * 8;
+    assert_int_equal(fa__plan_kv_splits(&dev, &rules, &p, &t, NULL, 0), 64);
+    p.seqlen_k = 64 * 520;
+    assert_int_equal(fa__plan_kv_splits(&dev, &rules, &p, &t, NULL, 0), 58);
+    /* Overrides: 1 never splits, 3 splits even where the device is full; never more chunks
+     * than key tiles; a backend that does not split on its own. */
+    p.kv_splits = 1;
+    assert_int_equal(fa__plan_kv_splits(&dev, &rules, &p, &t, NULL, 0), 1);
+    p.kv_splits = 3;
+    p.batch = 64;
+    assert_int_equal(fa__plan_kv_splits(&dev, &rules, &p, &t, NULL, 0), 3);
+    p.kv_splits = 1000;
+    p.seqlen_k = 64 * 7;
+    assert_int_equal(fa__plan_kv_splits(&dev, &rules, &p, &t, NULL, 0), 7);
+    p.kv_splits = 0;
+    p.batch = 1;
+    rules.split_kv = 0;
+    p.seqlen_k = 32768;
+    assert_int_equal(fa__plan_kv_splits(&dev, &rules, &p, &t, NULL, 0), 1);
+}
+
 /* A NULL explain / why buffer is allowed. */
 static void test_null_explain(void **state)
 {
@@ -421,6 +467,7 @@ int main(void)
         cmocka_unit_test(test_invented_devices), cmocka_unit_test(test_tile_bytes),
         cmocka_unit_test(test_row_floats),
         cmocka_unit_test(test_min_block_r),
+        cmocka_unit_test(test_kv_splits),
         cmocka_unit_test(test_null_explain),     cmocka_unit_test(test_cpu_plan_create),
         cmocka_unit_test(test_env_overrides),    cmocka_unit_test(test_backend_list),
         cmocka_unit_test(test_planning_context_errors),

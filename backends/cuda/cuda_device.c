@@ -202,7 +202,6 @@ static void backward_rules(const fa_device_props *dev, const fa_problem *p,
         rules->max_block_r = square_side(dev, p, rules);
     rules->mma = mma ? 1 : 0;
     rules->backward_launches = 3;
-    rules->split_kv = 1; /* many compute units: a short grid leaves them idle */
     rules->path_note = mma ? "tensor cores (mma.sync m16n8k16, f32 accumulation; P and dS "
                              "rounded to the storage type for their products)"
                            : "CUDA cores (tensor cores need sm_80+, f16 or bf16, d a multiple "
@@ -214,6 +213,7 @@ void fa__cu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op o
                        fa__plan_rules *rules)
 {
     rules->row_lanes = FA_CU_THREADS_PER_ROW;
+    rules->split_kv = 1; /* 40-132 SMs: a decode's few blocks leave most idle */
     if (op == FA__OP_BACKWARD) {
         backward_rules(dev, p, rules);
         return;

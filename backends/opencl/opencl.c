@@ -46,7 +46,6 @@ static void backward_rules(const fa_device_props *dev, fa__plan_rules *rules)
     if (dev->max_work_group_size < rules->max_block_c)
         rules->max_block_c = dev->max_work_group_size;
     rules->backward_launches = 3;
-    rules->split_kv = 1; /* many compute units: a short grid leaves them idle */
 }
 
 /*
@@ -74,6 +73,7 @@ static void cl_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__o
     rules->max_block_c = 128;
     rules->max_block_r = 0;
     rules->min_block_r = 256;
+    rules->split_kv = 1; /* many compute units: a short grid leaves them idle */
     if (op == FA__OP_BACKWARD)
         backward_rules(dev, rules);
 }
