@@ -15,6 +15,8 @@
  * 40% more multiply-adds than one pass with atomic dQ, and buys determinism. A kernel's BLOCK_R
  * is always the rows its work-group owns (dK/dV pass: keys, BLOCK_R = the plan's Bc) and BLOCK_C
  * the tile it streams (there: queries, the plan's Br), so the forward's helpers serve both.
+ * Varlen batches (SEQ) run each sequence with its own lengths and rows (SEQ_SETUP); D and LSE
+ * are at the row's LSE index (fa_lse_index). seqlens_k and paged K/V have no backward.
  *
  * This file follows flash_fwd.cl in one program and uses its types and helpers (load_tile,
  * row_scores, the vector widths); alone it includes it (compile with -I kernels_cl -I src).
@@ -209,28 +211,30 @@ void grad_row_dkdv(__local float *st_row, __local float *dpt_row, const fa_kerne
 #endif
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
-flash_bwd_pre(__global const store_t *o, __global const store_t *d_o, __global float *delta,
-              const fa_kernel_params p)
+flash_bwd_pre(__global const store_t *o, __global const store_t *d_o,
+              __global float *delta SEQ_ARG, PARAMS_ARG)
 {
     const long row = (long)get_group_id(0) * BLOCK_R + get_local_id(0);
     const long h = (long)get_group_id(1), b = (long)get_group_id(2);
+    SEQ_SETUP(b);
     if (row >= p.seqlen_q)
         return;
+    const long t = seq.q_start + row; /* the row's token */
     __global const store_t *o_row = o + p.o_offset + b * p.o_stride_b + h * p.o_stride_h +
-                                    row * p.o_stride_s;
+                                    t * p.o_stride_s;
     __global const store_t *do_row = d_o + p.do_offset + b * p.do_stride_b +
-                                     h * p.do_stride_h + row * p.do_stride_s;
+                                     h * p.do_stride_h + t * p.do_stride_s;
     float sum = 0.0f;
     for (int x = 0; x < HEAD_DIM; x++)
         sum += load_global(do_row + x) * load_global(o_row + x);
-    delta[(b * p.heads_q + h) * p.seqlen_q + row] = sum;
+    delta[fa_lse_index(&p, b, h, seq.q_start, row)] = sum;
 }
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global const store_t *v,
              __global const float *lse, __global const store_t *d_o,
-             __global const float *delta, __global store_t *dq ALIBI_ARG BIAS_ARG,
-             const fa_kernel_params p)
+             __global const float *delta, __global store_t *dq ALIBI_ARG BIAS_ARG SEQ_ARG,
+             PARAMS_ARG)
 {
     __local store_t q_tile[HEAD_DIM * BLOCK_R];  /* Q^T:  d x Br */
     __local store_t do_tile[HEAD_DIM * BLOCK_R]; /* dO^T: d x Br */
@@ -245,17 +249,25 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
      * longest work-groups should not be the last ones started. */
     const long r0 = (long)(get_num_groups(0) - 1 - get_group_id(0)) * BLOCK_R, row = r0 + r;
     const long h = (long)get_group_id(1), b = (long)get_group_id(2);
+    SEQ_SETUP(b); /* p: sequence b's lengths; rows from token seq.q_start, keys seq.k_start */
     const long h_kv = h / (p.heads_q / p.heads_kv);
     const long sq = p.seqlen_q, sk = p.seqlen_k;
-    __global const store_t *k_head = k + p.k_offset + b * p.k_stride_b + h_kv * p.k_stride_h;
-    __global const store_t *v_head = v + p.v_offset + b * p.v_stride_b + h_kv * p.v_stride_h;
+    if (SEQ && r0 >= sq)
+        return; /* a tile past a shorter sequence's rows, the whole work-group */
+    __global const store_t *k_head = key_head(k, p.k_offset, p.k_stride_b, p.k_stride_h,
+                                              p.k_stride_s, b, h_kv, seq.k_start);
+    __global const store_t *v_head = key_head(v, p.v_offset, p.v_stride_b, p.v_stride_h,
+                                              p.v_stride_s, b, h_kv, seq.k_start);
     __local float *s_row = s_tile + r * BLOCK_C, *dp_row = dp_tile + r * BLOCK_C;
 
-    load_tile(q_tile, q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h, r0, sq,
-              p.q_stride_s, BLOCK_R, 1);
-    load_tile(do_tile, d_o + p.do_offset + b * p.do_stride_b + h * p.do_stride_h, r0, sq,
-              p.do_stride_s, BLOCK_R, 1);
-    const long at = (b * p.heads_q + h) * sq + row; /* this row in LSE and D */
+    load_tile(q_tile,
+              q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h + seq.q_start * p.q_stride_s,
+              r0, sq, p.q_stride_s, BLOCK_R, 1);
+    load_tile(do_tile,
+              d_o + p.do_offset + b * p.do_stride_b + h * p.do_stride_h +
+                  seq.q_start * p.do_stride_s,
+              r0, sq, p.do_stride_s, BLOCK_R, 1);
+    const long at = fa_lse_index(&p, b, h, seq.q_start, row); /* this row in LSE and D */
     const float lse_row = row < sq ? lse[at] : -INFINITY;
     const float lse2 = lse2_of(lse_row), d = row < sq ? delta[at] : 0.0f;
     /* Keys [0, row_keys) of this row count; none for a row with no key or past Sq. */
@@ -298,7 +310,7 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
     if (row < sq)
         store_row_scaled(acc, p.scale,
                          dq + p.dq_offset + b * p.dq_stride_b + h * p.dq_stride_h +
-                             row * p.dq_stride_s);
+                             (seq.q_start + row) * p.dq_stride_s);
 }
 
 /* The first query row that sees key `key` (the mask and window rules of kernel_params.h,
@@ -324,14 +336,14 @@ long rows_seeing_end(long key, const fa_kernel_params *p)
     return p->seqlen_q;
 }
 
-/* The LSE (log2 units), D and allowed-key count of query rows [r0, r0 + BLOCK_C) of head h into
- * local vectors; rows past Sq count no key. */
+/* The LSE (log2 units), D and allowed-key count of query rows [r0, r0 + BLOCK_C) of head h of
+ * the sequence at q_start into local vectors; rows past Sq count no key. */
 void load_row_stats(__local float *lse2_v, __local float *d_v, __local int *keys_v,
                     __global const float *lse, __global const float *delta,
-                    const fa_kernel_params *p, long b, long h, long r0)
+                    const fa_kernel_params *p, long b, long h, long q_start, long r0)
 {
     for (int i = (int)get_local_id(0); i < BLOCK_C; i += WG_SIZE) {
-        long row = r0 + i, at = (b * p->heads_q + h) * p->seqlen_q + row;
+        long row = r0 + i, at = fa_lse_index(p, b, h, q_start, row);
         float l = row < p->seqlen_q ? lse[at] : -INFINITY;
         lse2_v[i] = lse2_of(l);
         d_v[i] = row < p->seqlen_q ? delta[at] : 0.0f;
@@ -343,7 +355,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global const store_t *v,
                __global const float *lse, __global const store_t *d_o,
                __global const float *delta, __global store_t *dk,
-               __global store_t *dv ALIBI_ARG BIAS_ARG, const fa_kernel_params p)
+               __global store_t *dv ALIBI_ARG BIAS_ARG SEQ_ARG, PARAMS_ARG)
 {
     __local store_t kt_tile[HEAD_DIM * BLOCK_R];  /* K^T:  d x (own keys) */
     __local store_t vt_tile[HEAD_DIM * BLOCK_R];  /* V^T:  d x (own keys) */
@@ -359,13 +371,18 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
     const int c = (int)get_local_id(0);
     const long k0 = (long)get_group_id(0) * BLOCK_R, key = k0 + c;
     const long h_kv = (long)get_group_id(1), b = (long)get_group_id(2);
+    SEQ_SETUP(b); /* p: sequence b's lengths; rows from token seq.q_start, keys seq.k_start */
     const long group = p.heads_q / p.heads_kv, sq = p.seqlen_q, sk = p.seqlen_k;
+    if (SEQ && k0 >= sk)
+        return; /* a tile past a shorter sequence's keys, the whole work-group */
     __local float *st_row = st_tile + c * BLOCK_C, *dpt_row = dpt_tile + c * BLOCK_C;
 
-    load_tile(kt_tile, k + p.k_offset + b * p.k_stride_b + h_kv * p.k_stride_h, k0, sk,
-              p.k_stride_s, BLOCK_R, 1);
-    load_tile(vt_tile, v + p.v_offset + b * p.v_stride_b + h_kv * p.v_stride_h, k0, sk,
-              p.v_stride_s, BLOCK_R, 1);
+    load_tile(kt_tile, key_head(k, p.k_offset, p.k_stride_b, p.k_stride_h, p.k_stride_s, b, h_kv,
+                                seq.k_start),
+              k0, sk, p.k_stride_s, BLOCK_R, 1);
+    load_tile(vt_tile, key_head(v, p.v_offset, p.v_stride_b, p.v_stride_h, p.v_stride_s, b, h_kv,
+                                seq.k_start),
+              k0, sk, p.v_stride_s, BLOCK_R, 1);
     float_dims acc_k[VECS_PER_O_ROW], acc_v[VECS_PER_O_ROW]; /* dK / scale and dV, f32 */
     for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++)
         acc_k[dvec] = acc_v[dvec] = 0.0f;
@@ -379,16 +396,17 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
 #endif
 
     for (long h = h_kv * group; h < (h_kv + 1) * group; h++) {
-        __global const store_t *q_head = q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h;
+        __global const store_t *q_head = q + p.q_offset + b * p.q_stride_b +
+                                         h * p.q_stride_h + seq.q_start * p.q_stride_s;
         __global const store_t *do_head = d_o + p.do_offset + b * p.do_stride_b +
-                                          h * p.do_stride_h;
+                                          h * p.do_stride_h + seq.q_start * p.do_stride_s;
         for (long r0 = first; r0 < last_end; r0 += BLOCK_C) {
             barrier(CLK_LOCAL_MEM_FENCE); /* the previous query tile is no longer read */
             load_tile(qt_tile, q_head, r0, sq, p.q_stride_s, BLOCK_C, 1);
             load_tile(dot_tile, do_head, r0, sq, p.do_stride_s, BLOCK_C, 1);
             load_tile(q_tile, q_head, r0, sq, p.q_stride_s, BLOCK_C, 0);
             load_tile(do_tile, do_head, r0, sq, p.do_stride_s, BLOCK_C, 0);
-            load_row_stats(lse2_v, d_v, keys_v, lse, delta, &p, b, h, r0);
+            load_row_stats(lse2_v, d_v, keys_v, lse, delta, &p, b, h, seq.q_start, r0);
             barrier(CLK_LOCAL_MEM_FENCE);
             row_scores(st_row, kt_tile + c, qt_tile, SCORE_SCALE(p)); /* S^T (log2 units) */
             row_scores(dpt_row, vt_tile + c, dot_tile, 1.0f);         /* dP^T = V dO^T */
@@ -413,33 +431,37 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
     }
     if (key >= sk)
         return;
+    const long t = seq.k_start + key; /* the key's row in dK and dV */
     store_row_scaled(acc_k, p.scale,
                      dk + p.dk_offset + b * p.dk_stride_b + h_kv * p.dk_stride_h +
-                         key * p.dk_stride_s);
+                         t * p.dk_stride_s);
     store_row_scaled(acc_v, 1.0f,
                      dv + p.dv_offset + b * p.dv_stride_b + h_kv * p.dv_stride_h +
-                         key * p.dv_stride_s);
+                         t * p.dv_stride_s);
 }
 
 /*
- * The sinks' gradient: dsink[h] = -sum over b, then rows i, of exp(sink[h] - LSE[b][h][i]) *
- * D[b][h][i] (D from flash_bwd_pre), rows with LSE = -inf adding nothing. One work-group per
- * query head (NDRange (WG_SIZE, Hq, 1)): work-item t sums rows t, t + WG_SIZE, .. of each batch
- * in order, then a tree over the work-group adds the partial sums; no atomics, a fixed order.
+ * The sinks' gradient: dsink[h] = -sum over b, then rows i (of sequence b), of exp(sink[h] -
+ * LSE[b][h][i]) * D[b][h][i] (D from flash_bwd_pre), rows with LSE = -inf adding nothing. One
+ * work-group per query head (NDRange (WG_SIZE, Hq, 1)): work-item t sums rows t, t + WG_SIZE, ..
+ * of each batch in order, then a tree over the work-group adds the partial sums; no atomics, a
+ * fixed order.
  * With batch 0, delta is never read and dsinks gets 0.
  */
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 flash_bwd_dsinks(__global const float *lse, __global const float *delta,
-                 __global const float *sinks, __global float *dsinks, const fa_kernel_params p)
+                 __global const float *sinks, __global float *dsinks SEQ_ARG,
+                 const fa_kernel_params p)
 {
     __local float partial[WG_SIZE]; /* partial[t]: work-item t's sum */
     const int t = (int)get_local_id(0);
-    const long h = (long)get_group_id(1), sq = p.seqlen_q;
+    const long h = (long)get_group_id(1);
     const float sink = sinks[h];
     float sum = 0.0f;
     for (long b = 0; b < p.batch; b++) {
-        for (long i = t; i < sq; i += WG_SIZE) {
-            long at = (b * p.heads_q + h) * sq + i; /* LSE and D [B, Hq, Sq] */
+        const fa_seq seq = fa_seq_of(&p, SEQ, VARLEN_PTRS, SEQLENS_K_PTR, b);
+        for (long i = t; i < seq.seqlen_q; i += WG_SIZE) {
+            long at = fa_lse_index(&p, b, h, seq.q_start, i); /* LSE and D */
             float l = lse[at];
             if (l != -INFINITY)
                 sum += exp(sink - l) * delta[at];

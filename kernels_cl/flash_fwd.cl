@@ -13,7 +13,9 @@
  * distinct banks on GPUs.
  *
  * The score modifiers and dropout (softcap, ALiBi, bias, sliding window, sinks, Philox dropout)
- * are compiled in only under their FEATURES bits, so a kernel without them is the plain one.
+ * are compiled in only under their FEATURES bits, and sequences (varlen, per-sequence key
+ * counts, paged K/V) under SEQ, split-KV's partial results under SPLIT, so a kernel without
+ * them is the plain one. flash_merge (compiled when PARTS_DTYPE is given) combines partials.
  *
  * Every tunable has a default so the file compiles alone (with -I src for kernel_params.h); the
  * host passes the planned values with -D. The library prepends kernel_params.h to this text.
@@ -50,9 +52,15 @@
 #ifndef BIAS_DTYPE
 #define BIAS_DTYPE 0 /* the bias's storage: 0 f32, 1 f16, 2 bf16 */
 #endif
+#ifndef SEQ
+#define SEQ 0 /* FA_SEQ_* bits: varlen, per-sequence key counts, paged K/V */
+#endif
+#ifndef SPLIT
+#define SPLIT 0 /* 1: flash_fwd writes split-KV's f32 partial O and LSE for flash_merge */
+#endif
 
 /* The host passes the struct by value; C and OpenCL C must agree on its size (C99 check). */
-typedef char fa_kernel_params_size_check[sizeof(fa_kernel_params) == 400 ? 1 : -1];
+typedef char fa_kernel_params_size_check[sizeof(fa_kernel_params) == 504 ? 1 : -1];
 
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
@@ -500,37 +508,135 @@ void share_range(__local long *range, long first, long end)
 }
 #endif
 
+/* ---- sequences and split-KV (SEQ, SPLIT; flashattn.h, "Sequences, pages and split-KV") ----- */
+
+/* The sequence buffers (int32) after the modifier tensors, in the host's order (src/ops.c,
+ * add_seq_args); those SEQ leaves out are null pointers for fa_seq_of and fa_key_row. */
+#if SEQ & FA_SEQ_VARLEN
+#define VARLEN_ARG , __global const int *cu_seqlens_q, __global const int *cu_seqlens_k
+#define VARLEN_PTRS cu_seqlens_q, cu_seqlens_k
+#else
+#define VARLEN_ARG
+#define VARLEN_PTRS 0, 0
+#endif
+#if SEQ & FA_SEQ_SEQLENS_K
+#define SEQLENS_K_ARG , __global const int *seqlens_k
+#define SEQLENS_K_PTR seqlens_k
+#else
+#define SEQLENS_K_ARG
+#define SEQLENS_K_PTR 0
+#endif
+#if SEQ & FA_SEQ_PAGED
+#define BLOCK_TABLE_ARG , __global const int *block_table
+#define BLOCK_TABLE_PTR block_table
+#else
+#define BLOCK_TABLE_ARG
+#define BLOCK_TABLE_PTR 0
+#endif
+#define SEQ_ARG VARLEN_ARG SEQLENS_K_ARG BLOCK_TABLE_ARG
+
+/* A kernel's params argument (PARAMS_ARG) and its first step, SEQ_SETUP(b), which declares
+ * `seq`, where sequence b is, and `p`, the params as that sequence sees them: under SEQ a
+ * private copy with the sequence's lengths, so every mask, window, ALiBi and bottom-right rule
+ * applies per sequence unchanged; without SEQ the argument itself, untouched. */
+#if SEQ
+#define PARAMS_ARG const fa_kernel_params p_in
+#define SEQ_SETUP(b)                                                                            \
+    fa_kernel_params p = p_in;                                                                  \
+    const fa_seq seq = fa_seq_of(&p, SEQ, VARLEN_PTRS, SEQLENS_K_PTR, b);                       \
+    p.seqlen_q = seq.seqlen_q;                                                                  \
+    p.seqlen_k = seq.seqlen_k
+#else
+#define PARAMS_ARG const fa_kernel_params p
+#define SEQ_SETUP(b) const fa_seq seq = {0, p.seqlen_q, 0, p.seqlen_k}
+#endif
+
+/* Row 0 of head h_kv of K or V (at t, with that tensor's offset and strides) for sequence b
+ * starting at key k_start; paged, the head term only (load_keys adds each key's page). */
+__global const store_t *key_head(__global const store_t *t, long offset, long stride_b,
+                                 long stride_h, long stride_s, long b, long h_kv, long k_start)
+{
+    if (SEQ & FA_SEQ_PAGED)
+        return t + offset + h_kv * stride_h;
+    return t + offset + b * stride_b + h_kv * stride_h + k_start * stride_s;
+}
+
+/* Copies keys [k0, k0 + Bc) of K or V (row 0 at `head`, key_head) into a local tile as
+ * load_tile does, zero past `sk`. Paged, key j's row is at fa_key_row (its page from the block
+ * table), so each element finds its own. */
+void load_keys(__local store_t *tile, __global const store_t *head, long k0, long sk,
+               long stride_b, long stride_s, int transposed, const fa_kernel_params *p,
+               __global const int *block_table, long b)
+{
+#if SEQ & FA_SEQ_PAGED
+    for (int idx = (int)get_local_id(0); idx < BLOCK_C * HEAD_DIM; idx += WG_SIZE) {
+        int c = idx / HEAD_DIM, x = idx - c * HEAD_DIM; /* key k0 + c, element x */
+        long j = k0 + c;
+        store_t val = j < sk ? head[fa_key_row(p, SEQ, block_table, b, 0, j, stride_b,
+                                               stride_s) + x]
+                             : (store_t)0;
+        tile[transposed ? x * BLOCK_C + c : idx] = val;
+    }
+#else
+    load_tile(tile, head, k0, sk, stride_s, BLOCK_C, transposed);
+#endif
+}
+
+/* The forward's output: the storage type, or f32 partials for flash_merge under SPLIT. */
+#if SPLIT
+typedef float out_t;
+#define STORE_OUT(v, ptr) (*(ptr) = (v))
+#else
+typedef store_t out_t;
+#define STORE_OUT(v, ptr) store_o(v, ptr)
+#endif
+
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 flash_fwd(__global const store_t *q, __global const store_t *k, __global const store_t *v,
-          __global store_t *o, __global float *lse ALIBI_ARG BIAS_ARG SINKS_ARG,
-          const fa_kernel_params p)
+          __global out_t *o, __global float *lse ALIBI_ARG BIAS_ARG SINKS_ARG SEQ_ARG,
+          PARAMS_ARG)
 {
     __local store_t q_tile[HEAD_DIM * BLOCK_R]; /* Q^T: d x Br store_t */
     __local store_t k_tile[HEAD_DIM * BLOCK_C]; /* K^T: d x Bc store_t */
     __local store_t v_tile[BLOCK_C * HEAD_DIM]; /* V:   Bc x d store_t */
     __local float s_tile[BLOCK_R * BLOCK_C];    /* S, then P: Br x Bc f32 */
 
-    const int r = (int)get_local_id(0);              /* this work-item's row of the tile */
-    const long r0 = (long)get_group_id(0) * BLOCK_R; /* first query row of the tile */
+    const int r = (int)get_local_id(0); /* this work-item's row of the tile */
     const long h = (long)get_group_id(1), b = (long)get_group_id(2);
+    SEQ_SETUP(b); /* p: sequence b's lengths; its rows start at token seq.q_start */
+    /* Split-KV: the grid's x is (split, tile), split-major; without SPLIT one split, 0. */
+    const long split = SPLIT ? (long)get_group_id(0) / p.q_tiles : 0;
+    const long tile = SPLIT ? (long)get_group_id(0) % p.q_tiles : (long)get_group_id(0);
+    const long r0 = tile * BLOCK_R; /* first query row of the tile */
     const long h_kv = h / (p.heads_q / p.heads_kv); /* GQA: query heads share a K/V head */
     const long sq = p.seqlen_q, sk = p.seqlen_k, row = r0 + r;
+    if (SEQ && r0 >= sq)
+        return; /* a tile past a shorter sequence's rows, the whole work-group */
     /* Row 0 of K[b][h_kv] and V[b][h_kv]: Sk x d, row strides k_stride_s, v_stride_s. */
-    __global const store_t *k_head = k + p.k_offset + b * p.k_stride_b + h_kv * p.k_stride_h;
-    __global const store_t *v_head = v + p.v_offset + b * p.v_stride_b + h_kv * p.v_stride_h;
+    __global const store_t *k_head = key_head(k, p.k_offset, p.k_stride_b, p.k_stride_h,
+                                              p.k_stride_s, b, h_kv, seq.k_start);
+    __global const store_t *v_head = key_head(v, p.v_offset, p.v_stride_b, p.v_stride_h,
+                                              p.v_stride_s, b, h_kv, seq.k_start);
     __local float *s_row = s_tile + r * BLOCK_C; /* S[r][0 .. Bc) */
 
     /* Load Q tile (rows past Sq are zeros; their results are never written): rows [r0, r0 + Br)
-     * of Q[b][h] (Sq x d, row stride q_stride_s), stored transposed. */
-    load_tile(q_tile, q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h, r0, sq,
-              p.q_stride_s, BLOCK_R, 1);
+     * of Q[b][h] (Sq x d, row stride q_stride_s, from token q_start), stored transposed. */
+    load_tile(q_tile,
+              q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h + seq.q_start * p.q_stride_s,
+              r0, sq, p.q_stride_s, BLOCK_R, 1);
 
 #if FEATURES & FA_FEATURE_WINDOW
     __local long kv_range[2]; /* the key tiles [kv_begin, kv_end) */
     share_range(kv_range, keys_first_tile(&p, r0), keys_to_visit(&p, r0));
-    const long kv_begin = kv_range[0], kv_end = kv_range[1];
+    long kv_begin = kv_range[0], kv_end = kv_range[1];
 #else
-    const long kv_begin = 0, kv_end = keys_to_visit(&p, r0);
+    long kv_begin = 0, kv_end = keys_to_visit(&p, r0);
+#endif
+#if SPLIT
+    /* This split's keys [split * split_keys, + split_keys) of them (a multiple of Bc, so the
+     * tiles stay aligned); the range may be empty, and the partial is then O = 0, LSE = -inf. */
+    kv_begin = max(kv_begin, split * p.split_keys);
+    kv_end = min(kv_end, (split + 1) * p.split_keys);
 #endif
     const long row_keys = fa_keys_end(&p, MASK, FEATURES, row); /* this row's keys end here */
     const long tile_keys = fa_keys_end(&p, MASK, FEATURES, r0);  /* the fewest of any row here */
@@ -543,9 +649,9 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
 #endif
 
     /* A sink is a first key of score sink[h] and V = 0: m = sink (log2 units), l = exp(0) = 1;
-     * a sink of -inf is none. */
+     * a sink of -inf is none. Split-KV counts it once, in split 0. */
 #if FEATURES & FA_FEATURE_SINKS
-    const float sink = sinks[h];
+    const float sink = split == 0 ? sinks[h] : -INFINITY;
     float m = sink * LOG2E, l = sink == -INFINITY ? 0.0f : 1.0f;
 #else
     float m = -INFINITY, l = 0.0f;
@@ -557,8 +663,9 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
     /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc. */
     for (long k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C) {
         barrier(CLK_LOCAL_MEM_FENCE); /* the previous tiles are no longer read */
-        load_tile(k_tile, k_head, k0, sk, p.k_stride_s, BLOCK_C, 1); /* K^T: d x Bc */
-        load_tile(v_tile, v_head, k0, sk, p.v_stride_s, BLOCK_C, 0); /* V: Bc x d */
+        /* K^T: d x Bc, V: Bc x d */
+        load_keys(k_tile, k_head, k0, sk, p.k_stride_b, p.k_stride_s, 1, &p, BLOCK_TABLE_PTR, b);
+        load_keys(v_tile, v_head, k0, sk, p.v_stride_b, p.v_stride_s, 0, &p, BLOCK_TABLE_PTR, b);
         barrier(CLK_LOCAL_MEM_FENCE);
 
         /* S = Q K^T * scale (in log2 units, for exp2): row r, S[r][c] for c in [0, Bc). */
@@ -612,19 +719,97 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
 
     /* Final 1/l and LSE: a row with no allowed key (l == 0) gives O = 0 and LSE = -inf (with a
      * finite sink: O = 0, LSE = sink); a NaN l (a NaN or +inf score) gives NaN in both.
-     * O[b][h][row][x] = acc / l (row stride o_stride_s); LSE [B, Hq, Sq] contiguous, natural
-     * log: (m + log2 l) * ln 2. */
+     * O[b][h][row][x] = acc / l (row stride o_stride_s, from token q_start); LSE natural log,
+     * (m + log2 l) * ln 2, at the row's LSE index (fa_lse_index). Split-KV writes this split's
+     * partial instead: O as f32 and LSE always, both where flash_merge reads them. */
     if (row >= sq)
         return;
     float inv_l = l == 0.0f ? 0.0f : 1.0f / l;
-    __global store_t *o_row = o + p.o_offset + b * p.o_stride_b + h * p.o_stride_h +
-                              row * p.o_stride_s;
+    const float row_lse = l == 0.0f ? -INFINITY : (m + log2(l)) * LN2;
+    const long lse_at = fa_lse_index(&p, b, h, seq.q_start, row), t = seq.q_start + row;
+#if SPLIT
+    __global out_t *o_row = o + p.parts_offset + split * p.parts_stride + b * p.parts_stride_b +
+                            h * p.parts_stride_h + t * p.parts_stride_s;
+#else
+    __global out_t *o_row = o + p.o_offset + b * p.o_stride_b + h * p.o_stride_h +
+                            t * p.o_stride_s;
+#endif
     for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++) {
         float o_vals[DIMS_PER_VEC]; /* O[r][DIMS_PER_VEC * dvec + e], e in [0, DIMS_PER_VEC) */
         STORE_DIMS_PRIVATE(acc[dvec] * inv_l, o_vals);
         for (int e = 0; e < DIMS_PER_VEC; e++)
-            store_o(o_vals[e], o_row + dvec * DIMS_PER_VEC + e);
+            STORE_OUT(o_vals[e], o_row + dvec * DIMS_PER_VEC + e);
     }
+#if SPLIT
+    lse[p.lse_parts_offset + split * p.part_rows + lse_at] = row_lse;
+#else
     if (p.has_lse)
-        lse[(b * p.heads_q + h) * sq + row] = l == 0.0f ? -INFINITY : (m + log2(l)) * LN2;
+        lse[lse_at] = row_lse;
+#endif
 }
+
+#ifdef PARTS_DTYPE
+/* The partial O flash_merge reads (PARTS_DTYPE), and LOAD_PART(ptr), one element as f32: 0 f32
+ * (a split forward's scratch), else fa_merge's partials in the storage type, 1 f16 or 2 bf16. */
+#if PARTS_DTYPE == 0
+typedef float part_t;
+#define LOAD_PART(ptr) (*(ptr))
+#elif PARTS_DTYPE == 1
+typedef ushort part_t;
+#define LOAD_PART(ptr) vload_half(0, (__global const half *)(ptr))
+#else
+typedef ushort part_t;
+#define LOAD_PART(ptr) as_float((uint)(*(ptr)) << 16)
+#endif
+
+/* flash_merge: O and LSE from p.splits partials (the merge rule and their layout in
+ * kernel_params.h), one work-group per (query tile, head, batch) as the forward's unsplit grid.
+ * Per row M = max_s LSE_s (a NaN wins, so it reaches O and LSE), L = sum_s exp(LSE_s - M), then
+ * O = sum_s exp(LSE_s - M) O_s / L, LSE = M + log L, sums in s order; all -inf: O = 0. */
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+flash_merge(__global const part_t *o_parts, __global const float *lse_parts,
+            __global store_t *o, __global float *lse SEQ_ARG, PARAMS_ARG)
+{
+    __local float row_max[BLOCK_R], row_sum[BLOCK_R]; /* M and L of the tile's rows */
+    const int lid = (int)get_local_id(0);
+    const long r0 = (long)get_group_id(0) * BLOCK_R;
+    const long h = (long)get_group_id(1), b = (long)get_group_id(2);
+    SEQ_SETUP(b);
+    if (r0 >= p.seqlen_q)
+        return; /* a tile past a shorter sequence's rows, the whole work-group */
+    const int rows = (int)min((long)BLOCK_R, p.seqlen_q - r0);
+    /* LSE_s of row r0 + r at lse_s[s * part_rows + r] */
+    __global const float *lse_s = lse_parts + p.lse_parts_offset +
+                                  fa_lse_index(&p, b, h, seq.q_start, r0);
+
+    /* M and L per row, one work-item each; LSE when asked. */
+    for (int r = lid; r < rows; r += WG_SIZE) {
+        float m = -INFINITY, sum = 0.0f;
+        for (int s = 0; s < p.splits; s++) {
+            float ls = lse_s[s * p.part_rows + r];
+            m = ls > m || isnan(ls) ? ls : m;
+        }
+        for (int s = 0; s < p.splits && m != -INFINITY; s++)
+            sum += exp(lse_s[s * p.part_rows + r] - m);
+        row_max[r] = m;
+        row_sum[r] = sum;
+        if (p.has_lse)
+            lse[fa_lse_index(&p, b, h, seq.q_start, r0 + r)] =
+                m == -INFINITY ? -INFINITY : m + log(sum);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    /* O, element (r, x) of the tile's rows x d in turn, so neighbours read neighbouring x. */
+    for (int idx = lid; idx < rows * HEAD_DIM; idx += WG_SIZE) {
+        int r = idx / HEAD_DIM, x = idx - r * HEAD_DIM;
+        long t = seq.q_start + r0 + r; /* the row's token */
+        __global const part_t *part = o_parts + p.parts_offset + b * p.parts_stride_b +
+                                      h * p.parts_stride_h + t * p.parts_stride_s + x;
+        float m = row_max[r], acc = 0.0f;
+        for (int s = 0; s < p.splits && m != -INFINITY; s++)
+            acc += exp(lse_s[s * p.part_rows + r] - m) * LOAD_PART(part + s * p.parts_stride);
+        store_o(m == -INFINITY ? 0.0f : acc / row_sum[r],
+                o + p.o_offset + b * p.o_stride_b + h * p.o_stride_h + t * p.o_stride_s + x);
+    }
+}
+#endif
