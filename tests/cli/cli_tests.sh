@@ -640,6 +640,8 @@ expect_error "bench unwritable csv" 1 'cannot create' \
 # ---- score modifiers and dropout: cli_modifier_tests.sh ------------------------------------
 # shellcheck source=cli_modifier_tests.sh
 . "$(dirname "${BASH_SOURCE[0]}")/cli_modifier_tests.sh"
+# shellcheck source=cli_decode_tests.sh
+. "$(dirname "${BASH_SOURCE[0]}")/cli_decode_tests.sh"
 
 # ---- bad command lines: one line on stderr, exit 2 ------------------------------------------
 expect_error "seq abc" 2 "'abc' is not an integer" run --seq abc

@@ -8,6 +8,7 @@
 #include "cli_common.h"
 #include "cli_memory.h"
 #include "cli_modifiers.h"
+#include "cli_seq.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -129,7 +130,7 @@ static void print_backward_memory(const fa_plan *plan)
 }
 
 static void print_plan(const fa_context *ctx, int picked, const fa_plan *plan, fa_layout layout,
-                       int backward)
+                       int backward, const cli_seq_args *seq)
 {
     char line[512], sram[64];
     const char *explain = fa_plan_explain(plan);
@@ -142,6 +143,8 @@ static void print_plan(const fa_context *ctx, int picked, const fa_plan *plan, f
     printf("%-13s %s\n", "problem", line);
     cli_mod_describe(fa_plan_problem(plan), line, sizeof line);
     printf("%-13s %s\n", "modifiers", line);
+    cli_seq_describe(fa_plan_problem(plan), seq, fa_plan_kv_splits(plan), line, sizeof line);
+    printf("%-13s %s\n", "sequences", line);
     if (backward)
         printf("%-13s backward: dO -> dQ, dK, dV\n", "pass");
     printf("%-13s %" PRId32 "\n", "Br", fa_plan_block_r(plan));
@@ -150,6 +153,7 @@ static void print_plan(const fa_context *ctx, int picked, const fa_plan *plan, f
     cli_format_bytes(fa_plan_sram_bytes(plan), sram, sizeof sram);
     printf("%-13s %s\n", "sram", sram);
     printf("%-13s %" PRIu64 "\n", "work-groups", fa_plan_work_groups(plan));
+    printf("%-13s %" PRId32 "\n", "kv splits", fa_plan_kv_splits(plan));
     if (backward)
         print_backward_memory(plan);
     if (explain && *explain) {
@@ -168,7 +172,9 @@ int cli_cmd_plan(int argc, char **argv)
         "memory formula: tensors (Q, K, V, O, dO, dQ, dK, dV and LSE) + scratch = peak device\n"
         "bytes. With --backend cuda --arch sm_XY it plans for a known GPU architecture instead\n"
         "of a device, so it needs no GPU. The score modifier and dropout options are those of\n"
-        "`run` (see flashattn run --help); the plan prints which are on."};
+        "`run` (see flashattn run --help); the plan prints which are on. So are the decoding\n"
+        "options --seqlens-k, --paged and --kv-splits: the plan prints its kv splits\n"
+        "(fa_plan_kv_splits) and the explanation says why."};
     cli_problem_args pa;
     fa_backend backend = FA_BACKEND_AUTO;
     int64_t device = 0;
@@ -176,7 +182,8 @@ int cli_cmd_plan(int argc, char **argv)
     int backward = 0;
     cli_mod_args mods;
     cli_mod_files files;
-    cli_opt opts[CLI_PROBLEM_NOPTS + 4 + CLI_MOD_NOPTS] = {
+    cli_seq_args seq;
+    cli_opt opts[CLI_PROBLEM_NOPTS + 4 + CLI_SEQ_NOPTS + CLI_MOD_NOPTS] = {
         {"backend", CLI_BACKEND, &backend, 0, 0, "B", "auto, cpu, opencl or cuda (default auto)",
          0},
         {"device", CLI_INT, &device, 0, INT32_MAX, "N", "device index (default 0)", 0},
@@ -195,32 +202,43 @@ int cli_cmd_plan(int argc, char **argv)
     cli_problem_defaults(&pa);
     cli_problem_opts(&pa, opts + 4);
     cli_mod_defaults(&mods);
-    cli_mod_opts(&mods, opts + 4 + CLI_PROBLEM_NOPTS);
+    cli_seq_defaults(&seq);
+    cli_seq_opts(&seq, opts + 4 + CLI_PROBLEM_NOPTS);
+    cli_mod_opts(&mods, opts + 4 + CLI_PROBLEM_NOPTS + CLI_SEQ_NOPTS);
     memset(&files, 0, sizeof files);
     r = cli_parse(&cmd, argc, argv, opts, n);
     if (r == CLI_PARSE_HELP) {
         cli_print_help(&cmd, opts, n);
         return CLI_EXIT_OK;
     }
-    if (r != CLI_PARSE_OK || cli_mod_validate(&cmd, &mods, opts, n) != 0)
+    if (r != CLI_PARSE_OK || cli_mod_validate(&cmd, &mods, opts, n) != 0 ||
+        cli_seq_validate(&cmd, &seq, opts, n) != 0) {
+        cli_seq_args_free(&seq);
         return CLI_EXIT_USAGE;
+    }
     cli_problem_resolve(&pa, opts, n);
     if (cli_problem_build(&pa, &p) != 0 || cli_mod_load(&mods, &files) != 0) {
         cli_mod_files_free(&files);
+        cli_seq_args_free(&seq);
         return CLI_EXIT_FAIL;
     }
     r = cli_mod_apply(&cmd, &mods, &files, &p);
     cli_mod_files_free(&files); /* the plan needs the shapes only */
     if (r == 0)
+        r = cli_seq_apply(&cmd, &seq, &p);
+    if (r == 0)
         r = arch ? open_arch_context(&cmd, backend, arch, &ctx)
                  : cli_context_open(backend, (int)device, &ctx);
-    if (r != 0)
+    if (r != 0) {
+        cli_seq_args_free(&seq);
         return r;
+    }
     st = backward ? fa_plan_create_backward(ctx, &p, &plan) : fa_plan_create(ctx, &p, &plan);
     if (st != FA_STATUS_OK)
         r = cli_plan_error(st, ctx, &p);
     else
-        print_plan(ctx, backend == FA_BACKEND_AUTO, plan, pa.layout, backward);
+        print_plan(ctx, backend == FA_BACKEND_AUTO, plan, pa.layout, backward, &seq);
+    cli_seq_args_free(&seq);
     fa_plan_destroy(plan);
     fa_context_destroy(ctx);
     return r;

@@ -42,7 +42,7 @@
 #define CLI_MAX_REPEAT 100000
 #define KEY RUN_KEY
 
-#define RUN_NOPTS (CLI_PROBLEM_NOPTS + 17 + CLI_MOD_NOPTS)
+#define RUN_NOPTS (CLI_PROBLEM_NOPTS + CLI_SEQ_NOPTS + 17 + CLI_MOD_NOPTS)
 
 /* The option table; entries point into *a. Returns the number of entries. */
 static size_t run_table(run_args *a, cli_opt *opts)
@@ -52,7 +52,7 @@ static size_t run_table(run_args *a, cli_opt *opts)
          0},
         {"device", CLI_INT, &a->device, 0, INT32_MAX, "N", "device index (default 0)", 0},
     };
-    const cli_opt rest[RUN_NOPTS - CLI_PROBLEM_NOPTS - CLI_MOD_NOPTS - 2] = {
+    const cli_opt rest[RUN_NOPTS - CLI_PROBLEM_NOPTS - CLI_SEQ_NOPTS - CLI_MOD_NOPTS - 2] = {
         {"seed", CLI_U64, &a->seed, 0, 0, "S", "seed of the random inputs (default 1)", 0},
         {"q", CLI_STRING, &a->q_path, 0, 0, "FILE",
          "Q from .npy [batch, heads, seq, dim], '<f4' or '<f2'", 0},
@@ -79,7 +79,8 @@ static size_t run_table(run_args *a, cli_opt *opts)
     };
     memcpy(opts, where, sizeof where);
     cli_problem_opts(&a->pa, opts + 2);
-    memcpy(opts + 2 + CLI_PROBLEM_NOPTS, rest, sizeof rest);
+    cli_seq_opts(&a->seq, opts + 2 + CLI_PROBLEM_NOPTS);
+    memcpy(opts + 2 + CLI_PROBLEM_NOPTS + CLI_SEQ_NOPTS, rest, sizeof rest);
     cli_mod_opts(&a->mods, opts + RUN_NOPTS - CLI_MOD_NOPTS);
     return RUN_NOPTS;
 }
@@ -97,7 +98,8 @@ static int run_validate(const cli_cmd *cmd, run_args *a, const cli_opt *opts, si
         if (cli_find(opts, n, shape_opts[i])->seen)
             return cli_usage_error(
                 cmd, "--%s cannot be combined with --q (the files give the shape)", shape_opts[i]);
-    if (cli_mod_validate(cmd, &a->mods, opts, n) != 0)
+    if (cli_mod_validate(cmd, &a->mods, opts, n) != 0 ||
+        cli_seq_validate(cmd, &a->seq, opts, n) != 0)
         return CLI_EXIT_USAGE;
     return run_bwd_validate(cmd, a);
 }
@@ -238,6 +240,8 @@ static void print_setup(const run_args *a, const cli_session *s)
     printf(KEY "%s\n", "problem", line);
     cli_mod_describe(&s->problem, line, sizeof line);
     printf(KEY "%s\n", "modifiers", line);
+    cli_seq_describe(&s->problem, &a->seq, fa_plan_kv_splits(s->plan), line, sizeof line);
+    printf(KEY "%s\n", "sequences", line);
     if (a->q_path)
         printf(KEY "%s, %s, %s\n", "inputs", a->q_path, a->k_path, a->v_path);
     else
@@ -269,6 +273,13 @@ void run_print_time(const char *prefix, double ms, int64_t repeat, double flops,
         printf(KEY "%.2f GFLOP/s%s\n", key, flops / (ms * 1e6), note);
     else
         printf(KEY "n/a (too fast to time)\n", key);
+}
+
+/* The forward's FLOPs over the keys the sequences have (--seqlens-k may give fewer). */
+static double seq_flops(const fa_problem *p, const cli_seq_args *a)
+{
+    double all = (double)p->batch * (double)p->seqlen_k;
+    return all > 0.0 ? run_forward_flops(p) * cli_seq_keys(p, a) / all : 0.0;
 }
 
 /* The context's peak device bytes over the whole run (forward and backward). */
@@ -347,15 +358,28 @@ int run_compare(const char *name, const char *prefix, const cli_tensor *x, const
     return c.mismatches || c.max_err > tol;
 }
 
-/* The golden session: the same problem on the CPU backend with the planner's own tiles, its
- * forward run on the same inputs, with LSE when the backward follows. */
+/* Q, K and V (a paged problem's K and V pools) and the sequence buffers into a session. */
+static int upload_inputs(cli_session *s, const run_data *d)
+{
+    int paged = s->problem.page_size > 0;
+    if (cli_session_upload(s, &d->q, paged ? &d->seq.k_pool : &d->k,
+                           paged ? &d->seq.v_pool : &d->v) ||
+        cli_session_seq_buffers(s, d->seq.lens, d->seq.table))
+        return CLI_EXIT_FAIL;
+    return 0;
+}
+
+/* The golden session: the same problem on the CPU backend with the planner's own tiles and
+ * no split of the keys (a reference independent of the split being checked), its forward run
+ * on the same inputs (the same pools and block table), with LSE when the backward follows. */
 static int golden_forward(cli_session *ref, const run_args *a, run_data *d, fa_problem *p)
 {
     char line[512];
     p->block_r = 0;
     p->block_c = 0;
+    p->kv_splits = 1;
     if (cli_session_open(ref, FA_BACKEND_CPU, 0, p) || cli_session_buffers(ref, a->backward) ||
-        cli_session_upload(ref, &d->q, &d->k, &d->v) || cli_session_mod_buffers(ref, &d->mods) ||
+        upload_inputs(ref, d) || cli_session_mod_buffers(ref, &d->mods) ||
         cli_session_forward(ref) ||
         cli_tensor_alloc(&d->ref, "reference o", p->batch, p->heads_q, p->seqlen_q,
                          p->head_dim) ||
@@ -413,10 +437,12 @@ static int check_memory(const run_args *a, const cli_session *s)
     cli_memory_need need;
     char why[512];
     int i;
+    int64_t kv_image[4];
     cli_problem_shapes(p, qs, kvs);
+    cli_problem_kv_image_shape(p, kv_image);
     if (cli_image_bytes(qs, &p->q, p->dtype, &img[0]) ||
-        cli_image_bytes(kvs, &p->k, p->dtype, &img[1]) ||
-        cli_image_bytes(kvs, &p->v, p->dtype, &img[2]) ||
+        cli_image_bytes(kv_image, &p->k, p->dtype, &img[1]) ||
+        cli_image_bytes(kv_image, &p->v, p->dtype, &img[2]) ||
         cli_image_bytes(qs, &p->o, p->dtype, &img[3]))
         return CLI_EXIT_FAIL;
     for (i = 0; i < 4; i++) {
@@ -438,7 +464,9 @@ static int check_memory(const run_args *a, const cli_session *s)
         run_bwd_need(a, s, &host_floats, &device);
     device = cli_add_sat(device, cli_mod_bytes(p)); /* and as much host memory for them */
     host_floats = cli_add_sat(host_floats, cli_mod_bytes(p) / sizeof(float));
+    device = cli_add_sat(device, cli_seq_device_bytes(p)); /* the pools are K's and V's images */
     need.host = cli_add_sat(cli_mul_sat(host_floats, sizeof(float)), staging);
+    need.host = cli_add_sat(need.host, cli_seq_host_bytes(p));
     if (a->check)
         need.host = cli_add_sat(need.host, device);
     need.device = device;
@@ -473,6 +501,8 @@ static int prepare_inputs(const run_args *a, const cli_session *s, run_data *d)
     cli_tensor_round(&d->k, dtype);
     cli_tensor_round(&d->v, dtype);
     cli_tensor_round(&d->d_o, dtype);
+    if (cli_seq_fill(&a->seq, &s->problem, a->seed, &d->k, &d->v, &d->seq) != 0)
+        return CLI_EXIT_FAIL;
     if (a->save_dir && save_inputs(a->save_dir, d, dtype) != 0)
         return CLI_EXIT_FAIL;
     return 0;
@@ -490,6 +520,8 @@ static int run_body(const cli_cmd *cmd, run_args *a, int dtype_given, run_data *
         cli_mod_load(&a->mods, &d->mod_files) != 0 || cli_problem_build(&a->pa, &p) != 0)
         return CLI_EXIT_FAIL;
     rc = cli_mod_apply(cmd, &a->mods, &d->mod_files, &p);
+    if (rc == 0)
+        rc = cli_seq_apply(cmd, &a->seq, &p);
     if (rc != 0)
         return rc;
     if (cli_session_open(s, a->backend, (int)a->device, &p) != 0 ||
@@ -497,8 +529,8 @@ static int run_body(const cli_cmd *cmd, run_args *a, int dtype_given, run_data *
         prepare_inputs(a, s, d) != 0)
         return CLI_EXIT_FAIL;
     /* The backward reads the LSE the forward writes, so it needs the buffer either way. */
-    if (cli_session_buffers(s, want_lse || a->backward) ||
-        cli_session_upload(s, &d->q, &d->k, &d->v) || cli_session_mod_buffers(s, &d->mods) ||
+    if (cli_session_buffers(s, want_lse || a->backward) || upload_inputs(s, d) ||
+        cli_session_mod_buffers(s, &d->mods) ||
         alloc_outputs(s, want_lse, d) ||
         (a->backward && run_bwd_prepare(s, d) != 0))
         return CLI_EXIT_FAIL;
@@ -507,7 +539,7 @@ static int run_body(const cli_cmd *cmd, run_args *a, int dtype_given, run_data *
     if (run_timed(cli_session_forward, s, a->repeat, &ms) ||
         cli_session_download(s, &d->o, d->lse))
         return CLI_EXIT_FAIL;
-    run_print_time("", ms, a->repeat, run_forward_flops(&s->problem), "");
+    run_print_time("", ms, a->repeat, seq_flops(&s->problem, &a->seq), "");
     if (a->backward && run_bwd_time(a, s, d) != 0)
         return CLI_EXIT_FAIL;
     print_peak(s);
@@ -533,7 +565,12 @@ int cli_cmd_run(int argc, char **argv)
         "--softcap, --alibi or --alibi-slopes, --bias, --window, --sinks (--dsinks writes their\n"
         "gradient), --dropout with --dropout-seed and --dropout-offset. --bias random ([1, 1,\n"
         "seq, seq_k]) and --sinks random draw uniform [-1, 1) values from --seed (streams of\n"
-        "their own, so Q, K and V stay those of a plain run)."};
+        "their own, so Q, K and V stay those of a plain run).\n"
+        "Decoding (fa_forward_seq): --seqlens-k gives each sequence's keys (a KV cache's\n"
+        "lengths); --paged PAGE_SIZE places K and V in a shuffled pool of pages addressed by a\n"
+        "block table (the same keys as a contiguous run with the same seed; seqlens_k is passed\n"
+        "either way); --kv-splits N splits the keys in N chunks (1: never). The golden runs the\n"
+        "same problem on the same pool and table, unsplit."};
     run_args a;
     run_data d;
     cli_session s;
@@ -546,6 +583,7 @@ int cli_cmd_run(int argc, char **argv)
     memset(&s, 0, sizeof s);
     cli_problem_defaults(&a.pa);
     cli_mod_defaults(&a.mods);
+    cli_seq_defaults(&a.seq);
     a.backend = FA_BACKEND_AUTO;
     a.repeat = 1;
     a.seed = 1;
@@ -555,8 +593,10 @@ int cli_cmd_run(int argc, char **argv)
         cli_print_help(&cmd, opts, n);
         return CLI_EXIT_OK;
     }
-    if (r != CLI_PARSE_OK || run_validate(&cmd, &a, opts, n) != 0)
+    if (r != CLI_PARSE_OK || run_validate(&cmd, &a, opts, n) != 0) {
+        cli_seq_args_free(&a.seq);
         return CLI_EXIT_USAGE;
+    }
     a.backward = a.backward || a.do_path; /* --do implies the backward */
     cli_problem_resolve(&a.pa, opts, n);
     r = run_body(&cmd, &a, cli_find(opts, n, "dtype")->seen, &d, &s);
@@ -569,6 +609,8 @@ int cli_cmd_run(int argc, char **argv)
     run_bwd_free(&d);
     cli_mod_data_free(&d.mods);
     cli_mod_files_free(&d.mod_files);
+    cli_seq_data_free(&d.seq);
+    cli_seq_args_free(&a.seq);
     free(d.lse);
     return r;
 }

@@ -8,6 +8,7 @@
 
 #include "cli_common.h"
 #include "cli_modifiers.h"
+#include "cli_seq.h"
 #include "cli_session.h"
 #include "cli_tensor.h"
 
@@ -26,6 +27,7 @@ typedef struct run_args {
     const char *do_path, *dq_path, *dk_path, *dv_path; /* the backward's files */
     const char *dsinks_path;                           /* --dsinks: the sinks' gradient */
     cli_mod_args mods;                                 /* the score modifiers and dropout */
+    cli_seq_args seq;                                  /* --seqlens-k, --paged, --kv-splits */
     int check;
     int backward; /* --backward, or implied by --do */
 } run_args;
@@ -39,6 +41,7 @@ typedef struct run_data {
     size_t lse_count;
     cli_mod_files mod_files;         /* --alibi-slopes, --bias, --sinks as read */
     cli_mod_data mods;               /* the modifiers' tensors of the run */
+    cli_seq_data seq;                /* the lengths, block table and page pools of the run */
     float *dsinks, *ref_dsinks;      /* the backward with sinks: f32 [heads_q] */
 } run_data;
 

@@ -22,6 +22,16 @@ void cli_problem_shapes(const fa_problem *p, int64_t q_shape[4], int64_t kv_shap
     kv_shape[3] = p->head_dim;
 }
 
+void cli_problem_kv_image_shape(const fa_problem *p, int64_t shape[4])
+{
+    int64_t qs[4];
+    cli_problem_shapes(p, qs, shape);
+    if (p->page_size > 0) {
+        shape[0] = p->num_pages;
+        shape[2] = p->page_size;
+    }
+}
+
 int cli_session_open(cli_session *s, fa_backend backend, int device, const fa_problem *p)
 {
     fa_status st;
@@ -52,6 +62,7 @@ int cli_session_buffers(cli_session *s, int want_lse)
     uint64_t rows;
     fa_status st;
     cli_problem_shapes(p, qs, kvs);
+    cli_problem_kv_image_shape(p, kvs);
     if (make_buffer(s, qs, &p->q, &s->q) || make_buffer(s, kvs, &p->k, &s->k) ||
         make_buffer(s, kvs, &p->v, &s->v) || make_buffer(s, qs, &p->o, &s->o))
         return CLI_EXIT_FAIL;
@@ -127,6 +138,16 @@ int cli_session_mod_buffers(cli_session *s, const cli_mod_data *m)
     return 0;
 }
 
+int cli_session_seq_buffers(cli_session *s, const int32_t *lens, const int32_t *table)
+{
+    const fa_problem *p = &s->problem;
+    size_t n = (size_t)(p->batch * p->pages_per_seq) * sizeof(int32_t); /* fits: the table */
+    if ((p->seqlens_k && mod_buffer(s, lens, (size_t)p->batch * sizeof(int32_t), &s->seqlens_k)) ||
+        (p->page_size > 0 && mod_buffer(s, table, n, &s->block_table)))
+        return CLI_EXIT_FAIL;
+    return 0;
+}
+
 int cli_session_dsinks_buffer(cli_session *s)
 {
     fa_status st;
@@ -149,7 +170,12 @@ fa_modifier_buffers cli_session_mods(const cli_session *s, int backward)
 int cli_session_forward(cli_session *s)
 {
     fa_modifier_buffers m = cli_session_mods(s, 0);
-    fa_status st = fa_forward_ex(s->ctx, s->plan, s->q, s->k, s->v, s->o, s->lse, &m);
+    fa_seq_buffers seqs;
+    fa_status st;
+    memset(&seqs, 0, sizeof seqs);
+    seqs.seqlens_k = s->seqlens_k;
+    seqs.block_table = s->block_table;
+    st = fa_forward_seq(s->ctx, s->plan, s->q, s->k, s->v, s->o, s->lse, &m, &seqs);
     return st == FA_STATUS_OK ? 0 : cli_lib_error(st, s->ctx, NULL);
 }
 
@@ -230,6 +256,8 @@ int cli_session_download_grads(cli_session *s, cli_tensor *dq, cli_tensor *dk, c
 
 void cli_session_close(cli_session *s)
 {
+    fa_buffer_destroy(s->block_table);
+    fa_buffer_destroy(s->seqlens_k);
     fa_buffer_destroy(s->d_sinks);
     fa_buffer_destroy(s->sinks);
     fa_buffer_destroy(s->bias);

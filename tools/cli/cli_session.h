@@ -21,25 +21,33 @@ typedef struct cli_session {
     fa_buffer *d_o, *dq, *dk, *dv;     /* the backward's buffers */
     fa_buffer *slopes, *bias, *sinks;  /* the score modifiers' tensors, when the problem has them */
     fa_buffer *d_sinks;                /* the sinks' gradient (the backward, with sinks) */
+    fa_buffer *seqlens_k, *block_table; /* int32 sequence buffers, when the problem reads them */
 } cli_session;
 
 /* The logical shapes of Q (and O) and of K (and V) for a problem. */
 void cli_problem_shapes(const fa_problem *p, int64_t q_shape[4], int64_t kv_shape[4]);
+/* The shape of K's (and V's) device buffer: kv_shape, or for a paged problem its pool
+ * [num_pages, heads_kv, page_size, head_dim] (element (page, h, slot, x), in p->k's layout). */
+void cli_problem_kv_image_shape(const fa_problem *p, int64_t shape[4]);
 
 /* Creates the context and the plan (validating the problem). The session must be zeroed. */
 int cli_session_open(cli_session *s, fa_backend backend, int device, const fa_problem *p);
 /* Creates the device buffers; the LSE buffer only when want_lse is set. */
 int cli_session_buffers(cli_session *s, int want_lse);
-/* Copies host tensors into the Q, K and V buffers in the problem's layout and dtype. */
+/* Copies host tensors into the Q, K and V buffers in the problem's layout and dtype (K and V
+ * of cli_problem_kv_image_shape: the pools of a paged problem). */
 int cli_session_upload(cli_session *s, const cli_tensor *q, const cli_tensor *k,
                        const cli_tensor *v);
 /* The buffers of the problem's score modifiers (none when it has none), filled from m. */
 int cli_session_mod_buffers(cli_session *s, const cli_mod_data *m);
+/* The int32 buffers of a seqlens_k or paged problem (none for others), filled from lens
+ * [batch] and table [batch, pages_per_seq]. */
+int cli_session_seq_buffers(cli_session *s, const int32_t *lens, const int32_t *table);
 /* The d_sinks buffer of the backward, when the problem has sinks (else nothing). */
 int cli_session_dsinks_buffer(cli_session *s);
 /* The fa_modifier_buffers of the session's buffers; d_sinks only for the backward. */
 fa_modifier_buffers cli_session_mods(const cli_session *s, int backward);
-/* One fa_forward_ex call. */
+/* One fa_forward_seq call (the sequence buffers, when the problem has them). */
 int cli_session_forward(cli_session *s);
 /* Reads O back into a tensor of Q's shape and, when both exist, LSE into lse. */
 int cli_session_download(cli_session *s, cli_tensor *o, float *lse);

@@ -21,7 +21,8 @@ static const cli_subcommand cli_subcommands[] = {
     {"devices", cli_cmd_devices, "list backends, devices and their properties"},
     {"plan", cli_cmd_plan, "show the tile plan (forward or --backward) and the planner's reasons"},
     {"run", cli_cmd_run, "run, time and optionally --check one forward pass (then --backward)"},
-    {"bench", cli_cmd_bench, "sweep seq lengths: flash vs naive, time and memory (--pass)"},
+    {"bench", cli_cmd_bench_any,
+     "sweep seq lengths: flash vs naive, time and memory (--pass); --decode: decoding"},
 };
 
 #define CLI_NSUB (sizeof cli_subcommands / sizeof cli_subcommands[0])
