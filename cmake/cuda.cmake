@@ -7,7 +7,8 @@
 # flashattn_cuda_find() sets FLASHATTN_CUDA_INCLUDE_DIR (cuda.h and nvrtc.h) when found:
 # find_package(CUDAToolkit) first, then CUDA_HOME / CUDA_PATH / /usr/local/cuda.
 # flashattn_cuda_configure(target) adds backends/cuda/*.c and the generated C files holding
-# kernels_cu/flash_fwd.cu, kernels_cu/flash_bwd.cu and src/kernel_params.h as byte arrays.
+# kernels_cu/*.cu (flash_common, flash_fwd, flash_bwd, flash_bwd_rows, flash_merge) and
+# src/kernel_params.h as byte arrays.
 include(${CMAKE_CURRENT_LIST_DIR}/embed_text.cmake)
 
 set(FLASHATTN_CUDA_SOURCES
@@ -35,13 +36,14 @@ endfunction()
 
 function(flashattn_cuda_configure target)
   file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/generated)
-  flashattn_embed_text(${PROJECT_SOURCE_DIR}/kernels_cu/flash_fwd.cu
-                       fa__cu_embed_flash_fwd fwd_c)
-  flashattn_embed_text(${PROJECT_SOURCE_DIR}/kernels_cu/flash_bwd.cu
-                       fa__cu_embed_flash_bwd bwd_c)
+  set(embedded "")
+  foreach(name flash_common flash_fwd flash_bwd flash_bwd_rows flash_merge)
+    flashattn_embed_text(${PROJECT_SOURCE_DIR}/kernels_cu/${name}.cu fa__cu_embed_${name} c)
+    list(APPEND embedded ${c})
+  endforeach()
   flashattn_embed_text(${PROJECT_SOURCE_DIR}/src/kernel_params.h
                        fa__cu_embed_kernel_params params_c)
-  target_sources(${target} PRIVATE ${FLASHATTN_CUDA_SOURCES} ${fwd_c} ${bwd_c} ${params_c})
+  target_sources(${target} PRIVATE ${FLASHATTN_CUDA_SOURCES} ${embedded} ${params_c})
   target_include_directories(${target} PRIVATE
     ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/backends/cuda)
   # SYSTEM: the Toolkit's headers are not held to the project's warnings.

@@ -4,7 +4,8 @@
  * backward), in three launches and without atomics, so every element has one writer and a fixed
  * summation order. The same passes, steps and order as kernels_cl/flash_bwd.cl:
  *
- *   flash_bwd_pre   D[i] = rowsum(dO[i] * O[i]) into scratch (f32 [B, Hq, Sq]).
+ *   flash_bwd_pre   D[i] = rowsum(dO[i] * O[i]) into scratch (f32, at the row's LSE index;
+ *                   flash_bwd_rows.cu, with flash_bwd_dsinks).
  *   flash_bwd_dkdv  one block per (key tile, K/V head, batch): for every query head of the
  *                   group and every query tile that sees the keys, in order, S^T and dP^T,
  *                   then dV += P^T dO and dK += dS^T Q in f32 registers.
@@ -23,7 +24,9 @@
  * launches' own tensors (src/ops.c). A kernel's BLOCK_R is always the rows its block owns (dK/dV
  * pass: keys, BLOCK_R = the plan's Bc) and BLOCK_C the tile it streams (there: query rows, the
  * plan's Br), so the forward's helpers and WG_SIZE rule serve both. Every block loops over its
- * grid's strides as the forward does.
+ * grid's strides as the forward does. Varlen (-DSEQ with FA_SEQ_VARLEN): each work item takes its
+ * sequence's lengths and starts (SEQ_PARAMS, fa_seq): Q, dO, dQ rows at token q_start + i, K, V,
+ * dK, dV rows at k_start + j, LSE and D at fa_lse_index; the backward reads no pages.
  *
  * Two paths, chosen by the host's plan (-DMMA) as for the forward:
  * - MMA 0, CUDA cores (every architecture and dtype), the forward's thread mapping:
@@ -45,7 +48,6 @@
  *   FlashAttention-2 does. Shared memory holds the row-major tiles only:
  *     dK/dV: LSE, D, key count per query row (3 * Br * 4); K, V of its keys; Q, dO of a tile.
  *     dQ:    Q, dO; K, V.
- * D is the one sum split over lanes (partial sums, then the forward's butterfly).
  *
  * This file follows flash_fwd.cu in one program and uses its types and helpers (store_t, to_f32,
  * to_store, load_tile, row_lanes, row_sum, keys_to_visit, and the mma fragment helpers); alone
@@ -64,6 +66,23 @@
 __device__ __forceinline__ float lse2_of(float lse)
 {
     return lse == NEG_INF ? 0.0f : lse * LOG2E;
+}
+
+/* Row 0 of sequence seq in a [B, H, S, d] tensor t (offset and strides) for (b, head h): varlen,
+ * the sequence's first token, q_start for the query side (Q, dO, dQ), k_start for the key side
+ * (K, V, dK, dV); else row 0 of (b, h). The backward reads no pages. */
+template <typename T>
+__device__ __forceinline__ T *query_rows(T *t, i64 offset, i64 stride_b, i64 stride_h,
+                                         i64 stride_s, const fa_seq &seq, i64 b, i64 h)
+{
+    return t + offset + b * stride_b + h * stride_h + seq.q_start * stride_s;
+}
+
+template <typename T>
+__device__ __forceinline__ T *key_rows(T *t, i64 offset, i64 stride_b, i64 stride_h,
+                                       i64 stride_s, const fa_seq &seq, i64 b, i64 h)
+{
+    return t + offset + b * stride_b + h * stride_h + seq.k_start * stride_s;
 }
 
 /* The first query row that sees key `key` (the mask and window rules of kernel_params.h,
@@ -90,16 +109,16 @@ __device__ __forceinline__ i64 rows_seeing_end(i64 key, const fa_kernel_params &
     return p.seqlen_q;
 }
 
-/* The LSE (log2 units), D and key count of query rows [r0, r0 + BLOCK_C) of head h into shared
- * vectors; the key count is relative to the block's first key k0 and clamped to [0, BLOCK_R]
- * (so an int holds it for any Sk): the row sees the block's keys c < keys_v[i]. Rows past Sq and
- * rows with no key see none. */
+/* The LSE (log2 units), D and key count of query rows [r0, r0 + BLOCK_C) of head h (of the
+ * sequence whose rows start at token q_start) into shared vectors; the key count is relative to
+ * the block's first key k0 and clamped to [0, BLOCK_R] (so an int holds it for any Sk): the row
+ * sees the block's keys c < keys_v[i]. Rows past Sq and rows with no key see none. */
 __device__ void load_row_stats(float *lse2_v, float *delta_v, int *keys_v, const float *lse,
                                const float *delta, const fa_kernel_params &p, i64 b, i64 h,
-                               i64 r0, i64 k0)
+                               i64 q_start, i64 r0, i64 k0)
 {
     for (int i = (int)threadIdx.x; i < BLOCK_C; i += WG_SIZE) {
-        i64 row = r0 + i, at = (b * p.heads_q + h) * p.seqlen_q + row;
+        i64 row = r0 + i, at = fa_lse_index(&p, b, h, q_start, row);
         float l = row < p.seqlen_q ? lse[at] : NEG_INF;
         i64 keys = l == NEG_INF ? 0 : fa_keys_end(&p, MASK, FEATURES, row) - k0;
         lse2_v[i] = lse2_of(l);
@@ -109,16 +128,18 @@ __device__ void load_row_stats(float *lse2_v, float *delta_v, int *keys_v, const
 }
 
 /* The dK/dV pass's query tile, both paths: rows [r0, r0 + BLOCK_C) of Q[b][h] and dO[b][h]
- * row-major into q_tile and do_tile (zeros past Sq) and their stats (load_row_stats); then the
- * barrier before any thread reads them. */
+ * (q_head, do_head: the sequence's row 0, at token q_start) row-major into q_tile and do_tile
+ * (zeros past Sq) and their stats (load_row_stats); then the barrier before any thread reads
+ * them. */
 __device__ void load_query_tile(store_t *q_tile, store_t *do_tile, float *lse2_v,
                                 float *delta_v, int *keys_v, const store_t *q_head,
                                 const store_t *do_head, const float *lse, const float *delta,
-                                const fa_kernel_params &p, i64 b, i64 h, i64 r0, i64 k0)
+                                const fa_kernel_params &p, i64 b, i64 h, i64 q_start, i64 r0,
+                                i64 k0)
 {
     load_tile(q_tile, q_head, r0, p.seqlen_q, p.q_stride_s, BLOCK_C, false);
     load_tile(do_tile, do_head, r0, p.seqlen_q, p.do_stride_s, BLOCK_C, false);
-    load_row_stats(lse2_v, delta_v, keys_v, lse, delta, p, b, h, r0, k0);
+    load_row_stats(lse2_v, delta_v, keys_v, lse, delta, p, b, h, q_start, r0, k0);
     __syncthreads();
 }
 
@@ -161,41 +182,6 @@ __device__ __forceinline__ float dropout_z(const fa_kernel_params &p, i64 b, i64
     (void)key;
     return 1.0f;
 #endif
-}
-
-/* ---- flash_bwd_pre: D = rowsum(dO * O), both paths -------------------------------------- */
-
-/* THREADS_PER_ROW lanes per row as on CUDA cores; a tensor-core block (2 threads per row) takes
- * its rows in two rounds. Every lane runs every round, past Sq too: the shuffles are shared. */
-#define PRE_ROWS_PER_ROUND (WG_SIZE / THREADS_PER_ROW)
-static_assert(BLOCK_R % PRE_ROWS_PER_ROUND == 0, "flash_bwd_pre: whole rounds of rows");
-
-extern "C" __global__ void __launch_bounds__(WG_SIZE)
-flash_bwd_pre(const store_t *__restrict__ o, const store_t *__restrict__ d_o,
-              float *__restrict__ delta, const fa_kernel_params p)
-{
-    const int t = (int)threadIdx.x % THREADS_PER_ROW;
-    const unsigned lanes = row_lanes();
-    for (i64 b = blockIdx.z; b < p.batch; b += gridDim.z)
-        for (i64 h = blockIdx.y; h < p.heads_q; h += gridDim.y)
-            for (i64 tile = blockIdx.x; tile < p.q_tiles; tile += gridDim.x)
-                for (int r = (int)threadIdx.x / THREADS_PER_ROW; r < BLOCK_R;
-                     r += PRE_ROWS_PER_ROUND) {
-                    const i64 row = tile * BLOCK_R + r;
-                    /* Lane t's part: x = t + j*TPR of O[b][h][row] and dO[b][h][row]. */
-                    float sum = 0.0f;
-                    if (row < p.seqlen_q) {
-                        const store_t *o_row = o + p.o_offset + b * p.o_stride_b +
-                                               h * p.o_stride_h + row * p.o_stride_s;
-                        const store_t *do_row = d_o + p.do_offset + b * p.do_stride_b +
-                                                h * p.do_stride_h + row * p.do_stride_s;
-                        for (int x = t; x < HEAD_DIM; x += THREADS_PER_ROW)
-                            sum += to_f32(do_row[x]) * to_f32(o_row[x]);
-                    }
-                    sum = row_sum(sum, lanes);
-                    if (row < p.seqlen_q && t == 0)
-                        delta[(b * p.heads_q + h) * p.seqlen_q + row] = sum;
-                }
 }
 
 #if !MMA
@@ -272,7 +258,7 @@ __device__ void tile_bwd_dq_cuda_cores(const store_t *__restrict__ q,
                                        const store_t *__restrict__ d_o,
                                        const float *__restrict__ delta, store_t *__restrict__ dq,
                                        const modifier_args &mods, const fa_kernel_params &p,
-                                       i64 tile, i64 h, i64 b, char *smem)
+                                       const fa_seq &seq, i64 tile, i64 h, i64 b, char *smem)
 {
     float *s_tile = (float *)smem;                             /* P, then dS: Br x Bc f32 */
     store_t *q_tile = (store_t *)(s_tile + BLOCK_R * BLOCK_C); /* Q^T:  d x Br */
@@ -286,16 +272,19 @@ __device__ void tile_bwd_dq_cuda_cores(const store_t *__restrict__ q,
     const i64 r0 = tile * BLOCK_R, row = r0 + r;
     const i64 h_kv = h / (p.heads_q / p.heads_kv); /* GQA: query heads share a K/V head */
     const i64 sq = p.seqlen_q, sk = p.seqlen_k;
-    const store_t *k_head = k + p.k_offset + b * p.k_stride_b + h_kv * p.k_stride_h;
-    const store_t *v_head = v + p.v_offset + b * p.v_stride_b + h_kv * p.v_stride_h;
+    const store_t *k_head =
+        key_rows(k, p.k_offset, p.k_stride_b, p.k_stride_h, p.k_stride_s, seq, b, h_kv);
+    const store_t *v_head =
+        key_rows(v, p.v_offset, p.v_stride_b, p.v_stride_h, p.v_stride_s, seq, b, h_kv);
     float *s_row = s_tile + r * BLOCK_C; /* row r of Z (dropout), then dS */
     const head_mods hm = head_mods_of(mods, p, b, h);
 
     /* Load the Q and dO tiles (rows past Sq are zeros; their results are never written). */
-    load_q_tile(q_tile, q, p, b, h, r0, true);
-    load_tile(do_tile, d_o + p.do_offset + b * p.do_stride_b + h * p.do_stride_h, r0, sq,
-              p.do_stride_s, BLOCK_R, true);
-    const i64 at = (b * p.heads_q + h) * sq + row; /* this row in LSE and D */
+    load_q_tile(q_tile, q, p, b, h, seq.q_start, r0, true);
+    load_tile(do_tile,
+              query_rows(d_o, p.do_offset, p.do_stride_b, p.do_stride_h, p.do_stride_s, seq, b, h),
+              r0, sq, p.do_stride_s, BLOCK_R, true);
+    const i64 at = fa_lse_index(&p, b, h, seq.q_start, row); /* this row in LSE and D */
     const float lse_row = row < sq ? lse[at] : NEG_INF;
     const float lse2 = lse2_of(lse_row), delta_row = row < sq ? delta[at] : 0.0f;
     /* Keys [row_begin, row_keys) of this row count (mask and window); none for a row with no
@@ -362,8 +351,8 @@ __device__ void tile_bwd_dq_cuda_cores(const store_t *__restrict__ q,
     /* dQ = scale * acc in the storage type. */
     if (row < sq)
         store_row_scaled(acc, p.scale,
-                         dq + p.dq_offset + b * p.dq_stride_b + h * p.dq_stride_h +
-                             row * p.dq_stride_s,
+                         query_rows(dq, p.dq_offset, p.dq_stride_b, p.dq_stride_h,
+                                    p.dq_stride_s, seq, b, h) + row * p.dq_stride_s,
                          t);
 }
 
@@ -378,7 +367,8 @@ __device__ void tile_bwd_dkdv_cuda_cores(const store_t *__restrict__ q,
                                          const float *__restrict__ delta,
                                          store_t *__restrict__ dk, store_t *__restrict__ dv,
                                          const modifier_args &mods, const fa_kernel_params &p,
-                                         i64 tile, i64 h_kv, i64 b, char *smem)
+                                         const fa_seq &seq, i64 tile, i64 h_kv, i64 b,
+                                         char *smem)
 {
     float *pt_tile = (float *)smem;                /* P^T:  (own keys) x (query tile) */
     float *dst_tile = pt_tile + BLOCK_R * BLOCK_C; /* dS^T: (own keys) x (query tile) */
@@ -400,10 +390,12 @@ __device__ void tile_bwd_dkdv_cuda_cores(const store_t *__restrict__ q,
 
     /* Load the block's K and V tiles, transposed (keys past Sk are zeros, never written). */
     __syncthreads(); /* the previous work item no longer reads the tiles */
-    load_tile(kt_tile, k + p.k_offset + b * p.k_stride_b + h_kv * p.k_stride_h, k0, sk,
-              p.k_stride_s, BLOCK_R, true);
-    load_tile(vt_tile, v + p.v_offset + b * p.v_stride_b + h_kv * p.v_stride_h, k0, sk,
-              p.v_stride_s, BLOCK_R, true);
+    load_tile(kt_tile, key_rows(k, p.k_offset, p.k_stride_b, p.k_stride_h, p.k_stride_s, seq, b,
+                                h_kv),
+              k0, sk, p.k_stride_s, BLOCK_R, true);
+    load_tile(vt_tile, key_rows(v, p.v_offset, p.v_stride_b, p.v_stride_h, p.v_stride_s, seq, b,
+                                h_kv),
+              k0, sk, p.v_stride_s, BLOCK_R, true);
     float acc_k[DIMS_PER_THREAD], acc_v[DIMS_PER_THREAD]; /* dK / scale and dV, f32 */
 #pragma unroll
     for (int j = 0; j < DIMS_PER_THREAD; j++)
@@ -413,15 +405,17 @@ __device__ void tile_bwd_dkdv_cuda_cores(const store_t *__restrict__ q,
 
     /* Loop over the group's query heads, then their query tiles [r0, r0 + Br), in order. */
     for (i64 h = h_kv * group; h < (h_kv + 1) * group; h++) {
-        const store_t *q_head = q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h;
-        const store_t *do_head = d_o + p.do_offset + b * p.do_stride_b + h * p.do_stride_h;
+        const store_t *q_head = query_rows(q, p.q_offset, p.q_stride_b, p.q_stride_h,
+                                           p.q_stride_s, seq, b, h);
+        const store_t *do_head = query_rows(d_o, p.do_offset, p.do_stride_b, p.do_stride_h,
+                                            p.do_stride_s, seq, b, h);
         const head_mods hm = head_mods_of(mods, p, b, h);
         for (i64 r0 = first; r0 < last_end; r0 += BLOCK_C) {
             __syncthreads(); /* the previous query tile is no longer read */
             load_tile(qt_tile, q_head, r0, sq, p.q_stride_s, BLOCK_C, true);
             load_tile(dot_tile, do_head, r0, sq, p.do_stride_s, BLOCK_C, true);
             load_query_tile(q_tile, do_tile, lse2_v, delta_v, keys_v, q_head, do_head, lse,
-                            delta, p, b, h, r0, k0);
+                            delta, p, b, h, seq.q_start, r0, k0);
 
             /* S^T = K Q^T and dP^T = V dO^T; then the modifiers, the mask (key c >= the row's
              * count, or before its window), P^T Z = exp2(S^T - LSE2) Z and dS^T =
@@ -451,16 +445,16 @@ __device__ void tile_bwd_dkdv_cuda_cores(const store_t *__restrict__ q,
         }
     }
 
-    /* dK = scale * acc_k and dV = acc_v in the storage type. */
+    /* dK = scale * acc_k and dV = acc_v in the storage type (varlen: at token k_start + key). */
     if (key >= sk)
         return;
     store_row_scaled(acc_k, p.scale,
-                     dk + p.dk_offset + b * p.dk_stride_b + h_kv * p.dk_stride_h +
-                         key * p.dk_stride_s,
+                     key_rows(dk, p.dk_offset, p.dk_stride_b, p.dk_stride_h, p.dk_stride_s, seq,
+                              b, h_kv) + key * p.dk_stride_s,
                      t);
     store_row_scaled(acc_v, 1.0f,
-                     dv + p.dv_offset + b * p.dv_stride_b + h_kv * p.dv_stride_h +
-                         key * p.dv_stride_s,
+                     key_rows(dv, p.dv_offset, p.dv_stride_b, p.dv_stride_h, p.dv_stride_s, seq,
+                              b, h_kv) + key * p.dv_stride_s,
                      t);
 }
 
@@ -543,7 +537,8 @@ __device__ void tile_bwd_dq_mma(const store_t *__restrict__ q, const store_t *__
                                 const store_t *__restrict__ v, const float *__restrict__ lse,
                                 const store_t *__restrict__ d_o, const float *__restrict__ delta,
                                 store_t *__restrict__ dq, const modifier_args &mods,
-                                const fa_kernel_params &p, i64 tile, i64 h, i64 b, char *smem)
+                                const fa_kernel_params &p, const fa_seq &seq, i64 tile, i64 h,
+                                i64 b, char *smem)
 {
     store_t *q_tile = (store_t *)smem;              /* Q:  Br x d, row-major */
     store_t *do_tile = q_tile + BLOCK_R * HEAD_DIM; /* dO: Br x d */
@@ -554,13 +549,17 @@ __device__ void tile_bwd_dq_mma(const store_t *__restrict__ q, const store_t *__
     const int g = lane / 4, t = lane % 4; /* PTX's groupID and threadID_in_group */
     const i64 r0 = tile * BLOCK_R, sq = p.seqlen_q;
     const i64 h_kv = h / (p.heads_q / p.heads_kv); /* GQA: query heads share a K/V head */
-    const store_t *k_head = k + p.k_offset + b * p.k_stride_b + h_kv * p.k_stride_h;
-    const store_t *v_head = v + p.v_offset + b * p.v_stride_b + h_kv * p.v_stride_h;
+    /* The sequence's keys of K[b][h_kv] and V[b][h_kv] (never paged here). */
+    const kv_rows kv = {
+        key_rows(k, p.k_offset, p.k_stride_b, p.k_stride_h, p.k_stride_s, seq, b, h_kv),
+        key_rows(v, p.v_offset, p.v_stride_b, p.v_stride_h, p.v_stride_s, seq, b, h_kv),
+        nullptr, b};
 
     /* Load the Q and dO tiles (rows past Sq are zeros; their results are never written). */
-    load_q_tile(q_tile, q, p, b, h, r0, false);
-    load_tile(do_tile, d_o + p.do_offset + b * p.do_stride_b + h * p.do_stride_h, r0, sq,
-              p.do_stride_s, BLOCK_R, false);
+    load_q_tile(q_tile, q, p, b, h, seq.q_start, r0, false);
+    load_tile(do_tile,
+              query_rows(d_o, p.do_offset, p.do_stride_b, p.do_stride_h, p.do_stride_s, seq, b, h),
+              r0, sq, p.do_stride_s, BLOCK_R, false);
     const head_mods hm = head_mods_of(mods, p, b, h);
     const i64 rows[2] = {r0 + warp_row0 + g, r0 + warp_row0 + g + 8}; /* this lane's rows */
     float lse2[2], delta_row[2];
@@ -569,7 +568,7 @@ __device__ void tile_bwd_dq_mma(const store_t *__restrict__ q, const store_t *__
     i64 row_begin[2], row_keys[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
-        const i64 row = rows[i], at = (b * p.heads_q + h) * sq + row;
+        const i64 row = rows[i], at = fa_lse_index(&p, b, h, seq.q_start, row);
         const float l = row < sq ? lse[at] : NEG_INF;
         lse2[i] = lse2_of(l);
         delta_row[i] = row < sq ? delta[at] : 0.0f;
@@ -586,7 +585,7 @@ __device__ void tile_bwd_dq_mma(const store_t *__restrict__ q, const store_t *__
     /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc (tiles outside
      * the window skipped), then 16 keys c0 .. c0+15 at a time. */
     for (i64 k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C) {
-        load_kv_tiles(k_tile, v_tile, k_head, v_head, p, k0, false);
+        load_kv_tiles(k_tile, v_tile, kv, p, k0, false);
 #pragma unroll 1
         for (int c0 = 0; c0 < BLOCK_C; c0 += 16) {
             /* S = Q K^T and dP = dO V^T of the warp's rows x keys c0 .. c0+15; s[j][e] is
@@ -627,7 +626,8 @@ __device__ void tile_bwd_dq_mma(const store_t *__restrict__ q, const store_t *__
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         const i64 row = rows[i];
-        dst[i] = row < sq ? dq + p.dq_offset + b * p.dq_stride_b + h * p.dq_stride_h +
+        dst[i] = row < sq ? query_rows(dq, p.dq_offset, p.dq_stride_b, p.dq_stride_h,
+                                       p.dq_stride_s, seq, b, h) +
                                 row * p.dq_stride_s
                           : nullptr;
     }
@@ -642,8 +642,8 @@ __device__ void tile_bwd_dkdv_mma(const store_t *__restrict__ q, const store_t *
                                   const store_t *__restrict__ d_o,
                                   const float *__restrict__ delta, store_t *__restrict__ dk,
                                   store_t *__restrict__ dv, const modifier_args &mods,
-                                  const fa_kernel_params &p, i64 tile, i64 h_kv, i64 b,
-                                  char *smem)
+                                  const fa_kernel_params &p, const fa_seq &seq, i64 tile,
+                                  i64 h_kv, i64 b, char *smem)
 {
     float *lse2_v = (float *)smem; /* per query row of the tile */
     float *delta_v = lse2_v + BLOCK_C;
@@ -660,10 +660,12 @@ __device__ void tile_bwd_dkdv_mma(const store_t *__restrict__ q, const store_t *
 
     /* Load the block's K and V tiles (keys past Sk are zeros, never written). */
     __syncthreads(); /* the previous work item no longer reads the tiles */
-    load_tile(k_tile, k + p.k_offset + b * p.k_stride_b + h_kv * p.k_stride_h, k0, sk,
-              p.k_stride_s, BLOCK_R, false);
-    load_tile(v_tile, v + p.v_offset + b * p.v_stride_b + h_kv * p.v_stride_h, k0, sk,
-              p.v_stride_s, BLOCK_R, false);
+    load_tile(k_tile, key_rows(k, p.k_offset, p.k_stride_b, p.k_stride_h, p.k_stride_s, seq, b,
+                               h_kv),
+              k0, sk, p.k_stride_s, BLOCK_R, false);
+    load_tile(v_tile, key_rows(v, p.v_offset, p.v_stride_b, p.v_stride_h, p.v_stride_s, seq, b,
+                               h_kv),
+              k0, sk, p.v_stride_s, BLOCK_R, false);
     float acc_k[O_TILES][4], acc_v[O_TILES][4]; /* dK / scale and dV: keys g, g+8 x dims */
 #pragma unroll
     for (int n = 0; n < O_TILES; n++)
@@ -676,13 +678,15 @@ __device__ void tile_bwd_dkdv_mma(const store_t *__restrict__ q, const store_t *
     /* Loop over the group's query heads, then their query tiles [r0, r0 + Br), in order, 16
      * query rows c0 .. c0+15 at a time. */
     for (i64 h = h_kv * group; h < (h_kv + 1) * group; h++) {
-        const store_t *q_head = q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h;
-        const store_t *do_head = d_o + p.do_offset + b * p.do_stride_b + h * p.do_stride_h;
+        const store_t *q_head = query_rows(q, p.q_offset, p.q_stride_b, p.q_stride_h,
+                                           p.q_stride_s, seq, b, h);
+        const store_t *do_head = query_rows(d_o, p.do_offset, p.do_stride_b, p.do_stride_h,
+                                            p.do_stride_s, seq, b, h);
         const head_mods hm = head_mods_of(mods, p, b, h);
         for (i64 r0 = first; r0 < last_end; r0 += BLOCK_C) {
             __syncthreads(); /* the previous query tile is no longer read */
             load_query_tile(q_tile, do_tile, lse2_v, delta_v, keys_v, q_head, do_head, lse,
-                            delta, p, b, h, r0, k0);
+                            delta, p, b, h, seq.q_start, r0, k0);
 #pragma unroll 1
             for (int c0 = 0; c0 < BLOCK_C; c0 += 16) {
                 /* S^T = K Q^T and dP^T = V dO^T of the warp's keys x query rows c0 .. c0+15;
@@ -717,17 +721,18 @@ __device__ void tile_bwd_dkdv_mma(const store_t *__restrict__ q, const store_t *
         }
     }
 
-    /* dK = scale * acc_k and dV = acc_v in the storage type, keys that exist. */
+    /* dK = scale * acc_k and dV = acc_v in the storage type, keys that exist (varlen: at
+     * token k_start + key). */
+    store_t *dk_head = key_rows(dk, p.dk_offset, p.dk_stride_b, p.dk_stride_h, p.dk_stride_s,
+                                seq, b, h_kv);
+    store_t *dv_head = key_rows(dv, p.dv_offset, p.dv_stride_b, p.dv_stride_h, p.dv_stride_s,
+                                seq, b, h_kv);
     store_t *dst_k[2], *dst_v[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         const i64 key = k0 + warp_key0 + g + 8 * i;
-        dst_k[i] = key < sk ? dk + p.dk_offset + b * p.dk_stride_b + h_kv * p.dk_stride_h +
-                                  key * p.dk_stride_s
-                            : nullptr;
-        dst_v[i] = key < sk ? dv + p.dv_offset + b * p.dv_stride_b + h_kv * p.dv_stride_h +
-                                  key * p.dv_stride_s
-                            : nullptr;
+        dst_k[i] = key < sk ? dk_head + key * p.dk_stride_s : nullptr;
+        dst_v[i] = key < sk ? dv_head + key * p.dv_stride_s : nullptr;
     }
     store_block_scaled(acc_k, p.scale, dst_k, t);
     store_block_scaled(acc_v, 1.0f, dst_v, t);
@@ -735,23 +740,32 @@ __device__ void tile_bwd_dkdv_mma(const store_t *__restrict__ q, const store_t *
 #endif
 
 /* ---- the entry points: grid-stride loops over the work items ---------------------------- */
+/* Each takes its sequence's params (SEQ_PARAMS: varlen's own lengths); a tile that starts past
+ * the sequence's rows (dQ) or keys (dK/dV) has nothing to do, and the whole block skips it
+ * before any barrier. */
 
 extern "C" __global__ void __launch_bounds__(WG_SIZE)
 flash_bwd_dq(const store_t *__restrict__ q, const store_t *__restrict__ k,
              const store_t *__restrict__ v, const float *__restrict__ lse,
              const store_t *__restrict__ d_o, const float *__restrict__ delta,
-             store_t *__restrict__ dq, ALIBI_PARAM BIAS_PARAM const fa_kernel_params p)
+             store_t *__restrict__ dq, ALIBI_PARAM BIAS_PARAM SEQ_PARAM
+             const fa_kernel_params p_in)
 {
     extern __shared__ __align__(16) char smem[];
     const modifier_args mods = {ALIBI_ARG, BIAS_ARG, nullptr};
-    for (i64 b = blockIdx.z; b < p.batch; b += gridDim.z)
+    const seq_args seqs = SEQ_ARGS;
+    for (i64 b = blockIdx.z; b < p_in.batch; b += gridDim.z) {
+        const fa_seq s = seq_of(seqs, p_in, b);
+        SEQ_PARAMS(p, p_in, s);
         for (i64 h = blockIdx.y; h < p.heads_q; h += gridDim.y)
-            for (i64 tile = blockIdx.x; tile < p.q_tiles; tile += gridDim.x)
+            for (i64 tile = blockIdx.x; tile * BLOCK_R < p.seqlen_q; tile += gridDim.x)
 #if MMA
-                tile_bwd_dq_mma(q, k, v, lse, d_o, delta, dq, mods, p, tile, h, b, smem);
+                tile_bwd_dq_mma(q, k, v, lse, d_o, delta, dq, mods, p, s, tile, h, b, smem);
 #else
-                tile_bwd_dq_cuda_cores(q, k, v, lse, d_o, delta, dq, mods, p, tile, h, b, smem);
+                tile_bwd_dq_cuda_cores(q, k, v, lse, d_o, delta, dq, mods, p, s, tile, h, b,
+                                       smem);
 #endif
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(WG_SIZE)
@@ -759,64 +773,22 @@ flash_bwd_dkdv(const store_t *__restrict__ q, const store_t *__restrict__ k,
                const store_t *__restrict__ v, const float *__restrict__ lse,
                const store_t *__restrict__ d_o, const float *__restrict__ delta,
                store_t *__restrict__ dk, store_t *__restrict__ dv, ALIBI_PARAM BIAS_PARAM
-               const fa_kernel_params p)
+               SEQ_PARAM const fa_kernel_params p_in)
 {
     extern __shared__ __align__(16) char smem[];
     const modifier_args mods = {ALIBI_ARG, BIAS_ARG, nullptr};
-    const i64 key_tiles = (p.seqlen_k + BLOCK_R - 1) / BLOCK_R;
-    for (i64 b = blockIdx.z; b < p.batch; b += gridDim.z)
+    const seq_args seqs = SEQ_ARGS;
+    for (i64 b = blockIdx.z; b < p_in.batch; b += gridDim.z) {
+        const fa_seq s = seq_of(seqs, p_in, b);
+        SEQ_PARAMS(p, p_in, s);
         for (i64 h_kv = blockIdx.y; h_kv < p.heads_kv; h_kv += gridDim.y)
-            for (i64 tile = blockIdx.x; tile < key_tiles; tile += gridDim.x)
+            for (i64 tile = blockIdx.x; tile * BLOCK_R < p.seqlen_k; tile += gridDim.x)
 #if MMA
-                tile_bwd_dkdv_mma(q, k, v, lse, d_o, delta, dk, dv, mods, p, tile, h_kv, b,
+                tile_bwd_dkdv_mma(q, k, v, lse, d_o, delta, dk, dv, mods, p, s, tile, h_kv, b,
                                   smem);
 #else
-                tile_bwd_dkdv_cuda_cores(q, k, v, lse, d_o, delta, dk, dv, mods, p, tile, h_kv,
-                                         b, smem);
+                tile_bwd_dkdv_cuda_cores(q, k, v, lse, d_o, delta, dk, dv, mods, p, s, tile,
+                                         h_kv, b, smem);
 #endif
-}
-
-#if FEATURES & FA_FEATURE_SINKS
-/*
- * flash_bwd_dsinks: the sinks' gradient, dsink[h] = -sum over b, then rows i, of
- * exp(sink[h] - LSE[b][h][i]) * D[b][h][i] (D from flash_bwd_pre), rows with LSE = -inf adding
- * nothing. One block per query head (grid (1, Hq, 1), grid-stride over heads): thread t sums
- * rows t, t + WG_SIZE, .. of each batch in order, then a tree over the block adds the partial
- * sums in shared memory (WG_SIZE floats of the dynamic shared memory); no atomics, a fixed
- * order. With batch 0, delta (then a null pointer) is never read and dsinks gets 0.
- */
-extern "C" __global__ void __launch_bounds__(WG_SIZE)
-flash_bwd_dsinks(const float *__restrict__ lse, const float *__restrict__ delta,
-                 const float *__restrict__ sinks, float *__restrict__ dsinks,
-                 const fa_kernel_params p)
-{
-    extern __shared__ __align__(16) char smem[];
-    float *partial = (float *)smem; /* partial[t]: thread t's sum */
-    const int t = (int)threadIdx.x;
-    const i64 sq = p.seqlen_q;
-    for (i64 h = blockIdx.y; h < p.heads_q; h += gridDim.y) {
-        const float sink = sinks[h];
-        float sum = 0.0f;
-        for (i64 b = 0; b < p.batch; b++)
-            for (i64 i = t; i < sq; i += WG_SIZE) {
-                const i64 at = (b * p.heads_q + h) * sq + i; /* LSE and D [B, Hq, Sq] */
-                const float l = lse[at];
-                if (l != NEG_INF)
-                    sum += expf(sink - l) * delta[at];
-            }
-        __syncthreads(); /* the previous head's tree no longer reads partial */
-        partial[t] = sum;
-        __syncthreads();
-        int step = 1; /* the largest power of two below WG_SIZE */
-        while (step * 2 < WG_SIZE)
-            step *= 2;
-        for (; step > 0; step /= 2) { /* partial[t] += partial[t + step], within WG_SIZE */
-            if (t < step && t + step < WG_SIZE)
-                partial[t] += partial[t + step];
-            __syncthreads();
-        }
-        if (t == 0)
-            dsinks[h] = -partial[0];
     }
 }
-#endif

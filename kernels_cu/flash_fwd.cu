@@ -28,176 +28,94 @@
  * online softmax's initial state, and dropout scales or zeroes P after l has counted it, with
  * kernel_params.h's Philox words (one call per 4 keys) so every backend drops the same elements.
  * Their tensors follow the launch's own (ALiBi slopes, bias, sinks: src/ops.c).
- * No CUDA header is included: NVRTC compiles this file without -I; f16 goes through PTX cvt,
- * bf16 through bit shifts. Every tunable has a default so the file compiles alone (with -I src
- * for kernel_params.h); the host passes the planned values with -D and prepends kernel_params.h.
- * FA_EMULATED is the host emulator's (tests/cuda_emu): it supplies the three PTX pieces (f16
- * conversions, mma) in software so the test suite can run this file without a GPU.
+ * Sequences (-DSEQ, FA_SEQ_* bits; their int32 buffers follow the modifiers'): each work item
+ * takes its sequence's lengths (seq_of, SEQ_PARAMS), so masks and modifiers apply per sequence;
+ * varlen rows and keys start at the sequence's tokens, paged keys are found through the block
+ * table (load_key_tile), and LSE goes to fa_lse_index. Split-KV (-DSPLIT=1): grid x is
+ * q_tiles * splits, chunk-major; each block visits one chunk of the keys (only the first starts
+ * from the sink) and writes its normalised partial O (f32) and LSE into scratch for
+ * flash_merge.cu.
+ * The tunables, the storage type and the sequences' plumbing are in flash_common.cu, which the
+ * host prepends (with kernel_params.h); this file includes it when compiled alone (-I src
+ * -I kernels_cu).
  */
-#ifndef FA_KERNEL_PARAMS_H
-#include "kernel_params.h"
+#ifndef FA_FLASH_COMMON_CU
+#include "flash_common.cu"
 #endif
 #define FA_FLASH_FWD_CU /* flash_bwd.cu builds on this file */
 
-#ifndef HEAD_DIM
-#define HEAD_DIM 64 /* d: elements per row of Q, K, V, O */
-#endif
-#ifndef BLOCK_R
-#define BLOCK_R 64 /* Br: query rows per block */
-#endif
-#ifndef BLOCK_C
-#define BLOCK_C 64 /* Bc: keys per K/V tile */
-#endif
-#ifndef DTYPE
-#define DTYPE 0 /* storage: 0 f32, 1 f16, 2 bf16 */
-#endif
-#ifndef MASK
-#define MASK 0 /* fa_mask: 0 none, 1 causal top-left, 2 causal bottom-right */
-#endif
-#ifndef MMA
-#define MMA 0 /* 1: the tensor-core path */
-#endif
-#ifndef TPR
-#define TPR 4 /* threads per query row (CUDA cores) or lanes per fragment row group (MMA) */
-#endif
-#ifndef FEATURES
-#define FEATURES 0 /* FA_FEATURE_* bits: the score modifiers and dropout compiled in */
-#endif
-#ifndef BIAS_DTYPE
-#define BIAS_DTYPE 0 /* the bias's fa_dtype (FA_FEATURE_BIAS): 0 f32, else DTYPE */
-#endif
-/* The host's name is TPR (its -D option); the kernel reads this one. */
-#define THREADS_PER_ROW TPR
-#ifndef WG_SIZE
-#if MMA
-#define WG_SIZE (BLOCK_R * 2) /* threads per block: one warp (32) per 16 rows */
-#else
-#define WG_SIZE (BLOCK_R * THREADS_PER_ROW) /* threads per block */
-#endif
-#endif
-
-static_assert(sizeof(fa_kernel_params) == 400, "fa_kernel_params must match the C layout");
-static_assert(TPR >= 1 && TPR <= 32 && (TPR & (TPR - 1)) == 0, "TPR: a power of two <= 32");
-#if MMA
-static_assert(DTYPE != 0, "the tensor-core path takes f16 or bf16");
-static_assert(TPR == 4, "MMA: a fragment row is shared by the 4 lanes of a quad");
-static_assert(HEAD_DIM % 16 == 0 && BLOCK_R % 16 == 0 && BLOCK_C % 16 == 0,
-              "MMA: d, Br and Bc must be multiples of 16");
-static_assert(WG_SIZE == BLOCK_R * 2, "MMA: WG_SIZE must be one warp per 16 rows");
-#else
-static_assert(WG_SIZE == BLOCK_R * TPR, "WG_SIZE must be BLOCK_R * TPR");
-#endif
-static_assert(BIAS_DTYPE == 0 || BIAS_DTYPE == DTYPE, "BIAS_DTYPE: f32 or the storage type");
-
-#define LN2 0.69314718055994530942f
-#define LOG2E 1.44269504088896340736f
-#define NEG_INF __int_as_float(0xff800000)
-
-typedef long long i64;
-
-/* ---- storage type: raw copies global -> shared, f32 conversion on loads from shared ------- */
-/* to_f32: one stored element as f32; to_store: f32 to the storage type, rounding to nearest
- * even. */
-#if DTYPE == 0
-typedef float store_t;
-__device__ __forceinline__ float to_f32(store_t v) { return v; }
-__device__ __forceinline__ store_t to_store(float v) { return v; }
-#elif DTYPE == 1
-typedef unsigned short store_t; /* IEEE half bits */
-#ifdef FA_EMULATED
-__device__ __forceinline__ float to_f32(store_t v) { return fa_emu_f16_to_f32(v); }
-__device__ __forceinline__ store_t to_store(float v) { return fa_emu_f32_to_f16(v); }
-#else
-__device__ __forceinline__ float to_f32(store_t v)
-{
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v));
-    return f;
-}
-__device__ __forceinline__ store_t to_store(float v)
-{
-    store_t h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v)); /* round to nearest even */
-    return h;
-}
-#endif
-#else
-typedef unsigned short store_t; /* bf16 bits: the upper half of a binary32 */
-__device__ __forceinline__ float to_f32(store_t v) { return __int_as_float((int)v << 16); }
-__device__ __forceinline__ store_t to_store(float v)
-{
-    unsigned u = (unsigned)__float_as_int(v);
-    if (v != v)
-        return (store_t)((u >> 16) | 0x40u); /* keep NaN a (quiet) NaN, not an infinity */
-    return (store_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16); /* round to nearest even */
-}
-#endif
-
-/* ---- shared by both paths ------------------------------------------------------------------ */
-
-/* The lanes of this thread's row group: THREADS_PER_ROW consecutive lanes of one warp, as a
- * shuffle mask (lane l is bit l). */
-__device__ __forceinline__ unsigned row_lanes()
-{
-    unsigned lane = threadIdx.x & 31u;
-    unsigned group = THREADS_PER_ROW == 32 ? 0xffffffffu : ((1u << THREADS_PER_ROW) - 1u);
-    return group << (lane & ~(unsigned)(THREADS_PER_ROW - 1));
-}
-
-/* Butterfly max / sum over the THREADS_PER_ROW lanes of a row (offsets TPR/2, ..., 1): every
- * lane gets the same (bitwise) value. */
-__device__ __forceinline__ float row_max(float v, unsigned lanes)
-{
-    for (int off = THREADS_PER_ROW / 2; off > 0; off /= 2)
-        v = fmaxf(v, __shfl_xor_sync(lanes, v, off, THREADS_PER_ROW));
-    return v;
-}
-
-__device__ __forceinline__ float row_sum(float v, unsigned lanes)
-{
-    for (int off = THREADS_PER_ROW / 2; off > 0; off /= 2)
-        v += __shfl_xor_sync(lanes, v, off, THREADS_PER_ROW);
-    return v;
-}
-
-/* Copies rows [row0, row0 + rows) of a [seq, d] slice (row stride `stride`) into a shared tile,
- * zero past `seq`. Element idx = r * d + x of the rows x d block, r in [0, rows), x in [0, d):
- * transposed, tile[x * rows + r] (d x rows), else tile[idx] (rows x d). */
-__device__ void load_tile(store_t *tile, const store_t *src, i64 row0, i64 seq, i64 stride,
-                          int rows, bool transposed)
-{
-    for (int idx = (int)threadIdx.x; idx < rows * HEAD_DIM; idx += WG_SIZE) {
-        int r = idx / HEAD_DIM, x = idx - r * HEAD_DIM;
-        i64 row = row0 + r;
-        store_t val = row < seq ? src[row * stride + x] : (store_t)0;
-        tile[transposed ? x * rows + r : idx] = val;
-    }
-}
-
 /* Waits until the previous work item no longer reads the tiles, then loads the Q tile: rows
- * [r0, r0 + Br) of Q[b][h] (Sq x d, row stride q_stride_s) into q_tile, Br x d or, transposed,
- * d x Br. Rows past Sq are zeros; their results are never written. */
+ * [r0, r0 + Br) of Q[b][h] of the sequence whose rows start at token q_start (Sq x d, row stride
+ * q_stride_s) into q_tile, Br x d or, transposed, d x Br. Rows past Sq are zeros; their results
+ * are never written. */
 __device__ __forceinline__ void load_q_tile(store_t *q_tile, const store_t *q,
-                                            const fa_kernel_params &p, i64 b, i64 h, i64 r0,
-                                            bool transposed)
+                                            const fa_kernel_params &p, i64 b, i64 h,
+                                            i64 q_start, i64 r0, bool transposed)
 {
     __syncthreads();
-    load_tile(q_tile, q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h, r0, p.seqlen_q,
-              p.q_stride_s, BLOCK_R, transposed);
+    load_tile(q_tile,
+              q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h + q_start * p.q_stride_s, r0,
+              p.seqlen_q, p.q_stride_s, BLOCK_R, transposed);
 }
 
-/* Loads K/V tile rows [k0, k0 + Bc) of this (b, h_kv) into k_tile (Bc x d or, transposed,
- * d x Bc) and v_tile (Bc x d), zeros past Sk. k_head / v_head are row 0 of K[b][h_kv] and
- * V[b][h_kv] (Sk x d, row strides k_stride_s / v_stride_s). The barriers: the previous tiles are
+/* Where a work item's keys are: K and V of head h_kv of sequence b. Not paged, k and v point at
+ * the sequence's key 0 (fa_key_row's b * stride_b + k_start * stride_s) and key j is j rows
+ * further; paged (SEQ & FA_SEQ_PAGED), at the head's row 0 of page 0, and key j's row is
+ * fa_key_row's, through the block table. */
+struct kv_rows {
+    const store_t *k, *v;
+    const int *block_table; /* paged: the launch's block table */
+    i64 b;                  /* the sequence */
+};
+
+__device__ __forceinline__ kv_rows kv_rows_of(const store_t *k, const store_t *v,
+                                              const seq_args &a, const fa_kernel_params &p,
+                                              i64 b, i64 h_kv, const fa_seq &s)
+{
+    const bool paged = (SEQ & FA_SEQ_PAGED) != 0;
+    kv_rows kv = {k + p.k_offset + h_kv * p.k_stride_h, v + p.v_offset + h_kv * p.v_stride_h,
+                  a.block_table, b};
+    if (!paged) {
+        kv.k += b * p.k_stride_b + s.k_start * p.k_stride_s;
+        kv.v += b * p.v_stride_b + s.k_start * p.v_stride_s;
+    }
+    return kv;
+}
+
+/* Copies keys [k0, k0 + Bc) of K or V (src: kv's k or v, row strides stride_b, stride_s) into a
+ * shared tile as load_tile does, zeros past Sk; paged, each key's row through fa_key_row. */
+__device__ __forceinline__ void load_key_tile(store_t *tile, const store_t *src,
+                                              const kv_rows &kv, const fa_kernel_params &p,
+                                              i64 stride_b, i64 stride_s, i64 k0,
+                                              bool transposed)
+{
+#if SEQ & FA_SEQ_PAGED
+    for (int idx = (int)threadIdx.x; idx < BLOCK_C * HEAD_DIM; idx += WG_SIZE) {
+        int r = idx / HEAD_DIM, x = idx - r * HEAD_DIM;
+        i64 j = k0 + r;
+        store_t val =
+            j < p.seqlen_k
+                ? src[fa_key_row(&p, SEQ, kv.block_table, kv.b, 0, j, stride_b, stride_s) + x]
+                : (store_t)0;
+        tile[transposed ? x * BLOCK_C + r : idx] = val;
+    }
+#else
+    (void)kv;
+    (void)stride_b;
+    load_tile(tile, src, k0, p.seqlen_k, stride_s, BLOCK_C, transposed);
+#endif
+}
+
+/* Loads K/V tile rows [k0, k0 + Bc) of a work item's keys (kv) into k_tile (Bc x d or,
+ * transposed, d x Bc) and v_tile (Bc x d), zeros past Sk. The barriers: the previous tiles are
  * no longer read; the new ones are complete before any thread reads them. */
 __device__ __forceinline__ void load_kv_tiles(store_t *k_tile, store_t *v_tile,
-                                              const store_t *k_head, const store_t *v_head,
-                                              const fa_kernel_params &p, i64 k0,
-                                              bool k_transposed)
+                                              const kv_rows &kv, const fa_kernel_params &p,
+                                              i64 k0, bool k_transposed)
 {
     __syncthreads();
-    load_tile(k_tile, k_head, k0, p.seqlen_k, p.k_stride_s, BLOCK_C, k_transposed);
-    load_tile(v_tile, v_head, k0, p.seqlen_k, p.v_stride_s, BLOCK_C, false);
+    load_key_tile(k_tile, kv.k, kv, p, p.k_stride_b, p.k_stride_s, k0, k_transposed);
+    load_key_tile(v_tile, kv.v, kv, p, p.v_stride_b, p.v_stride_s, k0, false);
     __syncthreads();
 }
 
@@ -389,20 +307,97 @@ __device__ __forceinline__ float row_lse(float m, float l)
     return l == 0.0f ? NEG_INF : (m + log2f(l)) * LN2;
 }
 
+/* ---- the work item: a query tile of a sequence's head, and with SPLIT a key chunk ---------- */
+#ifndef SPLIT
+#define SPLIT 0 /* 1: split-KV, each block one key chunk; O and LSE are f32 partials */
+#endif
+static_assert(SPLIT == 0 || SPLIT == 1, "SPLIT: 0 or 1");
+
+/* Query tile `tile` of head h of sequence b (s: where its rows and keys are, seq_of) and, with
+ * SPLIT, key chunk `split`: keys [split * split_keys, + split_keys), split_keys a multiple of
+ * Bc (0 without). */
+struct fwd_item {
+    i64 b, h, tile, split;
+    fa_seq s;
+};
+
+/* What O's argument holds: O in the storage type, or (SPLIT) the f32 partials in scratch. */
+#if SPLIT
+typedef float out_t;
+__device__ __forceinline__ out_t to_out(float v) { return v; }
+#else
+typedef store_t out_t;
+__device__ __forceinline__ out_t to_out(float v) { return to_store(v); }
+#endif
+
+/* The keys [*begin, *end) the tile starting at row r0 visits (keys_to_skip, keys_to_visit),
+ * within its chunk with SPLIT; both ends stay multiples of Bc or the visible end. */
+__device__ __forceinline__ void item_keys(const fa_kernel_params &p, const fwd_item &it, i64 r0,
+                                          i64 *begin, i64 *end)
+{
+    *begin = keys_to_skip(p, r0);
+    *end = keys_to_visit(p, r0);
+#if SPLIT
+    *begin = max(*begin, it.split * p.split_keys);
+    *end = min(*end, (it.split + 1) * p.split_keys);
+#else
+    (void)it;
+#endif
+}
+
+/* The modifiers of the item's (b, h); only a split forward's first chunk starts from the sink,
+ * so the merge counts it once. */
+__device__ __forceinline__ head_mods item_mods(const modifier_args &a, const fa_kernel_params &p,
+                                               const fwd_item &it)
+{
+    head_mods hm = head_mods_of(a, p, it.b, it.h);
+    if (SPLIT && it.split > 0)
+        hm.sink_log2 = NEG_INF;
+    return hm;
+}
+
+/* The element offset of O's row `row` of the item (token q_start + row): in O, or (SPLIT) in
+ * its chunk's partial (parts_offset + split * parts_stride + the parts layout). */
+__device__ __forceinline__ i64 item_o_row(const fa_kernel_params &p, const fwd_item &it, i64 row)
+{
+    const i64 t = it.s.q_start + row;
+#if SPLIT
+    return p.parts_offset + it.split * p.parts_stride + it.b * p.parts_stride_b +
+           it.h * p.parts_stride_h + t * p.parts_stride_s;
+#else
+    return p.o_offset + it.b * p.o_stride_b + it.h * p.o_stride_h + t * p.o_stride_s;
+#endif
+}
+
+/* Writes the LSE of the item's row `row` at its LSE index (fa_lse_index): when asked, or (SPLIT)
+ * always, as its chunk's partial at lse_parts_offset + split * part_rows + that index. */
+__device__ __forceinline__ void item_store_lse(float *lse, const fa_kernel_params &p,
+                                               const fwd_item &it, i64 row, float value)
+{
+    const i64 at = fa_lse_index(&p, it.b, it.h, it.s.q_start, row);
+#if SPLIT
+    lse[p.lse_parts_offset + it.split * p.part_rows + at] = value;
+#else
+    if (p.has_lse)
+        lse[at] = value;
+#endif
+}
+
 #if !MMA
 /* ---- the CUDA-core path: THREADS_PER_ROW threads per query row, f32 FMA ------------------- */
 #define KEYS_PER_THREAD ((BLOCK_C + THREADS_PER_ROW - 1) / THREADS_PER_ROW)  /* of an S row */
 #define DIMS_PER_THREAD ((HEAD_DIM + THREADS_PER_ROW - 1) / THREADS_PER_ROW) /* of an O row */
 
-/* One (Q tile, head, batch) work item of the block: thread (r, t) = threadIdx.x / TPR,
- * threadIdx.x % TPR owns query row r0 + r of the tile, keys c = t + i*TPR of each S row and
- * elements x = t + i*TPR of its O row (i in [0, KEYS_PER_THREAD) / [0, DIMS_PER_THREAD)). */
+/* One work item of the block (fwd_item: a Q tile of (head, batch), a key chunk with SPLIT):
+ * thread (r, t) = threadIdx.x / TPR, threadIdx.x % TPR owns query row r0 + r of the tile, keys
+ * c = t + i*TPR of each S row and elements x = t + i*TPR of its O row (i in
+ * [0, KEYS_PER_THREAD) / [0, DIMS_PER_THREAD)). p: the sequence's (SEQ_PARAMS). */
 __device__ void tile_fwd_cuda_cores(const store_t *__restrict__ q,
                                      const store_t *__restrict__ k,
-                                     const store_t *__restrict__ v, store_t *__restrict__ o,
+                                     const store_t *__restrict__ v, out_t *__restrict__ o,
                                      float *__restrict__ lse, const modifier_args &mods,
-                                     const fa_kernel_params &p, i64 tile, i64 h, i64 b,
-                                     char *smem)
+                                     const seq_args &seqs, const fa_kernel_params &p,
+                                     const fwd_item &it, char *smem)
 {
     float *s_tile = (float *)smem;                             /* S, then P: Br x Bc f32 */
     store_t *q_tile = (store_t *)(s_tile + BLOCK_R * BLOCK_C); /* Q^T: d x Br store_t */
@@ -411,22 +406,24 @@ __device__ void tile_fwd_cuda_cores(const store_t *__restrict__ q,
 
     const int r = (int)threadIdx.x / THREADS_PER_ROW, t = (int)threadIdx.x % THREADS_PER_ROW;
     const unsigned lanes = row_lanes();
-    const i64 r0 = tile * BLOCK_R;                 /* first query row of the tile */
+    const i64 b = it.b, h = it.h;
+    const i64 r0 = it.tile * BLOCK_R;              /* first query row of the tile */
     const i64 h_kv = h / (p.heads_q / p.heads_kv); /* GQA: query heads share a K/V head */
     const i64 sq = p.seqlen_q, sk = p.seqlen_k, row = r0 + r;
-    /* Row 0 of K[b][h_kv] and V[b][h_kv]: Sk x d, row strides k_stride_s, v_stride_s. */
-    const store_t *k_head = k + p.k_offset + b * p.k_stride_b + h_kv * p.k_stride_h;
-    const store_t *v_head = v + p.v_offset + b * p.v_stride_b + h_kv * p.v_stride_h;
+    /* The keys of K[b][h_kv] and V[b][h_kv]: Sk x d, row strides k_stride_s, v_stride_s, or
+     * paged. */
+    const kv_rows kv = kv_rows_of(k, v, seqs, p, b, h_kv, it.s);
     float *s_row = s_tile + r * BLOCK_C; /* S[r][0 .. Bc) */
-    const head_mods hm = head_mods_of(mods, p, b, h);
+    const head_mods hm = item_mods(mods, p, it);
     /* The keys row may attend to (mask and window): [first, last); none for rows past Sq. */
     const i64 first = fa_keys_begin(&p, FEATURES, row);
     const i64 last = row < sq ? fa_keys_end(&p, MASK, FEATURES, row) : 0;
 
     /* Load Q tile (rows past Sq are zeros; their results are never written). */
-    load_q_tile(q_tile, q, p, b, h, r0, true);
+    load_q_tile(q_tile, q, p, b, h, it.s.q_start, r0, true);
 
-    const i64 kv_begin = keys_to_skip(p, r0), kv_end = keys_to_visit(p, r0);
+    i64 kv_begin, kv_end;
+    item_keys(p, it, r0, &kv_begin, &kv_end);
 
     float m, l; /* running max (log2 units) and sum; a sink is their initial state */
     initial_state(hm, &m, &l);
@@ -437,7 +434,7 @@ __device__ void tile_fwd_cuda_cores(const store_t *__restrict__ q,
 
     /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc. */
     for (i64 k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C) {
-        load_kv_tiles(k_tile, v_tile, k_head, v_head, p, k0, true);
+        load_kv_tiles(k_tile, v_tile, kv, p, k0, true);
 
         /* S = Q K^T * scale (in log2 units, for exp2): s[i] = S[r][c], c = t + i*TPR,
          * S[r][c] = sum_x Q[r][x] * K[c][x] = sum_x Q^T[x][r] * K^T[x][c], x in [0, d). */
@@ -517,18 +514,19 @@ __device__ void tile_fwd_cuda_cores(const store_t *__restrict__ q,
         }
     }
 
-    /* Final 1/l and LSE: O[b][h][row][x] = acc / l (row stride o_stride_s); LSE [B, Hq, Sq]
-     * contiguous, written by lane t == 0 of the row. */
+    /* Final 1/l and LSE: O[b][h][row][x] = acc / l at token q_start + row (row stride
+     * o_stride_s), or with SPLIT the chunk's f32 partial; LSE at the row's LSE index (the
+     * partial's always), written by lane t == 0 of the row. */
     if (row >= sq)
         return;
     float inv_l = inverse_sum(l);
-    store_t *o_row = o + p.o_offset + b * p.o_stride_b + h * p.o_stride_h + row * p.o_stride_s;
+    out_t *o_row = o + item_o_row(p, it, row);
 #pragma unroll
     for (int i = 0; i < DIMS_PER_THREAD; i++)
         if (t + i * THREADS_PER_ROW < HEAD_DIM)
-            o_row[t + i * THREADS_PER_ROW] = to_store(acc[i] * inv_l);
-    if (p.has_lse && t == 0)
-        lse[(b * p.heads_q + h) * sq + row] = row_lse(m, l);
+            o_row[t + i * THREADS_PER_ROW] = to_out(acc[i] * inv_l);
+    if (t == 0)
+        item_store_lse(lse, p, it, row, row_lse(m, l));
 }
 #else
 /* ---- the tensor-core path: mma.sync m16n8k16, f16/bf16 in, f32 accumulate (sm_80+) ------- */
@@ -581,14 +579,15 @@ __device__ __forceinline__ void mma_m16n8k16(float c[4], const unsigned a[4],
 #endif
 }
 
-/* One (Q tile, head, batch) work item of the block: warp w owns tile rows
- * warp_row0 = 16w .. 16w+15; each lane holds rows g and g+8 of them (index i = 0, 1 below), and
- * in each 16 x 8 accumulator tile the columns 2t, 2t+1 (element e: row i = e / 2, column
- * 2t + e % 2). */
+/* One work item of the block (fwd_item: a Q tile of (head, batch), a key chunk with SPLIT):
+ * warp w owns tile rows warp_row0 = 16w .. 16w+15; each lane holds rows g and g+8 of them (index
+ * i = 0, 1 below), and in each 16 x 8 accumulator tile the columns 2t, 2t+1 (element e: row
+ * i = e / 2, column 2t + e % 2). p: the sequence's (SEQ_PARAMS). */
 __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__restrict__ k,
-                             const store_t *__restrict__ v, store_t *__restrict__ o,
+                             const store_t *__restrict__ v, out_t *__restrict__ o,
                              float *__restrict__ lse, const modifier_args &mods,
-                             const fa_kernel_params &p, i64 tile, i64 h, i64 b, char *smem)
+                             const seq_args &seqs, const fa_kernel_params &p, const fwd_item &it,
+                             char *smem)
 {
     store_t *q_tile = (store_t *)smem;             /* Q: Br x d store_t, row-major */
     store_t *k_tile = q_tile + BLOCK_R * HEAD_DIM; /* K: Bc x d store_t, row-major */
@@ -597,14 +596,15 @@ __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__res
     const int lane = (int)threadIdx.x % 32, warp_row0 = (int)threadIdx.x / 32 * 16;
     const int g = lane / 4, t = lane % 4;          /* PTX's groupID and threadID_in_group */
     const unsigned lanes = row_lanes();            /* the quad that shares rows g and g+8 */
-    const i64 r0 = tile * BLOCK_R;                 /* first query row of the tile */
+    const i64 b = it.b, h = it.h;
+    const i64 r0 = it.tile * BLOCK_R;              /* first query row of the tile */
     const i64 h_kv = h / (p.heads_q / p.heads_kv); /* GQA: query heads share a K/V head */
     const i64 sq = p.seqlen_q;
     const i64 rows[2] = {r0 + warp_row0 + g, r0 + warp_row0 + g + 8}; /* this lane's rows */
-    /* Row 0 of K[b][h_kv] and V[b][h_kv]: Sk x d, row strides k_stride_s, v_stride_s. */
-    const store_t *k_head = k + p.k_offset + b * p.k_stride_b + h_kv * p.k_stride_h;
-    const store_t *v_head = v + p.v_offset + b * p.v_stride_b + h_kv * p.v_stride_h;
-    const head_mods hm = head_mods_of(mods, p, b, h);
+    /* The keys of K[b][h_kv] and V[b][h_kv]: Sk x d, row strides k_stride_s, v_stride_s, or
+     * paged. */
+    const kv_rows kv = kv_rows_of(k, v, seqs, p, b, h_kv, it.s);
+    const head_mods hm = item_mods(mods, p, it);
     /* The keys rows[i] may attend to (mask and window): [first[i], last[i]); none past Sq. */
     const i64 first[2] = {fa_keys_begin(&p, FEATURES, rows[0]),
                           fa_keys_begin(&p, FEATURES, rows[1])};
@@ -612,9 +612,10 @@ __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__res
                          rows[1] < sq ? fa_keys_end(&p, MASK, FEATURES, rows[1]) : 0};
 
     /* Load Q tile (rows past Sq are zeros; their results are never written). */
-    load_q_tile(q_tile, q, p, b, h, r0, false);
+    load_q_tile(q_tile, q, p, b, h, it.s.q_start, r0, false);
 
-    const i64 kv_begin = keys_to_skip(p, r0), kv_end = keys_to_visit(p, r0);
+    i64 kv_begin, kv_end;
+    item_keys(p, it, r0, &kv_begin, &kv_end);
 
     float m[2], l[2]; /* rows g, g+8: running max (log2 units) and sum, from a sink if any */
     initial_state(hm, &m[0], &l[0]);
@@ -626,7 +627,7 @@ __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__res
 
     /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc. */
     for (i64 k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C) {
-        load_kv_tiles(k_tile, v_tile, k_head, v_head, p, k0, false);
+        load_kv_tiles(k_tile, v_tile, kv, p, k0, false);
 
         /* S = Q K^T: S[r][c] = sum_x Q[r][x] * K[c][x], 16 x Bc per warp, as S_TILES 16 x 8
          * tiles s[n] (keys 8n .. 8n+7), summed over 16-wide slices x0 .. x0+15 of d. A is
@@ -721,42 +722,53 @@ __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__res
         }
     }
 
-    /* Final 1/l and LSE: O[b][h][rows[i]][8n + 2t + (0, 1)] = acc[n][2i + (0, 1)] / l[i]
-     * (row stride o_stride_s); LSE [B, Hq, Sq] contiguous, written by lane t == 0 of the quad. */
+    /* Final 1/l and LSE: O[b][h][rows[i]][8n + 2t + (0, 1)] = acc[n][2i + (0, 1)] / l[i] at
+     * token q_start + rows[i] (row stride o_stride_s), or with SPLIT the chunk's f32 partial;
+     * LSE at the row's LSE index (the partial's always), written by lane t == 0 of the quad. */
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         if (rows[i] >= sq)
             continue;
         float inv_l = inverse_sum(l[i]);
-        store_t *o_row = o + p.o_offset + b * p.o_stride_b + h * p.o_stride_h +
-                         rows[i] * p.o_stride_s + 2 * t;
+        out_t *o_row = o + item_o_row(p, it, rows[i]) + 2 * t;
 #pragma unroll
         for (int n = 0; n < O_TILES; n++) {
-            o_row[n * 8] = to_store(acc[n][2 * i] * inv_l);
-            o_row[n * 8 + 1] = to_store(acc[n][2 * i + 1] * inv_l);
+            o_row[n * 8] = to_out(acc[n][2 * i] * inv_l);
+            o_row[n * 8 + 1] = to_out(acc[n][2 * i + 1] * inv_l);
         }
-        if (p.has_lse && t == 0)
-            lse[(b * p.heads_q + h) * sq + rows[i]] = row_lse(m[i], l[i]);
+        if (t == 0)
+            item_store_lse(lse, p, it, rows[i], row_lse(m[i], l[i]));
     }
 }
 #endif
 
 extern "C" __global__ void __launch_bounds__(WG_SIZE)
 flash_fwd(const store_t *__restrict__ q, const store_t *__restrict__ k,
-          const store_t *__restrict__ v, store_t *__restrict__ o, float *__restrict__ lse,
-          ALIBI_PARAM BIAS_PARAM SINKS_PARAM const fa_kernel_params p)
+          const store_t *__restrict__ v, out_t *__restrict__ o, float *__restrict__ lse,
+          ALIBI_PARAM BIAS_PARAM SINKS_PARAM SEQ_PARAM const fa_kernel_params p_in)
 {
     extern __shared__ __align__(16) char smem[];
     const modifier_args mods = {ALIBI_ARG, BIAS_ARG, SINKS_ARG};
+    const seq_args seqs = SEQ_ARGS;
     /* Grid-stride loops: every thread of a block takes the same trips, so the barriers inside
-     * the tile function are reached by all of them. b in [0, B), h in [0, Hq), tile in
-     * [0, q_tiles). */
-    for (i64 b = blockIdx.z; b < p.batch; b += gridDim.z)
+     * the tile function are reached by all of them. b in [0, B), h in [0, Hq), and x in
+     * [0, q_tiles * chunks), chunk-major (chunks: the params' splits with SPLIT, else 1): query
+     * tile x % q_tiles of key chunk x / q_tiles. A tile that starts past its sequence's rows has
+     * nothing to do: the whole block skips it, before any barrier. */
+    const i64 items = p_in.q_tiles * (SPLIT ? (i64)p_in.splits : 1);
+    for (i64 b = blockIdx.z; b < p_in.batch; b += gridDim.z) {
+        const fa_seq s = seq_of(seqs, p_in, b);
+        SEQ_PARAMS(p, p_in, s);
         for (i64 h = blockIdx.y; h < p.heads_q; h += gridDim.y)
-            for (i64 tile = blockIdx.x; tile < p.q_tiles; tile += gridDim.x)
+            for (i64 x = blockIdx.x; x < items; x += gridDim.x) {
+                const fwd_item it = {b, h, x % p.q_tiles, x / p.q_tiles, s};
+                if (it.tile * BLOCK_R >= p.seqlen_q)
+                    continue;
 #if MMA
-                tile_fwd_mma(q, k, v, o, lse, mods, p, tile, h, b, smem);
+                tile_fwd_mma(q, k, v, o, lse, mods, seqs, p, it, smem);
 #else
-                tile_fwd_cuda_cores(q, k, v, o, lse, mods, p, tile, h, b, smem);
+                tile_fwd_cuda_cores(q, k, v, o, lse, mods, seqs, p, it, smem);
 #endif
+            }
+    }
 }

@@ -2,11 +2,12 @@
  * test_cuda.c - CUDA-specific tests that need no GPU:
  *   (a) NVRTC compiles kernels_cu/flash_fwd.cu for every plan the shared case table produces
  *       on the known props of sm_75, sm_80, sm_86, sm_89 and sm_90 (identical option strings
- *       compiled once) and for a few problems with the score modifiers and dropout, and the
- *       backward's entry points (kernels_cu/flash_bwd.cu) for the plans of a few
- *       representative backward problems and of the same modifier problems (with
- *       flash_bwd_dsinks) on the same archs; a broken kernel reports
- *       KERNEL_BUILD_ERROR with the full log;
+ *       compiled once; split-KV plans with flash_merge.cu) and for a few problems with the
+ *       score modifiers and dropout, or with sequences (varlen, seqlens_k, paged, split,
+ *       fa_merge), and the backward's entry points (kernels_cu/flash_bwd.cu,
+ *       flash_bwd_rows.cu) for the plans of a few representative backward problems, of the
+ *       same modifier problems (with flash_bwd_dsinks) and of varlen problems on the same
+ *       archs; a broken kernel reports KERNEL_BUILD_ERROR with the full log;
  *   (b) without a driver the backend reports BACKEND_UNAVAILABLE with a reason, contexts fail
  *       cleanly, planning-only contexts (--arch) plan but refuse device work, and the library
  *       still runs on the cpu backend.
@@ -52,11 +53,23 @@ typedef struct compile_jobs {
     pthread_mutex_t lock;
 } compile_jobs;
 
-/* Entry points compiled from the same files: an NVRTC compile checks all of a module's
- * entries, so the backward's three (flash_bwd.cu after flash_fwd.cu) need one job per options. */
+/* The program an entry point is compiled in (backends/cuda/cuda_module.c): 0 the forward's
+ * (flash_common.cu, flash_fwd.cu), 1 the backward's passes (and flash_bwd.cu), 2 its per-row
+ * kernels (flash_bwd_rows.cu), 3 the merge's (flash_merge.cu). */
+static int program_of(const char *entry)
+{
+    if (strcmp(entry, "flash_bwd_pre") == 0 || strcmp(entry, "flash_bwd_dsinks") == 0)
+        return 2;
+    if (strncmp(entry, "flash_bwd", 9) == 0)
+        return 1;
+    return strcmp(entry, "flash_merge") == 0 ? 3 : 0;
+}
+
+/* Entry points compiled from the same files: an NVRTC compile checks all of a program's
+ * entries, so one job per program and options does. */
 static bool same_source(const char *a, const char *b)
 {
-    return (strncmp(a, "flash_bwd", 9) == 0) == (strncmp(b, "flash_bwd", 9) == 0);
+    return program_of(a) == program_of(b);
 }
 
 static void jobs_add(compile_jobs *jobs, const char *entry, const char *options,
@@ -104,17 +117,27 @@ static void compile_all(compile_jobs *jobs)
     pthread_mutex_destroy(&jobs->lock);
 }
 
-/* The NVRTC options of one case's launch, planned by fa_plan_create on a planning-only context
- * for the arch: what the backend would compile on such a device. */
-static void case_options(fa_context *ctx, const fa_test_case *c, char *options, size_t size)
+/* Every launch of a plan as a compile job: what the backend would compile. */
+static void add_plan_jobs(compile_jobs *jobs, const fa_plan *plan, const char *name)
+{
+    for (int i = 0; i < plan->n_launches; i++) {
+        char options[256];
+        fa__variant_defines(&plan->launches[i].variant, "-D", options, sizeof options);
+        jobs_add(jobs, plan->launches[i].variant.entry, options, name);
+    }
+}
+
+/* The launches of one case, planned by fa_plan_create on a planning-only context for the arch
+ * (flash_fwd, or a split forward's flash_fwd and flash_merge). */
+static void add_case_jobs(fa_context *ctx, compile_jobs *jobs, const fa_test_case *c)
 {
     fa_problem p;
     fa_plan *plan = NULL;
     case_fill_problem(c, &p);
     if (fa_plan_create(ctx, &p, &plan) != OK)
         fail_msg("%s: %s", c->name, fa_context_last_error(ctx));
-    assert_int_equal(plan->n_launches, 1);
-    fa__variant_defines(&plan->launches[0].variant, "-D", options, size);
+    assert_int_equal(plan->n_launches, plan->kv_splits > 1 ? 2 : 1);
+    add_plan_jobs(jobs, plan, c->name);
     fa_plan_destroy(plan);
 }
 
@@ -147,11 +170,7 @@ static void add_backward_jobs(fa_context *ctx, compile_jobs *jobs, const bwd_pro
     if (fa_plan_create_backward(ctx, &p, &plan) != OK)
         fail_msg("%s: %s", b->name, fa_context_last_error(ctx));
     assert_int_equal(plan->n_launches, 3);
-    for (int i = 0; i < plan->n_launches; i++) {
-        char options[256];
-        fa__variant_defines(&plan->launches[i].variant, "-D", options, sizeof options);
-        jobs_add(jobs, plan->launches[i].variant.entry, options, b->name);
-    }
+    add_plan_jobs(jobs, plan, b->name);
     fa_plan_destroy(plan);
 }
 
@@ -211,7 +230,7 @@ static void modifier_problem(const mod_problem *m, fa_problem *out)
     *out = p;
 }
 
-/* The forward plan of a modifier problem as a compile job. */
+/* The forward plan of a modifier problem as compile jobs. */
 static void add_modifier_job(fa_context *ctx, compile_jobs *jobs, const mod_problem *m)
 {
     fa_problem p;
@@ -222,7 +241,7 @@ static void add_modifier_job(fa_context *ctx, compile_jobs *jobs, const mod_prob
     char options[256];
     fa__variant_defines(&plan->launches[0].variant, "-D", options, sizeof options);
     assert_non_null(strstr(options, "-DFEATURES="));
-    jobs_add(jobs, "flash_fwd", options, m->name);
+    add_plan_jobs(jobs, plan, m->name); /* and a split's flash_merge */
     fa_plan_destroy(plan);
 }
 
@@ -245,6 +264,76 @@ static void add_backward_modifier_jobs(fa_context *ctx, compile_jobs *jobs, cons
     fa_plan_destroy(plan);
 }
 
+/* Problems with sequences and decoding: every SEQ combination the forward takes (varlen 1,
+ * seqlens_k 2, paged 4, paged with seqlens_k 6), split (flash_fwd with SPLIT=1, then
+ * flash_merge with PARTS_DTYPE=0) or not, each dtype, both paths (decoding's one row takes the
+ * CUDA cores); the varlen backward (with sinks: flash_bwd_dsinks); fa_merge (PARTS_DTYPE the
+ * storage type). */
+typedef enum seq_op { SEQ_FORWARD, SEQ_BACKWARD, SEQ_MERGE } seq_op;
+
+typedef struct seq_problem {
+    const char *name;
+    seq_op op;
+    fa_dtype dtype;
+    fa_mask mask;
+    int64_t seqlen_q, head_dim;
+    int32_t varlen, seqlens_k, page_size, kv_splits, sinks;
+} seq_problem;
+
+static const seq_problem seq_problems[] = {
+    {"seq varlen f16 d128 top-left split", SEQ_FORWARD, FA_DTYPE_F16, FA_MASK_CAUSAL_TOP_LEFT,
+     300, 128, 1, 0, 0, 4, 0},
+    {"seq varlen f32 d64 bottom-right sinks", SEQ_FORWARD, FA_DTYPE_F32,
+     FA_MASK_CAUSAL_BOTTOM_RIGHT, 300, 64, 1, 0, 0, 1, 1},
+    {"seq seqlens_k bf16 d128 decode, planned split", SEQ_FORWARD, FA_DTYPE_BF16,
+     FA_MASK_CAUSAL_BOTTOM_RIGHT, 1, 128, 0, 1, 0, 0, 0},
+    {"seq seqlens_k bf16 d64 split sinks", SEQ_FORWARD, FA_DTYPE_BF16, FA_MASK_NONE, 64, 64, 0, 1,
+     0, 8, 1},
+    {"seq paged f16 d128 p16", SEQ_FORWARD, FA_DTYPE_F16, FA_MASK_CAUSAL_BOTTOM_RIGHT, 64, 128, 0,
+     0, 16, 1, 0},
+    {"seq paged seqlens_k f32 d64 p1 split sinks", SEQ_FORWARD, FA_DTYPE_F32,
+     FA_MASK_CAUSAL_BOTTOM_RIGHT, 4, 64, 0, 1, 1, 4, 1},
+    {"seq paged seqlens_k bf16 d64 p3 split", SEQ_FORWARD, FA_DTYPE_BF16, FA_MASK_NONE, 32, 64, 0,
+     1, 3, 3, 0},
+    {"seq varlen backward f32 d64 sinks", SEQ_BACKWARD, FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT,
+     300, 64, 1, 0, 0, 1, 1},
+    {"seq varlen backward bf16 d128", SEQ_BACKWARD, FA_DTYPE_BF16, FA_MASK_CAUSAL_TOP_LEFT, 300,
+     128, 1, 0, 0, 1, 0},
+    {"merge f16 d128", SEQ_MERGE, FA_DTYPE_F16, FA_MASK_NONE, 300, 128, 0, 0, 0, 1, 0},
+    {"merge bf16 d64", SEQ_MERGE, FA_DTYPE_BF16, FA_MASK_NONE, 300, 64, 0, 0, 0, 1, 0},
+    {"merge f32 d40", SEQ_MERGE, FA_DTYPE_F32, FA_MASK_NONE, 37, 40, 0, 0, 0, 1, 0},
+};
+
+/* The plan of a sequence problem (2 sequences, 4 query heads, 2 K/V heads, up to 2048 keys) as
+ * compile jobs. */
+static void add_seq_jobs(fa_context *ctx, compile_jobs *jobs, const seq_problem *s)
+{
+    fa_problem p;
+    const int64_t sk = 2048;
+    assert_int_equal(fa_problem_init(&p, s->dtype, s->varlen ? FA_LAYOUT_BSHD : FA_LAYOUT_BHSD, 2,
+                                     4, 2, s->seqlen_q, sk, s->head_dim),
+                     OK);
+    p.mask = s->mask;
+    p.varlen = s->varlen;
+    p.seqlens_k = s->seqlens_k;
+    p.kv_splits = s->kv_splits;
+    p.sinks = s->sinks;
+    if (s->page_size > 0) {
+        int64_t per = (sk + s->page_size - 1) / s->page_size;
+        assert_int_equal(fa_problem_set_paged(&p, s->page_size, 2 * per, per), OK);
+    }
+    fa_plan *plan = NULL;
+    fa_status st = s->op == SEQ_BACKWARD ? fa_plan_create_backward(ctx, &p, &plan)
+                   : s->op == SEQ_MERGE  ? fa_plan_create_merge(ctx, &p, 3, &plan)
+                                         : fa_plan_create(ctx, &p, &plan);
+    if (st != OK)
+        fail_msg("%s: %s", s->name, fa_context_last_error(ctx));
+    if (s->op == SEQ_FORWARD && s->kv_splits != 1)
+        assert_int_equal(plan->n_launches, 2); /* the split forward and its merge */
+    add_plan_jobs(jobs, plan, s->name);
+    fa_plan_destroy(plan);
+}
+
 /* (a) Every distinct plan of the case table, of the modifier problems (forward and backward)
  * and of the backward problems compiles for one arch. */
 static void compile_arch(const char *arch)
@@ -255,13 +344,12 @@ static void compile_arch(const char *arch)
     assert_int_equal(fa_context_create_planning(&ctx, FA_BACKEND_CUDA, arch, why, sizeof why), OK);
     memset(&jobs, 0, sizeof jobs);
     jobs.arch = arch;
-    for (size_t i = 0; i < fa_test_case_count; i++) {
-        char options[256];
-        case_options(ctx, &fa_test_cases[i], options, sizeof options);
-        jobs_add(&jobs, "flash_fwd", options, fa_test_cases[i].name);
-    }
+    for (size_t i = 0; i < fa_test_case_count; i++)
+        add_case_jobs(ctx, &jobs, &fa_test_cases[i]);
     for (size_t i = 0; i < sizeof mod_problems / sizeof mod_problems[0]; i++)
         add_modifier_job(ctx, &jobs, &mod_problems[i]);
+    for (size_t i = 0; i < sizeof seq_problems / sizeof seq_problems[0]; i++)
+        add_seq_jobs(ctx, &jobs, &seq_problems[i]);
     int forward = jobs.count;
     for (size_t i = 0; i < sizeof bwd_problems / sizeof bwd_problems[0]; i++)
         add_backward_jobs(ctx, &jobs, &bwd_problems[i]);
@@ -280,8 +368,9 @@ static void compile_arch(const char *arch)
         }
         free(jobs.log[i]);
     }
-    print_message("%s: %zu cases, %d distinct forward kernels; %zu backward problems (and the "
-                  "modifier problems), %d distinct backward modules; compiled in %.1f s\n",
+    print_message("%s: %zu cases, %d distinct forward (split, merge, sequences) modules; %zu "
+                  "backward problems (and the modifier problems), %d distinct backward "
+                  "modules; compiled in %.1f s\n",
                   arch, fa_test_case_count, forward,
                   sizeof bwd_problems / sizeof bwd_problems[0], jobs.count - forward,
                   harness_seconds() - t0);
@@ -323,10 +412,15 @@ static void test_compile_error_log(void **state)
 {
     (void)state;
     static char log[1 << 16];
-    char dir[] = "/tmp/fa_cuda_kernel.XXXXXX", path[64];
+    char dir[] = "/tmp/fa_cuda_kernel.XXXXXX", path[64], common[64];
     assert_non_null(mkdtemp(dir));
+    snprintf(common, sizeof common, "%s/flash_common.cu", dir); /* every program's first */
+    FILE *f = fopen(common, "w");
+    assert_non_null(f);
+    fputs("/* nothing shared */\n", f);
+    fclose(f);
     snprintf(path, sizeof path, "%s/flash_fwd.cu", dir);
-    FILE *f = fopen(path, "w");
+    f = fopen(path, "w");
     assert_non_null(f);
     fputs("extern \"C\" __global__ void flash_fwd() { this_is_not_defined(); }\n", f);
     fclose(f);
@@ -338,6 +432,7 @@ static void test_compile_error_log(void **state)
     unlink(path);
     if (st == FA_STATUS_KERNEL_BUILD_ERROR) /* the folder now has no kernel file */
         st_missing = fa__cuda_compile_check("sm_80", "flash_fwd", "-DHEAD_DIM=64", NULL, 0);
+    unlink(common);
     rmdir(dir);
     harness_env_restore(&saved);
     assert_int_equal(st, FA_STATUS_KERNEL_BUILD_ERROR);

@@ -1,5 +1,6 @@
 /*
- * test_cuda_emu.c - the CUDA kernels (kernels_cu/flash_fwd.cu, flash_bwd.cu) run without a GPU:
+ * test_cuda_emu.c - the CUDA kernels (kernels_cu/flash_fwd.cu, flash_bwd.cu, flash_bwd_rows.cu)
+ * run without a GPU (sequences and decoding: test_cuda_emu_seq.c):
  * compiled as host C++ through tests/cuda_emu/, one host thread per CUDA thread, and compared
  * with the CPU golden backend. It checks what NVRTC's compile tests cannot: the kernels' numbers
  * (tile loops, online softmax, masks and fully-masked rows, GQA/MQA, strides and offsets, tail
@@ -16,6 +17,7 @@
  */
 #include "cuda_internal.h"
 #include "emu_api.h"
+#include "emu_plan.h"
 #include "internal.h"
 #include "oracle.h"
 #include "harness.h"
@@ -175,33 +177,6 @@ static size_t span(const fa_tensor_layout *t, int64_t b, int64_t h, int64_t s, i
 {
     return (size_t)(t->offset + (b - 1) * t->stride_batch + (h - 1) * t->stride_head +
                     (s - 1) * t->stride_seq + d);
-}
-
-static const fa_emu_kernel *kernel_for(const char *entry, const char *options)
-{
-    for (size_t i = 0; i < fa_emu_kernel_count(); i++) {
-        const fa_emu_kernel *k = fa_emu_kernel_at(i);
-        if (strcmp(k->name, entry) == 0 && strcmp(k->options, options) == 0)
-            return k;
-    }
-    return NULL;
-}
-
-/* The emulated kernel of a plan's launch, as the backend would compile it: its entry point and
- * -D options must be a compiled configuration, with the launch's block size and room for its
- * shared memory. options receives the -D options. */
-static const fa_emu_kernel *launch_kernel(const char *name, const fa__launch *launch,
-                                          char *options, size_t size)
-{
-    fa__variant_defines(&launch->variant, "-D", options, size);
-    const fa_emu_kernel *kernel = kernel_for(launch->variant.entry, options);
-    if (!kernel)
-        fail_msg("%s: no emulated %s for \"%s\" (add the configuration in tests/CMakeLists.txt)",
-                 name, launch->variant.entry, options);
-    assert_int_equal(kernel->wg_size, launch->variant.work_group_size);
-    assert_int_equal(kernel->n_args, launch->n_args);
-    assert_true(launch->onchip_bytes <= kernel->smem_bytes);
-    return kernel;
 }
 
 /* The modifiers' host tensors of a case: NULL where off. */
@@ -432,7 +407,7 @@ static int run_case(const emu_case *c, float scale_error)
     const fa__launch *launch = &plan->launches[0];
     assert_int_equal(plan->n_launches, 1);
     char options[256];
-    const fa_emu_kernel *kernel = launch_kernel(c->name, launch, options, sizeof options);
+    const fa_emu_kernel *kernel = emu_launch_kernel(c->name, launch, options, sizeof options);
     fa_kernel_params kp = launch->params;
     kp.has_lse = 1;
     kp.scale_log2 *= scale_error;
@@ -693,7 +668,7 @@ static void bwd_emulate(const emu_case *c, const fa_plan *plan, bwd_images *im,
         if (l->grid[0] == 0 || l->grid[1] == 0 || l->grid[2] == 0)
             continue;
         char options[256];
-        const fa_emu_kernel *kernel = launch_kernel(c->name, l, options, sizeof options);
+        const fa_emu_kernel *kernel = emu_launch_kernel(c->name, l, options, sizeof options);
         void *args[FA__MAX_LAUNCH_ARGS];
         for (int a = 0; a < l->n_args; a++)
             args[a] = im->t[l->args[a]];

@@ -187,13 +187,16 @@ static fa_status cu_buffer_read(fa_context *ctx, void *mem, size_t offset, void 
 /* The dynamic shared memory a launch gets: the plan's on-chip bytes, which every kernel of the
  * plan fits in (the backward's two passes share one formula), except flash_bwd_pre, which reads
  * only global memory (asking for none keeps its blocks from being limited by shared memory),
- * and flash_bwd_dsinks, whose tree needs one float per thread. */
+ * flash_bwd_dsinks, whose tree needs one float per thread, and flash_merge, which keeps two
+ * floats per row of its tile. */
 static uint64_t launch_shared(const fa__launch *launch)
 {
     if (strcmp(launch->variant.entry, "flash_bwd_pre") == 0)
         return 0;
     if (strcmp(launch->variant.entry, "flash_bwd_dsinks") == 0)
         return (uint64_t)launch->variant.work_group_size * sizeof(float);
+    if (strcmp(launch->variant.entry, "flash_merge") == 0)
+        return 2 * (uint64_t)launch->variant.block_r * sizeof(float);
     return launch->onchip_bytes;
 }
 

@@ -1,5 +1,5 @@
 /*
- * cuda_emu.h - just enough of CUDA C++ for kernels_cu/flash_fwd.cu and flash_bwd.cu to compile
+ * cuda_emu.h - just enough of CUDA C++ for the kernels in kernels_cu/ (*.cu) to compile
  * as host C++ and run one thread block as WG_SIZE host threads, so the CUDA kernels' tile loops
  * (indexing, masks, online softmax, the backward's passes, tails, grid-stride folding) are
  * checked on machines without a GPU.

@@ -1,11 +1,11 @@
 /*
  * emu_kernel.cpp - the CUDA kernels compiled as host C++ for one configuration, given by the
  * build with the same -D options NVRTC gets (HEAD_DIM, BLOCK_R, BLOCK_C, DTYPE, MASK, WG_SIZE,
- * TPR, MMA, and FEATURES with BIAS_DTYPE for the score modifiers) plus FA_EMU_ID, a name for the
- * configuration. A configuration holds every entry
- * point a module of those options can have: flash_fwd and the backward's flash_bwd_pre,
- * flash_bwd_dkdv, flash_bwd_dq and, with sinks, flash_bwd_dsinks (flash_bwd.cu, which includes
- * flash_fwd.cu).
+ * TPR, MMA; FEATURES with BIAS_DTYPE for the score modifiers; SEQ, SPLIT, PARTS_DTYPE for
+ * sequences, split-KV and the merge) plus FA_EMU_ID, a name for the configuration. A
+ * configuration holds every entry point a module of those options can have: flash_fwd, the
+ * backward's flash_bwd_pre, flash_bwd_dkdv, flash_bwd_dq and, with sinks, flash_bwd_dsinks, and
+ * flash_merge (every kernels_cu file, in one translation unit).
  * Each configuration lives in its own namespace and registers its entry points with the
  * launcher (emu_launch.cpp).
  */
@@ -23,6 +23,23 @@
 #else
 #define FA_EMU_FEATURE_OPTIONS ""
 #endif
+/* The sequences', split-KV's and the merge's, in fa__variant_defines's order (each only when
+ * given). */
+#ifdef SEQ
+#define FA_EMU_SEQ_OPTIONS " -DSEQ=" FA_EMU_STR(SEQ)
+#else
+#define FA_EMU_SEQ_OPTIONS ""
+#endif
+#ifdef SPLIT
+#define FA_EMU_SPLIT_OPTIONS " -DSPLIT=" FA_EMU_STR(SPLIT)
+#else
+#define FA_EMU_SPLIT_OPTIONS ""
+#endif
+#ifdef PARTS_DTYPE
+#define FA_EMU_PARTS_OPTIONS " -DPARTS_DTYPE=" FA_EMU_STR(PARTS_DTYPE)
+#else
+#define FA_EMU_PARTS_OPTIONS ""
+#endif
 
 /* The kernels' extern "C" entry points need names of their own per configuration. */
 #define flash_fwd FA_EMU_CAT(fa_emu_flash_fwd_, FA_EMU_ID)
@@ -30,11 +47,14 @@
 #define flash_bwd_dkdv FA_EMU_CAT(fa_emu_flash_bwd_dkdv_, FA_EMU_ID)
 #define flash_bwd_dq FA_EMU_CAT(fa_emu_flash_bwd_dq_, FA_EMU_ID)
 #define flash_bwd_dsinks FA_EMU_CAT(fa_emu_flash_bwd_dsinks_, FA_EMU_ID)
+#define flash_merge FA_EMU_CAT(fa_emu_flash_merge_, FA_EMU_ID)
 
 namespace FA_EMU_ID {
 /* Dynamic shared memory: the kernels declare it `extern`; this is the definition. */
 alignas(16) char smem[256 * 1024];
 #include "flash_bwd.cu"
+#include "flash_bwd_rows.cu"
+#include "flash_merge.cu"
 } // namespace FA_EMU_ID
 
 void fa_emu_register(const fa_emu_kernel *k);
@@ -46,6 +66,10 @@ using namespace FA_EMU_ID;
 const store_t *in(void *const *a, int i) { return static_cast<const store_t *>(a[i]); }
 store_t *out(void *const *a, int i) { return static_cast<store_t *>(a[i]); }
 float *f32(void *const *a, int i) { return static_cast<float *>(a[i]); }
+[[maybe_unused]] const int *i32(void *const *a, int i)
+{
+    return static_cast<const int *>(a[i]);
+}
 const fa_kernel_params &params_of(const void *p)
 {
     return *static_cast<const fa_kernel_params *>(p);
@@ -72,49 +96,85 @@ constexpr int has_sinks = (FEATURES & FA_FEATURE_SINKS) ? 1 : 0;
 #define EMU_SINKS(a, n)
 #endif
 
-/* Argument orders: src/ops.c (forward_launches, backward_kernels). */
+/* The sequence buffers after the modifiers' (n: the first one's index), in the host's order
+ * (src/ops.c add_seq_args): cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, those of SEQ. */
+constexpr int has_varlen = (SEQ & FA_SEQ_VARLEN) ? 2 : 0;
+constexpr int has_seqlens_k = (SEQ & FA_SEQ_SEQLENS_K) ? 1 : 0;
+constexpr int has_table = (SEQ & FA_SEQ_PAGED) ? 1 : 0;
+constexpr int seq_count = has_varlen + has_seqlens_k + has_table;
+#if SEQ & FA_SEQ_VARLEN
+#define EMU_VARLEN(a, n) , i32(a, n), i32(a, (n) + 1)
+#else
+#define EMU_VARLEN(a, n)
+#endif
+#if SEQ & FA_SEQ_SEQLENS_K
+#define EMU_SEQLENS_K(a, n) , i32(a, (n) + has_varlen)
+#else
+#define EMU_SEQLENS_K(a, n)
+#endif
+#if SEQ & FA_SEQ_PAGED
+#define EMU_TABLE(a, n) , i32(a, (n) + has_varlen + has_seqlens_k)
+#else
+#define EMU_TABLE(a, n)
+#endif
+#define EMU_SEQ(a, n) EMU_VARLEN(a, n) EMU_SEQLENS_K(a, n) EMU_TABLE(a, n)
+
+/* Argument orders: src/ops.c (forward_launches, backward_kernels, merge_launch). */
+constexpr int fwd_mods = 5 + has_alibi + has_bias + has_sinks; /* flash_fwd's first seq arg */
 void fwd(void *const *a, const void *p)
 {
-    flash_fwd(in(a, 0), in(a, 1), in(a, 2), out(a, 3), f32(a, 4) EMU_ALIBI(a, 5) EMU_BIAS(a, 5)
-              EMU_SINKS(a, 5), params_of(p));
+    flash_fwd(in(a, 0), in(a, 1), in(a, 2), static_cast<out_t *>(a[3]), f32(a, 4)
+              EMU_ALIBI(a, 5) EMU_BIAS(a, 5) EMU_SINKS(a, 5) EMU_SEQ(a, fwd_mods),
+              params_of(p));
 }
 void bwd_pre(void *const *a, const void *p)
 {
-    flash_bwd_pre(in(a, 0), in(a, 1), f32(a, 2), params_of(p));
+    flash_bwd_pre(in(a, 0), in(a, 1), f32(a, 2) EMU_SEQ(a, 3), params_of(p));
 }
 void bwd_dkdv(void *const *a, const void *p)
 {
     flash_bwd_dkdv(in(a, 0), in(a, 1), in(a, 2), f32(a, 3), in(a, 4), f32(a, 5), out(a, 6),
-                   out(a, 7) EMU_ALIBI(a, 8) EMU_BIAS(a, 8), params_of(p));
+                   out(a, 7) EMU_ALIBI(a, 8) EMU_BIAS(a, 8)
+                       EMU_SEQ(a, 8 + has_alibi + has_bias),
+                   params_of(p));
 }
 void bwd_dq(void *const *a, const void *p)
 {
     flash_bwd_dq(in(a, 0), in(a, 1), in(a, 2), f32(a, 3), in(a, 4), f32(a, 5), out(a, 6)
-                 EMU_ALIBI(a, 7) EMU_BIAS(a, 7), params_of(p));
+                 EMU_ALIBI(a, 7) EMU_BIAS(a, 7) EMU_SEQ(a, 7 + has_alibi + has_bias),
+                 params_of(p));
 }
 #if FEATURES & FA_FEATURE_SINKS
 void bwd_dsinks(void *const *a, const void *p)
 {
-    flash_bwd_dsinks(f32(a, 0), f32(a, 1), f32(a, 2), f32(a, 3), params_of(p));
+    flash_bwd_dsinks(f32(a, 0), f32(a, 1), f32(a, 2), f32(a, 3) EMU_SEQ(a, 4), params_of(p));
 }
 #endif
+void merge(void *const *a, const void *p)
+{
+    flash_merge(static_cast<const part_t *>(a[0]), f32(a, 1), out(a, 2), f32(a, 3)
+                EMU_SEQ(a, 4), params_of(p));
+}
 
 /* The spelling of fa__variant_defines (src/ops.c), so the test finds this configuration. */
 const char options[] = "-DHEAD_DIM=" FA_EMU_STR(HEAD_DIM) " -DBLOCK_R=" FA_EMU_STR(BLOCK_R)
                        " -DBLOCK_C=" FA_EMU_STR(BLOCK_C) " -DDTYPE=" FA_EMU_STR(DTYPE)
                        " -DMASK=" FA_EMU_STR(MASK) " -DWG_SIZE=" FA_EMU_STR(WG_SIZE)
                        " -DTPR=" FA_EMU_STR(TPR) " -DMMA=" FA_EMU_STR(MMA)
-                       FA_EMU_FEATURE_OPTIONS;
+                       FA_EMU_FEATURE_OPTIONS FA_EMU_SEQ_OPTIONS FA_EMU_SPLIT_OPTIONS
+                       FA_EMU_PARTS_OPTIONS;
 
 const fa_emu_kernel entries[] = {
-    {"flash_fwd", options, WG_SIZE, smem, sizeof smem, fwd,
-     5 + has_alibi + has_bias + has_sinks},
-    {"flash_bwd_pre", options, WG_SIZE, smem, sizeof smem, bwd_pre, 3},
-    {"flash_bwd_dkdv", options, WG_SIZE, smem, sizeof smem, bwd_dkdv, 8 + has_alibi + has_bias},
-    {"flash_bwd_dq", options, WG_SIZE, smem, sizeof smem, bwd_dq, 7 + has_alibi + has_bias},
+    {"flash_fwd", options, WG_SIZE, smem, sizeof smem, fwd, fwd_mods + seq_count},
+    {"flash_bwd_pre", options, WG_SIZE, smem, sizeof smem, bwd_pre, 3 + seq_count},
+    {"flash_bwd_dkdv", options, WG_SIZE, smem, sizeof smem, bwd_dkdv,
+     8 + has_alibi + has_bias + seq_count},
+    {"flash_bwd_dq", options, WG_SIZE, smem, sizeof smem, bwd_dq,
+     7 + has_alibi + has_bias + seq_count},
 #if FEATURES & FA_FEATURE_SINKS
-    {"flash_bwd_dsinks", options, WG_SIZE, smem, sizeof smem, bwd_dsinks, 4},
+    {"flash_bwd_dsinks", options, WG_SIZE, smem, sizeof smem, bwd_dsinks, 4 + seq_count},
 #endif
+    {"flash_merge", options, WG_SIZE, smem, sizeof smem, merge, 4 + seq_count},
 };
 
 struct registrar {

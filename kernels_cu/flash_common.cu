@@ -1,0 +1,214 @@
+/*
+ * flash_common.cu - what every CUDA kernel file builds on (compiled at run time by NVRTC, first
+ * in each program): the tunables with their defaults, the checks on them, the storage type and
+ * its f32 conversions, the row groups' warp reductions, the tile copy, and the sequences (-DSEQ:
+ * varlen rows, per-sequence key counts, paged K/V) with the buffers a launch passes for them.
+ * flash_fwd.cu (and flash_bwd.cu on it), flash_bwd_rows.cu and flash_merge.cu include it when
+ * compiled alone (with -I kernels_cu -I src); the host prepends kernel_params.h and this file
+ * (backends/cuda/cuda_module.c).
+ * No CUDA header is included: NVRTC compiles without -I; f16 goes through PTX cvt, bf16 through
+ * bit shifts. FA_EMULATED is the host emulator's (tests/cuda_emu): it supplies the PTX pieces
+ * (f16 conversions, mma) in software so the test suite can run the kernels without a GPU.
+ */
+#ifndef FA_KERNEL_PARAMS_H
+#include "kernel_params.h"
+#endif
+#define FA_FLASH_COMMON_CU /* the other kernel files build on this one */
+
+#ifndef HEAD_DIM
+#define HEAD_DIM 64 /* d: elements per row of Q, K, V, O */
+#endif
+#ifndef BLOCK_R
+#define BLOCK_R 64 /* Br: query rows per block */
+#endif
+#ifndef BLOCK_C
+#define BLOCK_C 64 /* Bc: keys per K/V tile */
+#endif
+#ifndef DTYPE
+#define DTYPE 0 /* storage: 0 f32, 1 f16, 2 bf16 */
+#endif
+#ifndef MASK
+#define MASK 0 /* fa_mask: 0 none, 1 causal top-left, 2 causal bottom-right */
+#endif
+#ifndef MMA
+#define MMA 0 /* 1: the tensor-core path */
+#endif
+#ifndef TPR
+#define TPR 4 /* threads per query row (CUDA cores) or lanes per fragment row group (MMA) */
+#endif
+#ifndef FEATURES
+#define FEATURES 0 /* FA_FEATURE_* bits: the score modifiers and dropout compiled in */
+#endif
+#ifndef BIAS_DTYPE
+#define BIAS_DTYPE 0 /* the bias's fa_dtype (FA_FEATURE_BIAS): 0 f32, else DTYPE */
+#endif
+#ifndef SEQ
+#define SEQ 0 /* FA_SEQ_* bits: varlen, seqlens_k, paged K/V */
+#endif
+/* The host's name is TPR (its -D option); the kernel reads this one. */
+#define THREADS_PER_ROW TPR
+#ifndef WG_SIZE
+#if MMA
+#define WG_SIZE (BLOCK_R * 2) /* threads per block: one warp (32) per 16 rows */
+#else
+#define WG_SIZE (BLOCK_R * THREADS_PER_ROW) /* threads per block */
+#endif
+#endif
+
+static_assert(sizeof(fa_kernel_params) == 504, "fa_kernel_params must match the C layout");
+static_assert(TPR >= 1 && TPR <= 32 && (TPR & (TPR - 1)) == 0, "TPR: a power of two <= 32");
+#if MMA
+static_assert(DTYPE != 0, "the tensor-core path takes f16 or bf16");
+static_assert(TPR == 4, "MMA: a fragment row is shared by the 4 lanes of a quad");
+static_assert(HEAD_DIM % 16 == 0 && BLOCK_R % 16 == 0 && BLOCK_C % 16 == 0,
+              "MMA: d, Br and Bc must be multiples of 16");
+static_assert(WG_SIZE == BLOCK_R * 2, "MMA: WG_SIZE must be one warp per 16 rows");
+#else
+static_assert(WG_SIZE == BLOCK_R * TPR, "WG_SIZE must be BLOCK_R * TPR");
+#endif
+static_assert(BIAS_DTYPE == 0 || BIAS_DTYPE == DTYPE, "BIAS_DTYPE: f32 or the storage type");
+
+#define LN2 0.69314718055994530942f
+#define LOG2E 1.44269504088896340736f
+#define NEG_INF __int_as_float(0xff800000)
+
+typedef long long i64;
+
+/* ---- storage type: raw copies global -> shared, f32 conversion on loads from shared ------- */
+/* to_f32: one stored element as f32; to_store: f32 to the storage type, rounding to nearest
+ * even. */
+#if DTYPE == 0
+typedef float store_t;
+__device__ __forceinline__ float to_f32(store_t v) { return v; }
+__device__ __forceinline__ store_t to_store(float v) { return v; }
+#elif DTYPE == 1
+typedef unsigned short store_t; /* IEEE half bits */
+#ifdef FA_EMULATED
+__device__ __forceinline__ float to_f32(store_t v) { return fa_emu_f16_to_f32(v); }
+__device__ __forceinline__ store_t to_store(float v) { return fa_emu_f32_to_f16(v); }
+#else
+__device__ __forceinline__ float to_f32(store_t v)
+{
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v));
+    return f;
+}
+__device__ __forceinline__ store_t to_store(float v)
+{
+    store_t h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v)); /* round to nearest even */
+    return h;
+}
+#endif
+#else
+typedef unsigned short store_t; /* bf16 bits: the upper half of a binary32 */
+__device__ __forceinline__ float to_f32(store_t v) { return __int_as_float((int)v << 16); }
+__device__ __forceinline__ store_t to_store(float v)
+{
+    unsigned u = (unsigned)__float_as_int(v);
+    if (v != v)
+        return (store_t)((u >> 16) | 0x40u); /* keep NaN a (quiet) NaN, not an infinity */
+    return (store_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16); /* round to nearest even */
+}
+#endif
+
+/* ---- shared by both paths ------------------------------------------------------------------ */
+
+/* The lanes of this thread's row group: THREADS_PER_ROW consecutive lanes of one warp, as a
+ * shuffle mask (lane l is bit l). */
+__device__ __forceinline__ unsigned row_lanes()
+{
+    unsigned lane = threadIdx.x & 31u;
+    unsigned group = THREADS_PER_ROW == 32 ? 0xffffffffu : ((1u << THREADS_PER_ROW) - 1u);
+    return group << (lane & ~(unsigned)(THREADS_PER_ROW - 1));
+}
+
+/* Butterfly max / sum over the THREADS_PER_ROW lanes of a row (offsets TPR/2, ..., 1): every
+ * lane gets the same (bitwise) value. */
+__device__ __forceinline__ float row_max(float v, unsigned lanes)
+{
+    for (int off = THREADS_PER_ROW / 2; off > 0; off /= 2)
+        v = fmaxf(v, __shfl_xor_sync(lanes, v, off, THREADS_PER_ROW));
+    return v;
+}
+
+__device__ __forceinline__ float row_sum(float v, unsigned lanes)
+{
+    for (int off = THREADS_PER_ROW / 2; off > 0; off /= 2)
+        v += __shfl_xor_sync(lanes, v, off, THREADS_PER_ROW);
+    return v;
+}
+
+/* Copies rows [row0, row0 + rows) of a [seq, d] slice (row stride `stride`) into a shared tile,
+ * zero past `seq`. Element idx = r * d + x of the rows x d block, r in [0, rows), x in [0, d):
+ * transposed, tile[x * rows + r] (d x rows), else tile[idx] (rows x d). */
+__device__ void load_tile(store_t *tile, const store_t *src, i64 row0, i64 seq, i64 stride,
+                          int rows, bool transposed)
+{
+    for (int idx = (int)threadIdx.x; idx < rows * HEAD_DIM; idx += WG_SIZE) {
+        int r = idx / HEAD_DIM, x = idx - r * HEAD_DIM;
+        i64 row = row0 + r;
+        store_t val = row < seq ? src[row * stride + x] : (store_t)0;
+        tile[transposed ? x * rows + r : idx] = val;
+    }
+}
+
+/* ---- sequences (SEQ: FA_SEQ_* bits; kernel_params.h's fa_seq_of, fa_key_row, fa_lse_index) - */
+
+/* The sequence buffers of a launch, in the host's order (src/ops.c add_seq_args) after its
+ * modifier tensors: those of the SEQ bits compiled in; absent ones are null here. */
+struct seq_args {
+    const int *cu_seqlens_q, *cu_seqlens_k; /* FA_SEQ_VARLEN: int32 [B + 1] */
+    const int *seqlens_k;                   /* FA_SEQ_SEQLENS_K: int32 [B] */
+    const int *block_table;                 /* FA_SEQ_PAGED: int32 [B, pages_per_seq] */
+};
+#if SEQ & FA_SEQ_VARLEN
+#define VARLEN_PARAM const int *__restrict__ cu_seqlens_q, const int *__restrict__ cu_seqlens_k,
+#define VARLEN_ARGS cu_seqlens_q, cu_seqlens_k
+#else
+#define VARLEN_PARAM
+#define VARLEN_ARGS nullptr, nullptr
+#endif
+#if SEQ & FA_SEQ_SEQLENS_K
+#define SEQLENS_K_PARAM const int *__restrict__ seqlens_k,
+#define SEQLENS_K_ARG seqlens_k
+#else
+#define SEQLENS_K_PARAM
+#define SEQLENS_K_ARG nullptr
+#endif
+#if SEQ & FA_SEQ_PAGED
+#define BLOCK_TABLE_PARAM const int *__restrict__ block_table,
+#define BLOCK_TABLE_ARG block_table
+#else
+#define BLOCK_TABLE_PARAM
+#define BLOCK_TABLE_ARG nullptr
+#endif
+/* An entry point's sequence parameters (before the params struct) and their seq_args. */
+#define SEQ_PARAM VARLEN_PARAM SEQLENS_K_PARAM BLOCK_TABLE_PARAM
+#define SEQ_ARGS {VARLEN_ARGS, SEQLENS_K_ARG, BLOCK_TABLE_ARG}
+
+/* Sequence b of the launch: where its rows (q_start) and keys (k_start) start in the packed
+ * tensors, and its own seqlen_q and seqlen_k (the params' without SEQ). */
+__device__ __forceinline__ fa_seq seq_of(const seq_args &a, const fa_kernel_params &p, i64 b)
+{
+    return fa_seq_of(&p, SEQ, a.cu_seqlens_q, a.cu_seqlens_k, a.seqlens_k, b);
+}
+
+/* The launch's params with sequence s's own lengths, so that every mask, window, ALiBi and
+ * bottom-right rule applies per sequence. */
+__device__ __forceinline__ fa_kernel_params seq_params(const fa_kernel_params &p_in,
+                                                       const fa_seq &s)
+{
+    fa_kernel_params p = p_in;
+    p.seqlen_q = s.seqlen_q;
+    p.seqlen_k = s.seqlen_k;
+    return p;
+}
+
+/* Declares p, the params of a work item of sequence s: seq_params with SEQ; without, p_in itself,
+ * so a plain build is unchanged. */
+#if SEQ
+#define SEQ_PARAMS(p, p_in, s) const fa_kernel_params p = seq_params(p_in, s)
+#else
+#define SEQ_PARAMS(p, p_in, s) const fa_kernel_params &p = p_in
+#endif
