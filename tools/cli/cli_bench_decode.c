@@ -467,7 +467,7 @@ static void print_row(const decode_run *r, int64_t batch, int64_t sk, int v,
 {
     static const char *const words[] = {"", "OOM", "skip", "error"};
     const decode_variant *var = &r->vars[v];
-    char layout[24] = "contig", splits[24], ms[24], tok[24] = "-", gbs[24] = "-", pct[24] = "-",
+    char layout[32] = "contig", splits[24], ms[24], tok[24] = "-", gbs[24] = "-", pct[24] = "-",
          speed[24] = "-";
     double bytes = (double)batch * (double)sk * (double)r->a.heads_kv * (double)r->a.dim * 2.0 *
                    (double)fa_dtype_size(r->a.dtype);
