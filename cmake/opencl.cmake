@@ -9,7 +9,8 @@ set(FLASHATTN_OPENCL_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/../backends/opencl/opencl.c
   ${CMAKE_CURRENT_LIST_DIR}/../backends/opencl/cl_device.c
   ${CMAKE_CURRENT_LIST_DIR}/../backends/opencl/cl_program.c
-  ${CMAKE_CURRENT_LIST_DIR}/../backends/opencl/cl_interop.c)
+  ${CMAKE_CURRENT_LIST_DIR}/../backends/opencl/cl_interop.c
+  ${CMAKE_CURRENT_LIST_DIR}/../backends/opencl/cl_profiles.c)
 
 include(${CMAKE_CURRENT_LIST_DIR}/embed_text.cmake)
 

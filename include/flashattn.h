@@ -180,6 +180,12 @@ typedef struct fa_device_props {
     uint32_t fp16;                /* 1 when the device computes natively in fp16 */
     uint32_t bf16;                /* 1 when the device computes natively in bf16 */
     char arch[32];                /* architecture tag, e.g. "sm_90"; empty when none */
+    uint32_t gpu;                 /* 1 for a GPU: every CUDA device, an OpenCL device of
+                                     CL_DEVICE_TYPE_GPU; 0 for CPUs and accelerators */
+    uint32_t local_mem_global;    /* 1 when the on-chip memory is global memory in disguise
+                                     (OpenCL CL_DEVICE_LOCAL_MEM_TYPE = CL_GLOBAL, as on Mali) */
+    uint32_t wg_multiple;         /* work-items the device runs in lockstep (warp, wavefront,
+                                     SIMD width): work-groups should be a multiple; 0 unknown */
 } fa_device_props;
 
 /*
@@ -225,12 +231,14 @@ FA_API fa_status fa_context_create(fa_context **out, const fa_context_options *o
                                    size_t why_size);
 /*
  * Creates a planning-only context: the known properties of an architecture stand in for a device
- * this machine need not have ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90" on FA_BACKEND_CUDA), so
+ * this machine need not have ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90" on FA_BACKEND_CUDA;
+ * the GPU profiles "amd-gfx90a", "amd-gfx1030", "intel-xe", "nvidia-sm80", "mali-g710",
+ * "adreno-740" on FA_BACKEND_OPENCL, with the properties those devices' drivers report), so
  * fa_plan_create, the plan queries and fa_plan_explain answer as on that device. No kernel is
  * built; buffers and fa_forward return FA_STATUS_BACKEND_UNAVAILABLE.
  * Returns FA_STATUS_NULL_POINTER (out or arch NULL), INVALID_ARGUMENT (an unknown architecture;
  * why lists the known ones, or a value that is not a backend), UNSUPPORTED (a backend with no
- * known architectures: cpu, opencl), BACKEND_UNAVAILABLE (not built in) or OUT_OF_MEMORY. On
+ * known architectures: cpu), BACKEND_UNAVAILABLE (not built in) or OUT_OF_MEMORY. On
  * failure *out is NULL and the reason is in `why` when given.
  */
 FA_API fa_status fa_context_create_planning(fa_context **out, fa_backend backend,

@@ -90,6 +90,12 @@ typedef struct fa__plan_rules {
     int32_t backward_launches;
     int32_t split_kv;       /* 1: the planner may split a forward's keys to fill the device
                                (kv_splits overrides apply either way) */
+    uint64_t sram_budget;   /* 0: all of the device's on-chip memory; else the tiles' budget
+                               (less, so several work-groups stay resident on a GPU) */
+    const char *budget_note; /* why that budget, for the explanation */
+    uint32_t min_work_group; /* 0: none; else Br is raised so a work-group has at least this
+                                many items, shrinking Bc to make room (never past an override,
+                                the sequence or the budget) */
 } fa__plan_rules;
 
 typedef struct fa__tiles {

@@ -10,7 +10,13 @@
 #ifndef FA_KERNEL_PARAMS_H
 #define FA_KERNEL_PARAMS_H
 
-#if defined(__OPENCL_VERSION__)
+/* OpenCL C: a runtime's compiler defines __OPENCL_VERSION__, a plain clang -x cl (the GPU
+ * compile check, tools/cl_gpu_check.sh) only __OPENCL_C_VERSION__. */
+#if defined(__OPENCL_VERSION__) || defined(__OPENCL_C_VERSION__)
+#define FA_KP_OPENCL 1
+#endif
+
+#if defined(FA_KP_OPENCL)
 typedef long fa_kp_i64;
 typedef int fa_kp_i32;
 typedef ulong fa_kp_u64;
@@ -225,7 +231,7 @@ FA_KP_FN void fa_dropout_words(const fa_kernel_params *p, fa_kp_i64 b, fa_kp_i64
 }
 
 /* The buffers the SEQ bits read are global memory in OpenCL C. */
-#if defined(__OPENCL_VERSION__)
+#if defined(FA_KP_OPENCL)
 #define FA_KP_GLOBAL __global
 #else
 #define FA_KP_GLOBAL

@@ -139,7 +139,7 @@ static fa_status fit_sram(plan_state *s, uint64_t sram, int64_t d, size_t elem, 
 /* Raises Br towards the kernel's preferred rows per work-group where everything still fits at
  * the fitted Bc: more rows share each K/V tile load. Overrides are never changed. */
 static void raise_br(plan_state *s, const fa__plan_rules *rules, const fa_device_props *dev,
-                     const fa_problem *p, int64_t d, size_t elem, int64_t m)
+                     const fa_problem *p, uint64_t sram, int64_t d, size_t elem, int64_t m)
 {
     int64_t want = rules->min_block_r, sq = p->seqlen_q > 1 ? p->seqlen_q : 1;
     if (s->override_r || want <= s->br)
@@ -150,7 +150,7 @@ static void raise_br(plan_state *s, const fa__plan_rules *rules, const fa_device
         want = rules->max_block_r;
     if (rules->items_per_row > 0 && want > (int64_t)(dev->max_work_group_size / rules->items_per_row))
         want = dev->max_work_group_size / rules->items_per_row;
-    uint64_t fit = br_that_fits(s, dev->sram_bytes, d, elem);
+    uint64_t fit = br_that_fits(s, sram, d, elem);
     if (want > (int64_t)fit)
         want = (int64_t)fit;
     want = round_down(want, m);
@@ -164,9 +164,45 @@ static void raise_br(plan_state *s, const fa__plan_rules *rules, const fa_device
     s->br = want;
 }
 
-static void paper_rule(plan_state *s, const fa_device_props *dev, int64_t d, size_t elem)
+/* Raises Br to the rules' smallest work-group (GPUs: a few warps or wavefronts per
+ * work-group), shrinking Bc so the taller Q tile fits: fewer keys per tile cost a little
+ * reuse, a work-group of 8-40 items leaves most of a GPU's lanes idle. Stops at overrides, the
+ * sequence, the work-group limit and the budget; says so when the floor is out of reach. */
+static void raise_to_floor(plan_state *s, const fa__plan_rules *rules, const fa_device_props *dev,
+                           const fa_problem *p, uint64_t sram, int64_t d, size_t elem, int64_t m)
 {
-    uint64_t m = dev->sram_bytes / elem;
+    if (rules->min_work_group == 0 || rules->items_per_row == 0 || s->override_r)
+        return;
+    int64_t want = (rules->min_work_group + rules->items_per_row - 1) / rules->items_per_row;
+    want = (want + m - 1) / m * m;
+    int64_t sq = p->seqlen_q > 1 ? p->seqlen_q : 1;
+    if (s->br >= want || sq < want ||
+        want > (int64_t)(dev->max_work_group_size / rules->items_per_row))
+        return;
+    int64_t br = s->br, bc = s->bc;
+    s->br = want;
+    int64_t fit = s->override_c ? (fa__tile_bytes(s->f, want, bc, d, elem) <= sram ? bc : 0)
+                                : round_down((int64_t)bc_that_fits(s, sram, d, elem), m);
+    if (fit < 1) {
+        s->br = br;
+        fa__append(s->explain, s->explain_size,
+                   "Br stays %lld: %u work-items per work-group need Br = %lld, whose tiles "
+                   "do not fit in %llu bytes even at Bc = %lld\n",
+                   (long long)br, (unsigned)rules->min_work_group, (long long)want,
+                   (unsigned long long)sram, (long long)(s->override_c ? bc : m));
+        return;
+    }
+    s->bc = fit < bc ? fit : bc;
+    fa__append(s->explain, s->explain_size,
+               "Br %lld -> %lld, Bc %lld -> %lld: at least %u work-items per work-group (a "
+               "GPU runs %u in lockstep), Bc shrunk so the taller tiles fit\n",
+               (long long)br, (long long)want, (long long)bc, (long long)s->bc,
+               (unsigned)rules->min_work_group, (unsigned)dev->wg_multiple);
+}
+
+static void paper_rule(plan_state *s, uint64_t sram, int64_t d, size_t elem)
+{
+    uint64_t m = sram / elem;
     uint64_t bc = (m + 4 * (uint64_t)d - 1) / (4 * (uint64_t)d);
     if (bc < 1)
         bc = 1; /* less than one element of memory: the fit below reports it */
@@ -177,7 +213,7 @@ static void paper_rule(plan_state *s, const fa_device_props *dev, int64_t d, siz
     fa__append(s->explain, s->explain_size,
                "M = %llu bytes / %zu = %llu elements; Bc = ceil(M / 4d) = %lld, "
                "Br = min(Bc, d) = %lld (d = %lld)\n",
-               (unsigned long long)dev->sram_bytes, elem, (unsigned long long)m,
+               (unsigned long long)sram, elem, (unsigned long long)m,
                (long long)s->bc, (long long)s->br, (long long)d);
 }
 
@@ -240,9 +276,17 @@ fa_status fa__plan_tiles(const fa_device_props *dev, const fa__plan_rules *rules
     plan_state s = {0, 0, &rules->onchip, false, false, explain, explain_size, why, why_size};
     size_t elem = fa_dtype_size(p->dtype);
     int64_t d = p->head_dim, m = rules->tile_multiple > 0 ? rules->tile_multiple : 1;
+    /* The budget guides the planner's own choice; overrides may use the whole memory. */
+    bool budget = rules->sram_budget > 0 && rules->sram_budget < dev->sram_bytes &&
+                  p->block_r == 0 && p->block_c == 0;
+    uint64_t sram = budget ? rules->sram_budget : dev->sram_bytes;
     if (explain && explain_size)
         explain[0] = '\0';
-    paper_rule(&s, dev, d, elem);
+    if (sram < dev->sram_bytes)
+        fa__append(explain, explain_size, "on-chip budget %llu of %llu bytes: %s\n",
+                   (unsigned long long)sram, (unsigned long long)dev->sram_bytes,
+                   rules->budget_note ? rules->budget_note : "the backend's rule");
+    paper_rule(&s, sram, d, elem);
     apply_overrides(&s, p);
     clamp_to_sequences(&s, p);
     fa_status st = cap(&s, true, rules->max_block_r, "the kernel's largest Br");
@@ -258,10 +302,11 @@ fa_status fa__plan_tiles(const fa_device_props *dev, const fa__plan_rules *rules
     if (st == FA_STATUS_OK)
         st = align(&s, false, m);
     if (st == FA_STATUS_OK)
-        st = fit_sram(&s, dev->sram_bytes, d, elem, m);
+        st = fit_sram(&s, sram, d, elem, m);
     if (st != FA_STATUS_OK)
         return st;
-    raise_br(&s, rules, dev, p, d, elem, m);
+    raise_br(&s, rules, dev, p, sram, d, elem, m);
+    raise_to_floor(&s, rules, dev, p, sram, d, elem, m);
     out->block_r = (int32_t)s.br;
     out->block_c = (int32_t)s.bc;
     out->work_group_size = rules->items_per_row > 0 ? (int32_t)(s.br * rules->items_per_row) : 1;
@@ -270,7 +315,7 @@ fa_status fa__plan_tiles(const fa_device_props *dev, const fa__plan_rules *rules
     fa__append(explain, explain_size,
                "plan: Br = %d, Bc = %d, work-group size %d, %llu of %llu on-chip bytes\n",
                (int)out->block_r, (int)out->block_c, (int)out->work_group_size,
-               (unsigned long long)out->sram_bytes, (unsigned long long)dev->sram_bytes);
+               (unsigned long long)out->sram_bytes, (unsigned long long)sram);
     return FA_STATUS_OK;
 }
 

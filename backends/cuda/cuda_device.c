@@ -31,10 +31,12 @@ fa_status fa__cu_device_count(int *count, char *why, size_t why_size)
     return FA_STATUS_OK;
 }
 
-/* fp16 arithmetic from sm_53, bf16 from sm_80. */
+/* fp16 arithmetic from sm_53, bf16 from sm_80; every CUDA device is a GPU of 32-thread warps. */
 static void arch_caps(int major, int minor, fa_device_props *out)
 {
     int cc = major * 10 + minor;
+    out->gpu = 1;
+    out->wg_multiple = 32;
     out->fp16 = cc >= 53 ? 1 : 0;
     out->bf16 = cc >= 80 ? 1 : 0;
     fa__format(out->arch, sizeof out->arch, "sm_%d%d", major, minor);

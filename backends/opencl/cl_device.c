@@ -350,11 +350,15 @@ static fa_status device_numbers(cl_device_id device, fa_device_props *out, char 
     cl_ulong local = 0, global = 0;
     size_t wg = 0, items[3] = {0, 0, 0};
     cl_uint units = 0;
+    cl_device_type type = 0;
+    cl_device_local_mem_type local_type = CL_LOCAL;
     const device_query q[] = {FA_CL_QUERY(CL_DEVICE_LOCAL_MEM_SIZE, local),
                               FA_CL_QUERY(CL_DEVICE_GLOBAL_MEM_SIZE, global),
                               FA_CL_QUERY(CL_DEVICE_MAX_WORK_GROUP_SIZE, wg),
                               FA_CL_QUERY(CL_DEVICE_MAX_WORK_ITEM_SIZES, items),
-                              FA_CL_QUERY(CL_DEVICE_MAX_COMPUTE_UNITS, units)};
+                              FA_CL_QUERY(CL_DEVICE_MAX_COMPUTE_UNITS, units),
+                              FA_CL_QUERY(CL_DEVICE_TYPE, type),
+                              FA_CL_QUERY(CL_DEVICE_LOCAL_MEM_TYPE, local_type)};
     const char *failed = "";
     cl_int err = run_queries(device, q, sizeof q / sizeof q[0], &failed);
     if (err != CL_SUCCESS) {
@@ -369,7 +373,30 @@ static fa_status device_numbers(cl_device_id device, fa_device_props *out, char 
     out->global_mem_bytes = global;
     out->max_work_group_size = wg > UINT32_MAX ? UINT32_MAX : (uint32_t)wg;
     out->compute_units = units;
+    out->gpu = (type & CL_DEVICE_TYPE_GPU) ? 1 : 0;
+    out->local_mem_global = local_type == CL_GLOBAL ? 1 : 0;
     return FA_STATUS_OK;
+}
+
+/* The vendor extensions' attribute names (cl_ext.h has them only in newer headers). */
+#define FA_CL_DEVICE_WARP_SIZE_NV 0x4003
+#define FA_CL_DEVICE_WAVEFRONT_WIDTH_AMD 0x4043
+
+/* The lockstep width where a vendor extension reports it (NVIDIA's warp, AMD's wavefront);
+ * other devices name it only per compiled kernel (CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE),
+ * so it stays 0, unknown. A failed query of an advertised extension also leaves 0: the width
+ * only guides the plan. */
+static uint32_t lockstep_width(cl_device_id device, const char *extensions)
+{
+    cl_uint width = 0;
+    cl_device_info what = 0;
+    if (has_extension(extensions, "cl_nv_device_attribute_query"))
+        what = FA_CL_DEVICE_WARP_SIZE_NV;
+    else if (has_extension(extensions, "cl_amd_device_attribute_query"))
+        what = FA_CL_DEVICE_WAVEFRONT_WIDTH_AMD;
+    if (what && clGetDeviceInfo(device, what, sizeof width, &width, NULL) != CL_SUCCESS)
+        width = 0;
+    return width;
 }
 
 fa_status fa__cl_device_props(cl_device_id device, fa_device_props *out, char *why,
@@ -391,8 +418,10 @@ fa_status fa__cl_device_props(cl_device_id device, fa_device_props *out, char *w
             fa__format(out->name, sizeof out->name, "%s", s);
         else if (i == 1)
             fa__format(out->vendor, sizeof out->vendor, "%s", s);
-        else
+        else {
             out->fp16 = has_extension(s, "cl_khr_fp16") ? 1 : 0;
+            out->wg_multiple = lockstep_width(device, s);
+        }
         free(s);
     }
     out->bf16 = 0; /* OpenCL 1.2 has no bf16 arithmetic; the kernel converts with bit shifts */

@@ -134,6 +134,8 @@ static fa_status wrap_mem(fa_context *ctx, cl_mem mem, size_t offset, size_t byt
 static fa_status check_mem(fa_context *ctx, cl_mem mem, size_t offset, size_t bytes)
 {
     fa__cl_state *s = ctx->state;
+    if (!s)
+        return fa__cl_no_device(ctx);
     cl_context mctx = NULL;
     cl_mem_object_type type = 0;
     size_t size = 0;

@@ -9,6 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+fa_status fa__cl_no_device(fa_context *ctx)
+{
+    return fa__error(ctx, FA_STATUS_BACKEND_UNAVAILABLE,
+                     "OpenCL: this context only plans for the \"%s\" profile; it has no device",
+                     ctx->props.arch);
+}
+
 static fa_status cl_device_count(int *count, char *why, size_t why_size)
 {
     fa__cl_lock();
@@ -49,6 +56,26 @@ static void backward_rules(const fa_device_props *dev, fa__plan_rules *rules)
 }
 
 /*
+ * On a GPU a compute unit hides memory latency by switching between resident work-groups, and a
+ * work-group narrower than a few warps or wavefronts leaves lanes idle. So the tiles get half
+ * the local memory (two work-groups resident; where local memory is global memory, as on Mali,
+ * it limits no residency and the whole is theirs), and the forward's work-group has at least
+ * 64 items, or the device's lockstep width when wider: Br is raised and Bc shrunk to fit. The
+ * backward's dK/dV pass runs one item per key, so its work-group follows Bc, not the floor.
+ * CPUs (pocl) keep every rule as it was: one work-group per core, all of the memory.
+ */
+static void gpu_rules(const fa_device_props *dev, fa__op op, fa__plan_rules *rules)
+{
+    if (!dev->local_mem_global) {
+        rules->sram_budget = dev->sram_bytes / 2;
+        rules->budget_note = "half the local memory, so two work-groups stay resident per "
+                             "compute unit";
+    }
+    if (op == FA__OP_FORWARD)
+        rules->min_work_group = dev->wg_multiple > 64 ? dev->wg_multiple : 64;
+}
+
+/*
  * The kernel runs one work-item per query row (items_per_row 1, so a work-group is Br items)
  * and loads its tiles with the whole work-group. Key loops use float8 when Bc is a multiple
  * of 8, so Br and Bc above 8 are rounded to multiples of 8 (tile_multiple), which also matches
@@ -74,6 +101,8 @@ static void cl_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__o
     rules->max_block_r = 0;
     rules->min_block_r = 256;
     rules->split_kv = 1; /* many compute units: a short grid leaves them idle */
+    if (dev->gpu)
+        gpu_rules(dev, op, rules);
     if (op == FA__OP_BACKWARD)
         backward_rules(dev, rules);
 }
@@ -166,6 +195,8 @@ static fa_status touch(fa_context *ctx, fa__cl_state *s, cl_mem m, size_t bytes)
 static fa_status cl_buffer_alloc(fa_context *ctx, size_t bytes, void **mem)
 {
     fa__cl_state *s = ctx->state;
+    if (!s)
+        return fa__cl_no_device(ctx);
     if ((cl_ulong)bytes > s->max_alloc)
         return fa__error(ctx, FA_STATUS_OUT_OF_MEMORY,
                          "OpenCL: %zu bytes exceed the device's largest allocation "
@@ -196,6 +227,8 @@ static fa_status cl_buffer_write(fa_context *ctx, void *mem, size_t offset, cons
                                  size_t bytes)
 {
     fa__cl_state *s = ctx->state;
+    if (!s)
+        return fa__cl_no_device(ctx);
     cl_int err = clEnqueueWriteBuffer(s->queue, (cl_mem)mem, CL_TRUE, offset, bytes, src, 0,
                                       NULL, NULL);
     return err == CL_SUCCESS ? FA_STATUS_OK : fa__cl_fail(ctx, err, "clEnqueueWriteBuffer");
@@ -205,6 +238,8 @@ static fa_status cl_buffer_read(fa_context *ctx, void *mem, size_t offset, void 
                                 size_t bytes)
 {
     fa__cl_state *s = ctx->state;
+    if (!s)
+        return fa__cl_no_device(ctx);
     cl_int err = clEnqueueReadBuffer(s->queue, (cl_mem)mem, CL_TRUE, offset, bytes, dst, 0,
                                      NULL, NULL);
     return err == CL_SUCCESS ? FA_STATUS_OK : fa__cl_fail(ctx, err, "clEnqueueReadBuffer");
@@ -215,7 +250,7 @@ static fa_status cl_buffer_read(fa_context *ctx, void *mem, size_t offset, void 
 static fa_status cl_problem_check(fa_context *ctx, const fa_problem *p)
 {
     fa__cl_state *s = ctx->state;
-    if (!s->compiler)
+    if (s && !s->compiler)
         return fa__error(ctx, FA_STATUS_UNSUPPORTED,
                          "OpenCL device \"%s\" has no OpenCL C compiler "
                          "(CL_DEVICE_COMPILER_AVAILABLE is false)",
@@ -235,8 +270,11 @@ static fa_status cl_launch_prepare(fa_context *ctx, fa_plan *plan, fa__launch *l
     (void)plan;
     fa__cl_state *s = ctx->state;
     /* float16 where the device prefers it (pocl on AVX-512: 512-bit FMAs, about 10% faster
-     * measured, where float8 gave only 256-bit ones); otherwise float8, as every device had. */
-    launch->variant.vector_width = s->vector_width >= 16 ? 16 : 8;
+     * measured, where float8 gave only 256-bit ones); otherwise float8, as every device had
+     * (the GPU profiles report a preferred width of 1). */
+    launch->variant.vector_width = s && s->vector_width >= 16 ? 16 : 8;
+    if (!s)
+        return FA_STATUS_OK; /* planning only: nothing to build for a device that is not here */
     char options[320] = "-cl-std=CL1.2 ";
     size_t used = strlen(options);
     fa__variant_defines(&launch->variant, "-D ", options + used, sizeof options - used);
@@ -265,6 +303,8 @@ static fa_status cl_launch(fa_context *ctx, const fa_plan *plan, const fa__launc
 {
     (void)plan;
     fa__cl_state *s = ctx->state;
+    if (!s)
+        return fa__cl_no_device(ctx);
     const fa__cl_program *e = launch->backend_data;
     cl_int err = CL_SUCCESS;
     cl_uint n = (cl_uint)launch->n_args;
@@ -310,4 +350,5 @@ const fa__backend_ops fa__opencl_ops = {
     .problem_check = cl_problem_check,
     .launch_prepare = cl_launch_prepare,
     .launch = cl_launch,
+    .arch_props = fa__cl_profile_props,
 };

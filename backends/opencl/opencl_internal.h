@@ -66,6 +66,12 @@ int fa__cl_device_index(cl_device_id device);
 /* Fills fa_device_props from a device's queries. Call under fa__cl_lock. */
 fa_status fa__cl_device_props(cl_device_id device, fa_device_props *out, char *why,
                               size_t why_size);
+/* The properties of a known GPU profile ("amd-gfx90a", ...: cl_profiles.c) for planning-only
+ * contexts; INVALID_ARGUMENT with the known names for any other. */
+fa_status fa__cl_profile_props(const char *name, fa_device_props *out, char *why,
+                               size_t why_size);
+/* BACKEND_UNAVAILABLE for a device operation of a planning-only context (no state). */
+fa_status fa__cl_no_device(fa_context *ctx);
 /* Reads the device limits the backend keeps in its state. */
 fa_status fa__cl_state_limits(fa_context *ctx, fa__cl_state *s);
 

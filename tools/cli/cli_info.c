@@ -49,6 +49,12 @@ static void print_device(fa_backend backend, int index)
     printf("    %-16s %s / %s (informational: the kernels compute in f32)\n", "f16/bf16 math",
            p.fp16 ? "yes" : "no", p.bf16 ? "yes" : "no");
     printf("    %-16s %s\n", "arch", *p.arch ? p.arch : "-");
+    printf("    %-16s %s%s\n", "type", p.gpu ? "GPU" : "not a GPU",
+           p.local_mem_global ? " (local memory is global memory)" : "");
+    if (p.wg_multiple)
+        printf("    %-16s %" PRIu32 " work-items\n", "lockstep width", p.wg_multiple);
+    else
+        printf("    %-16s unknown\n", "lockstep width");
 }
 
 /* One backend: its devices, or the reason it has none. Never an error exit. */
@@ -98,12 +104,19 @@ int cli_cmd_devices(int argc, char **argv)
 
 /* ---- plan -------------------------------------------------------------------------------- */
 
-/* --arch: a context on a known architecture's props instead of a device (CUDA only). */
+/* --arch (CUDA) or --profile (OpenCL): a context on a known device's props instead of a
+ * device. */
 static int open_arch_context(const cli_cmd *cmd, fa_backend backend, const char *arch,
-                             fa_context **out)
+                             const char *profile, fa_context **out)
 {
-    if (backend != FA_BACKEND_CUDA)
+    if (arch && profile)
+        return cli_usage_error(cmd, "--arch and --profile exclude each other");
+    if (arch && backend != FA_BACKEND_CUDA)
         return cli_usage_error(cmd, "--arch needs --backend cuda");
+    if (profile && backend != FA_BACKEND_OPENCL)
+        return cli_usage_error(cmd, "--profile needs --backend opencl");
+    if (profile)
+        arch = profile;
     char why[512] = "";
     fa_status st = fa_context_create_planning(out, backend, arch, why, sizeof why);
     return st == FA_STATUS_OK ? 0 : cli_lib_error(st, NULL, why);
@@ -170,25 +183,28 @@ int cli_cmd_plan(int argc, char **argv)
         "size, the on-chip bytes, the number of work-groups and the planner's reasoning.\n"
         "--backward plans the backward pass instead (fa_plan_create_backward) and adds its\n"
         "memory formula: tensors (Q, K, V, O, dO, dQ, dK, dV and LSE) + scratch = peak device\n"
-        "bytes. With --backend cuda --arch sm_XY it plans for a known GPU architecture instead\n"
-        "of a device, so it needs no GPU. The score modifier and dropout options are those of\n"
+        "bytes. With --backend cuda --arch sm_XY, or --backend opencl --profile NAME, it\n"
+        "plans for a known GPU instead of a device, so it needs no GPU. The score modifier and dropout options are those of\n"
         "`run` (see flashattn run --help); the plan prints which are on. So are the decoding\n"
         "options --seqlens-k, --paged and --kv-splits: the plan prints its kv splits\n"
         "(fa_plan_kv_splits) and the explanation says why."};
     cli_problem_args pa;
     fa_backend backend = FA_BACKEND_AUTO;
     int64_t device = 0;
-    const char *arch = NULL;
+    const char *arch = NULL, *profile = NULL;
     int backward = 0;
     cli_mod_args mods;
     cli_mod_files files;
     cli_seq_args seq;
-    cli_opt opts[CLI_PROBLEM_NOPTS + 4 + CLI_SEQ_NOPTS + CLI_MOD_NOPTS] = {
+    cli_opt opts[CLI_PROBLEM_NOPTS + 5 + CLI_SEQ_NOPTS + CLI_MOD_NOPTS] = {
         {"backend", CLI_BACKEND, &backend, 0, 0, "B", "auto, cpu, opencl or cuda (default auto)",
          0},
         {"device", CLI_INT, &device, 0, INT32_MAX, "N", "device index (default 0)", 0},
         {"arch", CLI_STRING, &arch, 0, 0, "SM",
          "cuda only: plan for sm_75, sm_80, sm_86, sm_89 or sm_90 without a device", 0},
+        {"profile", CLI_STRING, &profile, 0, 0, "NAME",
+         "opencl only: plan for amd-gfx90a, amd-gfx1030, intel-xe, nvidia-sm80, mali-g710 or "
+         "adreno-740 without a device", 0},
         {"backward", CLI_FLAG, &backward, 0, 0, NULL,
          "plan the backward pass (dO -> dQ, dK, dV); print its memory formula", 0},
     };
@@ -200,11 +216,11 @@ int cli_cmd_plan(int argc, char **argv)
     int r;
 
     cli_problem_defaults(&pa);
-    cli_problem_opts(&pa, opts + 4);
+    cli_problem_opts(&pa, opts + 5);
     cli_mod_defaults(&mods);
     cli_seq_defaults(&seq);
-    cli_seq_opts(&seq, opts + 4 + CLI_PROBLEM_NOPTS);
-    cli_mod_opts(&mods, opts + 4 + CLI_PROBLEM_NOPTS + CLI_SEQ_NOPTS);
+    cli_seq_opts(&seq, opts + 5 + CLI_PROBLEM_NOPTS);
+    cli_mod_opts(&mods, opts + 5 + CLI_PROBLEM_NOPTS + CLI_SEQ_NOPTS);
     memset(&files, 0, sizeof files);
     r = cli_parse(&cmd, argc, argv, opts, n);
     if (r == CLI_PARSE_HELP) {
@@ -227,7 +243,7 @@ int cli_cmd_plan(int argc, char **argv)
     if (r == 0)
         r = cli_seq_apply(&cmd, &seq, &p);
     if (r == 0)
-        r = arch ? open_arch_context(&cmd, backend, arch, &ctx)
+        r = arch || profile ? open_arch_context(&cmd, backend, arch, profile, &ctx)
                  : cli_context_open(backend, (int)device, &ctx);
     if (r != 0) {
         cli_seq_args_free(&seq);

@@ -1,0 +1,192 @@
+/*
+ * test_gpu_plans.c - the planner's GPU rules (src/planner.c: an on-chip budget below the
+ * device's memory, a smallest work-group reached by shrinking Bc) on invented devices, and the
+ * OpenCL GPU profiles (backends/opencl/cl_profiles.c) through planning-only contexts. Every
+ * expected number was worked out by hand from the rules and is written as a literal:
+ *   on-chip bytes (Br*d + 2*Bc*d)*elem + Br*Bc*4 <= budget; Bc = ceil(budget / elem / 4d),
+ *   Br = min(Bc, d); Br raised towards 256 at that Bc; then Br raised to the floor, Bc shrunk to
+ *   (budget - Br*d*elem) / (2*d*elem + 4*Br), rounded down to a multiple of 8.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define OK FA_STATUS_OK
+#define F32 FA_DTYPE_F32
+
+static const fa__onchip_formula FWD_ONCHIP = {.row_tiles = 1, .col_tiles = 2, .score_tiles = 1,
+                                              .what = "Q, K, V tiles and the f32 S tile"};
+
+/* The OpenCL forward's rules on a 64 KiB GPU: half of it, at least 64 work-items. */
+static fa__plan_rules gpu_rules(void)
+{
+    return (fa__plan_rules){.items_per_row = 1, .tile_multiple = 8, .max_block_c = 128,
+                            .min_block_r = 256, .onchip = FWD_ONCHIP, .sram_budget = 32768,
+                            .budget_note = "half", .min_work_group = 64};
+}
+
+static fa_device_props gpu_device(void)
+{
+    fa_device_props dev;
+    memset(&dev, 0, sizeof dev);
+    snprintf(dev.name, sizeof dev.name, "%s", "invented 64 KiB GPU");
+    dev.backend = FA_BACKEND_OPENCL;
+    dev.sram_bytes = 65536;
+    dev.max_work_group_size = 256;
+    dev.compute_units = 100;
+    dev.gpu = 1;
+    dev.wg_multiple = 64;
+    return dev;
+}
+
+static void plan(const fa_problem *p, const fa__plan_rules *rules, fa__tiles *t, char *explain,
+                 size_t size)
+{
+    fa_device_props dev = gpu_device();
+    char why[256] = "";
+    assert_int_equal(fa__plan_tiles(&dev, rules, p, t, explain, size, why, sizeof why), OK);
+}
+
+/* d 64: budget 32768 -> Bc 32, Br 32; raised to 40 at Bc 32 ((32768 - 16384) / 384 = 42);
+ * the floor: Br 64 leaves (32768 - 16384) / 768 = 21 -> Bc 16; 28672 bytes. */
+static void test_floor_reached(void **state)
+{
+    (void)state;
+    fa__plan_rules rules = gpu_rules();
+    fa_problem p;
+    fa_problem_init(&p, F32, FA_LAYOUT_BHSD, 1, 8, 8, 2048, 2048, 64);
+    fa__tiles t;
+    char explain[2048];
+    plan(&p, &rules, &t, explain, sizeof explain);
+    assert_int_equal(t.block_r, 64);
+    assert_int_equal(t.block_c, 16);
+    assert_int_equal(t.work_group_size, 64);
+    assert_int_equal(t.sram_bytes, 28672);
+    assert_non_null(strstr(explain, "on-chip budget 32768 of 65536 bytes: half"));
+    assert_non_null(strstr(explain, "Br 40 -> 64, Bc 32 -> 16: at least 64 work-items"));
+    /* Without the floor the budget alone gives Br 40. */
+    rules.min_work_group = 0;
+    plan(&p, &rules, &t, NULL, 0);
+    assert_int_equal(t.block_r, 40);
+    assert_int_equal(t.block_c, 32);
+}
+
+/* d 128: Bc 16, Br 16, raised to 24 ((32768 - 16384) / 576 = 28); 64 rows of Q alone are
+ * 32768 bytes, the whole budget: Br stays, and the explanation says why. */
+static void test_floor_out_of_reach(void **state)
+{
+    (void)state;
+    fa__plan_rules rules = gpu_rules();
+    fa_problem p;
+    fa_problem_init(&p, F32, FA_LAYOUT_BHSD, 1, 8, 8, 2048, 2048, 128);
+    fa__tiles t;
+    char explain[2048];
+    plan(&p, &rules, &t, explain, sizeof explain);
+    assert_int_equal(t.block_r, 24);
+    assert_int_equal(t.block_c, 16);
+    assert_non_null(strstr(explain, "Br stays 24: 64 work-items per work-group need Br = 64"));
+    assert_true(t.sram_bytes <= 32768);
+}
+
+/* The floor never passes the sequence: Sq 40 gives Br 40 (raised to the sequence). */
+static void test_floor_and_short_sequences(void **state)
+{
+    (void)state;
+    fa__plan_rules rules = gpu_rules();
+    fa_problem p;
+    fa_problem_init(&p, F32, FA_LAYOUT_BHSD, 1, 8, 8, 40, 2048, 64);
+    fa__tiles t;
+    plan(&p, &rules, &t, NULL, 0);
+    assert_int_equal(t.block_r, 40);
+    assert_int_equal(t.block_c, 32);
+    p.seqlen_q = 1; /* decode: one row */
+    plan(&p, &rules, &t, NULL, 0);
+    assert_int_equal(t.block_r, 1);
+    assert_int_equal(t.work_group_size, 1);
+}
+
+/* Overrides may use the whole memory: Br 128 at d 64 plans Bc = (65536 - 32768) / 1024 = 32,
+ * 65536 bytes, past the budget; an override of Bc keeps it and still raises Br to the floor
+ * when the tiles fit (Bc 8: 64 rows need 16384 + 4096 + 2048 bytes). */
+static void test_overrides_and_budget(void **state)
+{
+    (void)state;
+    fa__plan_rules rules = gpu_rules();
+    fa_problem p;
+    fa_problem_init(&p, F32, FA_LAYOUT_BHSD, 1, 8, 8, 2048, 2048, 64);
+    p.block_r = 128;
+    fa__tiles t;
+    plan(&p, &rules, &t, NULL, 0);
+    assert_int_equal(t.block_r, 128);
+    assert_int_equal(t.block_c, 32);
+    assert_int_equal(t.sram_bytes, 65536);
+    p.block_r = 0;
+    p.block_c = 8;
+    plan(&p, &rules, &t, NULL, 0);
+    assert_int_equal(t.block_c, 8);
+    assert_true(t.block_r >= 64);
+}
+
+/* A profile: half of gfx90a's 64 KiB, its 64-wide wavefronts; Mali's local memory is global
+ * memory, so its 32 KiB are the tiles' whole budget. */
+static void test_opencl_profiles(void **state)
+{
+    (void)state;
+    char why[512] = "";
+    fa_context *ctx = NULL;
+    fa_status st = fa_context_create_planning(&ctx, FA_BACKEND_OPENCL, "amd-gfx90a", why,
+                                              sizeof why);
+    if (st == FA_STATUS_BACKEND_UNAVAILABLE && !harness_backend_required(FA_BACKEND_OPENCL))
+        skip(); /* the OpenCL backend is not built in */
+    assert_int_equal(st, OK);
+    fa_problem p;
+    fa_problem_init(&p, F32, FA_LAYOUT_BHSD, 1, 8, 8, 2048, 2048, 64);
+    fa_plan *pl = NULL;
+    assert_int_equal(fa_plan_create(ctx, &p, &pl), OK);
+    assert_int_equal(fa_plan_block_r(pl), 64);
+    assert_int_equal(fa_plan_block_c(pl), 16);
+    assert_non_null(strstr(fa_plan_explain(pl), "on-chip budget 32768 of 65536 bytes"));
+    fa_plan_destroy(pl);
+    assert_int_equal(fa_plan_create_backward(ctx, &p, &pl), OK); /* the budget only */
+    assert_true(fa_plan_sram_bytes(pl) <= 32768);
+    fa_plan_destroy(pl);
+    fa_buffer *b = NULL;
+    assert_int_equal(fa_buffer_create(ctx, 64, &b), FA_STATUS_BACKEND_UNAVAILABLE);
+    assert_null(b);
+    assert_non_null(strstr(fa_context_last_error(ctx), "amd-gfx90a"));
+    fa_context_destroy(ctx);
+
+    assert_int_equal(fa_context_create_planning(&ctx, FA_BACKEND_OPENCL, "mali-g710", why,
+                                                sizeof why), OK);
+    assert_int_equal(fa_plan_create(ctx, &p, &pl), OK);
+    assert_null(strstr(fa_plan_explain(pl), "on-chip budget"));
+    assert_int_equal(fa_plan_block_r(pl), 64);
+    fa_plan_destroy(pl);
+    fa_context_destroy(ctx);
+
+    assert_int_equal(fa_context_create_planning(&ctx, FA_BACKEND_OPENCL, "gfx90a", why,
+                                                sizeof why), FA_STATUS_INVALID_ARGUMENT);
+    assert_null(ctx);
+    assert_non_null(strstr(why, "known: amd-gfx90a, amd-gfx1030"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_floor_reached),
+        cmocka_unit_test(test_floor_out_of_reach),
+        cmocka_unit_test(test_floor_and_short_sequences),
+        cmocka_unit_test(test_overrides_and_budget),
+        cmocka_unit_test(test_opencl_profiles),
+    };
+    return cmocka_run_group_tests_name("gpu_plans", tests, NULL, NULL);
+}
