@@ -221,7 +221,10 @@ typedef struct fa_context_options {
  * With FA_BACKEND_AUTO, the environment variable FLASHATTN_BACKEND (cpu, opencl, cuda) names the
  * backend and FLASHATTN_DEVICE the device index; without them the first available backend of
  * CUDA, OpenCL and CPU is picked, once, here, and fa_context_backend_note says what was passed
- * over and why. An explicit backend never falls back to another.
+ * over and why. Under AUTO, device 0 without FLASHATTN_DEVICE means the backend's first GPU in
+ * its order, else its first device whose properties can be read (an OpenCL CPU runtime listed
+ * before a GPU is passed over); the note names the device and why. An explicit backend never
+ * falls back to another, and takes device indices as given.
  * Returns FA_STATUS_NULL_POINTER, INVALID_ARGUMENT (bad option, a negative device, or a bad
  * environment value), BACKEND_UNAVAILABLE, DEVICE_NOT_FOUND (a device index at or past the
  * count), DEVICE_ERROR or OUT_OF_MEMORY. On failure *out is NULL; the reason is in `why` when

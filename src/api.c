@@ -115,6 +115,44 @@ static fa_backend pick_backend(char *note, size_t note_size)
     return picked;
 }
 
+/*
+ * AUTO's device within the picked backend when FLASHATTN_DEVICE names none: the first GPU in
+ * the backend's order, else its first device whose properties can be read. An OpenCL
+ * installation often lists a CPU runtime (pocl, Intel's) before the GPU; taking index 0 would
+ * run there. Devices whose properties fail (unavailable) are passed over. The note says why
+ * when the choice is not simply device 0.
+ */
+int fa__auto_device(const fa__backend_ops *ops, char *note, size_t note_size)
+{
+    int n = 0, first = -1, gpu = -1;
+    char why[256] = "", skipped[512] = "";
+    if (ops->device_count(&n, why, sizeof why) != FA_STATUS_OK)
+        return 0; /* opening device 0 reports the reason */
+    for (int i = 0; i < n && gpu < 0; i++) {
+        fa_device_props props;
+        memset(&props, 0, sizeof props);
+        fa_status st = ops->device_props(i, &props, why, sizeof why);
+        if (st != FA_STATUS_OK) {
+            fa__append(skipped, sizeof skipped, "; device %d skipped (%s: %s)", i,
+                       fa_status_name(st), why);
+            continue;
+        }
+        if (props.gpu)
+            gpu = i;
+        if (first < 0)
+            first = i;
+    }
+    int pick = gpu >= 0 ? gpu : first >= 0 ? first : 0;
+    if (pick == 0 && !skipped[0])
+        return 0;
+    fa__append(note, note_size, "%s", skipped);
+    if (gpu >= 0)
+        fa__append(note, note_size, "; device %d, the first GPU", gpu);
+    else if (first >= 0)
+        fa__append(note, note_size, "; device %d, the first usable device (no GPU)", first);
+    return pick;
+}
+
 fa_status fa__context_adopt(fa_context **out, const fa__backend_ops *ops, int device, void *state,
                             const fa_device_props *props, char *why, size_t why_size)
 {
@@ -147,10 +185,16 @@ fa_status fa_context_create(fa_context **out, const fa_context_options *opts, ch
         return FA_STATUS_INVALID_ARGUMENT;
     }
     char note[FA__BACKEND_NOTE_SIZE] = "";
+    bool auto_device = false;
     if (backend == FA_BACKEND_AUTO) {
-        st = resolve_env(&backend, &device, why, why_size);
+        int env_device = -1;
+        st = resolve_env(&backend, &env_device, why, why_size);
         if (st != FA_STATUS_OK)
             return st;
+        /* Device 0 under AUTO is "the backend's choice"; another index is taken as given. */
+        auto_device = env_device < 0 && device == 0;
+        if (env_device >= 0)
+            device = env_device;
         if (backend == FA_BACKEND_AUTO)
             backend = pick_backend(note, sizeof note);
         else
@@ -159,6 +203,8 @@ fa_status fa_context_create(fa_context **out, const fa_context_options *opts, ch
     const fa__backend_ops *ops = ops_or_reason(backend, why, why_size, &st);
     if (!ops)
         return st;
+    if (auto_device)
+        device = fa__auto_device(ops, note, sizeof note);
     fa_device_props props;
     memset(&props, 0, sizeof props);
     st = ops->device_props(device, &props, why, why_size);

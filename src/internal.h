@@ -175,6 +175,9 @@ typedef struct fa__launch {
                                              follow them */
     int n_args;
     void *backend_data;      /* the compiled kernel, owned by the context's cache */
+    uint32_t kernel_wg_limit; /* set by a launch_prepare that fails because the compiled kernel
+                                 allows fewer work-items per work-group than the plan (OpenCL's
+                                 CL_KERNEL_WORK_GROUP_SIZE): the core re-plans once within it */
 } fa__launch;
 
 /* ---- validation (src/problem.c) ---------------------------------------------------------- */
@@ -288,6 +291,10 @@ typedef struct fa__backend_ops {
      * a problem using another is UNSUPPORTED, named, at plan time. */
     unsigned supported_features[FA__OP_COUNT];
 } fa__backend_ops;
+
+/* AUTO's device within a backend (src/api.c): its first GPU, else its first device whose
+ * properties can be read, else 0; appends the choice and any device passed over to note. */
+int fa__auto_device(const fa__backend_ops *ops, char *note, size_t note_size);
 
 /* The registry (src/registry.c): the ops of a built-in backend, or NULL. */
 const fa__backend_ops *fa__backend_ops_get(fa_backend backend);

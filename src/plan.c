@@ -77,16 +77,17 @@ static fa_status env_override(fa_context *ctx, const char *name, int32_t *value)
     return FA_STATUS_OK;
 }
 
-/* The planner's tiles for the op under the backend's rules, then the op's launches. */
-static fa_status plan_launches(fa_context *ctx, fa_plan *plan)
+/* The planner's tiles for the op under the backend's rules on device props dev, then the
+ * op's launches, readied by the backend. */
+static fa_status plan_on(fa_context *ctx, fa_plan *plan, const fa_device_props *dev)
 {
     fa__plan_rules rules;
     memset(&rules, 0, sizeof rules);
     rules.onchip = fa__op_onchip(plan->op);
-    ctx->ops->plan_rules(&ctx->props, &plan->problem, plan->op, &rules);
+    ctx->ops->plan_rules(dev, &plan->problem, plan->op, &rules);
     char why[512] = "";
-    fa_status st = fa__plan_tiles(&ctx->props, &rules, &plan->problem, &plan->tiles,
-                                  plan->explain, sizeof plan->explain, why, sizeof why);
+    fa_status st = fa__plan_tiles(dev, &rules, &plan->problem, &plan->tiles, plan->explain,
+                                  sizeof plan->explain, why, sizeof why);
     if (st != FA_STATUS_OK)
         return fa__error(ctx, st, "%s%s (device \"%s\", %s backend)",
                          plan->op == FA__OP_BACKWARD ? "backward plan: " : "", why, ctx->props.name,
@@ -94,15 +95,50 @@ static fa_status plan_launches(fa_context *ctx, fa_plan *plan)
     if (rules.path_note)
         fa__append(plan->explain, sizeof plan->explain, "kernel: %s\n", rules.path_note);
     if (plan->op == FA__OP_FORWARD)
-        plan->kv_splits = fa__plan_kv_splits(&ctx->props, &rules, &plan->problem, &plan->tiles,
+        plan->kv_splits = fa__plan_kv_splits(dev, &rules, &plan->problem, &plan->tiles,
                                              plan->explain, sizeof plan->explain);
     fa__op_launches(plan, &rules);
     for (int i = 0; i < plan->n_launches && ctx->ops->launch_prepare; i++) {
+        plan->launches[i].kernel_wg_limit = 0;
         st = ctx->ops->launch_prepare(ctx, plan, &plan->launches[i]);
         if (st != FA_STATUS_OK)
             return st;
     }
     return FA_STATUS_OK;
+}
+
+/* The smallest work-group limit a compiled kernel of the plan reported, or 0. */
+static uint32_t kernel_wg_limit(const fa_plan *plan)
+{
+    uint32_t limit = 0;
+    for (int i = 0; i < plan->n_launches; i++) {
+        uint32_t l = plan->launches[i].kernel_wg_limit;
+        if (l > 0 && (limit == 0 || l < limit))
+            limit = l;
+    }
+    return limit;
+}
+
+/* Plans on the context's device; when a compiled kernel allows fewer work-items per
+ * work-group than the device (registers and local memory of that kernel decide it), plans
+ * once more within the kernel's limit rather than refusing a problem that fits. */
+static fa_status plan_launches(fa_context *ctx, fa_plan *plan)
+{
+    fa_device_props dev = ctx->props;
+    fa_status st = plan_on(ctx, plan, &dev);
+    uint32_t limit = kernel_wg_limit(plan);
+    if (st == FA_STATUS_OK || limit == 0 || limit >= dev.max_work_group_size)
+        return st;
+    char first[512];
+    fa__format(first, sizeof first, "%s", fa_context_last_error(ctx));
+    dev.max_work_group_size = limit;
+    fa__error_clear(ctx);
+    st = plan_on(ctx, plan, &dev);
+    if (st == FA_STATUS_OK)
+        fa__append(plan->explain, sizeof plan->explain,
+                   "re-planned within %u work-items per work-group: %s\n", (unsigned)limit,
+                   first);
+    return st;
 }
 
 /* Plans `op` for a validated problem: tiles, then launches readied by the backend. parts: a

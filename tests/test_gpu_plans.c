@@ -1,7 +1,9 @@
 /*
  * test_gpu_plans.c - the planner's GPU rules (src/planner.c: an on-chip budget below the
  * device's memory, a smallest work-group reached by shrinking Bc) on invented devices, and the
- * OpenCL GPU profiles (backends/opencl/cl_profiles.c) through planning-only contexts. Every
+ * OpenCL GPU profiles (backends/opencl/cl_profiles.c) through planning-only contexts, and
+ * AUTO's device choice (a GPU first) and the re-plan within a compiled kernel's work-group
+ * limit on fake backends. Every
  * expected number was worked out by hand from the rules and is written as a literal:
  *   on-chip bytes (Br*d + 2*Bc*d)*elem + Br*Bc*4 <= budget; Bc = ceil(budget / elem / 4d),
  *   Br = min(Bc, d); Br raised towards 256 at that Bc; then Br raised to the floor, Bc shrunk to
@@ -179,6 +181,117 @@ static void test_opencl_profiles(void **state)
     assert_non_null(strstr(why, "known: amd-gfx90a, amd-gfx1030"));
 }
 
+/* A fake backend's devices for fa__auto_device: 'c' a CPU, 'g' a GPU, 'x' one whose
+ * properties fail (unavailable). */
+static const char *fake_devices = "";
+
+static fa_status fake_count(int *count, char *why, size_t why_size)
+{
+    (void)why;
+    (void)why_size;
+    *count = (int)strlen(fake_devices);
+    return OK;
+}
+
+static fa_status fake_props(int index, fa_device_props *out, char *why, size_t why_size)
+{
+    if (fake_devices[index] == 'x') {
+        snprintf(why, why_size, "%s", "the driver reports the device unavailable");
+        return FA_STATUS_DEVICE_ERROR;
+    }
+    memset(out, 0, sizeof *out);
+    out->gpu = fake_devices[index] == 'g';
+    return OK;
+}
+
+static int auto_device_of(const char *devices, char *note, size_t size)
+{
+    static const fa__backend_ops fake = {.device_count = fake_count, .device_props = fake_props};
+    fake_devices = devices;
+    note[0] = '\0';
+    return fa__auto_device(&fake, note, size);
+}
+
+/* AUTO takes the first GPU, passing over CPU runtimes listed first and unavailable devices. */
+static void test_auto_device(void **state)
+{
+    (void)state;
+    char note[512];
+    assert_int_equal(auto_device_of("ccg", note, sizeof note), 2);
+    assert_non_null(strstr(note, "device 2, the first GPU"));
+    assert_int_equal(auto_device_of("xcgg", note, sizeof note), 2);
+    assert_non_null(strstr(note, "device 0 skipped (FA_STATUS_DEVICE_ERROR: the driver"));
+    assert_int_equal(auto_device_of("xc", note, sizeof note), 1);
+    assert_non_null(strstr(note, "device 1, the first usable device (no GPU)"));
+    /* Device 0 for its own sake adds nothing to the note. */
+    assert_int_equal(auto_device_of("cc", note, sizeof note), 0);
+    assert_string_equal(note, "");
+    assert_int_equal(auto_device_of("gc", note, sizeof note), 0);
+    assert_string_equal(note, "");
+    assert_int_equal(auto_device_of("xx", note, sizeof note), 0); /* opening 0 says why */
+    assert_non_null(strstr(note, "device 1 skipped"));
+}
+
+/* A fake device whose compiled kernel allows 32 work-items per work-group, as OpenCL's
+ * CL_KERNEL_WORK_GROUP_SIZE may (registers, local memory): the core re-plans within it. */
+static void fake_rules(const fa_device_props *dev, const fa_problem *p, fa__op op,
+                       fa__plan_rules *rules)
+{
+    (void)dev;
+    (void)p;
+    (void)op;
+    rules->items_per_row = 1;
+    rules->tile_multiple = 8;
+    rules->max_block_c = 128;
+}
+
+static fa_status fake_prepare(fa_context *ctx, fa_plan *plan, fa__launch *launch)
+{
+    (void)plan;
+    if (launch->variant.work_group_size <= 32)
+        return OK;
+    launch->kernel_wg_limit = 32;
+    return fa__error(ctx, FA_STATUS_UNSUPPORTED, "the compiled kernel allows 32 work-items");
+}
+
+static void fake_close(void *state)
+{
+    (void)state;
+}
+
+static void test_replan_on_kernel_limit(void **state)
+{
+    (void)state;
+    static const fa__backend_ops fake = {.api_version = FA__BACKEND_API_VERSION,
+                                         .backend = FA_BACKEND_OPENCL,
+                                         .supported_ops = 1u << FA__OP_FORWARD,
+                                         .plan_rules = fake_rules,
+                                         .context_close = fake_close,
+                                         .launch_prepare = fake_prepare};
+    fa_device_props dev = gpu_device();
+    fa_context *ctx = NULL;
+    char why[256] = "";
+    assert_int_equal(fa__context_adopt(&ctx, &fake, 0, NULL, &dev, why, sizeof why), OK);
+    fa_problem p;
+    fa_problem_init(&p, F32, FA_LAYOUT_BHSD, 1, 8, 8, 2048, 2048, 64);
+    fa_plan *pl = NULL;
+    /* The device allows 256: Br 64 first, then 32 within the kernel's limit. */
+    assert_int_equal(fa_plan_create(ctx, &p, &pl), OK);
+    assert_int_equal(fa_plan_block_r(pl), 32);
+    assert_int_equal(fa_plan_work_group_size(pl), 32);
+    assert_non_null(strstr(fa_plan_explain(pl), "re-planned within 32 work-items per "
+                                                "work-group: FA_STATUS_UNSUPPORTED: the "
+                                                "compiled kernel allows 32"));
+    fa_plan_destroy(pl);
+    /* An override past the kernel's limit stays refused, now saying which limit. */
+    p.block_r = 64;
+    pl = NULL;
+    assert_int_equal(fa_plan_create(ctx, &p, &pl), FA_STATUS_INVALID_TILE);
+    assert_null(pl);
+    assert_non_null(strstr(fa_context_last_error(ctx), "override Br = 64 exceeds"));
+    fa_context_destroy(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -187,6 +300,8 @@ int main(void)
         cmocka_unit_test(test_floor_and_short_sequences),
         cmocka_unit_test(test_overrides_and_budget),
         cmocka_unit_test(test_opencl_profiles),
+        cmocka_unit_test(test_auto_device),
+        cmocka_unit_test(test_replan_on_kernel_limit),
     };
     return cmocka_run_group_tests_name("gpu_plans", tests, NULL, NULL);
 }

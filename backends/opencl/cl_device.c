@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -399,10 +400,51 @@ static uint32_t lockstep_width(cl_device_id device, const char *extensions)
     return width;
 }
 
+/*
+ * Whether the library can run on a device at all: the driver says it is available, and its
+ * OpenCL C is 1.2 or newer (the kernels are built with -cl-std=CL1.2 and the backend calls
+ * clRetainDevice, both 1.2). An OpenCL 1.1 device would otherwise fail at its first build with
+ * a compiler message about the option. The version string is "OpenCL C <major>.<minor> ...".
+ */
+static fa_status device_usable(cl_device_id device, char *why, size_t why_size)
+{
+    cl_bool available = CL_FALSE;
+    cl_int err = clGetDeviceInfo(device, CL_DEVICE_AVAILABLE, sizeof available, &available, NULL);
+    if (err != CL_SUCCESS) {
+        fa__format(why, why_size, "OpenCL: clGetDeviceInfo(CL_DEVICE_AVAILABLE) failed (%s, %d)",
+                   fa__cl_error_name(err), (int)err);
+        return fa__cl_status(err);
+    }
+    if (!available) {
+        fa__format(why, why_size, "OpenCL: the driver reports the device unavailable "
+                                  "(CL_DEVICE_AVAILABLE is false)");
+        return FA_STATUS_DEVICE_ERROR;
+    }
+    char *version = device_string(device, CL_DEVICE_OPENCL_C_VERSION, &err);
+    if (!version) {
+        fa__format(why, why_size, "OpenCL: clGetDeviceInfo(CL_DEVICE_OPENCL_C_VERSION) failed "
+                                  "(%s, %d)", fa__cl_error_name(err), (int)err);
+        return fa__cl_status(err);
+    }
+    int major = 0, minor = 0;
+    bool parsed = sscanf(version, "OpenCL C %d.%d", &major, &minor) == 2;
+    fa_status st = FA_STATUS_OK;
+    if (!parsed || major * 10 + minor < 12) {
+        fa__format(why, why_size, "OpenCL: the device's compiler is \"%s\"; the kernels need "
+                                  "OpenCL C 1.2 or newer", version);
+        st = FA_STATUS_UNSUPPORTED;
+    }
+    free(version);
+    return st;
+}
+
 fa_status fa__cl_device_props(cl_device_id device, fa_device_props *out, char *why,
                               size_t why_size)
 {
     memset(out, 0, sizeof *out);
+    fa_status usable = device_usable(device, why, why_size);
+    if (usable != FA_STATUS_OK)
+        return usable;
     out->backend = FA_BACKEND_OPENCL;
     const cl_device_info what[3] = {CL_DEVICE_NAME, CL_DEVICE_VENDOR, CL_DEVICE_EXTENSIONS};
     const char *names[3] = {"CL_DEVICE_NAME", "CL_DEVICE_VENDOR", "CL_DEVICE_EXTENSIONS"};

@@ -283,11 +283,14 @@ static fa_status cl_launch_prepare(fa_context *ctx, fa_plan *plan, fa__launch *l
     if (st != FA_STATUS_OK)
         return st;
     int32_t wg = launch->variant.work_group_size;
-    if (e->kernel_wg < (size_t)wg)
+    if (e->kernel_wg < (size_t)wg) {
+        /* The core re-plans once within this limit (src/plan.c); an override stays refused. */
+        launch->kernel_wg_limit = e->kernel_wg > UINT32_MAX ? UINT32_MAX : (uint32_t)e->kernel_wg;
         return fa__error(ctx, FA_STATUS_UNSUPPORTED,
-                         "OpenCL: the compiled kernel allows %zu work-items per work-group on "
-                         "\"%s\", the plan needs %d (try a smaller block_r)",
-                         e->kernel_wg, ctx->props.name, (int)wg);
+                         "OpenCL: the compiled %s kernel allows %zu work-items per work-group "
+                         "on \"%s\", the plan needs %d (CL_KERNEL_WORK_GROUP_SIZE)",
+                         launch->variant.entry, e->kernel_wg, ctx->props.name, (int)wg);
+    }
     if (e->kernel_local > s->local_mem)
         return fa__error(ctx, FA_STATUS_SRAM_TOO_SMALL,
                          "OpenCL: the compiled kernel needs %llu bytes of local memory, \"%s\" "

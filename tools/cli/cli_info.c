@@ -77,12 +77,28 @@ static void print_backend(fa_backend backend)
         print_device(backend, i);
 }
 
+/* What --backend auto (and FLASHATTN_BACKEND / FLASHATTN_DEVICE) would run on, and why. */
+static void print_auto_choice(void)
+{
+    char why[512] = "";
+    fa_context *ctx = NULL;
+    fa_status st = fa_context_create(&ctx, NULL, why, sizeof why);
+    if (st != FA_STATUS_OK) {
+        printf("auto: no context (%s): %s\n", fa_status_name(st), *why ? why : "-");
+        return;
+    }
+    printf("auto: %s device %d (%s)\n", fa_backend_name(fa_context_backend(ctx)),
+           fa_context_device(ctx), fa_context_backend_note(ctx));
+    fa_context_destroy(ctx);
+}
+
 int cli_cmd_devices(int argc, char **argv)
 {
     static const cli_cmd cmd = {
         "devices", "[options]",
         "Lists every backend (cpu, opencl, cuda) with its devices and their properties.\n"
-        "A backend that is not built in or finds no device is listed with the reason."};
+        "A backend that is not built in or finds no device is listed with the reason. The\n"
+        "last line says which backend and device auto picks (a GPU first) and why."};
     fa_backend only = FA_BACKEND_AUTO;
     cli_opt opts[] = {
         {"backend", CLI_BACKEND, &only, 0, 0, "NAME", "list only this backend (default: all)", 0},
@@ -99,6 +115,7 @@ int cli_cmd_devices(int argc, char **argv)
     for (int i = 0; i < fa_backend_count(); i++)
         if (only == FA_BACKEND_AUTO || only == fa_backend_at(i))
             print_backend(fa_backend_at(i));
+    print_auto_choice();
     return CLI_EXIT_OK;
 }
 
