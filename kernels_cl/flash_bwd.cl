@@ -49,6 +49,7 @@ float load_global(__global const store_t *p)
  * storage type. */
 void store_row_scaled(const float_dims *acc, float mul, __global store_t *dst)
 {
+    UNROLL_ON_GPU
     for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++) {
         float vals[DIMS_PER_VEC]; /* elements DIMS_PER_VEC * dvec + e of the row */
         STORE_DIMS_PRIVATE(acc[dvec] * mul, vals);
@@ -286,6 +287,7 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
 #endif
 
     float_dims acc[VECS_PER_O_ROW]; /* dQ[r][..] / scale, f32 */
+    UNROLL_ON_GPU
     for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++)
         acc[dvec] = 0.0f;
     for (long k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C) {
@@ -384,6 +386,7 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
                                 seq.k_start),
               k0, sk, p.v_stride_s, BLOCK_R, 1);
     float_dims acc_k[VECS_PER_O_ROW], acc_v[VECS_PER_O_ROW]; /* dK / scale and dV, f32 */
+    UNROLL_ON_GPU
     for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++)
         acc_k[dvec] = acc_v[dvec] = 0.0f;
     /* Causal and window: rows before `first` or from `last_end` on see none of the keys. */

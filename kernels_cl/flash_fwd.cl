@@ -58,6 +58,22 @@
 #ifndef SPLIT
 #define SPLIT 0 /* 1: flash_fwd writes split-KV's f32 partial O and LSE for flash_merge */
 #endif
+#ifndef GPU
+#define GPU 0 /* 1: the device is a GPU (the host passes it from CL_DEVICE_TYPE) */
+#endif
+
+/* Loops over a work-item's accumulator rows, unrolled on GPUs only: a loop left rolled indexes
+ * the array dynamically, which puts it in scratch (clang-15, tools/cl_gpu_check.sh: gfx90a f16
+ * d128 544 bytes per work-item without, 0 with), and a fully unrolled d loop issued all its
+ * loads first (gfx1030 f32 d32 Bc 48: 471 spilled registers). On pocl the same pragmas cost
+ * 3-7% (B1 H8 N2048, d 64 and 128), so CPUs keep the compiler's choice. */
+#if GPU
+#define UNROLL_ON_GPU _Pragma("unroll")
+#define UNROLL_4_ON_GPU _Pragma("unroll 4")
+#else
+#define UNROLL_ON_GPU
+#define UNROLL_4_ON_GPU
+#endif
 
 /* The host passes the struct by value; C and OpenCL C must agree on its size (C99 check). */
 typedef char fa_kernel_params_size_check[sizeof(fa_kernel_params) == 504 ? 1 : -1];
@@ -236,6 +252,7 @@ void row_scores(__local float *s_row, __local const store_t *q_col, __local cons
     }
     for (; kvec < VECS_PER_S_ROW; kvec++) { /* the last 0 .. 3 vectors, one at a time */
         float_keys s0 = 0.0f;
+        UNROLL_4_ON_GPU
         for (int x = 0; x < HEAD_DIM; x++) /* Q^T[x][r] * K^T[x][c ..] */
             s0 += LOAD_ONE_F32(q_col + x * BLOCK_R) *
                   LOAD_KEYS_F32(k_t + x * BLOCK_C + kvec * KEYS_PER_VEC);
@@ -665,6 +682,7 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
     float m = -INFINITY, l = 0.0f;
 #endif
     float_dims acc[VECS_PER_O_ROW]; /* O[r][DIMS_PER_VEC * dvec ..], f32 */
+    UNROLL_ON_GPU
     for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++)
         acc[dvec] = 0.0f;
 
@@ -714,6 +732,7 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
 
         /* Rescale O, then accumulate P V: O[r][x] += sum_c P[r][c] * V[c][x], x in [0, d),
          * c in [0, valid_keys) (keys past it have P = 0 and are skipped). */
+        UNROLL_ON_GPU
         for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++)
             acc[dvec] *= alpha;
         for (int c = 0; c < valid_keys; c++) {
@@ -742,6 +761,7 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
     __global out_t *o_row = o + p.o_offset + b * p.o_stride_b + h * p.o_stride_h +
                             t * p.o_stride_s;
 #endif
+    UNROLL_ON_GPU
     for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++) {
         float o_vals[DIMS_PER_VEC]; /* O[r][DIMS_PER_VEC * dvec + e], e in [0, DIMS_PER_VEC) */
         STORE_DIMS_PRIVATE(acc[dvec] * inv_l, o_vals);

@@ -47,6 +47,8 @@ void fa__variant_defines(const fa__kernel_variant *v, const char *prefix, char *
         fa__append(dst, size, " %sSPLIT=1", prefix);
     if (v->merge)
         fa__append(dst, size, " %sPARTS_DTYPE=%d", prefix, (int)v->parts_dtype);
+    if (v->gpu)
+        fa__append(dst, size, " %sGPU=1", prefix);
 }
 
 /*

@@ -273,6 +273,7 @@ static fa_status cl_launch_prepare(fa_context *ctx, fa_plan *plan, fa__launch *l
      * measured, where float8 gave only 256-bit ones); otherwise float8, as every device had
      * (the GPU profiles report a preferred width of 1). */
     launch->variant.vector_width = s && s->vector_width >= 16 ? 16 : 8;
+    launch->variant.gpu = ctx->props.gpu ? 1 : 0; /* GPU-only loop unrolling (flash_fwd.cl) */
     if (!s)
         return FA_STATUS_OK; /* planning only: nothing to build for a device that is not here */
     char options[320] = "-cl-std=CL1.2 ";
