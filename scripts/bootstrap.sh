@@ -15,13 +15,16 @@
 #                                       the build works without it and the bench says so
 #   clinfo                              to see what OpenCL finds when something is wrong
 #   clang, libclang-rt-dev              the libFuzzer harnesses (tests/fuzz/fuzz.sh)
+#   clang-15, libclc-15                 the OpenCL kernels compiled for AMD and NVIDIA GPUs without
+#                                       a GPU (tools/cl_gpu_check.sh, ctest cl_gpu_compile)
 # The CUDA Toolkit is not installed here: the build uses it when it is present (nvcc on PATH or
 # /usr/local/cuda) and builds without it otherwise.
 set -eu
 cd "$(dirname "$0")/.."
 
 packages=(cmake gcc make pkg-config ocl-icd-opencl-dev opencl-headers pocl-opencl-icd
-    libcmocka-dev oclgrind gnuplot-nox libclblast-dev clinfo clang libclang-rt-dev)
+    libcmocka-dev oclgrind gnuplot-nox libclblast-dev clinfo clang libclang-rt-dev clang-15
+    libclc-15)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,110 @@
+/*
+ * cl_variants.c - prints every distinct OpenCL kernel variant the planner produces for one GPU
+ * profile over a small case table, one line each: the entry point, a tab, and the build
+ * options exactly as the OpenCL backend passes them to clBuildProgram. tools/cl_gpu_check.sh
+ * compiles these lines with clang + libclc for real GPU targets (no device needed), so the
+ * check covers what the library would build, not a hand-written list that can drift from it.
+ *
+ *   cl_variants PROFILE      (amd-gfx90a, amd-gfx1030, nvidia-sm80, ...: backends/opencl/
+ *                             cl_profiles.c)
+ *
+ * Cases: head_dim 32, 64, 96, 128, 256; f32, f16, bf16; no mask and causal bottom-right;
+ * Sq = Sk = 2048 and decode (Sq 1, Sk 4096: split-KV, so flash_fwd with SPLIT=1 and
+ * flash_merge); forward and backward plans; batch 1, 8 heads. Exit 1 with the reason on stderr
+ * when a context or a plan cannot be made.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define MAX_VARIANTS 512
+#define OPTIONS_SIZE 320 /* the size of backends/opencl/opencl.c's options buffer */
+
+typedef struct variant_set {
+    char line[MAX_VARIANTS][OPTIONS_SIZE + 32]; /* "<entry>\t<options>" */
+    int count;
+} variant_set;
+
+/* Adds a plan's launches as lines, spelled as cl_launch_prepare spells them; false when full. */
+static bool add_plan(variant_set *set, const fa_plan *plan)
+{
+    for (int i = 0; i < plan->n_launches; i++) {
+        const fa__kernel_variant *v = &plan->launches[i].variant;
+        char options[OPTIONS_SIZE] = "-cl-std=CL1.2 ";
+        size_t used = strlen(options);
+        fa__variant_defines(v, "-D ", options + used, sizeof options - used);
+        char line[sizeof set->line[0]];
+        fa__format(line, sizeof line, "%s\t%s", v->entry, options);
+        bool seen = false;
+        for (int j = 0; j < set->count && !seen; j++)
+            seen = strcmp(set->line[j], line) == 0;
+        if (seen)
+            continue;
+        if (set->count == MAX_VARIANTS)
+            return false;
+        fa__format(set->line[set->count++], sizeof set->line[0], "%s", line);
+    }
+    return true;
+}
+
+/* Plans one problem forward and backward and adds both plans' launches; false with the reason
+ * on stderr when either fails. */
+static bool add_problem(fa_context *ctx, variant_set *set, fa_dtype dtype, fa_mask mask,
+                        int64_t seqlen_q, int64_t seqlen_k, int64_t head_dim)
+{
+    fa_problem p;
+    fa_status st = fa_problem_init(&p, dtype, FA_LAYOUT_BHSD, 1, 8, 8, seqlen_q, seqlen_k,
+                                   head_dim);
+    p.mask = mask;
+    for (int backward = 0; backward < 2 && st == FA_STATUS_OK; backward++) {
+        fa_plan *plan = NULL;
+        st = backward ? fa_plan_create_backward(ctx, &p, &plan) : fa_plan_create(ctx, &p, &plan);
+        if (st == FA_STATUS_OK && !add_plan(set, plan)) {
+            fprintf(stderr, "cl_variants: more than %d variants\n", MAX_VARIANTS);
+            fa_plan_destroy(plan);
+            return false;
+        }
+        fa_plan_destroy(plan);
+    }
+    if (st != FA_STATUS_OK)
+        fprintf(stderr, "cl_variants: %s d=%lld %s Sq=%lld Sk=%lld: %s: %s\n",
+                fa_dtype_name(dtype), (long long)head_dim, fa_mask_name(mask),
+                (long long)seqlen_q, (long long)seqlen_k, fa_status_name(st),
+                fa_context_last_error(ctx));
+    return st == FA_STATUS_OK;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2 || argv[1][0] == '-') {
+        fprintf(stderr, "usage: cl_variants PROFILE   (an OpenCL GPU profile: amd-gfx90a, "
+                        "amd-gfx1030, intel-xe, nvidia-sm80, mali-g710, adreno-740)\n");
+        return 2;
+    }
+    char why[512] = "";
+    fa_context *ctx = NULL;
+    if (fa_context_create_planning(&ctx, FA_BACKEND_OPENCL, argv[1], why, sizeof why) !=
+        FA_STATUS_OK) {
+        fprintf(stderr, "cl_variants: no planning context for \"%s\": %s\n", argv[1], why);
+        return 1;
+    }
+    static variant_set set; /* 160 KiB: not on the stack */
+    static const int64_t dims[] = {32, 64, 96, 128, 256};
+    static const fa_dtype dtypes[] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};
+    static const fa_mask masks[] = {FA_MASK_NONE, FA_MASK_CAUSAL_BOTTOM_RIGHT};
+    static const int64_t seqlens[][2] = {{2048, 2048}, {1, 4096}}; /* (Sq, Sk): prefill, decode */
+    bool ok = true;
+    for (size_t d = 0; d < sizeof dims / sizeof dims[0] && ok; d++)
+        for (size_t t = 0; t < sizeof dtypes / sizeof dtypes[0] && ok; t++)
+            for (size_t m = 0; m < sizeof masks / sizeof masks[0] && ok; m++)
+                for (size_t s = 0; s < sizeof seqlens / sizeof seqlens[0] && ok; s++)
+                    ok = add_problem(ctx, &set, dtypes[t], masks[m], seqlens[s][0],
+                                     seqlens[s][1], dims[d]);
+    fa_context_destroy(ctx);
+    if (!ok)
+        return 1;
+    for (int i = 0; i < set.count; i++)
+        printf("%s\n", set.line[i]);
+    return 0;
+}
