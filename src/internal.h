@@ -163,6 +163,10 @@ typedef struct fa__kernel_variant {
 /* Writes "<prefix>HEAD_DIM=64 <prefix>BLOCK_R=..." for a variant (prefix "-D " for OpenCL C,
  * "-D" for NVRTC). */
 void fa__variant_defines(const fa__kernel_variant *v, const char *prefix, char *dst, size_t size);
+/* The OpenCL build options of a variant, "-cl-std=CL1.2 -D HEAD_DIM=..": what the OpenCL
+ * backend builds (and caches by) and what tools/cl_variants prints for the GPU compile check. */
+#define FA__CL_OPTIONS_SIZE 320
+void fa__cl_build_options(const fa__kernel_variant *v, char *dst, size_t size);
 
 #define FA__MAX_LAUNCH_ARGS 18
 

@@ -51,6 +51,13 @@ void fa__variant_defines(const fa__kernel_variant *v, const char *prefix, char *
         fa__append(dst, size, " %sGPU=1", prefix);
 }
 
+void fa__cl_build_options(const fa__kernel_variant *v, char *dst, size_t size)
+{
+    fa__format(dst, size, "%s", "-cl-std=CL1.2 ");
+    size_t used = strlen(dst);
+    fa__variant_defines(v, "-D ", dst + used, size - used);
+}
+
 /*
  * Appends the modifier tensors a launch reads, in one order for every kernel (ALiBi slopes, bias,
  * sinks: those the problem turns on) after its own tensors; the kernels declare the same

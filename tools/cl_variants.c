@@ -19,21 +19,20 @@
 #include <string.h>
 
 #define MAX_VARIANTS 512
-#define OPTIONS_SIZE 320 /* the size of backends/opencl/opencl.c's options buffer */
 
 typedef struct variant_set {
-    char line[MAX_VARIANTS][OPTIONS_SIZE + 32]; /* "<entry>\t<options>" */
+    char line[MAX_VARIANTS][FA__CL_OPTIONS_SIZE + 32]; /* "<entry>\t<options>" */
     int count;
 } variant_set;
 
-/* Adds a plan's launches as lines, spelled as cl_launch_prepare spells them; false when full. */
+/* Adds a plan's launches as lines, spelled as cl_launch_prepare spells them
+ * (fa__cl_build_options); false when full. */
 static bool add_plan(variant_set *set, const fa_plan *plan)
 {
     for (int i = 0; i < plan->n_launches; i++) {
         const fa__kernel_variant *v = &plan->launches[i].variant;
-        char options[OPTIONS_SIZE] = "-cl-std=CL1.2 ";
-        size_t used = strlen(options);
-        fa__variant_defines(v, "-D ", options + used, sizeof options - used);
+        char options[FA__CL_OPTIONS_SIZE];
+        fa__cl_build_options(v, options, sizeof options);
         char line[sizeof set->line[0]];
         fa__format(line, sizeof line, "%s\t%s", v->entry, options);
         bool seen = false;

@@ -276,9 +276,8 @@ static fa_status cl_launch_prepare(fa_context *ctx, fa_plan *plan, fa__launch *l
     launch->variant.gpu = ctx->props.gpu ? 1 : 0; /* GPU-only loop unrolling (flash_fwd.cl) */
     if (!s)
         return FA_STATUS_OK; /* planning only: nothing to build for a device that is not here */
-    char options[320] = "-cl-std=CL1.2 ";
-    size_t used = strlen(options);
-    fa__variant_defines(&launch->variant, "-D ", options + used, sizeof options - used);
+    char options[FA__CL_OPTIONS_SIZE];
+    fa__cl_build_options(&launch->variant, options, sizeof options);
     fa__cl_program *e = NULL;
     fa_status st = fa__cl_program_get(ctx, s, launch->variant.entry, options, &e);
     if (st != FA_STATUS_OK)
