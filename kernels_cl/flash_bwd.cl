@@ -24,6 +24,9 @@
 #ifndef FA_FLASH_FWD_CL
 #include "flash_fwd.cl"
 #endif
+#if TPR != 1
+#error "the backward runs one work-item per row (TPR 1): its helpers sweep whole rows"
+#endif
 
 #if KEYS_PER_VEC == 1
 typedef int int_keys;

@@ -2,9 +2,13 @@
  * flash_fwd.cl - the FlashAttention forward kernel (OpenCL C 1.2): O = softmax(Q K^T * scale) V
  * with the online softmax of FlashAttention's Algorithm 1, never materializing Sq x Sk scores.
  *
- * One work-group per (Q tile, head, batch): NDRange (q_tiles * BLOCK_R, heads_q, batch), one
- * work-item per query row. The Q, K and V tiles live in __local memory in the storage type, the
- * S tile as Br x Bc floats; O accumulates in f32 in private memory.
+ * One work-group per (Q tile, head, batch): NDRange (q_tiles * BLOCK_R * TPR, heads_q, batch),
+ * TPR work-items (lanes) per query row: lane t computes the row's scores for keys
+ * [t * Bc / TPR, (t + 1) * Bc / TPR) and owns its O for dims [t * d / TPR, (t + 1) * d / TPR);
+ * the row's max and sum meet in local memory. CPUs run one lane per row (TPR 1, the kernel as
+ * it was); GPUs several, so a work-group has enough items and each keeps a short O row in
+ * registers. The Q, K and V tiles live in __local memory in the storage type, the S tile as
+ * Br x Bc floats; O accumulates in f32 in private memory.
  *
  * Vectorization is explicit (floatN along keys for S, along head_dim for O) rather than left to
  * a work-group vectorizer: pocl keeps one work-item's loop scalar across items when it holds
@@ -43,6 +47,14 @@
 #ifndef WG_SIZE
 #define WG_SIZE BLOCK_R /* work-items per work-group */
 #endif
+#ifndef TPR
+#define TPR 1 /* lanes per query row: divides Bc and d (the planner sees to it) */
+#endif
+#if (TPR & (TPR - 1)) != 0 || BLOCK_C % TPR != 0 || HEAD_DIM % TPR != 0 || WG_SIZE != BLOCK_R * TPR
+#error "TPR must be a power of two dividing BLOCK_C and HEAD_DIM, and WG_SIZE BLOCK_R * TPR"
+#endif
+#define LANE_KEYS (BLOCK_C / TPR)  /* keys of an S row per lane */
+#define LANE_DIMS (HEAD_DIM / TPR) /* elements of an O row per lane */
 #ifndef VEC_MAX
 #define VEC_MAX 8 /* the widest floatN the loops use: 8 or 16 (the device's preferred width) */
 #endif
@@ -84,31 +96,33 @@ typedef char fa_kernel_params_size_check[sizeof(fa_kernel_params) == 504 ? 1 : -
 #define LOG2E 1.44269504088896340736f
 
 /* Widest of 16 (up to VEC_MAX), 8, 4, 2, 1 that divides n: the vector width of loops over n
- * elements (keys of an S row, n = Bc; elements of an O row, n = d). */
-#if VEC_MAX >= 16 && BLOCK_C % 16 == 0
+ * elements (a lane's keys of an S row, n = Bc / TPR; its elements of an O row, n = d / TPR). */
+#if VEC_MAX >= 16 && LANE_KEYS % 16 == 0
 #define KEYS_PER_VEC 16
-#elif BLOCK_C % 8 == 0
+#elif LANE_KEYS % 8 == 0
 #define KEYS_PER_VEC 8
-#elif BLOCK_C % 4 == 0
+#elif LANE_KEYS % 4 == 0
 #define KEYS_PER_VEC 4
-#elif BLOCK_C % 2 == 0
+#elif LANE_KEYS % 2 == 0
 #define KEYS_PER_VEC 2
 #else
 #define KEYS_PER_VEC 1
 #endif
-#if VEC_MAX >= 16 && HEAD_DIM % 16 == 0
+#if VEC_MAX >= 16 && LANE_DIMS % 16 == 0
 #define DIMS_PER_VEC 16
-#elif HEAD_DIM % 8 == 0
+#elif LANE_DIMS % 8 == 0
 #define DIMS_PER_VEC 8
-#elif HEAD_DIM % 4 == 0
+#elif LANE_DIMS % 4 == 0
 #define DIMS_PER_VEC 4
-#elif HEAD_DIM % 2 == 0
+#elif LANE_DIMS % 2 == 0
 #define DIMS_PER_VEC 2
 #else
 #define DIMS_PER_VEC 1
 #endif
 #define VECS_PER_S_ROW (BLOCK_C / KEYS_PER_VEC)  /* float_keys vectors per S row */
 #define VECS_PER_O_ROW (HEAD_DIM / DIMS_PER_VEC) /* float_dims vectors per O row */
+#define VECS_PER_LANE_KEYS (LANE_KEYS / KEYS_PER_VEC) /* of them, per lane */
+#define VECS_PER_LANE_DIMS (LANE_DIMS / DIMS_PER_VEC)
 
 /* ---- storage type: raw copies global -> local, f32 conversion on loads from local ---------- */
 /* LOAD_ONE_F32(p): the element at p as f32; LOAD_N_F32(n, p): elements p[0 .. n) as floatn. */
@@ -224,16 +238,17 @@ void load_tile(__local store_t *tile, __global const store_t *src, long row0, lo
     }
 }
 
-/* One S row, in log2 units: S[r][c] = sum_x Q[r][x] * K[c][x] * scale * log2(e) for the Bc keys
- * c of the tile, x in [0, d), reading q_col = Q^T[x][r] (column r of the d x Br tile, stride Br)
- * and k_t = K^T[x][c] (d x Bc, stride Bc), writing s_row[c] (Bc floats). Four float_keys
+/* One lane's keys of an S row, in log2 units: S[r][c] = sum_x Q[r][x] * K[c][x] * scale *
+ * log2(e) for Bc / TPR keys c of the tile (the whole row where TPR is 1, as in the backward),
+ * x in [0, d), reading q_col = Q^T[x][r] (column r of the d x Br tile, stride Br) and k_t =
+ * K^T[x][c] (d x Bc, stride Bc, from the lane's first key), writing s_row[c]. Four float_keys
  * vectors (keys c = KEYS_PER_VEC * kvec ..) at a time, so each Q element loaded feeds four
  * multiply-adds. */
 void row_scores(__local float *s_row, __local const store_t *q_col, __local const store_t *k_t,
                 float scale_log2)
 {
     int kvec = 0; /* the vector of keys c = KEYS_PER_VEC * kvec .. +KEYS_PER_VEC of the row */
-    for (; kvec + 4 <= VECS_PER_S_ROW; kvec += 4) {
+    for (; kvec + 4 <= VECS_PER_LANE_KEYS; kvec += 4) {
         float_keys s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f; /* vectors kvec .. kvec+3 */
         __local const store_t *k_cols = k_t + kvec * KEYS_PER_VEC; /* K^T[0][c ..] */
 #pragma unroll 4
@@ -250,7 +265,7 @@ void row_scores(__local float *s_row, __local const store_t *q_col, __local cons
         S_STORE_KEYS(s2 * scale_log2, s_row + (kvec + 2) * KEYS_PER_VEC);
         S_STORE_KEYS(s3 * scale_log2, s_row + (kvec + 3) * KEYS_PER_VEC);
     }
-    for (; kvec < VECS_PER_S_ROW; kvec++) { /* the last 0 .. 3 vectors, one at a time */
+    for (; kvec < VECS_PER_LANE_KEYS; kvec++) { /* the last 0 .. 3 vectors, one at a time */
         float_keys s0 = 0.0f;
         UNROLL_4_ON_GPU
         for (int x = 0; x < HEAD_DIM; x++) /* Q^T[x][r] * K^T[x][c ..] */
@@ -260,28 +275,58 @@ void row_scores(__local float *s_row, __local const store_t *q_col, __local cons
     }
 }
 
-/* Online softmax over one S row (s_row[c], c in [0, Bc)): returns the new running max (log2
- * units) and replaces the row by P = exp2(S - m_new); *alpha = exp2(m_old - m_new) rescales the
- * earlier O and l. A row with no allowed key so far keeps m = -inf: exponents use 0 instead, so
- * P = 0 and alpha = 0, never NaN (the FlashAttention rescale rule). fmax skips a NaN score, whose
- * exp2 then makes l NaN, as does a +inf max (exp2(inf - inf)). */
-float softmax_update(__local float *s_row, float m_old, float *l, float *alpha)
+/* The online softmax over one S row, in two steps around dropout: lane_max is the max of a
+ * lane's keys (s_lane[c], c in [0, Bc / TPR)); lane_exp replaces them by P = exp2(S - m_use)
+ * and returns their sum. The row's max and sum are the lanes' combined (across_lanes_max /
+ * _sum). A row with no allowed key so far keeps m = -inf: exponents use m_use = 0 instead, so
+ * P = 0 and the rescale alpha = 0, never NaN (the FlashAttention rescale rule). fmax skips a NaN
+ * score, whose exp2 then makes l NaN, as does a +inf max (exp2(inf - inf)). */
+float lane_max(__local const float *s_lane)
 {
-    float_keys tile_max = -INFINITY; /* lane-wise max over the row's vectors */
-    for (int kvec = 0; kvec < VECS_PER_S_ROW; kvec++)
-        tile_max = fmax(tile_max, S_LOAD_KEYS(s_row + kvec * KEYS_PER_VEC));
-    float m_new = fmax(m_old, hmax_keys(tile_max));
-    float m_use = m_new == -INFINITY ? 0.0f : m_new;
-    float_keys tile_sum = 0.0f; /* lane-wise sum of P over the row's vectors */
-    for (int kvec = 0; kvec < VECS_PER_S_ROW; kvec++) {
-        float_keys p = exp2(S_LOAD_KEYS(s_row + kvec * KEYS_PER_VEC) - m_use);
-        S_STORE_KEYS(p, s_row + kvec * KEYS_PER_VEC);
+    float_keys tile_max = -INFINITY; /* lane-wise max over the lane's vectors */
+    for (int kvec = 0; kvec < VECS_PER_LANE_KEYS; kvec++)
+        tile_max = fmax(tile_max, S_LOAD_KEYS(s_lane + kvec * KEYS_PER_VEC));
+    return hmax_keys(tile_max);
+}
+
+float lane_exp(__local float *s_lane, float m_use)
+{
+    float_keys tile_sum = 0.0f; /* lane-wise sum of P over the lane's vectors */
+    for (int kvec = 0; kvec < VECS_PER_LANE_KEYS; kvec++) {
+        float_keys p = exp2(S_LOAD_KEYS(s_lane + kvec * KEYS_PER_VEC) - m_use);
+        S_STORE_KEYS(p, s_lane + kvec * KEYS_PER_VEC);
         tile_sum += p;
     }
-    *alpha = exp2(m_old - m_use);
-    *l = *l * *alpha + hsum_keys(tile_sum);
-    return m_new;
+    return hsum_keys(tile_sum);
 }
+
+/* A row's max and sum of its lanes' values v: through share[r * TPR + lane], after a barrier
+ * (so every lane of the row reads every other's), in lane order, so the sum is the same on
+ * every run. Call from every work-item; with one lane per row, v itself and no barrier. */
+#if TPR > 1
+float across_lanes_max(__local float *share, int r, int lane, float v)
+{
+    share[r * TPR + lane] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float m = share[r * TPR];
+    for (int t = 1; t < TPR; t++)
+        m = fmax(m, share[r * TPR + t]);
+    return m;
+}
+
+float across_lanes_sum(__local float *share, int r, int lane, float v)
+{
+    share[r * TPR + lane] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float sum = share[r * TPR];
+    for (int t = 1; t < TPR; t++)
+        sum += share[r * TPR + t];
+    return sum;
+}
+#else
+#define across_lanes_max(share, r, lane, v) (v)
+#define across_lanes_sum(share, r, lane, v) (v)
+#endif
 
 /* The keys [0, end) that the tile starting at row r0 visits: those its last row may attend
  * to, so causal and window launches skip K tiles entirely past the diagonal or the window. */
@@ -395,12 +440,13 @@ float_keys modify_keys(float_keys s, const fa_kernel_params *p, const row_mods *
     return s;
 }
 
-/* The score modifiers over one S row of the tile (the forward's): softcap, ALiBi, then the
- * bias, by vectors where a whole vector of keys has one, the last keys one by one (a private
- * array for a partial vector cost pocl a third of the run: 65% against 12% over no bias). */
+/* The score modifiers over one lane's keys of an S row (the forward's): softcap, ALiBi, then
+ * the bias, by vectors where a whole vector of keys has one, the last keys one by one (a
+ * private array for a partial vector cost pocl a third of the run: 65% against 12% over no
+ * bias). */
 void modify_row(__local float *s_row, const fa_kernel_params *p, const row_mods *rm)
 {
-    for (int kvec = 0; kvec < VECS_PER_S_ROW; kvec++) {
+    for (int kvec = 0; kvec < VECS_PER_LANE_KEYS; kvec++) {
         int at = kvec * KEYS_PER_VEC;
         float_keys s = modify_keys(S_LOAD_KEYS(s_row + at), p, rm, at);
 #if FEATURES & FA_FEATURE_BIAS
@@ -431,7 +477,7 @@ row_mods row_mods_of(const fa_kernel_params *p ALIBI_ARG BIAS_ARG, long b, long 
     return rm;
 }
 
-/* Points rm at the tile of keys [k0, k0 + Bc): valid_keys of them exist. */
+/* Points rm at the keys from k0 on (a lane's of a tile): valid_keys of them exist. */
 void row_mods_at_tile(row_mods *rm, const row_mods *base, long k0, int valid_keys)
 {
     rm->slope2 = base->slope2;
@@ -456,22 +502,22 @@ typedef float8 float_lanes;
 #define PHILOX_LANE ((uint8)(0, 1, 2, 3, 4, 5, 6, 7))
 #endif
 
-/* Dropout on one row of P (keys k0 + c, c in [0, valid_keys)): kept P times dropout_scale,
- * dropped ones 0. One Philox call per group of four keys (fa_dropout_words), each key taking
- * its word j & 3. */
+/* Dropout on one lane's keys of a row of P (keys k0 + c, c in [0, valid_keys), valid_keys <=
+ * Bc / TPR): kept P times dropout_scale, dropped ones 0. One Philox call per group of four keys
+ * (fa_dropout_words), each key taking its word j & 3. */
 void dropout_row(__local float *p_row, const fa_kernel_params *p, long b, long h, long row,
                  long k0, int valid_keys)
 {
-#if BLOCK_C % (4 * DROPOUT_LANES) == 0
-    if (valid_keys == BLOCK_C) {
-        /* A whole tile: k0 is a multiple of 4 * DROPOUT_LANES, so that many groups of four
-         * keys share one Philox call on uintN counters (lane n: group (k0 >> 2) + g0 + n; the
+#if LANE_KEYS % (4 * DROPOUT_LANES) == 0
+    if (valid_keys == LANE_KEYS) {
+        /* A lane's whole keys: k0 is a multiple of 4 * DROPOUT_LANES, so that many groups of
+         * four keys share one Philox call on uintN counters (lane n: group (k0 >> 2) + g0 + n; the
          * other counter words as fa_dropout_words). The scalar form cost pocl 80% of the
          * forward at p = 0.1 (one Philox per four keys, never vectorized), 8 lanes 36%; the
          * lanes give the same words. */
         const uint_lanes thr = (uint_lanes)p->dropout_threshold;
         const float_lanes kept = (float_lanes)p->dropout_scale;
-        for (int g0 = 0; g0 < BLOCK_C / 4; g0 += DROPOUT_LANES) { /* keys k0 + 4 g0 .. */
+        for (int g0 = 0; g0 < LANE_KEYS / 4; g0 += DROPOUT_LANES) { /* keys k0 + 4 g0 .. */
             uint_lanes w0 = (uint_lanes)((uint)((k0 >> 2) + g0)) + PHILOX_LANE;
             uint_lanes w1 = (uint_lanes)((uint)row), w2 = (uint_lanes)((uint)(b * p->heads_q + h));
             uint_lanes w3 = (uint_lanes)p->dropout_offset;
@@ -625,8 +671,14 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
     __local store_t k_tile[HEAD_DIM * BLOCK_C]; /* K^T: d x Bc store_t */
     __local store_t v_tile[BLOCK_C * HEAD_DIM]; /* V:   Bc x d store_t */
     __local float s_tile[BLOCK_R * BLOCK_C];    /* S, then P: Br x Bc f32 */
+#if TPR > 1
+    __local float share_max[TPR * BLOCK_R], share_sum[TPR * BLOCK_R]; /* across_lanes_* */
+#endif
 
-    const int r = (int)get_local_id(0); /* this work-item's row of the tile */
+    /* This work-item's row of the tile and its lane of the row: a row's lanes are neighbours
+     * (they read one Q column, and neighbouring parts of a K^T and a V row). */
+    const int r = (int)(get_local_id(0) / TPR), lane = (int)(get_local_id(0) % TPR);
+    const int c0 = lane * LANE_KEYS; /* its keys [c0, c0 + Bc / TPR) of a tile */
     const long h = (long)get_group_id(1), b = (long)get_group_id(2);
     SEQ_SETUP(b); /* p: sequence b's lengths; its rows start at token seq.q_start */
     /* Split-KV: the grid's x is (split, tile), split-major; without SPLIT one split, 0. */
@@ -643,6 +695,7 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
     __global const store_t *v_head = key_head(v, p.v_offset, p.v_stride_b, p.v_stride_h,
                                               p.v_stride_s, b, h_kv, seq.k_start);
     __local float *s_row = s_tile + r * BLOCK_C; /* S[r][0 .. Bc) */
+    __local float *s_lane = s_row + c0;          /* S[r][c0 .. c0 + Bc / TPR) */
 
     /* Load Q tile (rows past Sq are zeros; their results are never written): rows [r0, r0 + Br)
      * of Q[b][h] (Sq x d, row stride q_stride_s, from token q_start), stored transposed. */
@@ -681,9 +734,9 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
 #else
     float m = -INFINITY, l = 0.0f;
 #endif
-    float_dims acc[VECS_PER_O_ROW]; /* O[r][DIMS_PER_VEC * dvec ..], f32 */
+    float_dims acc[VECS_PER_LANE_DIMS]; /* O[r][lane * d / TPR + DIMS_PER_VEC * dvec ..], f32 */
     UNROLL_ON_GPU
-    for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++)
+    for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++)
         acc[dvec] = 0.0f;
 
     /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc. */
@@ -694,15 +747,17 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
         load_keys(v_tile, v_head, k0, sk, p.v_stride_b, p.v_stride_s, 0, &p, BLOCK_TABLE_PTR, b);
         barrier(CLK_LOCAL_MEM_FENCE);
 
-        /* S = Q K^T * scale (in log2 units, for exp2): row r, S[r][c] for c in [0, Bc). */
-        row_scores(s_row, q_tile + r, k_tile, SCORE_SCALE(p));
+        /* S = Q K^T * scale (in log2 units, for exp2): row r, S[r][c] for the lane's c. */
+        row_scores(s_lane, q_tile + r, k_tile + c0, SCORE_SCALE(p));
         int valid_keys = (int)min((long)BLOCK_C, sk - k0); /* keys [0, valid_keys) exist */
+        /* of the lane's keys, [c0, c0 + lane_keys) */
+        int lane_keys = clamp(valid_keys - c0, 0, LANE_KEYS);
 
         /* Score modifiers: softcap, then + ALiBi + bias (log2 units from here on). */
 #if FEATURES & (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_BIAS)
         row_mods tile_mods;
-        row_mods_at_tile(&tile_mods, &mods, k0, valid_keys);
-        modify_row(s_row, &p, &tile_mods);
+        row_mods_at_tile(&tile_mods, &mods, k0 + c0, lane_keys);
+        modify_row(s_lane, &p, &tile_mods);
 #endif
 
         /* Mask: keys past Sk and, causal, keys after the row's diagonal get -inf, as do keys
@@ -711,35 +766,41 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
         bool needs_mask = tile_keys < k0 + BLOCK_C;
         long allowed = row_keys - k0; /* this row's keys [0, allowed) of the tile are allowed */
         if (needs_mask) {
-            for (int c = (int)max(allowed, 0L); c < BLOCK_C; c++)
+            for (int c = (int)max(allowed, (long)c0); c < c0 + LANE_KEYS; c++)
                 s_row[c] = -INFINITY;
         }
 #if FEATURES & FA_FEATURE_WINDOW
         if (k0 < tile_begin) { /* keys before the row's window: [0, row_begin - k0) */
-            for (int c = 0; c < (int)min(row_begin - k0, (long)BLOCK_C); c++)
+            for (int c = c0; c < (int)min(row_begin - k0, (long)(c0 + LANE_KEYS)); c++)
                 s_row[c] = -INFINITY;
         }
 #endif
 
-        /* m/l update (online softmax); S becomes P. l counts P before dropout. */
-        float alpha;
-        m = softmax_update(s_row, m, &l, &alpha);
+        /* m/l update (online softmax); S becomes P. l counts P before dropout, alpha rescales
+         * the earlier O and l. */
+        float m_new = fmax(m, across_lanes_max(share_max, r, lane, lane_max(s_lane)));
+        float m_use = m_new == -INFINITY ? 0.0f : m_new;
+        float alpha = exp2(m - m_use), p_sum = lane_exp(s_lane, m_use);
 #if FEATURES & FA_FEATURE_DROPOUT
         /* Dropout: P Z with Z = dropout_scale for a kept key, 0 for a dropped one. */
         if (row < sq)
-            dropout_row(s_row, &p, b, h, row, k0, valid_keys);
+            dropout_row(s_lane, &p, b, h, row, k0 + c0, lane_keys);
 #endif
+        /* The row's sum; its barrier also shows each lane the others' P. */
+        l = l * alpha + across_lanes_sum(share_sum, r, lane, p_sum);
+        m = m_new;
 
-        /* Rescale O, then accumulate P V: O[r][x] += sum_c P[r][c] * V[c][x], x in [0, d),
+        /* Rescale O, then accumulate P V: O[r][x] += sum_c P[r][c] * V[c][x] for the lane's x,
          * c in [0, valid_keys) (keys past it have P = 0 and are skipped). */
         UNROLL_ON_GPU
-        for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++)
+        for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++)
             acc[dvec] *= alpha;
         for (int c = 0; c < valid_keys; c++) {
-            float p_c = s_row[c];                                  /* P[r][c] */
-            __local const store_t *v_row = v_tile + c * HEAD_DIM; /* V[c][0 .. d) */
+            float p_c = s_row[c]; /* P[r][c] */
+            /* V[c][lane * d / TPR ..] */
+            __local const store_t *v_row = v_tile + c * HEAD_DIM + lane * LANE_DIMS;
 #pragma unroll
-            for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++) /* V[c][DIMS_PER_VEC * dvec ..] */
+            for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++)
                 acc[dvec] += p_c * LOAD_DIMS_F32(v_row + dvec * DIMS_PER_VEC);
         }
     }
@@ -761,13 +822,16 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
     __global out_t *o_row = o + p.o_offset + b * p.o_stride_b + h * p.o_stride_h +
                             t * p.o_stride_s;
 #endif
+    o_row += lane * LANE_DIMS;
     UNROLL_ON_GPU
-    for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++) {
+    for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++) {
         float o_vals[DIMS_PER_VEC]; /* O[r][DIMS_PER_VEC * dvec + e], e in [0, DIMS_PER_VEC) */
         STORE_DIMS_PRIVATE(acc[dvec] * inv_l, o_vals);
         for (int e = 0; e < DIMS_PER_VEC; e++)
             STORE_OUT(o_vals[e], o_row + dvec * DIMS_PER_VEC + e);
     }
+    if (lane != 0)
+        return; /* one lane writes the row's LSE */
 #if SPLIT
     lse[p.lse_parts_offset + split * p.part_rows + lse_at] = row_lse;
 #else

@@ -96,12 +96,16 @@ typedef struct fa__plan_rules {
     uint32_t min_work_group; /* 0: none; else Br is raised so a work-group has at least this
                                 many items, shrinking Bc to make room (never past an override,
                                 the sequence or the budget) */
+    int32_t lanes_divide;   /* 1: the items_per_row lanes of a row split its Bc keys and d dims
+                               (the OpenCL forward), so the planner halves them until they
+                               divide both */
 } fa__plan_rules;
 
 typedef struct fa__tiles {
     int32_t block_r;         /* Br */
     int32_t block_c;         /* Bc */
-    int32_t work_group_size; /* work-items per work-group */
+    int32_t work_group_size; /* work-items per work-group: Br * row_lanes */
+    int32_t row_lanes;       /* work-items per query row (items_per_row, fitted) */
     uint64_t sram_bytes;     /* the op's on-chip formula at (Br, Bc) */
 } fa__tiles;
 

@@ -175,7 +175,6 @@ static void forward_launches(fa_plan *plan, const fa__plan_rules *rules)
     memset(l, 0, sizeof *l);
     fa__kernel_params_fill(&plan->problem, t->block_r, &l->params);
     const fa_kernel_params *kp = &l->params;
-    int32_t items = rules->items_per_row > 0 ? (int32_t)rules->items_per_row : 1;
     l->variant = (fa__kernel_variant){
         .entry = "flash_fwd",
         .head_dim = kp->head_dim,
@@ -184,7 +183,7 @@ static void forward_launches(fa_plan *plan, const fa__plan_rules *rules)
         .dtype = (int32_t)plan->problem.dtype,
         .mask = kp->mask,
         .work_group_size = t->work_group_size,
-        .row_lanes = rules->row_lanes > 0 ? rules->row_lanes : items,
+        .row_lanes = rules->row_lanes > 0 ? rules->row_lanes : t->row_lanes,
         .mma = rules->mma,
         .features = kp->features,
         .bias_dtype = kp->features ? kp->bias_dtype : 0,

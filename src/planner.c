@@ -183,6 +183,8 @@ static void raise_to_floor(plan_state *s, const fa__plan_rules *rules, const fa_
     s->br = want;
     int64_t fit = s->override_c ? (fa__tile_bytes(s->f, want, bc, d, elem) <= sram ? bc : 0)
                                 : round_down((int64_t)bc_that_fits(s, sram, d, elem), m);
+    if (rules->lanes_divide && !s->override_c) /* the lanes split the keys (fit_lanes) */
+        fit = fit / rules->items_per_row * rules->items_per_row;
     if (fit < 1) {
         s->br = br;
         fa__append(s->explain, s->explain_size,
@@ -198,6 +200,65 @@ static void raise_to_floor(plan_state *s, const fa__plan_rules *rules, const fa_
                "GPU runs %u in lockstep), Bc shrunk so the taller tiles fit\n",
                (long long)br, (long long)want, (long long)bc, (long long)s->bc,
                (unsigned)rules->min_work_group, (unsigned)dev->wg_multiple);
+}
+
+/* Rounds Br down so the work-group fills whole lockstep groups (warps, wavefronts) where the
+ * floor still holds: a 40-row work-group of 2 lanes on 64-wide wavefronts leaves 48 of the
+ * second wavefront's lanes idle. */
+static void whole_lockstep_groups(plan_state *s, const fa__plan_rules *rules,
+                                  const fa_device_props *dev, int64_t lanes)
+{
+    int64_t w = dev->wg_multiple, items = s->br * lanes;
+    if (rules->min_work_group == 0 || w <= 1 || s->override_r || items % w == 0 || w % lanes)
+        return;
+    int64_t br = items / w * w / lanes;
+    if (br * lanes < (int64_t)rules->min_work_group)
+        return;
+    fa__append(s->explain, s->explain_size,
+               "Br %lld -> %lld: %lld work-items fill whole groups of %lld run in lockstep\n",
+               (long long)s->br, (long long)br, (long long)(br * lanes), (long long)w);
+    s->br = br;
+}
+
+/* Lanes per query row: items_per_row, where the kernel splits a row's Bc keys and d dims
+ * between them (lanes_divide) the most lanes that divide d and Bc, Bc rounded up to a multiple
+ * of them where the larger tiles still fit in the device's memory, past the budget if need be
+ * (a decode's Bc = 24 would leave 8 of 32 lanes, and a work-group of 8 items idles more of a
+ * compute unit than a second resident work-group would fill; keys past the sequence are
+ * masked). */
+static int64_t fit_lanes(plan_state *s, const fa__plan_rules *rules, uint64_t sram, int64_t d,
+                         size_t elem)
+{
+    int64_t want = rules->items_per_row > 0 ? rules->items_per_row : 1, lanes = want;
+    if (!rules->lanes_divide)
+        return lanes;
+    for (; lanes > 1; lanes /= 2) {
+        int64_t up = (s->bc + lanes - 1) / lanes * lanes;
+        if (d % lanes != 0 || (up != s->bc && s->override_c))
+            continue;
+        if (up == s->bc)
+            break;
+        if ((rules->max_block_c == 0 || up <= (int64_t)rules->max_block_c) &&
+            fa__tile_bytes(s->f, s->br, up, d, elem) <= sram) {
+            fa__append(s->explain, s->explain_size, "Bc %lld -> %lld: a multiple of the %lld "
+                       "lanes of a row (%llu bytes of %llu)\n", (long long)s->bc, (long long)up,
+                       (long long)lanes,
+                       (unsigned long long)fa__tile_bytes(s->f, s->br, up, d, elem),
+                       (unsigned long long)sram);
+            s->bc = up;
+            break;
+        }
+    }
+    if (lanes < want)
+        fa__append(s->explain, s->explain_size,
+                   "lanes %lld -> %lld: the lanes of a row split its Bc = %lld keys and d = %lld "
+                   "dims\n", (long long)want, (long long)lanes, (long long)s->bc, (long long)d);
+    if (lanes > 1)
+        fa__append(s->explain, s->explain_size,
+                   "lanes: %lld work-items per query row, each with %lld keys of a tile and %lld "
+                   "dims of O\n", (long long)lanes, (long long)(s->bc / lanes),
+                   (long long)(d / lanes));
+    return lanes;
 }
 
 static void paper_rule(plan_state *s, uint64_t sram, int64_t d, size_t elem)
@@ -307,15 +368,19 @@ fa_status fa__plan_tiles(const fa_device_props *dev, const fa__plan_rules *rules
         return st;
     raise_br(&s, rules, dev, p, sram, d, elem, m);
     raise_to_floor(&s, rules, dev, p, sram, d, elem, m);
+    int64_t lanes = fit_lanes(&s, rules, dev->sram_bytes, d, elem);
+    whole_lockstep_groups(&s, rules, dev, lanes);
     out->block_r = (int32_t)s.br;
     out->block_c = (int32_t)s.bc;
-    out->work_group_size = rules->items_per_row > 0 ? (int32_t)(s.br * rules->items_per_row) : 1;
+    out->row_lanes = (int32_t)lanes;
+    out->work_group_size = rules->items_per_row > 0 ? (int32_t)(s.br * lanes) : 1;
     out->sram_bytes = fa__tile_bytes(&rules->onchip, s.br, s.bc, d, elem);
     explain_formula(&rules->onchip, elem, explain, explain_size);
     fa__append(explain, explain_size,
                "plan: Br = %d, Bc = %d, work-group size %d, %llu of %llu on-chip bytes\n",
                (int)out->block_r, (int)out->block_c, (int)out->work_group_size,
-               (unsigned long long)out->sram_bytes, (unsigned long long)sram);
+               (unsigned long long)out->sram_bytes,
+               (unsigned long long)(out->sram_bytes > sram ? dev->sram_bytes : sram));
     return FA_STATUS_OK;
 }
 

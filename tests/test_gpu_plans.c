@@ -138,8 +138,113 @@ static void test_overrides_and_budget(void **state)
     assert_true(t.block_r >= 64);
 }
 
-/* A profile: half of gfx90a's 64 KiB, its 64-wide wavefronts; Mali's local memory is global
- * memory, so its 32 KiB are the tiles' whole budget. */
+/* The OpenCL forward's rules with `lanes` work-items per row that split its keys and dims,
+ * each sharing its row max and sum through two floats of local memory. */
+static fa__plan_rules lane_rules(uint32_t lanes)
+{
+    fa__plan_rules rules = gpu_rules();
+    rules.items_per_row = lanes;
+    rules.lanes_divide = 1;
+    rules.onchip.row_floats = 2 * lanes;
+    rules.tile_multiple = lanes > 8 ? lanes : 8;
+    return rules;
+}
+
+/* d 128, 4 lanes: Bc = ceil(8192 / 512) = 16, Br 16: (2048 + 4096) * 4 + 1024 + 512 = 26112;
+ * raised to (32768 - 16384) / (512 + 32 + 64) = 26 -> 24 rows, 96 items: a wavefront and a
+ * half, so back to 16 rows, 64 items. */
+static void test_lanes_fill_wavefronts(void **state)
+{
+    (void)state;
+    fa__plan_rules rules = lane_rules(4);
+    fa_problem p;
+    fa_problem_init(&p, F32, FA_LAYOUT_BHSD, 1, 8, 8, 2048, 2048, 128);
+    fa__tiles t;
+    char explain[4096];
+    plan(&p, &rules, &t, explain, sizeof explain);
+    assert_int_equal(t.block_r, 16);
+    assert_int_equal(t.block_c, 16);
+    assert_int_equal(t.row_lanes, 4);
+    assert_int_equal(t.work_group_size, 64);
+    assert_int_equal(t.sram_bytes, 26112);
+    assert_non_null(strstr(explain, "lanes: 4 work-items per query row, each with 4 keys"));
+    assert_non_null(strstr(explain, "Br 24 -> 16: 64 work-items fill whole groups of 64"));
+}
+
+/* Decode (Sq 1), d 128, 32 lanes: Bc 16 leaves a lane half a key, so Bc goes up to 32:
+ * (128 + 8192) * 4 + 128 + 256 = 33664 bytes, past the 32768 budget and within the device's
+ * 65536. An overridden Bc of 24 stays, and the lanes halve to 8, which divide it. */
+static void test_lanes_for_decode(void **state)
+{
+    (void)state;
+    fa__plan_rules rules = lane_rules(32);
+    fa_problem p;
+    fa_problem_init(&p, F32, FA_LAYOUT_BHSD, 1, 8, 8, 1, 4096, 128);
+    fa__tiles t;
+    char explain[4096];
+    plan(&p, &rules, &t, explain, sizeof explain);
+    assert_int_equal(t.block_r, 1);
+    assert_int_equal(t.block_c, 32);
+    assert_int_equal(t.row_lanes, 32);
+    assert_int_equal(t.work_group_size, 32);
+    assert_non_null(strstr(explain, "Bc 16 -> 32: a multiple of the 32 lanes of a row (33664 "
+                                    "bytes of 65536)"));
+    p.block_c = 24;
+    plan(&p, &rules, &t, explain, sizeof explain);
+    assert_int_equal(t.block_c, 24);
+    assert_int_equal(t.row_lanes, 8);
+    assert_int_equal(t.work_group_size, 8);
+    assert_non_null(strstr(explain, "lanes 32 -> 8: the lanes of a row split its Bc = 24 keys"));
+}
+
+/* Every profile's forward plans, d 32..128 and every dtype: at least 64 work-items per
+ * work-group at Sq 2048 and 32 at Sq 1 (decode), except f32 d 128 decode on the 32 KiB
+ * devices, whose K and V tiles of 32 keys alone fill the memory (16 lanes, 16 keys); lanes
+ * that divide d and Bc. */
+static void test_profiles_fill_work_groups(void **state)
+{
+    (void)state;
+    static const char *profiles[] = {"amd-gfx90a", "amd-gfx1030", "intel-xe",
+                                     "nvidia-sm80", "mali-g710",   "adreno-740"};
+    static const fa_dtype dtypes[] = {F32, FA_DTYPE_F16, FA_DTYPE_BF16};
+    static const int64_t dims[] = {32, 64, 96, 128};
+    for (size_t i = 0; i < sizeof profiles / sizeof profiles[0]; i++) {
+        char why[512] = "";
+        fa_context *ctx = NULL;
+        fa_status st = fa_context_create_planning(&ctx, FA_BACKEND_OPENCL, profiles[i], why,
+                                                  sizeof why);
+        if (st == FA_STATUS_BACKEND_UNAVAILABLE && !harness_backend_required(FA_BACKEND_OPENCL))
+            skip();
+        assert_int_equal(st, OK);
+        bool small = strcmp(profiles[i], "mali-g710") == 0 ||
+                     strcmp(profiles[i], "adreno-740") == 0;
+        for (size_t t = 0; t < 3; t++) {
+            for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++) {
+                for (int64_t sq = 1; sq <= 2048; sq += 2047) {
+                    fa_problem p;
+                    fa_problem_init(&p, dtypes[t], FA_LAYOUT_BHSD, 1, 8, 8, sq, 4096, dims[k]);
+                    fa_plan *pl = NULL;
+                    assert_int_equal(fa_plan_create(ctx, &p, &pl), OK);
+                    int32_t br = fa_plan_block_r(pl), bc = fa_plan_block_c(pl);
+                    int32_t wg = fa_plan_work_group_size(pl), lanes = wg / br;
+                    int32_t floor = sq == 1 ? (small && t == 0 && dims[k] == 128 ? 16 : 32) : 64;
+                    print_message("  %s %s d%lld Sq %lld: Br %d Bc %d wg %d\n", profiles[i],
+                                  fa_dtype_name(dtypes[t]), (long long)dims[k], (long long)sq,
+                                  br, bc, wg);
+                    assert_true(wg >= floor);
+                    assert_int_equal(wg % br, 0);
+                    assert_int_equal(bc % lanes, 0);
+                    assert_int_equal(dims[k] % lanes, 0);
+                    fa_plan_destroy(pl);
+                }
+            }
+        }
+        fa_context_destroy(ctx);
+    }
+}
+
+/* A profile: half of gfx90a's 64 KiB, its 64-wide wavefronts, 2 lanes per row at d 64;
+ * Mali's local memory is global memory, so its 32 KiB are the tiles' whole budget. */
 static void test_opencl_profiles(void **state)
 {
     (void)state;
@@ -154,9 +259,11 @@ static void test_opencl_profiles(void **state)
     fa_problem_init(&p, F32, FA_LAYOUT_BHSD, 1, 8, 8, 2048, 2048, 64);
     fa_plan *pl = NULL;
     assert_int_equal(fa_plan_create(ctx, &p, &pl), OK);
-    assert_int_equal(fa_plan_block_r(pl), 64);
-    assert_int_equal(fa_plan_block_c(pl), 16);
+    assert_int_equal(fa_plan_block_r(pl), 32);
+    assert_int_equal(fa_plan_block_c(pl), 32);
+    assert_int_equal(fa_plan_work_group_size(pl), 64);
     assert_non_null(strstr(fa_plan_explain(pl), "on-chip budget 32768 of 65536 bytes"));
+    assert_non_null(strstr(fa_plan_explain(pl), "lanes: 2 work-items per query row"));
     fa_plan_destroy(pl);
     assert_int_equal(fa_plan_create_backward(ctx, &p, &pl), OK); /* the budget only */
     assert_true(fa_plan_sram_bytes(pl) <= 32768);
@@ -171,7 +278,8 @@ static void test_opencl_profiles(void **state)
                                                 sizeof why), OK);
     assert_int_equal(fa_plan_create(ctx, &p, &pl), OK);
     assert_null(strstr(fa_plan_explain(pl), "on-chip budget"));
-    assert_int_equal(fa_plan_block_r(pl), 64);
+    assert_int_equal(fa_plan_work_group_size(pl), 2 * fa_plan_block_r(pl));
+    assert_true(fa_plan_work_group_size(pl) >= 64);
     fa_plan_destroy(pl);
     fa_context_destroy(ctx);
 
@@ -299,6 +407,9 @@ int main(void)
         cmocka_unit_test(test_floor_out_of_reach),
         cmocka_unit_test(test_floor_and_short_sequences),
         cmocka_unit_test(test_overrides_and_budget),
+        cmocka_unit_test(test_lanes_fill_wavefronts),
+        cmocka_unit_test(test_lanes_for_decode),
+        cmocka_unit_test(test_profiles_fill_work_groups),
         cmocka_unit_test(test_opencl_profiles),
         cmocka_unit_test(test_auto_device),
         cmocka_unit_test(test_replan_on_kernel_limit),

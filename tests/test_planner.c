@@ -149,7 +149,7 @@ static void run_planner_case(const planner_case *c)
                      FA_STATUS_OK);
     p.block_r = c->block_r;
     p.block_c = c->block_c;
-    fa__tiles tiles = {-1, -1, -1, 0};
+    fa__tiles tiles = {-1, -1, -1, -1, 0};
     char explain[4096] = "", why[512] = "";
     fa_status st = fa__plan_tiles(&dev, &c->rules, &p, &tiles, explain, sizeof explain, why,
                                   sizeof why);

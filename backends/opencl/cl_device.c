@@ -438,6 +438,22 @@ static fa_status device_usable(cl_device_id device, char *why, size_t why_size)
     return st;
 }
 
+/* FLASHATTN_OPENCL_AS_GPU=1 plans and builds for every OpenCL device as for a GPU (the
+ * budget, the work-group floor, several lanes per row, the unrolled loops), so the GPU kernel
+ * variants run and are tested on pocl; 0 or unset: the device's own type. */
+static fa_status as_gpu(fa_device_props *out, char *why, size_t why_size)
+{
+    const char *v = getenv("FLASHATTN_OPENCL_AS_GPU");
+    if (!v || !*v || strcmp(v, "0") == 0)
+        return FA_STATUS_OK;
+    if (strcmp(v, "1") != 0) {
+        fa__format(why, why_size, "FLASHATTN_OPENCL_AS_GPU = \"%s\" is not 0 or 1", v);
+        return FA_STATUS_INVALID_ARGUMENT;
+    }
+    out->gpu = 1;
+    return FA_STATUS_OK;
+}
+
 fa_status fa__cl_device_props(cl_device_id device, fa_device_props *out, char *why,
                               size_t why_size)
 {
@@ -467,7 +483,8 @@ fa_status fa__cl_device_props(cl_device_id device, fa_device_props *out, char *w
         free(s);
     }
     out->bf16 = 0; /* OpenCL 1.2 has no bf16 arithmetic; the kernel converts with bit shifts */
-    return device_numbers(device, out, why, why_size);
+    fa_status st = device_numbers(device, out, why, why_size);
+    return st == FA_STATUS_OK ? as_gpu(out, why, why_size) : st;
 }
 
 fa_status fa__cl_state_limits(fa_context *ctx, fa__cl_state *s)

@@ -56,23 +56,53 @@ static void backward_rules(const fa_device_props *dev, fa__plan_rules *rules)
 }
 
 /*
+ * The forward's lanes per query row on a GPU. A GPU item has about 256 registers (gfx1030 in
+ * wave32, sm_80 255), and one lane per row kept the whole O row of d floats: spills at d 128
+ * and 256 (tools/cl_gpu_check.sh). So d / 32 lanes (a power of two dividing d, at most 8) each
+ * keep 32 floats of it. With few query rows (decode, Sq = 1) the work-group is Br = Sq rows,
+ * so lanes grow further, up to 32, until Sq * lanes reaches 32 items (one warp) where d allows.
+ */
+static uint32_t gpu_row_lanes(const fa_problem *p)
+{
+    int64_t d = p->head_dim, sq = p->seqlen_q > 1 ? p->seqlen_q : 1;
+    uint32_t lanes = 1;
+    while (lanes < 8 && d % (2 * lanes) == 0 && d / (2 * lanes) >= 32)
+        lanes *= 2;
+    while (lanes < 32 && sq * lanes < 32 && d % (2 * lanes) == 0)
+        lanes *= 2;
+    return lanes;
+}
+
+/*
  * On a GPU a compute unit hides memory latency by switching between resident work-groups, and a
  * work-group narrower than a few warps or wavefronts leaves lanes idle. So the tiles get half
  * the local memory (two work-groups resident; where local memory is global memory, as on Mali,
  * it limits no residency and the whole is theirs), and the forward's work-group has at least
- * 64 items, or the device's lockstep width when wider: Br is raised and Bc shrunk to fit. The
- * backward's dK/dV pass runs one item per key, so its work-group follows Bc, not the floor.
- * CPUs (pocl) keep every rule as it was: one work-group per core, all of the memory.
+ * 64 items, or the device's lockstep width when wider: several lanes per row (gpu_row_lanes),
+ * then Br raised and Bc shrunk to fit. The lanes share a row's max and sum through two floats
+ * each in local memory. The backward's dK/dV pass runs one item per key, so its work-group
+ * follows Bc, not the floor. CPUs (pocl) keep every rule as it was: one work-group per core,
+ * all of the memory, one lane per row.
  */
-static void gpu_rules(const fa_device_props *dev, fa__op op, fa__plan_rules *rules)
+static void gpu_rules(const fa_device_props *dev, const fa_problem *p, fa__op op,
+                      fa__plan_rules *rules)
 {
     if (!dev->local_mem_global) {
         rules->sram_budget = dev->sram_bytes / 2;
         rules->budget_note = "half the local memory, so two work-groups stay resident per "
                              "compute unit";
     }
-    if (op == FA__OP_FORWARD)
-        rules->min_work_group = dev->wg_multiple > 64 ? dev->wg_multiple : 64;
+    if (op != FA__OP_FORWARD)
+        return;
+    rules->min_work_group = dev->wg_multiple > 64 ? dev->wg_multiple : 64;
+    rules->items_per_row = gpu_row_lanes(p);
+    rules->lanes_divide = 1;
+    if (rules->items_per_row > 1) {
+        rules->onchip.row_floats = 2 * rules->items_per_row;
+        rules->onchip.what = "Q, K, V tiles, the f32 S tile, each lane's row max and sum";
+    }
+    if (rules->items_per_row > rules->tile_multiple)
+        rules->tile_multiple = rules->items_per_row; /* Bc above it: a multiple of the lanes */
 }
 
 /*
@@ -94,7 +124,6 @@ static void gpu_rules(const fa_device_props *dev, fa__op op, fa__plan_rules *rul
 static void cl_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op op,
                           fa__plan_rules *rules)
 {
-    (void)p;
     rules->items_per_row = 1;
     rules->tile_multiple = 8;
     rules->max_block_c = 128;
@@ -102,7 +131,7 @@ static void cl_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__o
     rules->min_block_r = 256;
     rules->split_kv = 1; /* many compute units: a short grid leaves them idle */
     if (dev->gpu)
-        gpu_rules(dev, op, rules);
+        gpu_rules(dev, p, op, rules);
     if (op == FA__OP_BACKWARD)
         backward_rules(dev, rules);
 }

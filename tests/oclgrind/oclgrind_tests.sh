@@ -62,31 +62,37 @@ run() {
     fi
 }
 
-# Self-test: the kernel without the barrier that protects the K/V tiles from being overwritten.
-mkdir -p "$tmp/racy" "$tmp/racy_bwd"
-sed '0,/barrier(CLK_LOCAL_MEM_FENCE); \/\* the previous tiles/{//d}' "$src/kernels_cl/flash_fwd.cl" \
-    >"$tmp/racy/flash_fwd.cl"
-if cmp -s "$src/kernels_cl/flash_fwd.cl" "$tmp/racy/flash_fwd.cl"; then
-    echo "FAIL self-test: could not remove the barrier from kernels_cl/flash_fwd.cl"
-    failed=$((failed + 1))
-else
-    FLASHATTN_KERNEL_DIR=$tmp/racy run "self-test: a missing barrier is a race" report \
-        --data-races -- "$forward" opencl --case=mha97_d64/f32
-fi
+# self_test NAME FILE SED_SCRIPT TEST CASE: copies both kernel files, removes one barrier from
+# FILE (flash_fwd.cl or flash_bwd.cl: the backward's program is both, so the folder holds
+# both) with SED_SCRIPT, and requires Oclgrind to report the race that TEST (the forward or
+# backward suite) then runs into on CASE. A sed that removed nothing fails: the checker and
+# its self-test must not both go quiet.
+self_test() {
+    local name=$1 file=$2 script=$3 test=$4 case=$5 dir
+    dir=$(mktemp -d "$tmp/racy.XXXX")
+    cp "$src/kernels_cl/flash_fwd.cl" "$src/kernels_cl/flash_bwd.cl" "$dir/"
+    sed "$script" "$src/kernels_cl/$file" >"$dir/$file"
+    if cmp -s "$src/kernels_cl/$file" "$dir/$file"; then
+        echo "FAIL self-test: could not remove the barrier from kernels_cl/$file ($name)"
+        failed=$((failed + 1))
+    else
+        FLASHATTN_KERNEL_DIR=$dir run "self-test: $name" report --data-races -- \
+            "$test" opencl --case="$case"
+    fi
+}
 
-# The backward's self-test: flash_bwd_dq without the barrier before it overwrites the K/V
-# tiles; "f32 d64 12x20" (4 x 8 tiles, no mask) loops over three key tiles. The kernel folder
-# must hold both files: the backward's program is flash_fwd.cl followed by flash_bwd.cl.
-cp "$src/kernels_cl/flash_fwd.cl" "$tmp/racy_bwd/flash_fwd.cl"
-sed '0,/barrier(CLK_LOCAL_MEM_FENCE); \/\* the previous tiles/{//d}' \
-    "$src/kernels_cl/flash_bwd.cl" >"$tmp/racy_bwd/flash_bwd.cl"
-if cmp -s "$src/kernels_cl/flash_bwd.cl" "$tmp/racy_bwd/flash_bwd.cl"; then
-    echo "FAIL self-test: could not remove the barrier from kernels_cl/flash_bwd.cl"
-    failed=$((failed + 1))
-else
-    FLASHATTN_KERNEL_DIR=$tmp/racy_bwd run "self-test: a barrier missing in flash_bwd_dq" \
-        report --data-races -- "$backward" opencl --case="f32 d64 12x20"
-fi
+# The forward without the barrier that protects the K/V tiles from being overwritten.
+self_test "a missing barrier is a race" flash_fwd.cl \
+    '0,/barrier(CLK_LOCAL_MEM_FENCE); \/\* the previous tiles/{//d}' "$forward" mha97_d64/f32
+# flash_bwd_dq without the barrier before it overwrites the K/V tiles; "f32 d64 12x20" (4 x 8
+# tiles, no mask) loops over three key tiles.
+self_test "a barrier missing in flash_bwd_dq" flash_bwd.cl \
+    '0,/barrier(CLK_LOCAL_MEM_FENCE); \/\* the previous tiles/{//d}' "$backward" "f32 d64 12x20"
+# Oclgrind reports a GPU device, so its runs plan the GPU rules: several lanes per query row
+# (2 at d 64, 32 for decode_q1), which meet in local memory behind barriers. Without the barrier
+# in across_lanes_sum the lanes read each other's sums and P before they are written.
+self_test "lanes without a barrier race" flash_fwd.cl \
+    '/^float across_lanes_sum/,/^}/{/barrier(CLK_LOCAL_MEM_FENCE);/d}' "$forward" mha97_d64/f32
 
 # Data races and API misuse over shapes that cover every mask, GQA, padding and tail tiles.
 for c in mha97_d64/ gqa113_d80/f16 q113_k17_br/ q17_k113_br/bf16 gqa_padded/ decode_q1/f32 \
