@@ -203,11 +203,11 @@ if ! "$FA" devices --backend cuda 2>/dev/null | grep -q 'not built into'; then
     expect_error "plan --arch needs cuda" 2 'needs --backend cuda' plan --backend cpu --arch sm_90
 fi
 # --profile plans for a known OpenCL GPU without it: half of gfx90a's 64 KiB, 64 work-items
-# (Bc shrunk to 16 so 64 rows fit; docs/backends-opencl.md, "Plan rules").
+# (32 rows of 2 lanes, Bc 32; docs/backends-opencl.md, "Plan rules").
 if ! "$FA" devices --backend opencl 2>/dev/null | grep -q 'not built into'; then
     expect_stdout "plan opencl --profile amd-gfx90a" '^work-group +64$' \
         plan --backend opencl --profile amd-gfx90a --dim 64 --seq 2048
-    expect_stdout "plan opencl --profile Bc" '^Bc +16$' \
+    expect_stdout "plan opencl --profile Bc" '^Bc +32$' \
         plan --backend opencl --profile amd-gfx90a --dim 64 --seq 2048
     expect_stdout "plan opencl --profile budget" '^on-chip budget 32768 of 65536 bytes' \
         plan --backend opencl --profile amd-gfx90a --dim 64 --seq 2048
