@@ -511,8 +511,8 @@ void dropout_row(__local float *p_row, const fa_kernel_params *p, long b, long h
 #if LANE_KEYS % (4 * DROPOUT_LANES) == 0
     if (valid_keys == LANE_KEYS) {
         /* A lane's whole keys: k0 is a multiple of 4 * DROPOUT_LANES, so that many groups of
-         * four keys share one Philox call on uintN counters (lane n: group (k0 >> 2) + g0 + n; the
-         * other counter words as fa_dropout_words). The scalar form cost pocl 80% of the
+         * four keys share one Philox call on uintN counters (vector element n: group
+         * (k0 >> 2) + g0 + n; the other counter words as fa_dropout_words). The scalar form cost pocl 80% of the
          * forward at p = 0.1 (one Philox per four keys, never vectorized), 8 lanes 36%; the
          * lanes give the same words. */
         const uint_lanes thr = (uint_lanes)p->dropout_threshold;
