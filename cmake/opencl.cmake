@@ -1,7 +1,7 @@
 # opencl.cmake - the OpenCL backend's sources and its embedded kernel text.
 #
-# flashattn_opencl_configure(target) adds backends/opencl/*.c and a generated C file holding
-# kernels_cl/flash_fwd.cl, kernels_cl/flash_bwd.cl and src/kernel_params.h as byte arrays (flashattn_embed_text from
+# flashattn_opencl_configure(target) adds backends/opencl/*.c and generated C files holding
+# kernels_cl/*.cl and src/kernel_params.h as byte arrays (flashattn_embed_text from
 # cmake/embed_text.cmake, run at build time, so editing a kernel rebuilds the library). The
 # caller links OpenCL::OpenCL.
 
@@ -16,13 +16,15 @@ include(${CMAKE_CURRENT_LIST_DIR}/embed_text.cmake)
 
 function(flashattn_opencl_configure target)
   file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/generated)
-  flashattn_embed_text(${PROJECT_SOURCE_DIR}/kernels_cl/flash_fwd.cl
-                       fa__cl_embed_flash_fwd fwd_c)
-  flashattn_embed_text(${PROJECT_SOURCE_DIR}/kernels_cl/flash_bwd.cl
-                       fa__cl_embed_flash_bwd bwd_c)
+  set(kernels_c "")
+  foreach(name flash_common flash_fwd flash_merge flash_bwd)
+    flashattn_embed_text(${PROJECT_SOURCE_DIR}/kernels_cl/${name}.cl
+                         fa__cl_embed_${name} kernel_c)
+    list(APPEND kernels_c ${kernel_c})
+  endforeach()
   flashattn_embed_text(${PROJECT_SOURCE_DIR}/src/kernel_params.h
                        fa__cl_embed_kernel_params params_c)
-  target_sources(${target} PRIVATE ${FLASHATTN_OPENCL_SOURCES} ${fwd_c} ${bwd_c} ${params_c})
+  target_sources(${target} PRIVATE ${FLASHATTN_OPENCL_SOURCES} ${kernels_c} ${params_c})
   target_include_directories(${target} PRIVATE
     ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/backends/opencl)
   target_link_libraries(${target} PRIVATE OpenCL::OpenCL)

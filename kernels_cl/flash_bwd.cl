@@ -18,11 +18,11 @@
  * Varlen batches (SEQ) run each sequence with its own lengths and rows (SEQ_SETUP); D and LSE
  * are at the row's LSE index (fa_lse_index). seqlens_k and paged K/V have no backward.
  *
- * This file follows flash_fwd.cl in one program and uses its types and helpers (load_tile,
+ * This file follows flash_common.cl in one program and uses its types and helpers (load_tile,
  * row_scores, the vector widths); alone it includes it (compile with -I kernels_cl -I src).
  */
-#ifndef FA_FLASH_FWD_CL
-#include "flash_fwd.cl"
+#ifndef FA_FLASH_COMMON_CL
+#include "flash_common.cl"
 #endif
 #if TPR != 1
 #error "the backward runs one work-item per row (TPR 1): its helpers sweep whole rows"

@@ -58,10 +58,12 @@ export WORK
 
 # The program source exactly as src/kernel_build.c assembles it: the params header, then each
 # kernel file after a #line directive naming it (so clang's messages name the .cl file).
-{ cat "$ROOT/src/kernel_params.h"; printf '\n#line 1 "flash_fwd.cl"\n'
-  cat "$ROOT/kernels_cl/flash_fwd.cl"; } >"$WORK/fwd.cl"
-{ cat "$WORK/fwd.cl"; printf '\n#line 1 "flash_bwd.cl"\n'
-  cat "$ROOT/kernels_cl/flash_bwd.cl"; } >"$WORK/bwd.cl"
+# A program is flash_common.cl followed by the file of its entry point.
+for name in fwd merge bwd; do
+    { cat "$ROOT/src/kernel_params.h"; printf '\n#line 1 "flash_common.cl"\n'
+      cat "$ROOT/kernels_cl/flash_common.cl"; printf '\n#line 1 "flash_%s.cl"\n' $name
+      cat "$ROOT/kernels_cl/flash_$name.cl"; } >"$WORK/$name.cl"
+done
 
 # compile_one TARGET INDEX ENTRY OPTIONS: compiles one variant and writes one tab-separated line
 # to $WORK/res/TARGET.INDEX: target entry d dtype mask Br Bc WG registers scratch spills bad
@@ -70,7 +72,7 @@ export WORK
 compile_one() {
     set -eu
     local target=$1 index=$2 entry=$3 options=$4 src=$WORK/fwd.cl
-    case $entry in flash_bwd_*) src=$WORK/bwd.cl ;; esac
+    case $entry in flash_bwd_*) src=$WORK/bwd.cl ;; flash_merge) src=$WORK/merge.cl ;; esac
     local out=$WORK/out/$target.$index log=$WORK/out/$target.$index.log
     local regs="-" scratch="-" spills="-" bad=0 v="" r=""
     # libclc's builtins linked in as clang links a device library (-mlink-builtin-bitcode: its

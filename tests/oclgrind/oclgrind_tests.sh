@@ -62,15 +62,15 @@ run() {
     fi
 }
 
-# self_test NAME FILE SED_SCRIPT TEST CASE: copies both kernel files, removes one barrier from
-# FILE (flash_fwd.cl or flash_bwd.cl: the backward's program is both, so the folder holds
-# both) with SED_SCRIPT, and requires Oclgrind to report the race that TEST (the forward or
-# backward suite) then runs into on CASE. A sed that removed nothing fails: the checker and
+# self_test NAME FILE SED_SCRIPT TEST CASE: copies the kernel files (a program is
+# flash_common.cl and its entry point's file), removes one barrier from FILE with SED_SCRIPT,
+# and requires Oclgrind to report the race that TEST (the forward or backward suite) then runs
+# into on CASE. A sed that removed nothing fails: the checker and
 # its self-test must not both go quiet.
 self_test() {
     local name=$1 file=$2 script=$3 test=$4 case=$5 dir
     dir=$(mktemp -d "$tmp/racy.XXXX")
-    cp "$src/kernels_cl/flash_fwd.cl" "$src/kernels_cl/flash_bwd.cl" "$dir/"
+    cp "$src"/kernels_cl/*.cl "$dir/"
     sed "$script" "$src/kernels_cl/$file" >"$dir/$file"
     if cmp -s "$src/kernels_cl/$file" "$dir/$file"; then
         echo "FAIL self-test: could not remove the barrier from kernels_cl/$file ($name)"
@@ -91,7 +91,7 @@ self_test "a barrier missing in flash_bwd_dq" flash_bwd.cl \
 # Oclgrind reports a GPU device, so its runs plan the GPU rules: several lanes per query row
 # (2 at d 64, 32 for decode_q1), which meet in local memory behind barriers. Without the barrier
 # in across_lanes_sum the lanes read each other's sums and P before they are written.
-self_test "lanes without a barrier race" flash_fwd.cl \
+self_test "lanes without a barrier race" flash_common.cl \
     '/^float across_lanes_sum/,/^}/{/barrier(CLK_LOCAL_MEM_FENCE);/d}' "$forward" mha97_d64/f32
 
 # Data races and API misuse over shapes that cover every mask, GQA, padding and tail tiles.
