@@ -109,20 +109,24 @@ typedef char fa_kernel_params_size_check[sizeof(fa_kernel_params) == 504 ? 1 : -
 #define VECS_PER_LANE_DIMS (LANE_DIMS / DIMS_PER_VEC)
 
 /* ---- storage type: raw copies global -> local, f32 conversion on loads from local ---------- */
-/* LOAD_ONE_F32(p): the element at p as f32; LOAD_N_F32(n, p): elements p[0 .. n) as floatn. */
+/* LOAD_ONE_F32(p): the element at p as f32; LOAD_N_F32(n, p): elements p[0 .. n) as floatn;
+ * both from __local memory, and from address space `space` as LOAD_ONE_F32_IN / LOAD_N_F32_IN. */
 #if DTYPE == 0
 typedef float store_t;
-#define LOAD_ONE_F32(p) (*(p))
-#define LOAD_N_F32(n, p) CAT(vload, n)(0, p)
+#define LOAD_ONE_F32_IN(space, p) (*(p))
+#define LOAD_N_F32_IN(space, n, p) CAT(vload, n)(0, p)
 #elif DTYPE == 1
 typedef ushort store_t; /* half bits; vload_half needs no cl_khr_fp16 */
-#define LOAD_ONE_F32(p) vload_half(0, (__local const half *)(p))
-#define LOAD_N_F32(n, p) CAT(vload_half, n)(0, (__local const half *)(p))
+#define LOAD_ONE_F32_IN(space, p) vload_half(0, (space const half *)(p))
+#define LOAD_N_F32_IN(space, n, p) CAT(vload_half, n)(0, (space const half *)(p))
 #else
 typedef ushort store_t; /* bf16 bits: the upper half of a binary32 */
-#define LOAD_ONE_F32(p) as_float((uint)(*(p)) << 16)
-#define LOAD_N_F32(n, p) CAT(as_float, n)(CAT(convert_uint, n)(CAT(vload, n)(0, p)) << 16)
+#define LOAD_ONE_F32_IN(space, p) as_float((uint)(*(p)) << 16)
+#define LOAD_N_F32_IN(space, n, p)                                                             \
+    CAT(as_float, n)(CAT(convert_uint, n)(CAT(vload, n)(0, p)) << 16)
 #endif
+#define LOAD_ONE_F32(p) LOAD_ONE_F32_IN(__local, p)
+#define LOAD_N_F32(n, p) LOAD_N_F32_IN(__local, n, p)
 
 /* Stores one f32 value to global O in the storage type, rounding to nearest even. */
 void store_o(float v, __global store_t *p)
@@ -158,55 +162,30 @@ typedef CAT(float, KEYS_PER_VEC) float_keys;
 #if DIMS_PER_VEC == 1
 typedef float float_dims;
 #define LOAD_DIMS_F32(p) LOAD_ONE_F32(p)
+#define LOAD_GLOBAL_DIMS_F32(p) LOAD_ONE_F32_IN(__global, p)
 #define STORE_DIMS_PRIVATE(v, p) (*(p) = (v))
 #else
 typedef CAT(float, DIMS_PER_VEC) float_dims;
 #define LOAD_DIMS_F32(p) LOAD_N_F32(DIMS_PER_VEC, p)
+#define LOAD_GLOBAL_DIMS_F32(p) LOAD_N_F32_IN(__global, DIMS_PER_VEC, p)
 #define STORE_DIMS_PRIVATE(v, p) CAT(vstore, DIMS_PER_VEC)(v, 0, p)
 #endif
 
-/* The max / sum of the KEYS_PER_VEC lanes of v, pairwise (halves, then quarters ...). */
-float hmax_keys(float_keys v)
-{
-#if KEYS_PER_VEC == 16
-    float8 c = fmax(v.lo, v.hi);
-    float4 a = fmax(c.lo, c.hi);
-    float2 b = fmax(a.lo, a.hi);
-    return fmax(b.lo, b.hi);
-#elif KEYS_PER_VEC == 8
-    float4 a = fmax(v.lo, v.hi);
-    float2 b = fmax(a.lo, a.hi);
-    return fmax(b.lo, b.hi);
-#elif KEYS_PER_VEC == 4
-    float2 b = fmax(v.lo, v.hi);
-    return fmax(b.lo, b.hi);
-#elif KEYS_PER_VEC == 2
-    return fmax(v.lo, v.hi);
-#else
-    return v;
-#endif
-}
-
-float hsum_keys(float_keys v)
-{
-#if KEYS_PER_VEC == 16
-    float8 c = v.lo + v.hi;
-    float4 a = c.lo + c.hi;
-    float2 b = a.lo + a.hi;
-    return b.lo + b.hi;
-#elif KEYS_PER_VEC == 8
-    float4 a = v.lo + v.hi;
-    float2 b = a.lo + a.hi;
-    return b.lo + b.hi;
-#elif KEYS_PER_VEC == 4
-    float2 b = v.lo + v.hi;
-    return b.lo + b.hi;
-#elif KEYS_PER_VEC == 2
-    return v.lo + v.hi;
-#else
-    return v;
-#endif
-}
+/* The max / sum of the n elements of a floatn, pairwise (halves, then quarters ...), as
+ * hmax_keys / hsum_keys for a float_keys and hsum_dims for a float_dims. */
+float hmax1(float v) { return v; }
+float hmax2(float2 v) { return fmax(v.lo, v.hi); }
+float hmax4(float4 v) { return hmax2(fmax(v.lo, v.hi)); }
+float hmax8(float8 v) { return hmax4(fmax(v.lo, v.hi)); }
+float hmax16(float16 v) { return hmax8(fmax(v.lo, v.hi)); }
+float hsum1(float v) { return v; }
+float hsum2(float2 v) { return v.lo + v.hi; }
+float hsum4(float4 v) { return hsum2(v.lo + v.hi); }
+float hsum8(float8 v) { return hsum4(v.lo + v.hi); }
+float hsum16(float16 v) { return hsum8(v.lo + v.hi); }
+#define hmax_keys CAT(hmax, KEYS_PER_VEC)
+#define hsum_keys CAT(hsum, KEYS_PER_VEC)
+#define hsum_dims CAT(hsum, DIMS_PER_VEC)
 
 /* Copies rows [row0, row0 + rows) of a [seq, d] slice (row stride `stride`) into a local tile,
  * zero past `seq`. Element idx = r * d + x of the rows x d block, r in [0, rows), x in [0, d):
@@ -608,6 +587,18 @@ __global const store_t *key_head(__global const store_t *t, long offset, long st
     return t + offset + b * stride_b + h_kv * stride_h + k_start * stride_s;
 }
 
+/* Where key j's row of K or V starts, from `head` (key_head): paged, in the page the block
+ * table gives it (fa_key_row). */
+long key_row(long j, long stride_b, long stride_s, const fa_kernel_params *p,
+             __global const int *block_table, long b)
+{
+#if SEQ & FA_SEQ_PAGED
+    return fa_key_row(p, SEQ, block_table, b, 0, j, stride_b, stride_s);
+#else
+    return j * stride_s;
+#endif
+}
+
 /* Copies keys [k0, k0 + Bc) of K or V (row 0 at `head`, key_head) into a local tile as
  * load_tile does, zero past `sk`. Paged, key j's row is at fa_key_row (its page from the block
  * table), so each element finds its own. */
@@ -627,7 +618,7 @@ void load_keys(__local store_t *tile, __global const store_t *head, long k0, lon
         long j = k0 + c;
         if (c != row_of && j < sk) {
             row_of = c;
-            row = fa_key_row(p, SEQ, block_table, b, 0, j, stride_b, stride_s);
+            row = key_row(j, stride_b, stride_s, p, block_table, b);
         }
         store_t val = j < sk ? head[row + x] : (store_t)0;
         tile[transposed ? x * BLOCK_C + c : idx] = val;

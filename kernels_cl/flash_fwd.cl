@@ -26,6 +26,54 @@
 #include "flash_common.cl"
 #endif
 
+/* DIRECT_KV 1: K and V are read where they are in global memory, not staged in local tiles
+ * (the host picks it where local memory is global memory and a work-group is one work-item, so
+ * a copy would be shared with no one): S rows as dot products along d, P V from the global V
+ * rows. */
+#ifndef DIRECT_KV
+#define DIRECT_KV 0
+#endif
+#if DIRECT_KV && WG_SIZE != 1
+#error "DIRECT_KV is planned for work-groups of one work-item (opencl.c, direct_kv)"
+#endif
+
+#if DIRECT_KV
+/* S[r][c] = sum_x Q[r][x] * K[k0 + c][x] * scale * log2(e) for keys c in [0, keys) with K's rows
+ * read from global memory (row j at k_head + key_row), the row's Q as q_row (d elements in the
+ * local Q tile), in float_dims vectors along d; four keys at a time, so four independent chains
+ * of multiply-adds share each Q vector (the last group repeats its last key). Keys from `keys`
+ * to Bc get 0: the mask sets them to -inf. */
+void direct_scores(__local float *s_row, __local const store_t *q_row,
+                   __global const store_t *k_head, long k0, int keys, long stride_b,
+                   long stride_s, const fa_kernel_params *p, __global const int *block_table,
+                   long b, float scale_log2)
+{
+    for (int c = 0; c < keys; c += 4) {
+        __global const store_t *k_rows[4];
+        float_dims s[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            k_rows[u] = k_head + key_row(k0 + c + min(u, keys - c - 1), stride_b, stride_s, p,
+                                         block_table, b);
+            s[u] = 0.0f;
+        }
+        for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++) {
+            float_dims qv = LOAD_DIMS_F32(q_row + dvec * DIMS_PER_VEC);
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                s[u] += qv * LOAD_GLOBAL_DIMS_F32(k_rows[u] + dvec * DIMS_PER_VEC);
+        }
+        for (int u = 0; u < min(4, keys - c); u++)
+            s_row[c + u] = hsum_dims(s[u]) * scale_log2;
+    }
+    for (int c = max(keys, 0); c < BLOCK_C; c++)
+        s_row[c] = 0.0f;
+}
+#define LOAD_V_DIMS_F32(ptr) LOAD_GLOBAL_DIMS_F32(ptr)
+#else
+#define LOAD_V_DIMS_F32(ptr) LOAD_DIMS_F32(ptr)
+#endif
+
 /* The forward's output: the storage type, or f32 partials for flash_merge under SPLIT. */
 #if SPLIT
 typedef float out_t;
@@ -40,9 +88,11 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
           __global out_t *o, __global float *lse ALIBI_ARG BIAS_ARG SINKS_ARG SEQ_ARG,
           PARAMS_ARG)
 {
-    __local store_t q_tile[HEAD_DIM * BLOCK_R]; /* Q^T: d x Br store_t */
+    __local store_t q_tile[HEAD_DIM * BLOCK_R]; /* Q^T: d x Br store_t (DIRECT_KV: Q, Br x d) */
+#if !DIRECT_KV
     __local store_t k_tile[HEAD_DIM * BLOCK_C]; /* K^T: d x Bc store_t */
     __local store_t v_tile[BLOCK_C * HEAD_DIM]; /* V:   Bc x d store_t */
+#endif
     __local float s_tile[BLOCK_R * BLOCK_C];    /* S, then P: Br x Bc f32 */
 #if TPR > 1
     __local float share_max[TPR * BLOCK_R], share_sum[TPR * BLOCK_R]; /* across_lanes_* */
@@ -71,10 +121,11 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
     __local float *s_lane = s_row + c0;          /* S[r][c0 .. c0 + Bc / TPR) */
 
     /* Load Q tile (rows past Sq are zeros; their results are never written): rows [r0, r0 + Br)
-     * of Q[b][h] (Sq x d, row stride q_stride_s, from token q_start), stored transposed. */
+     * of Q[b][h] (Sq x d, row stride q_stride_s, from token q_start), stored transposed (as
+     * is, for DIRECT_KV's dot products along d). */
     load_tile(q_tile,
               q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h + seq.q_start * p.q_stride_s,
-              r0, sq, p.q_stride_s, BLOCK_R, 1);
+              r0, sq, p.q_stride_s, BLOCK_R, !DIRECT_KV);
 
 #if FEATURES & FA_FEATURE_WINDOW
     __local long kv_range[2]; /* the key tiles [kv_begin, kv_end) */
@@ -114,6 +165,12 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
 
     /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc. */
     for (long k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C) {
+        int valid_keys = (int)min((long)BLOCK_C, sk - k0); /* keys [0, valid_keys) exist */
+#if DIRECT_KV
+        /* S = Q K^T * scale (in log2 units, for exp2): row r, from K in global memory. */
+        direct_scores(s_row, q_tile + r * HEAD_DIM, k_head, k0, valid_keys, p.k_stride_b,
+                      p.k_stride_s, &p, BLOCK_TABLE_PTR, b, SCORE_SCALE(p));
+#else
         barrier(CLK_LOCAL_MEM_FENCE); /* the previous tiles are no longer read */
         /* K^T: d x Bc, V: Bc x d */
         load_keys(k_tile, k_head, k0, sk, p.k_stride_b, p.k_stride_s, 1, &p, BLOCK_TABLE_PTR, b);
@@ -122,7 +179,7 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
 
         /* S = Q K^T * scale (in log2 units, for exp2): row r, S[r][c] for the lane's c. */
         row_scores(s_lane, q_tile + r, k_tile + c0, SCORE_SCALE(p));
-        int valid_keys = (int)min((long)BLOCK_C, sk - k0); /* keys [0, valid_keys) exist */
+#endif
         /* of the lane's keys, [c0, c0 + lane_keys) */
         int lane_keys = clamp(valid_keys - c0, 0, LANE_KEYS);
 
@@ -170,11 +227,16 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
             acc[dvec] *= alpha;
         for (int c = 0; c < valid_keys; c++) {
             float p_c = s_row[c]; /* P[r][c] */
+#if DIRECT_KV
+            __global const store_t *v_row = /* V[k0 + c][0 ..] in global memory */
+                v_head + key_row(k0 + c, p.v_stride_b, p.v_stride_s, &p, BLOCK_TABLE_PTR, b);
+#else
             /* V[c][lane * d / TPR ..] */
             __local const store_t *v_row = v_tile + c * HEAD_DIM + lane * LANE_DIMS;
+#endif
 #pragma unroll
             for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++)
-                acc[dvec] += p_c * LOAD_DIMS_F32(v_row + dvec * DIMS_PER_VEC);
+                acc[dvec] += p_c * LOAD_V_DIMS_F32(v_row + dvec * DIMS_PER_VEC);
         }
     }
 

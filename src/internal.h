@@ -162,6 +162,8 @@ typedef struct fa__kernel_variant {
     int32_t merge;           /* 1: flash_merge, whose partials are PARTS_DTYPE */
     int32_t parts_dtype;     /* PARTS_DTYPE: fa_dtype of the partial O flash_merge reads */
     int32_t gpu;             /* GPU=1: the device is a GPU (OpenCL; a define only when 1) */
+    int32_t direct_kv;       /* DIRECT_KV=1: flash_fwd reads K and V in global memory, no
+                                local tiles (OpenCL; a define only when 1) */
 } fa__kernel_variant;
 
 /* Writes "<prefix>HEAD_DIM=64 <prefix>BLOCK_R=..." for a variant (prefix "-D " for OpenCL C,

@@ -526,6 +526,9 @@ static const dc_case cases[] = {
      L4(90, 0, 33, 0), 0, FA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 3, 8, false, false},
     {"varlen bf16 none", DC_VARLEN, FA_DTYPE_BF16, 2, 3, 3, 96, L4(13, 4, 0, 0),
      L4(13, 31, 0, 0), 0, FA_MASK_NONE, 0, 0, 0, false, false},
+    /* one query row per sequence: Br 1, so pocl runs the one-work-item kernel (DIRECT_KV) */
+    {"varlen f32 one row each", DC_VARLEN, FA_DTYPE_F32, 3, 4, 2, 40, L4(1, 1, 1, 0),
+     L4(7, 0, 33, 0), 0, FA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 0, 8, false, false},
 };
 
 static const dc_case backward_cases[] = {

@@ -123,6 +123,38 @@ static void test_device_props(void **state)
     assert_non_null(strstr(why, "no OpenCL device"));
 }
 
+/* Whether a forward plan of Sq query rows (heads 32/8, Sk 4096, d dim) reads K and V in place. */
+static bool plans_direct_kv(fa_context *ctx, int64_t sq, int64_t dim)
+{
+    fa_problem p;
+    fa_problem_init(&p, FA_DTYPE_F32, FA_LAYOUT_BHSD, 1, 32, 8, sq, 4096, dim);
+    fa_plan *plan = NULL;
+    assert_int_equal(fa_plan_create(ctx, &p, &plan), OK);
+    bool direct = strstr(fa_plan_explain(plan), "(DIRECT_KV)") != NULL;
+    fa_plan_destroy(plan);
+    return direct;
+}
+
+/* flash_fwd reads K and V in place (no local tiles) exactly where local memory is global
+ * memory and a work-group is one work-item (backends/opencl/opencl.c, direct_kv): a decode of
+ * one query row on pocl, not two rows nor a prefill; the decode suites check its results. */
+static void test_direct_kv_rule(void **state)
+{
+    (void)state;
+    fa_context *ctx = NULL;
+    fa_context_options opts = {FA_BACKEND_OPENCL, 0};
+    assert_int_equal(fa_context_create(&ctx, &opts, NULL, 0), OK);
+    fa_device_props props;
+    assert_int_equal(fa_context_device_props(ctx, &props), OK);
+    bool one_item = !props.gpu; /* a CPU plans Br = Sq = 1 and one lane; a GPU adds lanes */
+    assert_int_equal(plans_direct_kv(ctx, 1, 128), props.local_mem_global && one_item);
+    assert_false(plans_direct_kv(ctx, 2, 64));
+    assert_false(plans_direct_kv(ctx, 2048, 64));
+    if (getenv("CI"))
+        assert_true(props.local_mem_global); /* CI's pocl: the rule must really be exercised */
+    fa_context_destroy(ctx);
+}
+
 /* ---- fa_context_create_opencl ------------------------------------------------------------- */
 
 static void test_context_create_args(void **state)
@@ -795,7 +827,8 @@ int main(int argc, char **argv)
         return harness_exit_code(d == HARNESS_FAIL, 0, 1);
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_device_props),    cmocka_unit_test(test_context_create_args),
+        cmocka_unit_test(test_device_props),    cmocka_unit_test(test_direct_kv_rule),
+        cmocka_unit_test(test_context_create_args),
         cmocka_unit_test(test_context_retains), cmocka_unit_test(test_wrap_checks),
         cmocka_unit_test(test_wrap_on_cpu),     cmocka_unit_test(test_forward_wrapped),
         cmocka_unit_test(test_kernel_dir),      cmocka_unit_test(test_kernel_dir_bad_files),

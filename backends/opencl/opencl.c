@@ -292,17 +292,38 @@ static fa_status cl_problem_check(fa_context *ctx, const fa_problem *p)
     return FA_STATUS_OK;
 }
 
+/*
+ * Whether flash_fwd reads K and V where they are (DIRECT_KV) instead of copying each tile into
+ * local memory first. Where local memory is global memory (pocl, Mali) the copy buys only the
+ * sharing of a tile among a work-group's rows; a work-group of one work-item (a decode's Br = 1
+ * on a CPU) shares it with no one and copied and transposed every K/V element alone. Measured on
+ * pocl (docs/benchmarks.md, "Decoding without local tiles"), heads 32/8, bottom-right causal,
+ * Sk 8192-32768: 9-20x faster at d 32-128. Work-groups of 2-16 rows gained 1.5-2.8x too, but
+ * pocl 3.1 miscompiled that variant (rows past a varlen sequence's end passed their
+ * `row >= sq` exit and wrote past O and LSE), so it stays at one work-item.
+ */
+static int32_t direct_kv(const fa_context *ctx, const fa__kernel_variant *v)
+{
+    return ctx->props.local_mem_global && v->work_group_size == 1 &&
+           strcmp(v->entry, "flash_fwd") == 0;
+}
+
 /* Finds or builds the launch's program (its -D options are the cache key) and checks what the
  * compiled kernel allows on this device before anything runs. */
 static fa_status cl_launch_prepare(fa_context *ctx, fa_plan *plan, fa__launch *launch)
 {
-    (void)plan;
     fa__cl_state *s = ctx->state;
     /* float16 where the device prefers it (pocl on AVX-512: 512-bit FMAs, about 10% faster
      * measured, where float8 gave only 256-bit ones); otherwise float8, as every device had
      * (the GPU profiles report a preferred width of 1). */
     launch->variant.vector_width = s && s->vector_width >= 16 ? 16 : 8;
     launch->variant.gpu = ctx->props.gpu ? 1 : 0; /* GPU-only loop unrolling (flash_fwd.cl) */
+    launch->variant.direct_kv = direct_kv(ctx, &launch->variant);
+    if (launch->variant.direct_kv)
+        fa__append(plan->explain, sizeof plan->explain,
+                   "kernel: flash_fwd reads K and V where they are (DIRECT_KV): local memory is "
+                   "global memory here, and a work-group of one work-item would share a copy "
+                   "with no one\n");
     if (!s)
         return FA_STATUS_OK; /* planning only: nothing to build for a device that is not here */
     char options[FA__CL_OPTIONS_SIZE];
