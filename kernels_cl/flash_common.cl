@@ -17,7 +17,7 @@
 #define HEAD_DIM 64 /* d: elements per row of Q, K, V, O */
 #endif
 #ifndef BLOCK_R
-#define BLOCK_R 64 /* Br: query rows per work-group (one work-item each) */
+#define BLOCK_R 64 /* Br: query rows per work-group (TPR work-items each) */
 #endif
 #ifndef BLOCK_C
 #define BLOCK_C 64 /* Bc: keys per K/V tile */
