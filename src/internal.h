@@ -99,6 +99,9 @@ typedef struct fa__plan_rules {
     int32_t lanes_divide;   /* 1: the items_per_row lanes of a row split its Bc keys and d dims
                                (the OpenCL forward), so the planner halves them until they
                                divide both */
+    int32_t pow2_clamp;     /* 1: tiles longer than a short sequence shrink to the next power
+                               of two at or above its length, not to the length, so a growing
+                               sequence needs few distinct kernel builds (OpenCL) */
 } fa__plan_rules;
 
 typedef struct fa__tiles {

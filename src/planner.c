@@ -294,20 +294,38 @@ static void apply_overrides(plan_state *s, const fa_problem *p)
     }
 }
 
-/* Tiles longer than the sequence only cost memory; overrides are clamped here too. */
-static void clamp_to_sequences(plan_state *s, const fa_problem *p)
+/* The smallest power of two >= n (n >= 1). */
+static int64_t next_pow2(int64_t n)
 {
-    int64_t sq = p->seqlen_q > 1 ? p->seqlen_q : 1, sk = p->seqlen_k > 1 ? p->seqlen_k : 1;
-    if (s->br > sq) {
-        fa__append(s->explain, s->explain_size, "Br %lld -> %lld: seqlen_q\n", (long long)s->br,
-                   (long long)sq);
-        s->br = sq;
-    }
-    if (s->bc > sk) {
-        fa__append(s->explain, s->explain_size, "Bc %lld -> %lld: seqlen_k\n", (long long)s->bc,
-                   (long long)sk);
-        s->bc = sk;
-    }
+    int64_t v = 1;
+    while (v < n)
+        v *= 2;
+    return v;
+}
+
+/* Shrinks one tile side longer than its sequence of n (>= 1) rows or keys to n, or with
+ * pow2_clamp to the next power of two at or above n: every distinct tile size is another kernel
+ * build (its -D options), and a decode whose cache grows from 1 to 128 keys builds one per
+ * length (about 23 after the multiple-of-8 rule) where powers of two need 8. */
+static void clamp_side(plan_state *s, bool is_r, int64_t n, bool pow2)
+{
+    int64_t *v = is_r ? &s->br : &s->bc;
+    if (*v <= n)
+        return;
+    int64_t to = pow2 ? next_pow2(n) : n; /* n < *v: a short sequence, no overflow */
+    if (*v <= to)
+        return;
+    fa__append(s->explain, s->explain_size, "%s %lld -> %lld: %s %lld%s\n", is_r ? "Br" : "Bc",
+               (long long)*v, (long long)to, is_r ? "seqlen_q" : "seqlen_k", (long long)n,
+               pow2 ? ", rounded up to a power of two" : "");
+    *v = to;
+}
+
+/* Tiles longer than the sequence only cost memory; overrides are clamped here too. */
+static void clamp_to_sequences(plan_state *s, const fa__plan_rules *rules, const fa_problem *p)
+{
+    clamp_side(s, true, p->seqlen_q > 1 ? p->seqlen_q : 1, rules->pow2_clamp);
+    clamp_side(s, false, p->seqlen_k > 1 ? p->seqlen_k : 1, rules->pow2_clamp);
 }
 
 /* "(Br*d + 2*Bc*d) * 2 + Br*Bc*4 (Q, K, V tiles and the f32 S tile)": coefficients of 1 and
@@ -349,7 +367,7 @@ fa_status fa__plan_tiles(const fa_device_props *dev, const fa__plan_rules *rules
                    rules->budget_note ? rules->budget_note : "the backend's rule");
     paper_rule(&s, sram, d, elem);
     apply_overrides(&s, p);
-    clamp_to_sequences(&s, p);
+    clamp_to_sequences(&s, rules, p);
     fa_status st = cap(&s, true, rules->max_block_r, "the kernel's largest Br");
     if (st == FA_STATUS_OK)
         st = cap(&s, false, rules->max_block_c, "the kernel's largest Bc");

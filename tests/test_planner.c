@@ -263,6 +263,38 @@ static void test_min_block_r(void **state)
     assert_int_equal(t.block_r, 32);
 }
 
+/* With pow2_clamp (OpenCL's rules) a decode whose cache grows key by key (Sq 1, Sk 1..128)
+ * plans Bc as powers of two >= Sk: 8 distinct tiles, so 8 kernel builds, where clamping to Sk
+ * itself (the "short sequences" case) made one per length. An override longer than a short
+ * sequence stays a valid tile (Br 16 at Sq 9, where 9 is not a multiple of 8). */
+static void test_growing_decode_tiles(void **state)
+{
+    (void)state;
+    fa__plan_rules rules = {.items_per_row = 1, .tile_multiple = 8, .max_block_c = 128,
+                            .min_block_r = 256, .onchip = FWD_ONCHIP, .pow2_clamp = 1};
+    fa_device_props dev = props_of(&POCL);
+    fa_problem p;
+    fa__tiles t;
+    int distinct = 0, last = 0;
+    for (int64_t sk = 1; sk <= 128; sk++) {
+        fa_problem_init(&p, F16, FA_LAYOUT_BHSD, 1, 32, 8, 1, sk, 128);
+        assert_int_equal(fa__plan_tiles(&dev, &rules, &p, &t, NULL, 0, NULL, 0), OK);
+        assert_int_equal(t.block_r, 1);
+        assert_true(t.block_c >= sk && t.block_c < 2 * sk);
+        assert_int_equal(t.block_c & (t.block_c - 1), 0);
+        distinct += t.block_c != last;
+        last = t.block_c;
+    }
+    assert_int_equal(distinct, 8);
+    char explain[2048];
+    fa_problem_init(&p, F32, FA_LAYOUT_BHSD, 1, 1, 1, 9, 9, 64);
+    p.block_r = 16;
+    assert_int_equal(fa__plan_tiles(&dev, &rules, &p, &t, explain, sizeof explain, NULL, 0), OK);
+    assert_int_equal(t.block_r, 16);
+    assert_int_equal(t.block_c, 16);
+    assert_non_null(strstr(explain, "Bc 512 -> 16: seqlen_k 9, rounded up to a power of two"));
+}
+
 /* Split-KV: only when the query tiles are fewer work-groups than compute units; chunks of at
  * least FA__MIN_SPLIT_TILES key tiles, at most FA__MAX_KV_SPLITS, whole tiles; overrides. */
 static void test_kv_splits(void **state)
@@ -466,7 +498,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_invented_devices), cmocka_unit_test(test_tile_bytes),
         cmocka_unit_test(test_row_floats),
-        cmocka_unit_test(test_min_block_r),
+        cmocka_unit_test(test_min_block_r),      cmocka_unit_test(test_growing_decode_tiles),
         cmocka_unit_test(test_kv_splits),
         cmocka_unit_test(test_null_explain),     cmocka_unit_test(test_cpu_plan_create),
         cmocka_unit_test(test_env_overrides),    cmocka_unit_test(test_backend_list),

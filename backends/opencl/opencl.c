@@ -130,6 +130,7 @@ static void cl_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__o
     rules->max_block_r = 0;
     rules->min_block_r = 256;
     rules->split_kv = 1; /* many compute units: a short grid leaves them idle */
+    rules->pow2_clamp = 1; /* each tile size is a program build (about a second on pocl) */
     if (dev->gpu)
         gpu_rules(dev, p, op, rules);
     if (op == FA__OP_BACKWARD)
