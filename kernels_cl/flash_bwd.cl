@@ -39,13 +39,7 @@ typedef CAT(int, KEYS_PER_VEC) int_keys;
 /* One stored element of a global tensor as f32. */
 float load_global(__global const store_t *p)
 {
-#if DTYPE == 0
-    return *p;
-#elif DTYPE == 1
-    return vload_half(0, (__global const half *)p);
-#else
-    return as_float((uint)(*p) << 16);
-#endif
+    return LOAD_ONE_F32_IN(__global, p);
 }
 
 /* Writes mul * acc (one row of d f32 values in float_dims vectors) to a global row in the
