@@ -34,8 +34,20 @@
 #ifndef TPR
 #define TPR 1 /* lanes per query row: divides Bc and d (the planner sees to it) */
 #endif
-#if (TPR & (TPR - 1)) != 0 || BLOCK_C % TPR != 0 || HEAD_DIM % TPR != 0 || WG_SIZE != BLOCK_R * TPR
-#error "TPR must be a power of two dividing BLOCK_C and HEAD_DIM, and WG_SIZE BLOCK_R * TPR"
+/* DIRECT_KV 1 (flash_fwd only): K and V are read where they are in global memory, not staged in
+ * local tiles, and one work-item holds every row of the tile (the host picks it where local
+ * memory is global memory and tiles are short, so a staged copy would be shared by few). */
+#ifndef DIRECT_KV
+#define DIRECT_KV 0
+#endif
+#if DIRECT_KV
+#define ITEM_ROWS BLOCK_R /* query rows per work-item */
+#else
+#define ITEM_ROWS 1
+#endif
+#if (TPR & (TPR - 1)) != 0 || BLOCK_C % TPR != 0 || HEAD_DIM % TPR != 0 ||                      \
+    WG_SIZE * ITEM_ROWS != BLOCK_R * TPR || (DIRECT_KV && TPR != 1)
+#error "TPR: a power of two dividing BLOCK_C and HEAD_DIM; WG_SIZE: BLOCK_R * TPR / ITEM_ROWS"
 #endif
 #define LANE_KEYS (BLOCK_C / TPR)  /* keys of an S row per lane */
 #define LANE_DIMS (HEAD_DIM / TPR) /* elements of an O row per lane */

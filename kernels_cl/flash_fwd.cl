@@ -2,13 +2,17 @@
  * flash_fwd.cl - the FlashAttention forward kernel (OpenCL C 1.2): O = softmax(Q K^T * scale) V
  * with the online softmax of FlashAttention's Algorithm 1, never materializing Sq x Sk scores.
  *
- * One work-group per (Q tile, head, batch): NDRange (q_tiles * BLOCK_R * TPR, heads_q, batch),
+ * One work-group per (Q tile, head, batch): NDRange (q_tiles * WG_SIZE, heads_q, batch),
  * TPR work-items (lanes) per query row: lane t computes the row's scores for keys
  * [t * Bc / TPR, (t + 1) * Bc / TPR) and owns its O for dims [t * d / TPR, (t + 1) * d / TPR);
  * the row's max and sum meet in local memory. CPUs run one lane per row (TPR 1, the kernel as
  * it was); GPUs several, so a work-group has enough items and each keeps a short O row in
  * registers. The Q, K and V tiles live in __local memory in the storage type, the S tile as
  * Br x Bc floats; O accumulates in f32 in private memory.
+ *
+ * Under DIRECT_KV (flash_common.cl) a work-group is one work-item that holds all Br rows of the
+ * tile (ITEM_ROWS) and reads K and V rows in global memory instead of local tiles: the rows
+ * take each key tile in turn, so the tile comes from memory once and from the cache after.
  *
  * Vectorization is explicit (floatN along keys for S, along head_dim for O) rather than left to
  * a work-group vectorizer: pocl keeps one work-item's loop scalar across items when it holds
@@ -24,17 +28,6 @@
  */
 #ifndef FA_FLASH_COMMON_CL
 #include "flash_common.cl"
-#endif
-
-/* DIRECT_KV 1: K and V are read where they are in global memory, not staged in local tiles
- * (the host picks it where local memory is global memory and a work-group is one work-item, so
- * a copy would be shared with no one): S rows as dot products along d, P V from the global V
- * rows. */
-#ifndef DIRECT_KV
-#define DIRECT_KV 0
-#endif
-#if DIRECT_KV && WG_SIZE != 1
-#error "DIRECT_KV is planned for work-groups of one work-item (opencl.c, direct_kv)"
 #endif
 
 #if DIRECT_KV
@@ -98,9 +91,11 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
     __local float share_max[TPR * BLOCK_R], share_sum[TPR * BLOCK_R]; /* across_lanes_* */
 #endif
 
-    /* This work-item's row of the tile and its lane of the row: a row's lanes are neighbours
-     * (they read one Q column, and neighbouring parts of a K^T and a V row). */
-    const int r = (int)(get_local_id(0) / TPR), lane = (int)(get_local_id(0) % TPR);
+    /* This work-item's first row of the tile and its lane of the row: a row's lanes are
+     * neighbours (they read one Q column, and neighbouring parts of a K^T and a V row). An item
+     * holds ITEM_ROWS rows: one, or under DIRECT_KV the whole tile. */
+    const int r_first = (int)(get_local_id(0) / TPR) * ITEM_ROWS;
+    const int lane = (int)(get_local_id(0) % TPR);
     const int c0 = lane * LANE_KEYS; /* its keys [c0, c0 + Bc / TPR) of a tile */
     const long h = (long)get_group_id(1), b = (long)get_group_id(2);
     SEQ_SETUP(b); /* p: sequence b's lengths; its rows start at token seq.q_start */
@@ -109,16 +104,17 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
     const long tile = SPLIT ? (long)get_group_id(0) % p.q_tiles : (long)get_group_id(0);
     const long r0 = tile * BLOCK_R; /* first query row of the tile */
     const long h_kv = h / (p.heads_q / p.heads_kv); /* GQA: query heads share a K/V head */
-    const long sq = p.seqlen_q, sk = p.seqlen_k, row = r0 + r;
+    const long sq = p.seqlen_q, sk = p.seqlen_k;
     if (SEQ && r0 >= sq)
         return; /* a tile past a shorter sequence's rows, the whole work-group */
+    /* The item's rows r_first + i, i in [0, item_rows): DIRECT_KV skips those past Sq (one item,
+     * no barrier to meet); staged rows past Sq compute on zeros, as their lanes meet others. */
+    const int item_rows = DIRECT_KV ? (int)min((long)ITEM_ROWS, sq - r0) : ITEM_ROWS;
     /* Row 0 of K[b][h_kv] and V[b][h_kv]: Sk x d, row strides k_stride_s, v_stride_s. */
     __global const store_t *k_head = key_head(k, p.k_offset, p.k_stride_b, p.k_stride_h,
                                               p.k_stride_s, b, h_kv, seq.k_start);
     __global const store_t *v_head = key_head(v, p.v_offset, p.v_stride_b, p.v_stride_h,
                                               p.v_stride_s, b, h_kv, seq.k_start);
-    __local float *s_row = s_tile + r * BLOCK_C; /* S[r][0 .. Bc) */
-    __local float *s_lane = s_row + c0;          /* S[r][c0 .. c0 + Bc / TPR) */
 
     /* Load Q tile (rows past Sq are zeros; their results are never written): rows [r0, r0 + Br)
      * of Q[b][h] (Sq x d, row stride q_stride_s, from token q_start), stored transposed (as
@@ -140,103 +136,130 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
     kv_begin = max(kv_begin, split * p.split_keys);
     kv_end = min(kv_end, (split + 1) * p.split_keys);
 #endif
-    const long row_keys = fa_keys_end(&p, MASK, FEATURES, row); /* this row's keys end here */
-    const long tile_keys = fa_keys_end(&p, MASK, FEATURES, r0);  /* the fewest of any row here */
+    const long tile_keys = fa_keys_end(&p, MASK, FEATURES, r0); /* the fewest of any row here */
 #if FEATURES & FA_FEATURE_WINDOW
-    const long row_begin = fa_keys_begin(&p, FEATURES, row); /* and begin here (window) */
     const long tile_begin = fa_keys_begin(&p, FEATURES, min(r0 + BLOCK_R, sq) - 1); /* the last */
 #endif
-#if FEATURES & (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_BIAS)
-    const row_mods mods = row_mods_of(&p ALIBI_PASS BIAS_PASS, b, h, row);
-#endif
 
-    /* A sink is a first key of score sink[h] and V = 0: m = sink (log2 units), l = exp(0) = 1;
-     * a sink of -inf is none. Split-KV counts it once, in split 0. */
-#if FEATURES & FA_FEATURE_SINKS
-    const float sink = split == 0 ? sinks[h] : -INFINITY;
-    float m = sink * LOG2E, l = sink == -INFINITY ? 0.0f : 1.0f;
-#else
-    float m = -INFINITY, l = 0.0f;
+    /* Each row's state: where its keys end (and begin, window), its modifier inputs, and the
+     * online softmax's m, l and O. A sink is a first key of score sink[h] and V = 0:
+     * m = sink (log2 units), l = exp(0) = 1; a sink of -inf is none. Split-KV counts it once,
+     * in split 0. */
+    long row_keys[ITEM_ROWS];
+#if FEATURES & FA_FEATURE_WINDOW
+    long row_begin[ITEM_ROWS];
 #endif
-    float_dims acc[VECS_PER_LANE_DIMS]; /* O[r][lane * d / TPR + DIMS_PER_VEC * dvec ..], f32 */
-    UNROLL_ON_GPU
-    for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++)
-        acc[dvec] = 0.0f;
+#if FEATURES & (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_BIAS)
+    row_mods mods[ITEM_ROWS];
+#endif
+    float m[ITEM_ROWS], l[ITEM_ROWS];
+    /* acc[i][dvec]: O[r_first + i][lane * d / TPR + DIMS_PER_VEC * dvec ..], f32 */
+    float_dims acc[ITEM_ROWS][VECS_PER_LANE_DIMS];
+    for (int i = 0; i < item_rows; i++) {
+        const long row = r0 + r_first + i;
+        row_keys[i] = fa_keys_end(&p, MASK, FEATURES, row);
+#if FEATURES & FA_FEATURE_WINDOW
+        row_begin[i] = fa_keys_begin(&p, FEATURES, row);
+#endif
+#if FEATURES & (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_BIAS)
+        mods[i] = row_mods_of(&p ALIBI_PASS BIAS_PASS, b, h, row);
+#endif
+#if FEATURES & FA_FEATURE_SINKS
+        const float sink = split == 0 ? sinks[h] : -INFINITY;
+        m[i] = sink * LOG2E;
+        l[i] = sink == -INFINITY ? 0.0f : 1.0f;
+#else
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+#endif
+        UNROLL_ON_GPU
+        for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++)
+            acc[i][dvec] = 0.0f;
+    }
 
     /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc. */
     for (long k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C) {
         int valid_keys = (int)min((long)BLOCK_C, sk - k0); /* keys [0, valid_keys) exist */
-#if DIRECT_KV
-        /* S = Q K^T * scale (in log2 units, for exp2): row r, from K in global memory. */
-        direct_scores(s_row, q_tile + r * HEAD_DIM, k_head, k0, valid_keys, p.k_stride_b,
-                      p.k_stride_s, &p, BLOCK_TABLE_PTR, b, SCORE_SCALE(p));
-#else
+#if !DIRECT_KV
         barrier(CLK_LOCAL_MEM_FENCE); /* the previous tiles are no longer read */
         /* K^T: d x Bc, V: Bc x d */
         load_keys(k_tile, k_head, k0, sk, p.k_stride_b, p.k_stride_s, 1, &p, BLOCK_TABLE_PTR, b);
         load_keys(v_tile, v_head, k0, sk, p.v_stride_b, p.v_stride_s, 0, &p, BLOCK_TABLE_PTR, b);
         barrier(CLK_LOCAL_MEM_FENCE);
-
-        /* S = Q K^T * scale (in log2 units, for exp2): row r, S[r][c] for the lane's c. */
-        row_scores(s_lane, q_tile + r, k_tile + c0, SCORE_SCALE(p));
 #endif
         /* of the lane's keys, [c0, c0 + lane_keys) */
         int lane_keys = clamp(valid_keys - c0, 0, LANE_KEYS);
-
-        /* Score modifiers: softcap, then + ALiBi + bias (log2 units from here on). */
-#if FEATURES & (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_BIAS)
-        row_mods tile_mods;
-        row_mods_at_tile(&tile_mods, &mods, k0 + c0, lane_keys);
-        modify_row(s_lane, &p, &tile_mods);
-#endif
-
-        /* Mask: keys past Sk and, causal, keys after the row's diagonal get -inf, as do keys
-         * outside the window. Only tiles at the sequence end, crossing the diagonal or a
-         * window's edge need it (uniform per work-group). */
-        bool needs_mask = tile_keys < k0 + BLOCK_C;
-        long allowed = row_keys - k0; /* this row's keys [0, allowed) of the tile are allowed */
-        if (needs_mask) {
-            for (int c = (int)max(allowed, (long)c0); c < c0 + LANE_KEYS; c++)
-                s_row[c] = -INFINITY;
-        }
-#if FEATURES & FA_FEATURE_WINDOW
-        if (k0 < tile_begin) { /* keys before the row's window: [0, row_begin - k0) */
-            for (int c = c0; c < (int)min(row_begin - k0, (long)(c0 + LANE_KEYS)); c++)
-                s_row[c] = -INFINITY;
-        }
-#endif
-
-        /* m/l update (online softmax); S becomes P. l counts P before dropout, alpha rescales
-         * the earlier O and l. */
-        float m_new = fmax(m, across_lanes_max(share_max, r, lane, lane_max(s_lane)));
-        float m_use = m_new == -INFINITY ? 0.0f : m_new;
-        float alpha = exp2(m - m_use), p_sum = lane_exp(s_lane, m_use);
-#if FEATURES & FA_FEATURE_DROPOUT
-        /* Dropout: P Z with Z = dropout_scale for a kept key, 0 for a dropped one. */
-        if (row < sq)
-            dropout_row(s_lane, &p, b, h, row, k0 + c0, lane_keys);
-#endif
-        /* The row's sum; its barrier also shows each lane the others' P. */
-        l = l * alpha + across_lanes_sum(share_sum, r, lane, p_sum);
-        m = m_new;
-
-        /* Rescale O, then accumulate P V: O[r][x] += sum_c P[r][c] * V[c][x] for the lane's x,
-         * c in [0, valid_keys) (keys past it have P = 0 and are skipped). */
-        UNROLL_ON_GPU
-        for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++)
-            acc[dvec] *= alpha;
-        for (int c = 0; c < valid_keys; c++) {
-            float p_c = s_row[c]; /* P[r][c] */
+        /* One row at a time: under DIRECT_KV the rows after the first read the tile's K and V
+         * rows from the cache. */
+        for (int i = 0; i < item_rows; i++) {
+            const int r = r_first + i;
+            const long row = r0 + r;
+            __local float *s_row = s_tile + r * BLOCK_C; /* S[r][0 .. Bc) */
+            __local float *s_lane = s_row + c0;          /* S[r][c0 .. c0 + Bc / TPR) */
+            /* S = Q K^T * scale (in log2 units, for exp2): row r, S[r][c] for the lane's c
+             * (DIRECT_KV: from K in global memory). */
 #if DIRECT_KV
-            __global const store_t *v_row = /* V[k0 + c][0 ..] in global memory */
-                v_head + key_row(k0 + c, p.v_stride_b, p.v_stride_s, &p, BLOCK_TABLE_PTR, b);
+            direct_scores(s_row, q_tile + r * HEAD_DIM, k_head, k0, valid_keys, p.k_stride_b,
+                          p.k_stride_s, &p, BLOCK_TABLE_PTR, b, SCORE_SCALE(p));
 #else
-            /* V[c][lane * d / TPR ..] */
-            __local const store_t *v_row = v_tile + c * HEAD_DIM + lane * LANE_DIMS;
+            row_scores(s_lane, q_tile + r, k_tile + c0, SCORE_SCALE(p));
+#endif
+
+            /* Score modifiers: softcap, then + ALiBi + bias (log2 units from here on). */
+#if FEATURES & (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_BIAS)
+            row_mods tile_mods;
+            row_mods_at_tile(&tile_mods, &mods[i], k0 + c0, lane_keys);
+            modify_row(s_lane, &p, &tile_mods);
+#endif
+
+            /* Mask: keys past Sk and, causal, keys after the row's diagonal get -inf, as do
+             * keys outside the window. Only tiles at the sequence end, crossing the diagonal or
+             * a window's edge need it (uniform per work-group). */
+            bool needs_mask = tile_keys < k0 + BLOCK_C;
+            long allowed = row_keys[i] - k0; /* the row's keys [0, allowed) of the tile */
+            if (needs_mask) {
+                for (int c = (int)max(allowed, (long)c0); c < c0 + LANE_KEYS; c++)
+                    s_row[c] = -INFINITY;
+            }
+#if FEATURES & FA_FEATURE_WINDOW
+            if (k0 < tile_begin) { /* keys before the row's window: [0, row_begin - k0) */
+                for (int c = c0; c < (int)min(row_begin[i] - k0, (long)(c0 + LANE_KEYS)); c++)
+                    s_row[c] = -INFINITY;
+            }
+#endif
+
+            /* m/l update (online softmax); S becomes P. l counts P before dropout, alpha
+             * rescales the earlier O and l. */
+            float m_new = fmax(m[i], across_lanes_max(share_max, r, lane, lane_max(s_lane)));
+            float m_use = m_new == -INFINITY ? 0.0f : m_new;
+            float alpha = exp2(m[i] - m_use), p_sum = lane_exp(s_lane, m_use);
+#if FEATURES & FA_FEATURE_DROPOUT
+            /* Dropout: P Z with Z = dropout_scale for a kept key, 0 for a dropped one. */
+            if (row < sq)
+                dropout_row(s_lane, &p, b, h, row, k0 + c0, lane_keys);
+#endif
+            /* The row's sum; its barrier also shows each lane the others' P. */
+            l[i] = l[i] * alpha + across_lanes_sum(share_sum, r, lane, p_sum);
+            m[i] = m_new;
+
+            /* Rescale O, then accumulate P V: O[r][x] += sum_c P[r][c] * V[c][x] for the
+             * lane's x, c in [0, valid_keys) (keys past it have P = 0 and are skipped). */
+            UNROLL_ON_GPU
+            for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++)
+                acc[i][dvec] *= alpha;
+            for (int c = 0; c < valid_keys; c++) {
+                float p_c = s_row[c]; /* P[r][c] */
+#if DIRECT_KV
+                __global const store_t *v_row = /* V[k0 + c][0 ..] in global memory */
+                    v_head + key_row(k0 + c, p.v_stride_b, p.v_stride_s, &p, BLOCK_TABLE_PTR, b);
+#else
+                /* V[c][lane * d / TPR ..] */
+                __local const store_t *v_row = v_tile + c * HEAD_DIM + lane * LANE_DIMS;
 #endif
 #pragma unroll
-            for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++)
-                acc[dvec] += p_c * LOAD_V_DIMS_F32(v_row + dvec * DIMS_PER_VEC);
+                for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++)
+                    acc[i][dvec] += p_c * LOAD_V_DIMS_F32(v_row + dvec * DIMS_PER_VEC);
+            }
         }
     }
 
@@ -244,33 +267,38 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
      * finite sink: O = 0, LSE = sink); a NaN l (a NaN or +inf score) gives NaN in both.
      * O[b][h][row][x] = acc / l (row stride o_stride_s, from token q_start); LSE natural log,
      * (m + log2 l) * ln 2, at the row's LSE index (fa_lse_index). Split-KV writes this split's
-     * partial instead: O as f32 and LSE always, both where flash_merge reads them. */
-    if (row >= sq)
-        return;
-    float inv_l = l == 0.0f ? 0.0f : 1.0f / l;
-    const float row_lse = l == 0.0f ? -INFINITY : (m + log2(l)) * LN2;
-    const long lse_at = fa_lse_index(&p, b, h, seq.q_start, row), t = seq.q_start + row;
+     * partial instead: O as f32 and LSE always, both where flash_merge reads them. Written in
+     * the kernel, not a function: acc passed by pointer went to scratch on GPUs (clang-15,
+     * f16: 640-750 bytes per work-item, tools/cl_gpu_check.sh). */
+    for (int i = 0; i < item_rows; i++) {
+        const long row = r0 + r_first + i;
+        if (row >= sq)
+            return;
+        float inv_l = l[i] == 0.0f ? 0.0f : 1.0f / l[i];
+        const float row_lse = l[i] == 0.0f ? -INFINITY : (m[i] + log2(l[i])) * LN2;
+        const long lse_at = fa_lse_index(&p, b, h, seq.q_start, row), t = seq.q_start + row;
 #if SPLIT
-    __global out_t *o_row = o + p.parts_offset + split * p.parts_stride + b * p.parts_stride_b +
-                            h * p.parts_stride_h + t * p.parts_stride_s;
+        __global out_t *o_row = o + p.parts_offset + split * p.parts_stride +
+                                b * p.parts_stride_b + h * p.parts_stride_h + t * p.parts_stride_s;
 #else
-    __global out_t *o_row = o + p.o_offset + b * p.o_stride_b + h * p.o_stride_h +
-                            t * p.o_stride_s;
+        __global out_t *o_row = o + p.o_offset + b * p.o_stride_b + h * p.o_stride_h +
+                                t * p.o_stride_s;
 #endif
-    o_row += lane * LANE_DIMS;
-    UNROLL_ON_GPU
-    for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++) {
-        float o_vals[DIMS_PER_VEC]; /* O[r][DIMS_PER_VEC * dvec + e], e in [0, DIMS_PER_VEC) */
-        STORE_DIMS_PRIVATE(acc[dvec] * inv_l, o_vals);
-        for (int e = 0; e < DIMS_PER_VEC; e++)
-            STORE_OUT(o_vals[e], o_row + dvec * DIMS_PER_VEC + e);
+        o_row += lane * LANE_DIMS;
+        UNROLL_ON_GPU
+        for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++) {
+            float o_vals[DIMS_PER_VEC]; /* O[row][DIMS_PER_VEC * dvec + e], e < DIMS_PER_VEC */
+            STORE_DIMS_PRIVATE(acc[i][dvec] * inv_l, o_vals);
+            for (int e = 0; e < DIMS_PER_VEC; e++)
+                STORE_OUT(o_vals[e], o_row + dvec * DIMS_PER_VEC + e);
+        }
+        if (lane != 0)
+            continue; /* one lane writes the row's LSE */
+#if SPLIT
+        lse[p.lse_parts_offset + split * p.part_rows + lse_at] = row_lse;
+#else
+        if (p.has_lse)
+            lse[lse_at] = row_lse;
+#endif
     }
-    if (lane != 0)
-        return; /* one lane writes the row's LSE */
-#if SPLIT
-    lse[p.lse_parts_offset + split * p.part_rows + lse_at] = row_lse;
-#else
-    if (p.has_lse)
-        lse[lse_at] = row_lse;
-#endif
 }
