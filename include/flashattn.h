@@ -480,11 +480,13 @@ typedef struct fa_plan fa_plan;
 FA_API fa_status fa_plan_create(fa_context *ctx, const fa_problem *p, fa_plan **out);
 /* NULL is a no-op. */
 FA_API void fa_plan_destroy(fa_plan *plan);
-/* Query rows per tile (Br). */
+/* Query rows per tile (Br). Where the plan packs a one-row GQA decode (the OpenCL backend; the
+ * explanation says "GQA packing"), the rows are the query heads of a K/V head's group. */
 FA_API int32_t fa_plan_block_r(const fa_plan *plan);
 /* Keys per tile (Bc). */
 FA_API int32_t fa_plan_block_c(const fa_plan *plan);
-/* Work-items (threads) per work-group (block) the backend launches; 1 on the CPU backend. */
+/* Work-items (threads) per work-group (block) the backend launches; 1 on the CPU backend and
+ * where one OpenCL work-item holds a whole tile (DIRECT_KV in the explanation). */
 FA_API int32_t fa_plan_work_group_size(const fa_plan *plan);
 /*
  * On-chip bytes one work-group's tiles use: (Br*d + 2*Bc*d) * elem for the Q, K and V tiles in

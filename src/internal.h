@@ -102,6 +102,9 @@ typedef struct fa__plan_rules {
     int32_t pow2_clamp;     /* 1: tiles longer than a short sequence shrink to the next power
                                of two at or above its length, not to the length, so a growing
                                sequence needs few distinct kernel builds (OpenCL) */
+    int32_t gqa_pack;       /* 1: a forward that fa__gqa_pack accepts runs packed: a K/V head's
+                               query heads as one tile's rows, so its K and V are read once per
+                               group, not once per query head (OpenCL) */
 } fa__plan_rules;
 
 typedef struct fa__tiles {
@@ -204,6 +207,16 @@ uint64_t fa__layout_extent(const fa_tensor_layout *t, int64_t batch, int64_t hea
                            int64_t head_dim);
 /* Fills the kernel params of a plan's problem (validated, scale resolved) for its Br. */
 void fa__kernel_params_fill(const fa_problem *p, int32_t block_r, fa_kernel_params *kp);
+/*
+ * GQA packing of a one-row decode: where every query head of a K/V head group sees the same keys
+ * with the same scores' rules, the group's G query heads become G query rows of one head:
+ * heads_q -> heads_kv, seqlen_q 1 -> G, Q and O strides rewritten, LSE at the same indices.
+ * Writes the packed problem to `out` and returns true when `p` allows it: a dense (not varlen)
+ * forward with seqlen_q 1 and G > 1, no mask or causal bottom-right (row 0 sees every key
+ * either way; packed, no mask), and no modifier but softcap (ALiBi, bias, window, sinks and
+ * dropout depend on the head or the row).
+ */
+bool fa__gqa_pack(const fa_problem *p, fa_problem *out);
 /* Adds the backward's dO, dQ, dK and dV layouts to filled params. */
 void fa__kernel_params_fill_backward(const fa_problem *p, fa_kernel_params *kp);
 /* fa__problem_validate, then the dO, dQ, dK and dV layouts (dQ, dK, dV rows must not overlap). */
@@ -347,6 +360,7 @@ struct fa_plan {
     fa_context *ctx;
     fa__op op;
     fa_problem problem; /* scale resolved, overrides as applied */
+    fa_problem kernel_problem; /* what the launches run: problem, or its GQA packing */
     fa__tiles tiles;
     fa__launch launches[FA__MAX_LAUNCHES];
     int n_launches;

@@ -175,14 +175,14 @@ static void forward_launches(fa_plan *plan, const fa__plan_rules *rules)
     const fa__tiles *t = &plan->tiles;
     fa__launch *l = &plan->launches[0];
     memset(l, 0, sizeof *l);
-    fa__kernel_params_fill(&plan->problem, t->block_r, &l->params);
+    fa__kernel_params_fill(&plan->kernel_problem, t->block_r, &l->params);
     const fa_kernel_params *kp = &l->params;
     l->variant = (fa__kernel_variant){
         .entry = "flash_fwd",
         .head_dim = kp->head_dim,
         .block_r = t->block_r,
         .block_c = t->block_c,
-        .dtype = (int32_t)plan->problem.dtype,
+        .dtype = (int32_t)plan->kernel_problem.dtype,
         .mask = kp->mask,
         .work_group_size = t->work_group_size,
         .row_lanes = rules->row_lanes > 0 ? rules->row_lanes : t->row_lanes,
@@ -210,7 +210,7 @@ static void public_merge_launches(fa_plan *plan, const fa__plan_rules *rules)
     forward_launches(plan, rules);
     fa__launch *l = plan->launches;
     fa_kernel_params *kp = &l->params;
-    const fa_problem *p = &plan->problem;
+    const fa_problem *p = &plan->kernel_problem;
     kp->splits = plan->kv_splits;
     kp->parts_offset = kp->o_offset;
     kp->parts_stride_b = kp->o_stride_b;
@@ -303,7 +303,7 @@ static void backward_kernels(fa_plan *plan, const fa__plan_rules *rules)
 static void backward_launches(fa_plan *plan, const fa__plan_rules *rules)
 {
     forward_launches(plan, rules);
-    fa__kernel_params_fill_backward(&plan->problem, &plan->launches[0].params);
+    fa__kernel_params_fill_backward(&plan->kernel_problem, &plan->launches[0].params);
     if (rules->backward_launches == 1)
         backward_golden(plan);
     else

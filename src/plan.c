@@ -77,26 +77,51 @@ static fa_status env_override(fa_context *ctx, const char *name, int32_t *value)
     return FA_STATUS_OK;
 }
 
-/* The planner's tiles for the op under the backend's rules on device props dev, then the
+/* The backend's planning rules for problem p, from the op's on-chip formula on. */
+static void backend_rules(const fa_context *ctx, const fa_device_props *dev, const fa_problem *p,
+                          fa__op op, fa__plan_rules *rules)
+{
+    memset(rules, 0, sizeof *rules);
+    rules->onchip = fa__op_onchip(op);
+    ctx->ops->plan_rules(dev, p, op, rules);
+}
+
+/* The planner's tiles for the op under the backend's rules on device props dev (for the
+ * problem as the kernels run it: GQA-packed where the rules and the problem allow), then the
  * op's launches, readied by the backend. */
 static fa_status plan_on(fa_context *ctx, fa_plan *plan, const fa_device_props *dev)
 {
     fa__plan_rules rules;
-    memset(&rules, 0, sizeof rules);
-    rules.onchip = fa__op_onchip(plan->op);
-    ctx->ops->plan_rules(dev, &plan->problem, plan->op, &rules);
+    backend_rules(ctx, dev, &plan->problem, plan->op, &rules);
+    plan->kernel_problem = plan->problem;
+    const fa_problem *kp = &plan->kernel_problem;
+    bool packed = plan->op == FA__OP_FORWARD && rules.gqa_pack &&
+                  fa__gqa_pack(&plan->problem, &plan->kernel_problem);
+    if (packed)
+        backend_rules(ctx, dev, kp, plan->op, &rules); /* the rules of what runs */
     char why[512] = "";
-    fa_status st = fa__plan_tiles(dev, &rules, &plan->problem, &plan->tiles, plan->explain,
+    fa_status st = fa__plan_tiles(dev, &rules, kp, &plan->tiles, plan->explain,
                                   sizeof plan->explain, why, sizeof why);
     if (st != FA_STATUS_OK)
         return fa__error(ctx, st, "%s%s (device \"%s\", %s backend)",
                          plan->op == FA__OP_BACKWARD ? "backward plan: " : "", why, ctx->props.name,
                          fa_backend_name(ctx->ops->backend));
+    if (packed) { /* first: the tiles' steps speak of the packed problem */
+        char tiles_steps[sizeof plan->explain];
+        memcpy(tiles_steps, plan->explain, sizeof tiles_steps);
+        fa__format(plan->explain, sizeof plan->explain,
+                   "GQA packing: the %lld query heads of each K/V head are one tile's rows "
+                   "(the kernels see heads_q %lld -> %lld, seqlen_q 1 -> %lld), so a group "
+                   "reads its K and V once, not %lld times\n%s",
+                   (long long)kp->seqlen_q, (long long)plan->problem.heads_q,
+                   (long long)kp->heads_q, (long long)kp->seqlen_q, (long long)kp->seqlen_q,
+                   tiles_steps);
+    }
     if (rules.path_note)
         fa__append(plan->explain, sizeof plan->explain, "kernel: %s\n", rules.path_note);
     if (plan->op == FA__OP_FORWARD)
-        plan->kv_splits = fa__plan_kv_splits(dev, &rules, &plan->problem, &plan->tiles,
-                                             plan->explain, sizeof plan->explain);
+        plan->kv_splits = fa__plan_kv_splits(dev, &rules, kp, &plan->tiles, plan->explain,
+                                             sizeof plan->explain);
     fa__op_launches(plan, &rules);
     for (int i = 0; i < plan->n_launches && ctx->ops->launch_prepare; i++) {
         plan->launches[i].kernel_wg_limit = 0;

@@ -333,6 +333,31 @@ void fa__kernel_params_fill(const fa_problem *p, int32_t block_r, fa_kernel_para
     fa__kernel_params_fill_seq(p, kp);
 }
 
+/* Q or O [b][g][0][x] of a one-row problem seen as [b][h_kv][g][x], h = h_kv * G + g. */
+static fa_tensor_layout pack_layout(fa_tensor_layout t, int64_t group)
+{
+    t.stride_seq = t.stride_head;
+    t.stride_head *= group;
+    return t;
+}
+
+bool fa__gqa_pack(const fa_problem *p, fa_problem *out)
+{
+    const unsigned allowed = FA_FEATURE_SOFTCAP;
+    if (p->seqlen_q != 1 || p->heads_q <= p->heads_kv || p->varlen ||
+        (p->mask != FA_MASK_NONE && p->mask != FA_MASK_CAUSAL_BOTTOM_RIGHT) ||
+        (fa__problem_features(p) & ~allowed))
+        return false;
+    const int64_t group = p->heads_q / p->heads_kv;
+    *out = *p;
+    out->heads_q = p->heads_kv;
+    out->seqlen_q = group;
+    out->mask = FA_MASK_NONE;
+    out->q = pack_layout(p->q, group);
+    out->o = pack_layout(p->o, group);
+    return true;
+}
+
 void fa__kernel_params_fill_backward(const fa_problem *p, fa_kernel_params *kp)
 {
     if (p->seqlen_q > 0) { /* as for Q and O: no rows, no strides */

@@ -41,6 +41,10 @@ const fa_test_case fa_test_cases[] = {
     CASE3("q257_k127_br_d16", 1, 4, 4,   257, 127, 16, BR,   BHSD,   0.0f),
     CASE3("gqa_padded",       2, 8, 2,   31,  47,  40, BR,   PADDED, 0.0f),
     CASE3("decode_q1",        2, 8, 2,   1,   257, 128, BR,  BSHD,   0.0f),
+    /* OpenCL packs a one-row GQA decode's query heads as one tile's rows (fa__gqa_pack):
+     * through padded Q and O strides, and never under top-left causal (row 0 sees key 0). */
+    CASE3("decode_q1_mqa_pad", 1, 4, 1,  1,   257, 128, NONE, PADDED, 0.0f),
+    CASE3("decode_q1_tl",     2, 8, 2,   1,   257, 64, TL,   BHSD,   0.0f),
     CASE3("kv_broadcast",     3, 4, 2,   19,  23,  64, NONE, KV_BCAST, 0.0f),
     CASE3("k1",               2, 3, 3,   257, 1,   16, NONE, BSHD,   0.0f),
     /* A negative scale is legal; a large one makes the softmax peaked (scores up to ~20). */

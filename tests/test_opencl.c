@@ -123,7 +123,8 @@ static void test_device_props(void **state)
     assert_non_null(strstr(why, "no OpenCL device"));
 }
 
-/* Whether a forward plan of Sq query rows (heads 32/8, Sk 4096, d dim) reads K and V in place. */
+/* Whether a forward plan of Sq query rows (heads 32/8, Sk 4096, d dim) reads K and V in place;
+ * if so, its work-group must be one work-item. */
 static bool plans_direct_kv(fa_context *ctx, int64_t sq, int64_t dim)
 {
     fa_problem p;
@@ -131,13 +132,17 @@ static bool plans_direct_kv(fa_context *ctx, int64_t sq, int64_t dim)
     fa_plan *plan = NULL;
     assert_int_equal(fa_plan_create(ctx, &p, &plan), OK);
     bool direct = strstr(fa_plan_explain(plan), "(DIRECT_KV)") != NULL;
+    if (direct)
+        assert_int_equal(fa_plan_work_group_size(plan), 1);
     fa_plan_destroy(plan);
     return direct;
 }
 
-/* flash_fwd reads K and V in place (no local tiles) exactly where local memory is global
- * memory and a work-group is one work-item (backends/opencl/opencl.c, direct_kv): a decode of
- * one query row on pocl, not two rows nor a prefill; the decode suites check its results. */
+/* flash_fwd reads K and V in place (no local tiles), one work-item per tile, exactly where
+ * local memory is global memory and a tile has at most 64 rows of one lane each
+ * (backends/opencl/opencl.c, direct_kv): decodes and short prefills on pocl (Sq 1 packs a GQA
+ * group's 4 rows), not Sq 65 at d 128 (Br 128) nor a prefill; the decode suites check its
+ * results. */
 static void test_direct_kv_rule(void **state)
 {
     (void)state;
@@ -146,12 +151,62 @@ static void test_direct_kv_rule(void **state)
     assert_int_equal(fa_context_create(&ctx, &opts, NULL, 0), OK);
     fa_device_props props;
     assert_int_equal(fa_context_device_props(ctx, &props), OK);
-    bool one_item = !props.gpu; /* a CPU plans Br = Sq = 1 and one lane; a GPU adds lanes */
-    assert_int_equal(plans_direct_kv(ctx, 1, 128), props.local_mem_global && one_item);
-    assert_false(plans_direct_kv(ctx, 2, 64));
+    bool direct = props.local_mem_global && !props.gpu; /* a GPU adds lanes per row */
+    assert_int_equal(plans_direct_kv(ctx, 1, 128), direct);
+    assert_int_equal(plans_direct_kv(ctx, 2, 64), direct);
+    assert_int_equal(plans_direct_kv(ctx, 64, 32), direct);
+    assert_false(plans_direct_kv(ctx, 65, 128));
     assert_false(plans_direct_kv(ctx, 2048, 64));
     if (getenv("CI"))
         assert_true(props.local_mem_global); /* CI's pocl: the rule must really be exercised */
+    fa_context_destroy(ctx);
+}
+
+/* Whether the forward plan of p packs GQA groups; if so the kernels see heads_kv heads of
+ * heads_q / heads_kv rows, so Br is that many rows (rounded up to a power of two). */
+static bool plans_gqa_pack(fa_context *ctx, const fa_problem *p)
+{
+    fa_plan *plan = NULL;
+    assert_int_equal(fa_plan_create(ctx, p, &plan), OK);
+    bool packed = strstr(fa_plan_explain(plan), "GQA packing") != NULL;
+    if (packed) {
+        assert_int_equal(fa_plan_block_r(plan), p->heads_q / p->heads_kv);
+        assert_int_equal(fa_plan_work_groups(plan), p->batch * p->heads_kv);
+        assert_int_equal(fa_plan_problem(plan)->heads_q, p->heads_q); /* the caller's problem */
+    }
+    fa_plan_destroy(plan);
+    return packed;
+}
+
+/* A one-row GQA decode packs (src/problem.c, fa__gqa_pack) unless a rule of the scores tells
+ * the group's heads or rows apart: top-left causal (row 0 sees key 0 only), ALiBi, sinks,
+ * dropout, a window; nor with varlen, several rows or no GQA. The suites' decode cases
+ * (tests/cases.c decode_q1*, test_decode) check the packed results. */
+static void test_gqa_pack_rule(void **state)
+{
+    (void)state;
+    fa_context *ctx = NULL;
+    fa_context_options opts = {FA_BACKEND_OPENCL, 0};
+    assert_int_equal(fa_context_create(&ctx, &opts, NULL, 0), OK);
+    fa_problem p;
+    fa_problem_init(&p, FA_DTYPE_F16, FA_LAYOUT_BSHD, 2, 32, 8, 1, 4096, 128);
+    assert_true(plans_gqa_pack(ctx, &p));
+    p.mask = FA_MASK_CAUSAL_BOTTOM_RIGHT;
+    p.softcap = 30.0f;
+    assert_true(plans_gqa_pack(ctx, &p));
+    p.mask = FA_MASK_CAUSAL_TOP_LEFT;
+    assert_false(plans_gqa_pack(ctx, &p));
+    p.mask = FA_MASK_NONE;
+    p.alibi = 1;
+    assert_false(plans_gqa_pack(ctx, &p));
+    p.alibi = 0;
+    p.dropout_p = 0.1f;
+    assert_false(plans_gqa_pack(ctx, &p));
+    p.dropout_p = 0.0f;
+    fa_problem_init(&p, FA_DTYPE_F16, FA_LAYOUT_BSHD, 2, 32, 8, 2, 4096, 128);
+    assert_false(plans_gqa_pack(ctx, &p));
+    fa_problem_init(&p, FA_DTYPE_F16, FA_LAYOUT_BSHD, 2, 8, 8, 1, 4096, 128);
+    assert_false(plans_gqa_pack(ctx, &p));
     fa_context_destroy(ctx);
 }
 
@@ -828,6 +883,7 @@ int main(int argc, char **argv)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_device_props),    cmocka_unit_test(test_direct_kv_rule),
+        cmocka_unit_test(test_gqa_pack_rule),
         cmocka_unit_test(test_context_create_args),
         cmocka_unit_test(test_context_retains), cmocka_unit_test(test_wrap_checks),
         cmocka_unit_test(test_wrap_on_cpu),     cmocka_unit_test(test_forward_wrapped),

@@ -131,6 +131,7 @@ static void cl_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__o
     rules->min_block_r = 256;
     rules->split_kv = 1; /* many compute units: a short grid leaves them idle */
     rules->pow2_clamp = 1; /* each tile size is a program build (about a second on pocl) */
+    rules->gqa_pack = 1;   /* a decode's K/V read once per group: 2-5x on pocl (benchmarks.md) */
     if (dev->gpu)
         gpu_rules(dev, p, op, rules);
     if (op == FA__OP_BACKWARD)
@@ -293,19 +294,26 @@ static fa_status cl_problem_check(fa_context *ctx, const fa_problem *p)
     return FA_STATUS_OK;
 }
 
+/* The longest tile one work-item holds under DIRECT_KV (measured: docs/benchmarks.md). */
+#define DIRECT_KV_MAX_ROWS 64
+
 /*
- * Whether flash_fwd reads K and V where they are (DIRECT_KV) instead of copying each tile into
- * local memory first. Where local memory is global memory (pocl, Mali) the copy buys only the
- * sharing of a tile among a work-group's rows; a work-group of one work-item (a decode's Br = 1
- * on a CPU) shares it with no one and copied and transposed every K/V element alone. Measured on
- * pocl (docs/benchmarks.md, "Decoding without local tiles"), heads 32/8, bottom-right causal,
- * Sk 8192-32768: 9-20x faster at d 32-128. Work-groups of 2-16 rows gained 1.5-2.8x too, but
- * pocl 3.1 miscompiled that variant (rows past a varlen sequence's end passed their
- * `row >= sq` exit and wrote past O and LSE), so it stays at one work-item.
+ * Whether flash_fwd reads K and V where they are (DIRECT_KV), one work-item holding the whole
+ * query tile, instead of copying each K/V tile into local memory first. Where local memory is
+ * global memory the copy buys only the sharing of a tile among a work-group's rows (a CPU's
+ * pocl; not a GPU such as Mali, whose work-group of one item would leave its SIMD lanes idle);
+ * a short tile (a decode's Br = 1 on a CPU, a GQA group's rows) shares it with few, and a
+ * work-item copied and transposed every K/V element to use it once or a few times. One item
+ * holding the rows reads each K/V tile from memory once and again from the cache per row.
+ * Measured on pocl (docs/benchmarks.md, "Decoding without local tiles"), heads 32/8,
+ * bottom-right causal, Sk 8192-32768: 9-20x faster at d 32-128. One work-item, not one per row:
+ * pocl 3.1 miscompiled work-groups of 2-16 items reading in place (rows past a varlen
+ * sequence's end passed their `row >= sq` exit and wrote past O and LSE).
  */
 static int32_t direct_kv(const fa_context *ctx, const fa__kernel_variant *v)
 {
-    return ctx->props.local_mem_global && v->work_group_size == 1 &&
+    return ctx->props.local_mem_global && !ctx->props.gpu && v->row_lanes == 1 &&
+           v->block_r <= DIRECT_KV_MAX_ROWS && v->work_group_size == v->block_r &&
            strcmp(v->entry, "flash_fwd") == 0;
 }
 
@@ -320,11 +328,16 @@ static fa_status cl_launch_prepare(fa_context *ctx, fa_plan *plan, fa__launch *l
     launch->variant.vector_width = s && s->vector_width >= 16 ? 16 : 8;
     launch->variant.gpu = ctx->props.gpu ? 1 : 0; /* GPU-only loop unrolling (flash_fwd.cl) */
     launch->variant.direct_kv = direct_kv(ctx, &launch->variant);
-    if (launch->variant.direct_kv)
+    if (launch->variant.direct_kv) {
+        launch->variant.work_group_size = 1;
+        plan->tiles.work_group_size = 1;
         fa__append(plan->explain, sizeof plan->explain,
-                   "kernel: flash_fwd reads K and V where they are (DIRECT_KV): local memory is "
-                   "global memory here, and a work-group of one work-item would share a copy "
-                   "with no one\n");
+                   "kernel: flash_fwd reads K and V where they are (DIRECT_KV), one work-item "
+                   "per tile of %d row%s: local memory is global memory here, and tiles of at "
+                   "most %d rows gain less from sharing a copy than the copy costs\n",
+                   (int)launch->variant.block_r, launch->variant.block_r == 1 ? "" : "s",
+                   DIRECT_KV_MAX_ROWS);
+    }
     if (!s)
         return FA_STATUS_OK; /* planning only: nothing to build for a device that is not here */
     char options[FA__CL_OPTIONS_SIZE];
