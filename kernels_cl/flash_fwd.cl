@@ -62,6 +62,66 @@ void direct_scores(__local float *s_row, __local const store_t *q_row,
     for (int c = max(keys, 0); c < BLOCK_C; c++)
         s_row[c] = 0.0f;
 }
+
+/* direct_scores for four rows at once (S and Q rows BLOCK_C and HEAD_DIM apart): each K vector
+ * is loaded and converted once for the four rows, sixteen chains of multiply-adds (16 float16
+ * registers of AVX-512's 32); the same sums in the same order as direct_scores per row. */
+void direct_scores4(__local float *s_rows, __local const store_t *q_rows,
+                    __global const store_t *k_head, long k0, int keys, long stride_b,
+                    long stride_s, const fa_kernel_params *p, __global const int *block_table,
+                    long b, float scale_log2)
+{
+    for (int c = 0; c < keys; c += 4) {
+        __global const store_t *k_rows[4];
+        float_dims s[4][4]; /* s[row][key] */
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            k_rows[u] = k_head + key_row(k0 + c + min(u, keys - c - 1), stride_b, stride_s, p,
+                                         block_table, b);
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                s[i][u] = 0.0f;
+        }
+        for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++) {
+            float_dims kv[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                kv[u] = LOAD_GLOBAL_DIMS_F32(k_rows[u] + dvec * DIMS_PER_VEC);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float_dims qv = LOAD_DIMS_F32(q_rows + i * HEAD_DIM + dvec * DIMS_PER_VEC);
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+                    s[i][u] += qv * kv[u];
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            for (int u = 0; u < min(4, keys - c); u++)
+                s_rows[i * BLOCK_C + c + u] = hsum_dims(s[i][u]) * scale_log2;
+    }
+    for (int i = 0; i < 4; i++)
+        for (int c = max(keys, 0); c < BLOCK_C; c++)
+            s_rows[i * BLOCK_C + c] = 0.0f;
+}
+
+/* The S rows [0, rows) of a tile: f16 four at a time, then one at a time. Four at a time pays
+ * for f16 storage only, whose conversion it shares (pocl, Sq 4 d 128: 12.4 -> 6.1 ms); f32 ran
+ * 0.8-1.0x and bf16 0.9-1.3x of row by row (docs/benchmarks.md), so they go row by row. */
+void direct_scores_rows(__local float *s_tile, __local const store_t *q_tile, int rows,
+                        __global const store_t *k_head, long k0, int keys, long stride_b,
+                        long stride_s, const fa_kernel_params *p,
+                        __global const int *block_table, long b, float scale_log2)
+{
+    int r = 0;
+    for (; DTYPE == 1 && r + 4 <= rows; r += 4)
+        direct_scores4(s_tile + r * BLOCK_C, q_tile + r * HEAD_DIM, k_head, k0, keys, stride_b,
+                       stride_s, p, block_table, b, scale_log2);
+    for (; r < rows; r++)
+        direct_scores(s_tile + r * BLOCK_C, q_tile + r * HEAD_DIM, k_head, k0, keys, stride_b,
+                      stride_s, p, block_table, b, scale_log2);
+}
+
 #define LOAD_V_DIMS_F32(ptr) LOAD_GLOBAL_DIMS_F32(ptr)
 #else
 #define LOAD_V_DIMS_F32(ptr) LOAD_DIMS_F32(ptr)
@@ -189,19 +249,21 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
 #endif
         /* of the lane's keys, [c0, c0 + lane_keys) */
         int lane_keys = clamp(valid_keys - c0, 0, LANE_KEYS);
-        /* One row at a time: under DIRECT_KV the rows after the first read the tile's K and V
-         * rows from the cache. */
+#if DIRECT_KV
+        /* S = Q K^T * scale (in log2 units, for exp2) for all the item's rows, from K in global
+         * memory. */
+        direct_scores_rows(s_tile, q_tile, item_rows, k_head, k0, valid_keys, p.k_stride_b,
+                           p.k_stride_s, &p, BLOCK_TABLE_PTR, b, SCORE_SCALE(p));
+#endif
+        /* One row at a time: under DIRECT_KV the rows after the first read the tile's V rows
+         * from the cache. */
         for (int i = 0; i < item_rows; i++) {
             const int r = r_first + i;
             const long row = r0 + r;
             __local float *s_row = s_tile + r * BLOCK_C; /* S[r][0 .. Bc) */
             __local float *s_lane = s_row + c0;          /* S[r][c0 .. c0 + Bc / TPR) */
-            /* S = Q K^T * scale (in log2 units, for exp2): row r, S[r][c] for the lane's c
-             * (DIRECT_KV: from K in global memory). */
-#if DIRECT_KV
-            direct_scores(s_row, q_tile + r * HEAD_DIM, k_head, k0, valid_keys, p.k_stride_b,
-                          p.k_stride_s, &p, BLOCK_TABLE_PTR, b, SCORE_SCALE(p));
-#else
+#if !DIRECT_KV
+            /* S = Q K^T * scale (in log2 units, for exp2): row r, S[r][c] for the lane's c. */
             row_scores(s_lane, q_tile + r, k_tile + c0, SCORE_SCALE(p));
 #endif
 
