@@ -65,16 +65,16 @@ for name in fwd merge bwd; do
       cat "$ROOT/kernels_cl/flash_$name.cl"; } >"$WORK/$name.cl"
 done
 
-# compile_one TARGET INDEX ENTRY OPTIONS: compiles one variant and writes one tab-separated line
-# to $WORK/res/TARGET.INDEX: target entry d dtype mask Br Bc WG registers scratch spills bad
-# (bad: 1 when it has scratch or spills, E when it did not compile).
+# compile_unit TARGET UNIT PROGRAM OPTIONS: compiles one program with one option set for one
+# target to $WORK/out/TARGET.uUNIT.{s,ptx,v,log}, as the host builds it: every entry point of
+# the program at once, so the launches that share a build (the backward's three passes often
+# do) share this compile. An AMD compile leaves the assembly with its amdhsa metadata; an
+# NVIDIA one the PTX and, with ptxas, its -v report. The file .ok marks a compile that worked.
 # shellcheck disable=SC2317 # run through xargs, not called here
-compile_one() {
+compile_unit() {
     set -eu
-    local target=$1 index=$2 entry=$3 options=$4 src=$WORK/fwd.cl
-    case $entry in flash_bwd_*) src=$WORK/bwd.cl ;; flash_merge) src=$WORK/merge.cl ;; esac
-    local out=$WORK/out/$target.$index log=$WORK/out/$target.$index.log
-    local regs="-" scratch="-" spills="-" bad=0 v="" r=""
+    local target=$1 unit=$2 options=$4 src=$WORK/$3.cl
+    local out=$WORK/out/$target.u$unit log=$WORK/out/$target.u$unit.log
     # libclc's builtins linked in as clang links a device library (-mlink-builtin-bitcode: its
     # functions take the kernel's target attributes); the triples differ only in the vendor
     # field, which the linker warns about.
@@ -85,8 +85,38 @@ compile_one() {
     }
     case $target in
     gfx*)
-        if cl amdgcn--amdhsa.bc -target amdgcn-amd-amdhsa -mcpu="$target" -nogpulib \
-            -o "$out.s" 2>"$log"; then
+        cl amdgcn--amdhsa.bc -target amdgcn-amd-amdhsa -mcpu="$target" -nogpulib \
+            -o "$out.s" 2>"$log" && touch "$out.ok" ;;
+    sm_*)
+        if cl nvptx64--nvidiacl.bc -target nvptx64-nvidia-nvcl -march="$target" \
+            -o "$out.ptx" 2>"$log"; then
+            if [ -z "$PTXAS" ]; then
+                touch "$out.ok"
+            elif "$PTXAS" -v --gpu-name "$target" "$out.ptx" -o /dev/null >"$out.v" 2>&1; then
+                touch "$out.ok"
+            else
+                cat "$out.v" >>"$log"
+            fi
+        fi ;;
+    esac
+    return 0
+}
+export -f compile_unit
+
+# measure_one TARGET INDEX ENTRY OPTIONS UNIT: reads one launch's entry point out of its unit's
+# compile and writes one tab-separated line to $WORK/res/TARGET.INDEX: target entry d dtype mask
+# Br Bc WG registers scratch spills bad (bad: 1 when it has scratch or spills, E when it did not
+# compile). The unit's log becomes the line's log ($WORK/out/TARGET.INDEX.log).
+measure_one() {
+    local target=$1 index=$2 entry=$3 options=$4 out=$WORK/out/$1.u$5
+    local log=$WORK/out/$target.$index.log
+    local regs="-" scratch="-" spills="-" bad=0 v="" r=""
+    cp "$out.log" "$log"
+    if [ ! -f "$out.ok" ]; then
+        bad=E
+    else
+        case $target in
+        gfx*)
             # amdhsa metadata: one YAML map per kernel, its keys at 4 spaces, the first after
             # "  - " (the arguments' keys are deeper)
             read -r v s vs ss priv < <(awk -v want="$entry" '
@@ -105,31 +135,23 @@ compile_one() {
                 [ "$priv" = 0 ] && [ "$vs" = 0 ] && [ "$ss" = 0 ] || bad=1
             else
                 echo "no $entry in the amdhsa metadata" >>"$log"; bad=E
-            fi
-        else
-            bad=E
-        fi ;;
-    sm_*)
-        if cl nvptx64--nvidiacl.bc -target nvptx64-nvidia-nvcl -march="$target" \
-            -o "$out.ptx" 2>"$log" &&
-            grep -q "^\.entry $entry(" "$out.ptx"; then
-            if [ -n "$PTXAS" ]; then
-                if "$PTXAS" -v --gpu-name "$target" "$out.ptx" -o /dev/null >"$out.v" 2>&1; then
-                    read -r r stack st ld < <(awk -v want="$entry" '
-                        /Compiling entry function/ { split($0, a, "'\''"); cur = a[2] }
-                        /Function properties for/ { fp = $NF }
-                        fp == want && /bytes stack frame/ { stack = $1; st = $5; ld = $9 }
-                        cur == want && match($0, /Used [0-9]+ registers/) {
-                            r = substr($0, RSTART + 5, RLENGTH - 15) }
-                        END { print r, stack, st, ld }' "$out.v") || true
-                    if [ -z "$r" ]; then
-                        cat "$out.v" >>"$log"; bad=E
-                    else
-                        regs=$r scratch=$stack spills="${st}B st ${ld}B ld"
-                        [ "$stack" = 0 ] && [ "$st" = 0 ] && [ "$ld" = 0 ] || bad=1
-                    fi
-                else
+            fi ;;
+        sm_*)
+            if ! grep -q "^\.entry $entry(" "$out.ptx"; then
+                echo "no .entry $entry in the PTX" >>"$log"; bad=E
+            elif [ -n "$PTXAS" ]; then
+                read -r r stack st ld < <(awk -v want="$entry" '
+                    /Compiling entry function/ { split($0, a, "'\''"); cur = a[2] }
+                    /Function properties for/ { fp = $NF }
+                    fp == want && /bytes stack frame/ { stack = $1; st = $5; ld = $9 }
+                    cur == want && match($0, /Used [0-9]+ registers/) {
+                        r = substr($0, RSTART + 5, RLENGTH - 15) }
+                    END { print r, stack, st, ld }' "$out.v") || true
+                if [ -z "$r" ]; then
                     cat "$out.v" >>"$log"; bad=E
+                else
+                    regs=$r scratch=$stack spills="${st}B st ${ld}B ld"
+                    [ "$stack" = 0 ] && [ "$st" = 0 ] && [ "$ld" = 0 ] || bad=1
                 fi
             else
                 # The .local bytes of the entry's body (its __local_depot: private arrays).
@@ -140,11 +162,9 @@ compile_one() {
                     END { print n + 0 }' "$out.ptx")
                 regs="?" spills="? (no ptxas)"
                 [ "$scratch" = 0 ] || bad=1
-            fi
-        else
-            echo "no .entry $entry in the PTX" >>"$log"; bad=E
-        fi ;;
-    esac
+            fi ;;
+        esac
+    fi
     local o=" $options " d dtype mask br bc wg
     d=${o##* -D HEAD_DIM=}; d=${d%% *}
     dtype=${o##* -D DTYPE=}; dtype=${dtype%% *}
@@ -158,7 +178,6 @@ compile_one() {
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$target" "$entry" "$d" "$dtype" \
         "$mask" "$br" "$bc" "$wg" "$regs" "$scratch" "$spills" "$bad" >"$WORK/res/$target.$index"
 }
-export -f compile_one
 
 # ---- the jobs: target (clang's -mcpu / -march) and the device profile the planner uses ----
 mkdir -p "$WORK/out" "$WORK/res"
@@ -168,10 +187,21 @@ for t in $TARGETS; do
         { echo "cl_gpu_check.sh: $VARIANTS ${t#*:} failed" >&2; exit 1; }
     awk -v t="${t%%:*}" '{ print t "\t" NR "\t" $0 }' "$WORK/${t%%:*}.variants"
 done >"$WORK/jobs"
-# One variant per line: "target<TAB>index<TAB>entry<TAB>options".
+# One variant per line: "target<TAB>index<TAB>entry<TAB>options". The launches built from the
+# same program with the same options are one compile unit: "target<TAB>unit<TAB>program<TAB>
+# options" in $WORK/units, and each job's unit is its fifth field.
+awk -F'\t' -v OFS='\t' '{ p = $3 ~ /^flash_bwd_/ ? "bwd" : $3 == "flash_merge" ? "merge" : "fwd"
+    key = $1 "\t" p "\t" $4
+    if (!(key in unit)) { unit[key] = ++n; print $1, n, p, $4 >units }
+    print $0, unit[key] }' units="$WORK/units" "$WORK/jobs" >"$WORK/jobs.units"
+mv "$WORK/jobs.units" "$WORK/jobs"
 # shellcheck disable=SC2016 # $1 is expanded by the inner bash
-tr '\n' '\0' <"$WORK/jobs" | xargs -0 -P "$(nproc)" -n 1 bash -c \
-    'IFS=$(printf "\t") read -r t i e o <<<"$1"; compile_one "$t" "$i" "$e" "$o"' _
+tr '\n' '\0' <"$WORK/units" | xargs -0 -P "$(nproc)" -n 1 bash -c \
+    'IFS=$(printf "\t") read -r t u p o <<<"$1"; compile_unit "$t" "$u" "$p" "$o"' _
+while IFS=$'\t' read -r t i e o u; do
+    measure_one "$t" "$i" "$e" "$o" "$u"
+done <"$WORK/jobs"
+echo "# $(wc -l <"$WORK/jobs") launches' kernels in $(wc -l <"$WORK/units") compiles"
 
 # ---- the table, in job order, and the verdict ----
 results() {
@@ -212,7 +242,7 @@ for t in $TARGETS; do
         END { printf "%-8s %d variants: %d with scratch or spills (d <= 128), %d compile errors, %d reported (d > 128)\n", t, n, f, e, r }' "$WORK/table"
 done
 new_spills=""
-while IFS=$'\t' read -r t i e o; do
+while IFS=$'\t' read -r t i e o _; do
     IFS=$'\t' read -r _ entry d _ _ _ _ _ _ scratch _ bad <"$WORK/res/$t.$i"
     listed=$(known_scratch "$t" "$e" "$o")
     if [ "$bad" = E ]; then
