@@ -466,16 +466,31 @@ void row_mods_at_tile(row_mods *rm, const row_mods *base, long k0, int valid_key
 #if VEC_MAX >= 16
 #define DROPOUT_LANES 16
 typedef uint16 uint_lanes;
+typedef ulong16 ulong_lanes;
 typedef float16 float_lanes;
 #define VSTORE_LANES vstore16
+#define CONVERT_ULONG_LANES convert_ulong16
+#define CONVERT_UINT_LANES convert_uint16
 #define PHILOX_LANE ((uint16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
 #else
 #define DROPOUT_LANES 8
 typedef uint8 uint_lanes;
+typedef ulong8 ulong_lanes;
 typedef float8 float_lanes;
 #define VSTORE_LANES vstore8
+#define CONVERT_ULONG_LANES convert_ulong8
+#define CONVERT_UINT_LANES convert_uint8
 #define PHILOX_LANE ((uint8)(0, 1, 2, 3, 4, 5, 6, 7))
 #endif
+
+/* Philox's MULHILO (kernel_params.h) on uint_lanes: the lanes' products widened to 64 bits.
+ * pocl's mul_hi on a vector splits it into 16-bit halves, four multiplies where this is two. */
+#define PHILOX_MULHILO_LANES(m, x, hi, lo)                                                      \
+    do {                                                                                        \
+        ulong_lanes p_ = CONVERT_ULONG_LANES(x) * (ulong)(m);                                   \
+        hi = CONVERT_UINT_LANES(p_ >> 32);                                                      \
+        lo = CONVERT_UINT_LANES(p_);                                                            \
+    } while (0)
 
 /* Dropout on one lane's keys of a row of P (keys k0 + c, c in [0, valid_keys), valid_keys <=
  * Bc / TPR): kept P times dropout_scale, dropped ones 0. One Philox call per group of four keys
@@ -487,17 +502,34 @@ void dropout_row(__local float *p_row, const fa_kernel_params *p, long b, long h
     if (valid_keys == LANE_KEYS) {
         /* A lane's whole keys: k0 is a multiple of 4 * DROPOUT_LANES, so that many groups of
          * four keys share one Philox call on uintN counters (vector element n: group
-         * (k0 >> 2) + g0 + n; the other counter words as fa_dropout_words). The scalar form cost pocl 80% of the
-         * forward at p = 0.1 (one Philox per four keys, never vectorized), 8 lanes 36%; the
-         * lanes give the same words. */
+         * (k0 >> 2) + g0 + n; the other counter words as fa_dropout_words). The scalar form
+         * cost pocl 80% of the forward at p = 0.1 (one Philox per four keys, never
+         * vectorized), 8 lanes 36%; the lanes give the same words. */
         const uint_lanes thr = (uint_lanes)p->dropout_threshold;
         const float_lanes kept = (float_lanes)p->dropout_scale;
+        const uint key0 = (uint)p->dropout_seed, key1 = (uint)(p->dropout_seed >> 32);
+        /* Counter words 1-3 (row, b * heads_q + h, offset) are the same in every lane, and so
+         * are round 1's product of word 2 and round 2's of word 0: the row's, made once. */
+        uint r1_c0, r1_c1, r2_hi0, r2_lo0;
+        FA_MULHILO_U32(FA_PHILOX_M1, (uint)(b * p->heads_q + h), r1_c0, r1_c1);
+        r1_c0 ^= (uint)row ^ key0;
+        FA_MULHILO_U32(FA_PHILOX_M0, r1_c0, r2_hi0, r2_lo0);
         for (int g0 = 0; g0 < LANE_KEYS / 4; g0 += DROPOUT_LANES) { /* keys k0 + 4 g0 .. */
-            uint_lanes w0 = (uint_lanes)((uint)((k0 >> 2) + g0)) + PHILOX_LANE;
-            uint_lanes w1 = (uint_lanes)((uint)row), w2 = (uint_lanes)((uint)(b * p->heads_q + h));
-            uint_lanes w3 = (uint_lanes)p->dropout_offset;
-            FA_PHILOX4X32_10(uint_lanes, mul_hi, w0, w1, w2, w3, (uint)p->dropout_seed,
-                             (uint)(p->dropout_seed >> 32));
+            uint_lanes w0 = (uint_lanes)((uint)((k0 >> 2) + g0)) + PHILOX_LANE, w1, w2, w3;
+            /* round 1: it leaves words 0 and 1 at (r1_c0, r1_c1) in every lane */
+            PHILOX_MULHILO_LANES(FA_PHILOX_M0, w0, w2, w3);
+            w2 ^= p->dropout_offset ^ key1;
+            /* round 2: its M0 * word 0 is the row's (r2_hi0, r2_lo0) */
+            uint rk0 = key0 + FA_PHILOX_W0, rk1 = key1 + FA_PHILOX_W1;
+            PHILOX_MULHILO_LANES(FA_PHILOX_M1, w2, w0, w1);
+            w0 ^= r1_c1 ^ rk0;
+            w2 = r2_hi0 ^ w3 ^ rk1;
+            w3 = (uint_lanes)r2_lo0;
+            for (int round = 2; round < 10; round++) {
+                rk0 += FA_PHILOX_W0;
+                rk1 += FA_PHILOX_W1;
+                FA_PHILOX_ROUND(uint_lanes, PHILOX_MULHILO_LANES, w0, w1, w2, w3, rk0, rk1);
+            }
             /* z[e][n]: the factor of key 4 (g0 + n) + e, whose word is lane n of word e */
             float z[4][DROPOUT_LANES];
             VSTORE_LANES(select((float_lanes)0.0f, kept, w0 >= thr), 0, z[0]);

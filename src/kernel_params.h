@@ -176,38 +176,48 @@ FA_KP_FN fa_kp_i64 fa_keys_end(const fa_kernel_params *p, fa_kp_i32 mask, fa_kp_
 /*
  * Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011): ten
  * rounds on the counter (c0, c1, c2, c3) with key (k0, k1), the key bumped by the Weyl constants
- * between rounds. A round: (hi0, lo0) = 0xD2511F53 * c0, (hi1, lo1) = 0xCD9E8D57 * c2 (64-bit
- * products), c = (hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0).
- * Written once as a macro over the counter's type T: fa_kp_u32 (fa_philox4x32_10 below), or an
- * OpenCL uintN whose N lanes are N independent counters (MULHI = mul_hi), so a kernel can draw
- * the words of N groups of keys in one call with the same bits as the scalar form. MULHI(a, b)
- * is the high 32 bits of the 64-bit product; the low ones are T's wrapping product.
+ * W0, W1 between rounds. A round: (hi0, lo0) = M0 * c0, (hi1, lo1) = M1 * c2 (64-bit products),
+ * c = (hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0).
  */
-#define FA_PHILOX4X32_10(T, MULHI, c0, c1, c2, c3, key0, key1)                                  \
+#define FA_PHILOX_M0 0xD2511F53u
+#define FA_PHILOX_M1 0xCD9E8D57u
+#define FA_PHILOX_W0 0x9E3779B9u
+#define FA_PHILOX_W1 0xBB67AE85u
+
+/* One round with round key (k0, k1), written once over the counter's type T: fa_kp_u32 here, or
+ * an OpenCL uintN whose N lanes are N independent counters (flash_common.cl, dropout_row), with
+ * the same bits. MULHILO(m, x, hi, lo) sets hi and lo to the high and low 32 bits of the 64-bit
+ * product m * x. */
+#define FA_PHILOX_ROUND(T, MULHILO, c0, c1, c2, c3, k0, k1)                                     \
     do {                                                                                        \
-        fa_kp_u32 k0_ = (key0), k1_ = (key1);                                                   \
-        for (int round_ = 0; round_ < 10; round_++) {                                           \
-            if (round_ > 0) {                                                                   \
-                k0_ += 0x9E3779B9u;                                                             \
-                k1_ += 0xBB67AE85u;                                                             \
-            }                                                                                   \
-            T hi0_ = MULHI((T)0xD2511F53u, c0), lo0_ = (T)0xD2511F53u * c0;                     \
-            T hi1_ = MULHI((T)0xCD9E8D57u, c2), lo1_ = (T)0xCD9E8D57u * c2;                     \
-            c0 = hi1_ ^ c1 ^ k0_;                                                               \
-            c1 = lo1_;                                                                          \
-            c2 = hi0_ ^ c3 ^ k1_;                                                               \
-            c3 = lo0_;                                                                          \
-        }                                                                                       \
+        T hi0_, lo0_, hi1_, lo1_;                                                               \
+        MULHILO(FA_PHILOX_M0, c0, hi0_, lo0_);                                                  \
+        MULHILO(FA_PHILOX_M1, c2, hi1_, lo1_);                                                  \
+        c0 = hi1_ ^ c1 ^ (k0);                                                                  \
+        c1 = lo1_;                                                                              \
+        c2 = hi0_ ^ c3 ^ (k1);                                                                  \
+        c3 = lo0_;                                                                              \
     } while (0)
 
-/* The high 32 bits of a * b for scalar counters. */
-#define FA_MULHI_U32(a, b) ((fa_kp_u32)(((fa_kp_u64)(a) * (fa_kp_u64)(b)) >> 32))
+/* MULHILO for scalar counters. */
+#define FA_MULHILO_U32(m, x, hi, lo)                                                            \
+    do {                                                                                        \
+        fa_kp_u64 p_ = (fa_kp_u64)(m) * (fa_kp_u64)(x);                                         \
+        hi = (fa_kp_u32)(p_ >> 32);                                                             \
+        lo = (fa_kp_u32)p_;                                                                     \
+    } while (0)
 
 /* Philox4x32-10 on one counter c[0..3] with key (k0, k1), in place. */
 FA_KP_FN void fa_philox4x32_10(fa_kp_u32 c[4], fa_kp_u32 k0, fa_kp_u32 k1)
 {
     fa_kp_u32 c0 = c[0], c1 = c[1], c2 = c[2], c3 = c[3];
-    FA_PHILOX4X32_10(fa_kp_u32, FA_MULHI_U32, c0, c1, c2, c3, k0, k1);
+    for (int round = 0; round < 10; round++) {
+        if (round > 0) {
+            k0 += FA_PHILOX_W0;
+            k1 += FA_PHILOX_W1;
+        }
+        FA_PHILOX_ROUND(fa_kp_u32, FA_MULHILO_U32, c0, c1, c2, c3, k0, k1);
+    }
     c[0] = c0;
     c[1] = c1;
     c[2] = c2;
