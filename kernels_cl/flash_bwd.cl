@@ -270,8 +270,8 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
     const float lse2 = lse2_of(lse_row), d = row < sq ? delta[at] : 0.0f;
     /* Keys [0, row_keys) of this row count; none for a row with no key or past Sq. */
     const long row_keys = lse_row == -INFINITY ? 0 : fa_keys_end(&p, MASK, FEATURES, row);
-#if FEATURES & FA_FEATURE_WINDOW
-    __local long kv_range[2]; /* the key tiles [kv_begin, kv_end) */
+#if SHARE_RANGES
+    __local long kv_range[2]; /* the key tiles [kv_begin, kv_end), share_range says why */
     share_range(kv_range, keys_first_tile(&p, r0), keys_to_visit(&p, r0));
     const long kv_begin = kv_range[0], kv_end = kv_range[1];
 #else
@@ -387,8 +387,8 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
     for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++)
         acc_k[dvec] = acc_v[dvec] = 0.0f;
     /* Causal and window: rows before `first` or from `last_end` on see none of the keys. */
-#if FEATURES & FA_FEATURE_WINDOW
-    __local long rows_range[2];
+#if SHARE_RANGES
+    __local long rows_range[2]; /* share_range says why */
     share_range(rows_range, first_row_seeing(k0, &p), rows_seeing_end(k0 + BLOCK_R - 1, &p));
     const long first = rows_range[0], last_end = rows_range[1];
 #else

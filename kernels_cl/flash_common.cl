@@ -563,11 +563,15 @@ long keys_first_tile(const fa_kernel_params *p, long r0)
     return fa_keys_begin(p, FEATURES, r0) / BLOCK_C * BLOCK_C;
 }
 
-#if FEATURES & FA_FEATURE_WINDOW
 /* Sets range[0], range[1] to `first` and `end`, the bounds of a loop over tiles, seen by the
- * whole work-group. Loop bounds that read the window pass through local memory: pocl did not
- * see them as uniform and ran the tile loop (it holds barriers) 1.5x slower (B1 H8 N2048 d64
- * f32: 218 ms against 148); from local memory it does. Call from every work-item. */
+ * whole work-group. Loop bounds that depend on the mask or the window pass through local
+ * memory: pocl did not see them as uniform and ran the tile loop (it holds barriers) about 1.5x
+ * slower (B1 H8 N2048 d64 f32 with a window: 218 ms against 148; N4096 causal: 252 ms against
+ * 161); from local memory it does. Call from every work-item. Not with sequences (SEQ) but
+ * without a window, as before: there a sequence's tiles past its rows return first, and pocl
+ * 3.1 then miscompiled this barrier (test_decode's paged and varlen cases under GPU rules: NaN
+ * outputs, wrong LSE). */
+#define SHARE_RANGES ((FEATURES & FA_FEATURE_WINDOW) || !SEQ)
 void share_range(__local long *range, long first, long end)
 {
     if (get_local_id(0) == 0) {
@@ -576,7 +580,6 @@ void share_range(__local long *range, long first, long end)
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 }
-#endif
 
 /* ---- sequences and split-KV (SEQ, SPLIT; flashattn.h, "Sequences, pages and split-KV") ----- */
 

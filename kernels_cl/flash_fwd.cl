@@ -183,8 +183,8 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
               q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h + seq.q_start * p.q_stride_s,
               r0, sq, p.q_stride_s, BLOCK_R, !DIRECT_KV);
 
-#if FEATURES & FA_FEATURE_WINDOW
-    __local long kv_range[2]; /* the key tiles [kv_begin, kv_end) */
+#if SHARE_RANGES
+    __local long kv_range[2]; /* the key tiles [kv_begin, kv_end), share_range says why */
     share_range(kv_range, keys_first_tile(&p, r0), keys_to_visit(&p, r0));
     long kv_begin = kv_range[0], kv_end = kv_range[1];
 #else
