@@ -567,11 +567,12 @@ long keys_first_tile(const fa_kernel_params *p, long r0)
  * whole work-group. Loop bounds that depend on the mask or the window pass through local
  * memory: pocl did not see them as uniform and ran the tile loop (it holds barriers) about 1.5x
  * slower (B1 H8 N2048 d64 f32 with a window: 218 ms against 148; N4096 causal: 252 ms against
- * 161); from local memory it does. Call from every work-item. Not with sequences (SEQ) but
- * without a window, as before: there a sequence's tiles past its rows return first, and pocl
- * 3.1 then miscompiled this barrier (test_decode's paged and varlen cases under GPU rules: NaN
- * outputs, wrong LSE). */
-#define SHARE_RANGES ((FEATURES & FA_FEATURE_WINDOW) || !SEQ)
+ * 161); from local memory it does. Call from every work-item. Beyond the window, only on devices
+ * that are not GPUs and without sequences (SEQ): on GPUs the range held across the loop grew the
+ * backward's spills (tools/cl_gpu_check.sh), and with sequences a tile past its sequence's rows
+ * returns first, after which pocl 3.1 miscompiled this barrier (test_decode's paged and varlen
+ * cases under GPU rules: NaN outputs, wrong LSE). */
+#define SHARE_RANGES ((FEATURES & FA_FEATURE_WINDOW) || (!SEQ && !GPU))
 void share_range(__local long *range, long first, long end)
 {
     if (get_local_id(0) == 0) {
