@@ -105,6 +105,11 @@ typedef struct fa__plan_rules {
     int32_t gqa_pack;       /* 1: a forward that fa__gqa_pack accepts runs packed: a K/V head's
                                query heads as one tile's rows, so its K and V are read once per
                                group, not once per query head (OpenCL) */
+    int32_t dkdv_owns_br;   /* 1: where Br > Bc and Sk >= Br, the backward's dK/dV pass owns Br
+                               keys per work-group and streams Bc-row query tiles, so each tile
+                               it loads serves Br keys; 0 (and otherwise): it owns Bc keys and
+                               streams Br-row query tiles. The on-chip formula bounds both
+                               (OpenCL on CPUs) */
 } fa__plan_rules;
 
 typedef struct fa__tiles {

@@ -258,7 +258,9 @@ static void backward_golden(fa_plan *plan)
  * one work-group per (query tile, query head, batch) owns dQ of its rows and sweeps the key
  * tiles in order. No two work-groups write one element, so no atomics and a fixed order; S and
  * dP are recomputed in both passes. The dK/dV pass is compiled with its key tile as BLOCK_R and
- * the query tile as BLOCK_C: a kernel's BLOCK_R is always the rows its work-group owns.
+ * the query tile as BLOCK_C: a kernel's BLOCK_R is always the rows its work-group owns. Its key
+ * tile is the plan's Bc, or Br under dkdv_owns_br (the union formula bounds both when Br > Bc:
+ * 2 Br d + 4 Bc d <= 4 Br d + 3 Bc d and 3 Bc <= 3 Br floats per row).
  */
 static void backward_kernels(fa_plan *plan, const fa__plan_rules *rules)
 {
@@ -272,14 +274,24 @@ static void backward_kernels(fa_plan *plan, const fa__plan_rules *rules)
     fa__launch *l = plan->launches;
     l[1] = l[2] = l[0];
     const fa_kernel_params *kp = &l[0].params;
-    uint64_t bc = (uint64_t)plan->tiles.block_c, sk = (uint64_t)kp->seqlen_k;
-    uint64_t q_tiles = (uint64_t)kp->q_tiles, hq = (uint64_t)kp->heads_q, b = (uint64_t)kp->batch;
+    int32_t keys = plan->tiles.block_c, rows = plan->tiles.block_r; /* the dK/dV pass's tiles */
+    if (rules->dkdv_owns_br && rows > keys && kp->seqlen_k >= rows) {
+        keys = plan->tiles.block_r;
+        rows = plan->tiles.block_c;
+        fa__append(plan->explain, sizeof plan->explain,
+                   "dK/dV pass: each work-group owns Br = %d keys and streams query tiles of "
+                   "Bc = %d rows, so every query tile it loads serves %d keys, not %d\n",
+                   (int)keys, (int)rows, (int)keys, (int)rows);
+    }
+    uint64_t sk = (uint64_t)kp->seqlen_k, q_tiles = (uint64_t)kp->q_tiles;
+    uint64_t hq = (uint64_t)kp->heads_q, b = (uint64_t)kp->batch;
     set_launch(&l[0], "flash_bwd_pre", q_tiles, hq, b, pre, 3);
-    set_launch(&l[1], "flash_bwd_dkdv", (sk + bc - 1) / bc, (uint64_t)kp->heads_kv, b, dkdv, 8);
-    l[1].variant.block_r = plan->tiles.block_c;
-    l[1].variant.block_c = plan->tiles.block_r;
+    set_launch(&l[1], "flash_bwd_dkdv", (sk + (uint64_t)keys - 1) / (uint64_t)keys,
+               (uint64_t)kp->heads_kv, b, dkdv, 8);
+    l[1].variant.block_r = keys;
+    l[1].variant.block_c = rows;
     l[1].variant.work_group_size =
-        plan->tiles.block_c * (rules->items_per_row > 0 ? (int32_t)rules->items_per_row : 1);
+        keys * (rules->items_per_row > 0 ? (int32_t)rules->items_per_row : 1);
     set_launch(&l[2], "flash_bwd_dq", q_tiles, hq, b, dq, 7);
     add_modifier_args(&l[1], false); /* P = exp(S - LSE): LSE already holds the sinks */
     add_modifier_args(&l[2], false);

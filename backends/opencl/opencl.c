@@ -43,6 +43,11 @@ static fa_status cl_device_props(int index, fa_device_props *out, char *why, siz
  * work-item per key, so Bc is capped by the work-group limit as Br is. Bc is capped at 64, not
  * the forward's 128: on pocl (B1 H8 N2048 d64 f32) the backward took 445 ms at Bc 64 and 482 ms
  * at 128, and causal 283 ms against 313 (smaller tiles waste less on the diagonal).
+ * On CPUs the dK/dV pass owns Br keys (dkdv_owns_br): with Br raised to 256 rows, owning 64 keys
+ * it loaded four 256-row query tiles per 64 keys, and those element-wise copies (two of them
+ * transposed) took a third of the pass. Owning 256 keys and streaming 64-row query tiles, the
+ * backward took 260 ms against 385 (pocl, B1 H8 N2048 d64 f32; 153 against 215 causal; 275 and
+ * 385 ms at Bc 128 and 256). GPUs keep the FlashAttention-2 shape: not measured there.
  */
 static void backward_rules(const fa_device_props *dev, fa__plan_rules *rules)
 {
@@ -53,6 +58,7 @@ static void backward_rules(const fa_device_props *dev, fa__plan_rules *rules)
     if (dev->max_work_group_size < rules->max_block_c)
         rules->max_block_c = dev->max_work_group_size;
     rules->backward_launches = 3;
+    rules->dkdv_owns_br = dev->gpu ? 0 : 1;
 }
 
 /*
