@@ -4,11 +4,15 @@
  * launches and without atomics, so every element has one writer and a fixed summation order:
  *
  *   flash_bwd_pre   D[i] = rowsum(dO[i] * O[i]) into scratch, one work-item per query row.
- *   flash_bwd_dkdv  one work-group per (key tile, K/V head, batch), one work-item per key: for
+ *   flash_bwd_dkdv  one work-group per (key tile, K/V head, batch), TPR work-items per key: for
  *                   every query head of the group and every query tile that sees the keys, in
  *                   order, S^T and dP^T rows, then dV += P^T dO and dK += dS^T Q in private f32.
- *   flash_bwd_dq    one work-group per (query tile, head, batch), one work-item per query row,
+ *   flash_bwd_dq    one work-group per (query tile, head, batch), TPR work-items per query row,
  *                   like the forward: S and dP rows per key tile, then dQ += dS K.
+ *
+ * A row's (or key's) TPR lanes (1 on CPUs; d / 32 on GPUs, so a lane keeps 32 floats of each
+ * accumulator row) split the tile's scores as the forward's do, meet at a barrier once the
+ * row of P and dS is written, and then each accumulates its d / TPR columns over the whole row.
  *
  * and with sinks a fourth, flash_bwd_dsinks (dsink[h] from LSE and D, one work-group per head),
  * with P = exp(S - LSE) and dS = P * (dP - D). Both passes recompute S and dP; that costs about
@@ -24,8 +28,11 @@
 #ifndef FA_FLASH_COMMON_CL
 #include "flash_common.cl"
 #endif
-#if TPR != 1
-#error "the backward runs one work-item per row (TPR 1): its helpers sweep whole rows"
+#if TPR > 1
+/* A row's lanes wrote their keys of its S and dS rows; each lane then reads the whole row. */
+#define ROW_WRITTEN() barrier(CLK_LOCAL_MEM_FENCE)
+#else
+#define ROW_WRITTEN()
 #endif
 
 #if KEYS_PER_VEC == 1
@@ -42,12 +49,12 @@ float load_global(__global const store_t *p)
     return LOAD_ONE_F32_IN(__global, p);
 }
 
-/* Writes mul * acc (one row of d f32 values in float_dims vectors) to a global row in the
- * storage type. */
+/* Writes mul * acc (a lane's d / TPR f32 values of a row, in float_dims vectors) to a global row
+ * from the lane's first element, in the storage type. */
 void store_row_scaled(const float_dims *acc, float mul, __global store_t *dst)
 {
     UNROLL_ON_GPU
-    for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++) {
+    for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++) {
         float vals[DIMS_PER_VEC]; /* elements DIMS_PER_VEC * dvec + e of the row */
         STORE_DIMS_PRIVATE(acc[dvec] * mul, vals);
         for (int e = 0; e < DIMS_PER_VEC; e++)
@@ -55,26 +62,28 @@ void store_row_scaled(const float_dims *acc, float mul, __global store_t *dst)
     }
 }
 
-/* acc[x] += sum_c w[c] * T[c][x] over c in [0, n): w is a row of BLOCK_C f32 weights, T a
- * BLOCK_C x d tile in the storage type (the forward's P V step). */
+/* acc[x] += sum_c w[c] * T[c][x] over c in [0, n) and a lane's d / TPR columns x: w is a row
+ * of BLOCK_C f32 weights, T a BLOCK_C x d tile in the storage type from the lane's first column
+ * (the forward's P V step). */
 void accumulate_rows(float_dims *acc, __local const float *w, __local const store_t *t, int n)
 {
     for (int c = 0; c < n; c++) {
         float w_c = w[c];
         __local const store_t *t_row = t + c * HEAD_DIM;
 #pragma unroll
-        for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++)
+        for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++)
             acc[dvec] += w_c * LOAD_DIMS_F32(t_row + dvec * DIMS_PER_VEC);
     }
 }
 
-/* P and dS of one row of BLOCK_C scores: s_row holds S (log2 units, masked keys -inf) and
- * becomes P = exp2(S - lse2); dp_row holds dP and becomes dS = P * (dP - D). lse2 = LSE * log2(e)
- * and D per element from lse2_v and d_v, or the scalars lse2 and d when those are NULL. */
+/* P and dS of a lane's BLOCK_C / TPR scores of a row (pointers at its first key): s_row holds
+ * S (log2 units, masked keys -inf) and becomes P = exp2(S - lse2); dp_row holds dP and becomes
+ * dS = P * (dP - D). lse2 = LSE * log2(e) and D per element from lse2_v and d_v, or the scalars
+ * lse2 and d when those are NULL. */
 void row_grad(__local float *s_row, __local float *dp_row, __local const float *lse2_v,
               __local const float *d_v, float lse2, float d)
 {
-    for (int kvec = 0; kvec < VECS_PER_S_ROW; kvec++) {
+    for (int kvec = 0; kvec < VECS_PER_LANE_KEYS; kvec++) {
         int at = kvec * KEYS_PER_VEC;
         float_keys l2 = lse2_v ? S_LOAD_KEYS(lse2_v + at) : (float_keys)lse2;
         float_keys dd = d_v ? S_LOAD_KEYS(d_v + at) : (float_keys)d;
@@ -158,15 +167,16 @@ float dropout_z(const fa_kernel_params *p, const uint w[4], long j)
 #endif
 }
 
-/* The dQ pass's row i of (b, h): keys j = k0 + c of the tile, visible in [begin, end). s_row
- * (S) becomes P Z and dp_row (dP) dS; one Philox call per group of four keys. */
+/* The dQ pass's row i of (b, h): the lane's keys j = k0 + c, c in [c0, c0 + BLOCK_C / TPR), of
+ * the tile, visible in [begin, end). s_row (S) becomes P Z and dp_row (dP) dS; one Philox call
+ * per group of four keys. */
 void grad_row_dq(__local float *s_row, __local float *dp_row, const fa_kernel_params *p,
                  float slope2, __global const bias_t *bias_row, long b, long h, long i, long k0,
-                 long begin, long end, float lse2, float d)
+                 int c0, long begin, long end, float lse2, float d)
 {
     uint w[4] = {0, 0, 0, 0};
     long group = -1; /* the key group w belongs to */
-    for (int c = 0; c < BLOCK_C; c++) {
+    for (int c = c0; c < c0 + LANE_KEYS; c++) {
         long j = k0 + c;
         bool visible = j >= begin && j < end;
 #if FEATURES & FA_FEATURE_DROPOUT
@@ -182,16 +192,17 @@ void grad_row_dq(__local float *s_row, __local float *dp_row, const fa_kernel_pa
     }
 }
 
-/* The dK/dV pass's key j against query rows i = r0 + c of (b, h): st_row (S^T) becomes P^T Z
- * and dpt_row (dP^T) dS^T. keys_v holds each row's key end (0 for a row with no key). Each
- * element needs its own Philox call: the counter holds the row. */
+/* The dK/dV pass's key j against the lane's query rows i = r0 + c, c in [c0, c0 + BLOCK_C /
+ * TPR), of (b, h): st_row (S^T) becomes P^T Z and dpt_row (dP^T) dS^T. keys_v holds each row's
+ * key end (0 for a row with no key). Each element needs its own Philox call: the counter holds
+ * the row. */
 void grad_row_dkdv(__local float *st_row, __local float *dpt_row, const fa_kernel_params *p
-                   ALIBI_ARG BIAS_ARG, long b, long h, long j, long r0,
+                   ALIBI_ARG BIAS_ARG, long b, long h, long j, long r0, int c0,
                    __local const float *lse2_v, __local const float *d_v,
                    __local const int *keys_v)
 {
     const float slope2 = slope2_of(p ALIBI_PASS, h);
-    for (int c = 0; c < BLOCK_C; c++) {
+    for (int c = c0; c < c0 + LANE_KEYS; c++) {
         long i = r0 + c;
         bool visible = j < keys_v[c] && j >= fa_keys_begin(p, FEATURES, i);
         uint w[4] = {0, 0, 0, 0};
@@ -212,11 +223,11 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 flash_bwd_pre(__global const store_t *o, __global const store_t *d_o,
               __global float *delta SEQ_ARG, PARAMS_ARG)
 {
-    const long row = (long)get_group_id(0) * BLOCK_R + get_local_id(0);
+    const long row = (long)get_group_id(0) * BLOCK_R + get_local_id(0) / TPR;
     const long h = (long)get_group_id(1), b = (long)get_group_id(2);
     SEQ_SETUP(b);
-    if (row >= p.seqlen_q)
-        return;
+    if (row >= p.seqlen_q || get_local_id(0) % TPR != 0)
+        return; /* a row's first lane sums it: D is a small part of the backward */
     const long t = seq.q_start + row; /* the row's token */
     __global const store_t *o_row = o + p.o_offset + b * p.o_stride_b + h * p.o_stride_h +
                                     t * p.o_stride_s;
@@ -242,7 +253,10 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
     __local float s_tile[BLOCK_R * BLOCK_C];     /* S, then P */
     __local float dp_tile[BLOCK_R * BLOCK_C];    /* dP, then dS */
 
-    const int r = (int)get_local_id(0);
+    /* The item's row of the tile and its lane: keys [c0, c0 + Bc / TPR) of each S and dP row,
+     * dims [x0, x0 + d / TPR) of dQ. */
+    const int r = (int)get_local_id(0) / TPR, lane = (int)get_local_id(0) % TPR;
+    const int c0 = lane * LANE_KEYS, x0 = lane * LANE_DIMS;
     /* The last query tiles first: under a causal mask they visit the most key tiles, and the
      * longest work-groups should not be the last ones started. */
     const long r0 = (long)(get_num_groups(0) - 1 - get_group_id(0)) * BLOCK_R, row = r0 + r;
@@ -283,9 +297,9 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
     __global const bias_t *bias_row = row < sq ? bias_row_of(&p BIAS_PASS, b, h, row) : 0;
 #endif
 
-    float_dims acc[VECS_PER_O_ROW]; /* dQ[r][..] / scale, f32 */
+    float_dims acc[VECS_PER_LANE_DIMS]; /* dQ[r][x0 ..] / scale, f32 */
     UNROLL_ON_GPU
-    for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++)
+    for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++)
         acc[dvec] = 0.0f;
     for (long k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C) {
         barrier(CLK_LOCAL_MEM_FENCE); /* the previous tiles are no longer read */
@@ -293,23 +307,24 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
         load_tile(vt_tile, v_head, k0, sk, p.v_stride_s, BLOCK_C, 1);
         load_tile(k_tile, k_head, k0, sk, p.k_stride_s, BLOCK_C, 0);
         barrier(CLK_LOCAL_MEM_FENCE);
-        row_scores(s_row, q_tile + r, kt_tile, SCORE_SCALE(p)); /* S (log2 units) */
-        row_scores(dp_row, do_tile + r, vt_tile, 1.0f);         /* dP = dO V^T */
+        row_scores(s_row + c0, q_tile + r, kt_tile + c0, SCORE_SCALE(p)); /* S (log2 units) */
+        row_scores(dp_row + c0, do_tile + r, vt_tile + c0, 1.0f);         /* dP = dO V^T */
 #if GRAD_MODS
         /* The modifiers, the mask, P and dS = P (Z dP - D) dcap, element by element. */
-        grad_row_dq(s_row, dp_row, &p, slope2, bias_row, b, h, row, k0, row_begin, row_keys,
-                    lse2, d);
+        grad_row_dq(s_row, dp_row, &p, slope2, bias_row, b, h, row, k0, c0, row_begin,
+                    row_keys, lse2, d);
 #else
-        for (long c = max(row_keys - k0, 0L); c < BLOCK_C; c++)
+        for (long c = max(row_keys - k0, (long)c0); c < c0 + LANE_KEYS; c++)
             s_row[c] = -INFINITY;
-        row_grad(s_row, dp_row, 0, 0, lse2, d);
+        row_grad(s_row + c0, dp_row + c0, 0, 0, lse2, d);
 #endif
-        accumulate_rows(acc, dp_row, k_tile, (int)min((long)BLOCK_C, sk - k0));
+        ROW_WRITTEN();
+        accumulate_rows(acc, dp_row, k_tile + x0, (int)min((long)BLOCK_C, sk - k0));
     }
     if (row < sq)
         store_row_scaled(acc, p.scale,
                          dq + p.dq_offset + b * p.dq_stride_b + h * p.dq_stride_h +
-                             (seq.q_start + row) * p.dq_stride_s);
+                             (seq.q_start + row) * p.dq_stride_s + x0);
 }
 
 /* The first query row that sees key `key` (the mask and window rules of kernel_params.h,
@@ -367,7 +382,10 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
     __local float lse2_v[BLOCK_C], d_v[BLOCK_C];  /* per query row of the tile */
     __local int keys_v[BLOCK_C];
 
-    const int c = (int)get_local_id(0);
+    /* The item's key of the tile and its lane: query rows [c0, c0 + BLOCK_C / TPR) of each S^T
+     * and dP^T row, dims [x0, x0 + d / TPR) of dK and dV. */
+    const int c = (int)get_local_id(0) / TPR, lane = (int)get_local_id(0) % TPR;
+    const int c0 = lane * LANE_KEYS, x0 = lane * LANE_DIMS;
     const long k0 = (long)get_group_id(0) * BLOCK_R, key = k0 + c;
     const long h_kv = (long)get_group_id(1), b = (long)get_group_id(2);
     SEQ_SETUP(b); /* p: sequence b's lengths; rows from token seq.q_start, keys seq.k_start */
@@ -382,9 +400,9 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
     load_tile(vt_tile, key_head(v, p.v_offset, p.v_stride_b, p.v_stride_h, p.v_stride_s, b, h_kv,
                                 seq.k_start),
               k0, sk, p.v_stride_s, BLOCK_R, 1);
-    float_dims acc_k[VECS_PER_O_ROW], acc_v[VECS_PER_O_ROW]; /* dK / scale and dV, f32 */
+    float_dims acc_k[VECS_PER_LANE_DIMS], acc_v[VECS_PER_LANE_DIMS]; /* dK / scale, dV: f32 */
     UNROLL_ON_GPU
-    for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++)
+    for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++)
         acc_k[dvec] = acc_v[dvec] = 0.0f;
     /* Causal and window: rows before `first` or from `last_end` on see none of the keys. */
 #if SHARE_RANGES
@@ -408,25 +426,26 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
             load_tile(do_tile, do_head, r0, sq, p.do_stride_s, BLOCK_C, 0);
             load_row_stats(lse2_v, d_v, keys_v, lse, delta, &p, b, h, seq.q_start, r0);
             barrier(CLK_LOCAL_MEM_FENCE);
-            row_scores(st_row, kt_tile + c, qt_tile, SCORE_SCALE(p)); /* S^T (log2 units) */
-            row_scores(dpt_row, vt_tile + c, dot_tile, 1.0f);         /* dP^T = V dO^T */
+            row_scores(st_row + c0, kt_tile + c, qt_tile + c0, SCORE_SCALE(p)); /* S^T, log2 */
+            row_scores(dpt_row + c0, vt_tile + c, dot_tile + c0, 1.0f); /* dP^T = V dO^T */
 #if GRAD_MODS
             /* The modifiers, the mask, P^T Z and dS^T = P (Z dP - D) dcap, by element. */
-            grad_row_dkdv(st_row, dpt_row, &p ALIBI_PASS BIAS_PASS, b, h, key, r0, lse2_v, d_v,
-                          keys_v);
+            grad_row_dkdv(st_row, dpt_row, &p ALIBI_PASS BIAS_PASS, b, h, key, r0, c0, lse2_v,
+                          d_v, keys_v);
 #else
-            for (int kvec = 0; kvec < VECS_PER_S_ROW; kvec++) { /* mask: key >= row's keys */
-                int at = kvec * KEYS_PER_VEC;
+            for (int kvec = 0; kvec < VECS_PER_LANE_KEYS; kvec++) { /* mask: key >= row's keys */
+                int at = c0 + kvec * KEYS_PER_VEC;
                 float_keys s = S_LOAD_KEYS(st_row + at);
                 S_STORE_KEYS(select((float_keys)(-INFINITY), s,
                                     (int_keys)key < LOAD_INT_KEYS(keys_v + at)),
                              st_row + at);
             }
-            row_grad(st_row, dpt_row, lse2_v, d_v, 0.0f, 0.0f); /* P^T and dS^T */
+            row_grad(st_row + c0, dpt_row + c0, lse2_v + c0, d_v + c0, 0.0f, 0.0f); /* P^T, dS^T */
 #endif
+            ROW_WRITTEN();
             int rows = (int)min((long)BLOCK_C, sq - r0);
-            accumulate_rows(acc_k, dpt_row, q_tile, rows);
-            accumulate_rows(acc_v, st_row, do_tile, rows);
+            accumulate_rows(acc_k, dpt_row, q_tile + x0, rows);
+            accumulate_rows(acc_v, st_row, do_tile + x0, rows);
         }
     }
     if (key >= sk)
@@ -434,10 +453,10 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
     const long t = seq.k_start + key; /* the key's row in dK and dV */
     store_row_scaled(acc_k, p.scale,
                      dk + p.dk_offset + b * p.dk_stride_b + h_kv * p.dk_stride_h +
-                         t * p.dk_stride_s);
+                         t * p.dk_stride_s + x0);
     store_row_scaled(acc_v, 1.0f,
                      dv + p.dv_offset + b * p.dv_stride_b + h_kv * p.dv_stride_h +
-                         t * p.dv_stride_s);
+                         t * p.dv_stride_s + x0);
 }
 
 /*

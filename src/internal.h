@@ -98,7 +98,8 @@ typedef struct fa__plan_rules {
                                 the sequence or the budget) */
     int32_t lanes_divide;   /* 1: the items_per_row lanes of a row split its Bc keys and d dims
                                (the OpenCL forward), so the planner halves them until they
-                               divide both */
+                               divide both; 2: Br too (the OpenCL backward on GPUs, whose dK/dV
+                               pass splits Br-row query tiles between a key's lanes) */
     int32_t pow2_clamp;     /* 1: tiles longer than a short sequence shrink to the next power
                                of two at or above its length, not to the length, so a growing
                                sequence needs few distinct kernel builds (OpenCL) */

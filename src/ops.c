@@ -290,8 +290,7 @@ static void backward_kernels(fa_plan *plan, const fa__plan_rules *rules)
                (uint64_t)kp->heads_kv, b, dkdv, 8);
     l[1].variant.block_r = keys;
     l[1].variant.block_c = rows;
-    l[1].variant.work_group_size =
-        keys * (rules->items_per_row > 0 ? (int32_t)rules->items_per_row : 1);
+    l[1].variant.work_group_size = keys * (plan->tiles.row_lanes > 0 ? plan->tiles.row_lanes : 1);
     set_launch(&l[2], "flash_bwd_dq", q_tiles, hq, b, dq, 7);
     add_modifier_args(&l[1], false); /* P = exp(S - LSE): LSE already holds the sinks */
     add_modifier_args(&l[2], false);

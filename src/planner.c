@@ -221,7 +221,8 @@ static void whole_lockstep_groups(plan_state *s, const fa__plan_rules *rules,
 }
 
 /* Lanes per query row: items_per_row, where the kernel splits a row's Bc keys and d dims
- * between them (lanes_divide) the most lanes that divide d and Bc, Bc rounded up to a multiple
+ * between them (lanes_divide) the most lanes that divide d and Bc (and Br, lanes_divide 2: the
+ * backward's dK/dV pass splits the Br rows of a query tile), Bc rounded up to a multiple
  * of them where the larger tiles still fit in the device's memory, past the budget if need be
  * (a decode's Bc = 24 would leave 8 of 32 lanes, and a work-group of 8 items idles more of a
  * compute unit than a second resident work-group would fill; keys past the sequence are
@@ -234,7 +235,8 @@ static int64_t fit_lanes(plan_state *s, const fa__plan_rules *rules, uint64_t sr
         return lanes;
     for (; lanes > 1; lanes /= 2) {
         int64_t up = (s->bc + lanes - 1) / lanes * lanes;
-        if (d % lanes != 0 || (up != s->bc && s->override_c))
+        if (d % lanes != 0 || (up != s->bc && s->override_c) ||
+            (rules->lanes_divide == 2 && s->br % lanes != 0))
             continue;
         if (up == s->bc)
             break;
@@ -252,7 +254,8 @@ static int64_t fit_lanes(plan_state *s, const fa__plan_rules *rules, uint64_t sr
     if (lanes < want)
         fa__append(s->explain, s->explain_size,
                    "lanes %lld -> %lld: the lanes of a row split its Bc = %lld keys and d = %lld "
-                   "dims\n", (long long)want, (long long)lanes, (long long)s->bc, (long long)d);
+                   "dims%s\n", (long long)want, (long long)lanes, (long long)s->bc, (long long)d,
+                   rules->lanes_divide == 2 ? " (and the dK/dV pass's Br query rows)" : "");
     if (lanes > 1)
         fa__append(s->explain, s->explain_size,
                    "lanes: %lld work-items per query row, each with %lld keys of a tile and %lld "

@@ -265,8 +265,11 @@ static void test_opencl_profiles(void **state)
     assert_non_null(strstr(fa_plan_explain(pl), "on-chip budget 32768 of 65536 bytes"));
     assert_non_null(strstr(fa_plan_explain(pl), "lanes: 2 work-items per query row"));
     fa_plan_destroy(pl);
-    assert_int_equal(fa_plan_create_backward(ctx, &p, &pl), OK); /* the budget only */
+    assert_int_equal(fa_plan_create_backward(ctx, &p, &pl), OK); /* budget and lanes */
     assert_true(fa_plan_sram_bytes(pl) <= 32768);
+    assert_non_null(strstr(fa_plan_explain(pl), "lanes: 2 work-items per query row"));
+    assert_int_equal(fa_plan_work_group_size(pl), 2 * fa_plan_block_r(pl));
+    assert_int_equal(fa_plan_block_r(pl) % 2, 0); /* the dK/dV pass's lanes split Br rows */
     fa_plan_destroy(pl);
     fa_buffer *b = NULL;
     assert_int_equal(fa_buffer_create(ctx, 64, &b), FA_STATUS_BACKEND_UNAVAILABLE);

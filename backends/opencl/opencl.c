@@ -55,26 +55,29 @@ static void backward_rules(const fa_device_props *dev, fa__plan_rules *rules)
         .row_tiles = 4, .col_tiles = 3, .score_tiles = 2, .row_floats = 3,
         .what = "Q^T, dO^T, Q, dO; K^T, V^T, K; S and dP; LSE, D, key count per row"};
     rules->max_block_c = 64;
-    if (dev->max_work_group_size < rules->max_block_c)
-        rules->max_block_c = dev->max_work_group_size;
+    uint32_t keys = dev->max_work_group_size / (rules->items_per_row > 0 ? rules->items_per_row : 1);
+    if (keys < rules->max_block_c)
+        rules->max_block_c = keys; /* the dK/dV work-group: Bc keys of items_per_row lanes */
     rules->backward_launches = 3;
     rules->dkdv_owns_br = dev->gpu ? 0 : 1;
 }
 
 /*
- * The forward's lanes per query row on a GPU. A GPU item has about 256 registers (gfx1030 in
- * wave32, sm_80 255), and one lane per row kept the whole O row of d floats: spills at d 128
- * and 256 (tools/cl_gpu_check.sh). So d / 32 lanes (a power of two dividing d, at most 8) each
- * keep 32 floats of it. With few query rows (decode, Sq = 1) the work-group is Br = Sq rows,
- * so lanes grow further, up to 32, until Sq * lanes reaches 32 items (one warp) where d allows.
+ * Lanes per row on a GPU. A GPU item has about 256 registers (gfx1030 in wave32, sm_80 255),
+ * and one lane per row kept the whole accumulator row of d floats (the backward's dK/dV pass
+ * two, dK and dV): spills at d 128 and 256 in the forward, at d 32-128 in the backward
+ * (tools/cl_gpu_check.sh). So d / 32 lanes (a power of two dividing d, at most 8) each keep 32
+ * floats of a row. The forward's decode (few query rows, Sq = 1) has a work-group of Br = Sq
+ * rows, so its lanes grow further, up to 32, until Sq * lanes reaches 32 items (one warp)
+ * where d allows.
  */
-static uint32_t gpu_row_lanes(const fa_problem *p)
+static uint32_t gpu_row_lanes(const fa_problem *p, fa__op op)
 {
     int64_t d = p->head_dim, sq = p->seqlen_q > 1 ? p->seqlen_q : 1;
     uint32_t lanes = 1;
     while (lanes < 8 && d % (2 * lanes) == 0 && d / (2 * lanes) >= 32)
         lanes *= 2;
-    while (lanes < 32 && sq * lanes < 32 && d % (2 * lanes) == 0)
+    while (op == FA__OP_FORWARD && lanes < 32 && sq * lanes < 32 && d % (2 * lanes) == 0)
         lanes *= 2;
     return lanes;
 }
@@ -86,9 +89,10 @@ static uint32_t gpu_row_lanes(const fa_problem *p)
  * it limits no residency and the whole is theirs), and the forward's work-group has at least
  * 64 items, or the device's lockstep width when wider: several lanes per row (gpu_row_lanes),
  * then Br raised and Bc shrunk to fit. The lanes share a row's max and sum through two floats
- * each in local memory. The backward's dK/dV pass runs one item per key, so its work-group
- * follows Bc, not the floor. CPUs (pocl) keep every rule as it was: one work-group per core,
- * all of the memory, one lane per row.
+ * each in local memory. The backward splits its rows (dQ pass) and keys (dK/dV pass) between
+ * lanes the same way, without the decode's extra lanes or the floor (its dK/dV work-group is
+ * Bc keys); its lanes also divide Br, the dK/dV pass's query tile. CPUs (pocl) keep every rule
+ * as it was: one work-group per core, all of the memory, one lane per row.
  */
 static void gpu_rules(const fa_device_props *dev, const fa_problem *p, fa__op op,
                       fa__plan_rules *rules)
@@ -98,17 +102,21 @@ static void gpu_rules(const fa_device_props *dev, const fa_problem *p, fa__op op
         rules->budget_note = "half the local memory, so two work-groups stay resident per "
                              "compute unit";
     }
-    if (op != FA__OP_FORWARD)
+    if (op == FA__OP_MERGE)
         return;
+    rules->items_per_row = gpu_row_lanes(p, op);
+    if (rules->items_per_row > rules->tile_multiple)
+        rules->tile_multiple = rules->items_per_row; /* Br, Bc above it: multiples of the lanes */
+    if (op == FA__OP_BACKWARD) {
+        rules->lanes_divide = 2;
+        return;
+    }
     rules->min_work_group = dev->wg_multiple > 64 ? dev->wg_multiple : 64;
-    rules->items_per_row = gpu_row_lanes(p);
     rules->lanes_divide = 1;
     if (rules->items_per_row > 1) {
         rules->onchip.row_floats = 2 * rules->items_per_row;
         rules->onchip.what = "Q, K, V tiles, the f32 S tile, each lane's row max and sum";
     }
-    if (rules->items_per_row > rules->tile_multiple)
-        rules->tile_multiple = rules->items_per_row; /* Bc above it: a multiple of the lanes */
 }
 
 /*

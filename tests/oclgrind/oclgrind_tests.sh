@@ -93,6 +93,11 @@ self_test "a barrier missing in flash_bwd_dq" flash_bwd.cl \
 # in across_lanes_sum the lanes read each other's sums and P before they are written.
 self_test "lanes without a barrier race" flash_common.cl \
     '/^float across_lanes_sum/,/^}/{/barrier(CLK_LOCAL_MEM_FENCE);/d}' "$forward" mha97_d64/f32
+# The backward's lanes (2 at d 64) each write their keys of a row's P and dS and then read the
+# whole row: without the barrier between (ROW_WRITTEN) they read keys not yet written.
+self_test "the backward's lanes without a barrier race" flash_bwd.cl \
+    's/^#define ROW_WRITTEN() barrier(CLK_LOCAL_MEM_FENCE)$/#define ROW_WRITTEN()/' \
+    "$backward" "f32 d64 12x20"
 
 # Data races and API misuse over shapes that cover every mask, GQA, padding and tail tiles.
 for c in mha97_d64/ gqa113_d80/f16 q113_k17_br/ q17_k113_br/bf16 gqa_padded/ decode_q1/f32 \
