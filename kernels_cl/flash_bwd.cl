@@ -49,9 +49,19 @@ float load_global(__global const store_t *p)
     return LOAD_ONE_F32_IN(__global, p);
 }
 
+/* Accumulators passed to a function that is not inlined stay in memory: on GPUs the f16 and
+ * bf16 stores (libclc's software rounding) made store_row_scaled too large for clang to inline,
+ * and dK, dV or dQ went to a stack frame (sm_80: 144-432 bytes) or scratch. Forced inline there;
+ * CPUs keep the compiler's choice. */
+#if GPU
+#define INLINE_ON_GPU __attribute__((always_inline))
+#else
+#define INLINE_ON_GPU
+#endif
+
 /* Writes mul * acc (a lane's d / TPR f32 values of a row, in float_dims vectors) to a global row
  * from the lane's first element, in the storage type. */
-void store_row_scaled(const float_dims *acc, float mul, __global store_t *dst)
+INLINE_ON_GPU void store_row_scaled(const float_dims *acc, float mul, __global store_t *dst)
 {
     UNROLL_ON_GPU
     for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++) {
