@@ -64,12 +64,8 @@ float load_global(__global const store_t *p)
 INLINE_ON_GPU void store_row_scaled(const float_dims *acc, float mul, __global store_t *dst)
 {
     UNROLL_ON_GPU
-    for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++) {
-        float vals[DIMS_PER_VEC]; /* elements DIMS_PER_VEC * dvec + e of the row */
-        STORE_DIMS_PRIVATE(acc[dvec] * mul, vals);
-        for (int e = 0; e < DIMS_PER_VEC; e++)
-            store_o(vals[e], dst + dvec * DIMS_PER_VEC + e);
-    }
+    for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++)
+        store_dims(acc[dvec] * mul, dst + dvec * DIMS_PER_VEC);
 }
 
 /* acc[x] += sum_c w[c] * T[c][x] over c in [0, n) and a lane's d / TPR columns x: w is a row

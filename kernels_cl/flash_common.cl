@@ -183,6 +183,22 @@ typedef CAT(float, DIMS_PER_VEC) float_dims;
 #define STORE_DIMS_PRIVATE(v, p) CAT(vstore, DIMS_PER_VEC)(v, 0, p)
 #endif
 
+/* Stores the DIMS_PER_VEC values of v to global memory from p in the storage type, rounded as
+ * store_o rounds. f16 as one vstore_halfN_rte: element by element from a private array, the
+ * array stayed in a stack frame around libclc's software rounding (sm_80: 48 bytes per
+ * work-item, tools/cl_gpu_check.sh). */
+void store_dims(float_dims v, __global store_t *p)
+{
+#if DTYPE == 1 && DIMS_PER_VEC > 1
+    CAT(CAT(vstore_half, DIMS_PER_VEC), _rte)(v, 0, (__global half *)p);
+#else
+    float vals[DIMS_PER_VEC];
+    STORE_DIMS_PRIVATE(v, vals);
+    for (int e = 0; e < DIMS_PER_VEC; e++)
+        store_o(vals[e], p + e);
+#endif
+}
+
 /* The max / sum of the n elements of a floatn, pairwise (halves, then quarters ...), as
  * hmax_keys / hsum_keys for a float_keys and hsum_dims for a float_dims. */
 float hmax1(float v) { return v; }

@@ -130,10 +130,10 @@ void direct_scores_rows(__local float *s_tile, __local const store_t *q_tile, in
 /* The forward's output: the storage type, or f32 partials for flash_merge under SPLIT. */
 #if SPLIT
 typedef float out_t;
-#define STORE_OUT(v, ptr) (*(ptr) = (v))
+#define STORE_OUT_DIMS(v, ptr) STORE_DIMS_PRIVATE(v, ptr)
 #else
 typedef store_t out_t;
-#define STORE_OUT(v, ptr) store_o(v, ptr)
+#define STORE_OUT_DIMS(v, ptr) store_dims(v, ptr)
 #endif
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
@@ -348,12 +348,8 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
 #endif
         o_row += lane * LANE_DIMS;
         UNROLL_ON_GPU
-        for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++) {
-            float o_vals[DIMS_PER_VEC]; /* O[row][DIMS_PER_VEC * dvec + e], e < DIMS_PER_VEC */
-            STORE_DIMS_PRIVATE(acc[i][dvec] * inv_l, o_vals);
-            for (int e = 0; e < DIMS_PER_VEC; e++)
-                STORE_OUT(o_vals[e], o_row + dvec * DIMS_PER_VEC + e);
-        }
+        for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++)
+            STORE_OUT_DIMS(acc[i][dvec] * inv_l, o_row + dvec * DIMS_PER_VEC);
         if (lane != 0)
             continue; /* one lane writes the row's LSE */
 #if SPLIT
