@@ -77,6 +77,18 @@ static fa_status env_override(fa_context *ctx, const char *name, int32_t *value)
     return FA_STATUS_OK;
 }
 
+/* Whether split-KV's partial O and LSE, splits * B * Hq * Sq * (d + 1) f32 in scratch, stay
+ * within 2^60 elements, as every tensor does (validation), so the partials' offsets and strides
+ * fit in 64 bits. Divides rather than multiplies: B * Hq * Sq * d alone may be near 2^60. */
+static bool split_scratch_fits(const fa_problem *p, int64_t splits)
+{
+    const int64_t limit = (int64_t)1 << 60;
+    int64_t rows = p->batch * p->heads_q * p->seqlen_q;
+    if (splits <= 1 || rows == 0)
+        return true;
+    return rows <= limit / splits / (p->head_dim + 1);
+}
+
 /* The backend's planning rules for problem p, from the op's on-chip formula on. */
 static void backend_rules(const fa_context *ctx, const fa_device_props *dev, const fa_problem *p,
                           fa__op op, fa__plan_rules *rules)
@@ -122,6 +134,11 @@ static fa_status plan_on(fa_context *ctx, fa_plan *plan, const fa_device_props *
     if (plan->op == FA__OP_FORWARD)
         plan->kv_splits = fa__plan_kv_splits(dev, &rules, kp, &plan->tiles, plan->explain,
                                              sizeof plan->explain);
+    if (plan->op == FA__OP_FORWARD && !split_scratch_fits(kp, plan->kv_splits))
+        return fa__error(ctx, FA_STATUS_INVALID_ARGUMENT,
+                         "kv_splits = %d: the split-KV partials (kv_splits * batch * heads_q * "
+                         "seqlen_q * (head_dim + 1) f32) exceed 2^60 elements",
+                         (int)plan->kv_splits);
     fa__op_launches(plan, &rules);
     for (int i = 0; i < plan->n_launches && ctx->ops->launch_prepare; i++) {
         plan->launches[i].kernel_wg_limit = 0;
