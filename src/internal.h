@@ -129,6 +129,9 @@ typedef struct fa__tiles {
 fa_status fa__plan_tiles(const fa_device_props *dev, const fa__plan_rules *rules,
                          const fa_problem *p, fa__tiles *out, char *explain, size_t explain_size,
                          char *why, size_t why_size);
+/* The most elements a tensor, a bias's span or scratch may cover, so every offset, stride and
+ * extent the kernels compute fits in 64 bits. */
+#define FA__MAX_ELEMS ((int64_t)1 << 60)
 /* A split-KV chunk holds at least this many key tiles; a plan makes at most this many. */
 #define FA__MIN_SPLIT_TILES 4
 #define FA__MAX_KV_SPLITS 64

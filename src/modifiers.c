@@ -8,8 +8,6 @@
 
 #include <math.h>
 
-#define FA__MAX_ELEMS ((int64_t)1 << 60)
-
 unsigned fa__problem_features(const fa_problem *p)
 {
     unsigned f = 0;

@@ -82,11 +82,10 @@ static fa_status env_override(fa_context *ctx, const char *name, int32_t *value)
  * fit in 64 bits. Divides rather than multiplies: B * Hq * Sq * d alone may be near 2^60. */
 static bool split_scratch_fits(const fa_problem *p, int64_t splits)
 {
-    const int64_t limit = (int64_t)1 << 60;
     int64_t rows = p->batch * p->heads_q * p->seqlen_q;
     if (splits <= 1 || rows == 0)
         return true;
-    return rows <= limit / splits / (p->head_dim + 1);
+    return rows <= FA__MAX_ELEMS / splits / (p->head_dim + 1);
 }
 
 /* The backend's planning rules for problem p, from the op's on-chip formula on. */

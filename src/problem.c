@@ -9,7 +9,6 @@
 
 /* Sizes above this are rejected so that every product of sizes below stays inside int64. */
 #define FA__MAX_DIM (((int64_t)1 << 31) - 1)
-#define FA__MAX_ELEMS ((int64_t)1 << 60)
 #define FA__MAX_TILE 65536
 
 /* a * b for sizes >= 0, saturated at INT64_MAX: fa_problem_init takes any sizes, and a product

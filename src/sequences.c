@@ -10,7 +10,6 @@
 #include <string.h>
 
 #define FA__MAX_DIM (((int64_t)1 << 31) - 1)
-#define FA__MAX_ELEMS ((int64_t)1 << 60)
 
 unsigned fa__problem_seq(const fa_problem *p)
 {
