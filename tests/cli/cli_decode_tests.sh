@@ -98,7 +98,9 @@ expect_error "decode: paged backward is the library's" 1 \
     '^flashattn: FA_STATUS_UNSUPPORTED: .*paged' run --backend cpu "${DEC[@]}" --paged 3 --backward
 
 # ---- plan: the kv splits and the planner's reasons ------------------------------------------
-PK=(plan --backend cpu --seq 1 --seq-k 4096 --dim 64)
+# Bc 512 pinned: the cpu backend sizes its tiles by the host's L2 cache, and a 2 MiB one gives
+# Bc 2048, two tiles of 4096 keys, so no four splits.
+PK=(plan --backend cpu --seq 1 --seq-k 4096 --dim 64 --block-c 512)
 expect_stdout "decode: plan --kv-splits 4 prints the splits" '^kv splits +4$' "${PK[@]}" --kv-splits 4
 for re in '^kv splits 4: override$' '^split-KV: 4 chunks of [0-9]+ keys, then a merge$' \
     '^sequences +kv splits 4 \(asked 4\)$'; do
@@ -120,9 +122,13 @@ for re in '^# flashattn bench --decode --backend cpu ' '^# date +[0-9]{4}-[0-9]{
     if grep -Eq -- "$re" "$TMP/out"; then pass "decode: bench header /$re/"
     else fail "decode: bench header /$re/" "not in the output"; fi
 done
+# Bc 256 (FLASHATTN_BLOCK_C; bench has no --block-c), so 1024 keys make the two splits asked
+# whatever the host's cache.
+export FLASHATTN_BLOCK_C=256
 expect_stdout "decode: bench --compare-splits --compare-paged" \
     '^cpu +f32 +1 +1024 +paged8 +2 +\| +[0-9.]+ .*\| +[0-9.]+x$' \
     "${BD[@]}" --dtype f32 --compare-splits --compare-paged --paged 8 --kv-splits 2
+unset FLASHATTN_BLOCK_C
 if [ "$(grep -Ec '^cpu +f32 +1 +1024 ' "$TMP/out")" = 4 ] &&
     grep -Eq '^cpu +f32 +1 +1024 +contig +1 +\| .*\| +1\.00x$' "$TMP/out"; then
     pass "decode: bench compares four variants, the first contiguous and unsplit"
