@@ -52,7 +52,7 @@
 #define LANE_KEYS (BLOCK_C / TPR)  /* keys of an S row per lane */
 #define LANE_DIMS (HEAD_DIM / TPR) /* elements of an O row per lane */
 #ifndef VEC_MAX
-#define VEC_MAX 8 /* the widest floatN the loops use: 8 or 16 (the device's preferred width) */
+#define VEC_MAX 8 /* the widest floatN the loops use: 4 (GPUs), 8 or 16 (opencl.c says why) */
 #endif
 #ifndef FEATURES
 #define FEATURES 0 /* FA_FEATURE_* bits: the score modifiers and dropout compiled in */
@@ -91,11 +91,11 @@ typedef char fa_kernel_params_size_check[sizeof(fa_kernel_params) == 504 ? 1 : -
 #define LN2 0.69314718055994530942f
 #define LOG2E 1.44269504088896340736f
 
-/* Widest of 16 (up to VEC_MAX), 8, 4, 2, 1 that divides n: the vector width of loops over n
+/* Widest of 16, 8 (up to VEC_MAX), 4, 2, 1 that divides n: the vector width of loops over n
  * elements (a lane's keys of an S row, n = Bc / TPR; its elements of an O row, n = d / TPR). */
 #if VEC_MAX >= 16 && LANE_KEYS % 16 == 0
 #define KEYS_PER_VEC 16
-#elif LANE_KEYS % 8 == 0
+#elif VEC_MAX >= 8 && LANE_KEYS % 8 == 0
 #define KEYS_PER_VEC 8
 #elif LANE_KEYS % 4 == 0
 #define KEYS_PER_VEC 4
@@ -106,7 +106,7 @@ typedef char fa_kernel_params_size_check[sizeof(fa_kernel_params) == 504 ? 1 : -
 #endif
 #if VEC_MAX >= 16 && LANE_DIMS % 16 == 0
 #define DIMS_PER_VEC 16
-#elif LANE_DIMS % 8 == 0
+#elif VEC_MAX >= 8 && LANE_DIMS % 8 == 0
 #define DIMS_PER_VEC 8
 #elif LANE_DIMS % 4 == 0
 #define DIMS_PER_VEC 4

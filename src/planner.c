@@ -222,31 +222,38 @@ static void whole_lockstep_groups(plan_state *s, const fa__plan_rules *rules,
 
 /* Lanes per query row: items_per_row, where the kernel splits a row's Bc keys and d dims
  * between them (lanes_divide) the most lanes that divide d and Bc (and Br, lanes_divide 2: the
- * backward's dK/dV pass splits the Br rows of a query tile), Bc rounded up to a multiple
- * of them where the larger tiles still fit in the device's memory, past the budget if need be
- * (a decode's Bc = 24 would leave 8 of 32 lanes, and a work-group of 8 items idles more of a
- * compute unit than a second resident work-group would fill; keys past the sequence are
- * masked). */
-static int64_t fit_lanes(plan_state *s, const fa__plan_rules *rules, uint64_t sram, int64_t d,
-                         size_t elem)
+ * backward's dK/dV pass splits the Br rows of a query tile), Bc (and Br) rounded up to a
+ * multiple of them where the larger tiles still fit in the device's memory, past the budget if
+ * need be (a decode's Bc = 24 would leave 8 of 32 lanes, and a work-group of 8 items idles more
+ * of a compute unit than a second resident work-group would fill; a decode's backward, Br = 1,
+ * would keep the whole of a key's dK and dV rows in one item's registers, which spill at d >= 64;
+ * keys and rows past the sequences are masked). */
+static int64_t fit_lanes(plan_state *s, const fa__plan_rules *rules, const fa_device_props *dev,
+                         int64_t d, size_t elem)
 {
     int64_t want = rules->items_per_row > 0 ? rules->items_per_row : 1, lanes = want;
     if (!rules->lanes_divide)
         return lanes;
     for (; lanes > 1; lanes /= 2) {
-        int64_t up = (s->bc + lanes - 1) / lanes * lanes;
-        if (d % lanes != 0 || (up != s->bc && s->override_c) ||
-            (rules->lanes_divide == 2 && s->br % lanes != 0))
+        int64_t up = (s->bc + lanes - 1) / lanes * lanes, br = s->br;
+        if (rules->lanes_divide == 2)
+            br = (s->br + lanes - 1) / lanes * lanes;
+        if (d % lanes != 0 || (up != s->bc && s->override_c) || (br != s->br && s->override_r))
             continue;
-        if (up == s->bc)
+        if (up == s->bc && br == s->br)
             break;
         if ((rules->max_block_c == 0 || up <= (int64_t)rules->max_block_c) &&
-            fa__tile_bytes(s->f, s->br, up, d, elem) <= sram) {
+            (rules->max_block_r == 0 || br <= (int64_t)rules->max_block_r) &&
+            br * lanes <= (int64_t)dev->max_work_group_size &&
+            fa__tile_bytes(s->f, br, up, d, elem) <= dev->sram_bytes) {
+            if (br != s->br)
+                fa__append(s->explain, s->explain_size, "Br %lld -> %lld, ", (long long)s->br,
+                           (long long)br);
             fa__append(s->explain, s->explain_size, "Bc %lld -> %lld: a multiple of the %lld "
                        "lanes of a row (%llu bytes of %llu)\n", (long long)s->bc, (long long)up,
-                       (long long)lanes,
-                       (unsigned long long)fa__tile_bytes(s->f, s->br, up, d, elem),
-                       (unsigned long long)sram);
+                       (long long)lanes, (unsigned long long)fa__tile_bytes(s->f, br, up, d, elem),
+                       (unsigned long long)dev->sram_bytes);
+            s->br = br;
             s->bc = up;
             break;
         }
@@ -389,7 +396,7 @@ fa_status fa__plan_tiles(const fa_device_props *dev, const fa__plan_rules *rules
         return st;
     raise_br(&s, rules, dev, p, sram, d, elem, m);
     raise_to_floor(&s, rules, dev, p, sram, d, elem, m);
-    int64_t lanes = fit_lanes(&s, rules, dev->sram_bytes, d, elem);
+    int64_t lanes = fit_lanes(&s, rules, dev, d, elem);
     whole_lockstep_groups(&s, rules, dev, lanes);
     out->block_r = (int32_t)s.br;
     out->block_c = (int32_t)s.bc;

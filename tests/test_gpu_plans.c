@@ -245,6 +245,28 @@ static void test_profiles_fill_work_groups(void **state)
 
 /* A profile: half of gfx90a's 64 KiB, its 64-wide wavefronts, 2 lanes per row at d 64;
  * Mali's local memory is global memory, so its 32 KiB are the tiles' whole budget. */
+/* A decode's backward (Sq 1, d 128 f16): its one query row is rounded up to the 4 lanes, so a
+ * key's dK and dV rows are split between them (one item held both, 256 floats, and spilled on
+ * every GPU target), and its kernels use float4 vectors, as every GPU variant does. */
+static void backward_of_one_row(fa_context *ctx)
+{
+    fa_problem p;
+    fa_problem_init(&p, FA_DTYPE_F16, FA_LAYOUT_BHSD, 1, 8, 8, 1, 300, 128);
+    fa_plan *pl = NULL;
+    assert_int_equal(fa_plan_create_backward(ctx, &p, &pl), OK);
+    assert_int_equal(fa_plan_block_r(pl), 4);
+    assert_int_equal(fa_plan_work_group_size(pl), 16);
+    assert_non_null(
+        strstr(fa_plan_explain(pl), "Br 1 -> 4, Bc 32 -> 32: a multiple of the 4 lanes"));
+    for (int i = 0; i < pl->n_launches; i++) {
+        char options[FA__CL_OPTIONS_SIZE];
+        fa__cl_build_options(&pl->launches[i].variant, options, sizeof options);
+        assert_non_null(strstr(options, "-D VEC_MAX=4 "));
+        assert_non_null(strstr(options, "-D TPR=4 "));
+    }
+    fa_plan_destroy(pl);
+}
+
 static void test_opencl_profiles(void **state)
 {
     (void)state;
@@ -271,6 +293,7 @@ static void test_opencl_profiles(void **state)
     assert_int_equal(fa_plan_work_group_size(pl), 2 * fa_plan_block_r(pl));
     assert_int_equal(fa_plan_block_r(pl) % 2, 0); /* the dK/dV pass's lanes split Br rows */
     fa_plan_destroy(pl);
+    backward_of_one_row(ctx);
     fa_buffer *b = NULL;
     assert_int_equal(fa_buffer_create(ctx, 64, &b), FA_STATUS_BACKEND_UNAVAILABLE);
     assert_null(b);

@@ -337,9 +337,11 @@ static fa_status cl_launch_prepare(fa_context *ctx, fa_plan *plan, fa__launch *l
 {
     fa__cl_state *s = ctx->state;
     /* float16 where the device prefers it (pocl on AVX-512: 512-bit FMAs, about 10% faster
-     * measured, where float8 gave only 256-bit ones); otherwise float8, as every device had
-     * (the GPU profiles report a preferred width of 1). */
-    launch->variant.vector_width = s && s->vector_width >= 16 ? 16 : 8;
+     * measured, where float8 gave only 256-bit ones); float4 on GPUs, whose items are scalar
+     * (the GPU profiles report a preferred width of 1) and whose widest local load is 128 bits:
+     * float8 keys left a 48-key S row as 4 + 2 vectors, and the remainder's loop spilled 16-41
+     * scalar registers on AMD (tools/cl_gpu_check.sh, f32 d32 64 x 48); otherwise float8. */
+    launch->variant.vector_width = ctx->props.gpu ? 4 : s && s->vector_width >= 16 ? 16 : 8;
     launch->variant.gpu = ctx->props.gpu ? 1 : 0; /* GPU-only loop unrolling (flash_fwd.cl) */
     launch->variant.direct_kv = direct_kv(ctx, &launch->variant);
     if (launch->variant.direct_kv) {
