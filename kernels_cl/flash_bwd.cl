@@ -71,11 +71,11 @@ INLINE_ON_GPU void store_row_scaled(const float_dims *acc, float mul, __global s
 /* acc[x] += sum_c w[c] * T[c][x] over c in [0, n) and a lane's d / TPR columns x: w is a row
  * of BLOCK_C f32 weights, T a BLOCK_C x d tile in the storage type from the lane's first column
  * (the forward's P V step). */
-void accumulate_rows(float_dims *acc, __local const float *w, __local const store_t *t, int n)
+void accumulate_rows(float_dims *acc, __local const float *w, __local const tile_t *t, int n)
 {
     for (int c = 0; c < n; c++) {
         float w_c = w[c];
-        __local const store_t *t_row = t + c * HEAD_DIM;
+        __local const tile_t *t_row = t + c * HEAD_DIM;
 #pragma unroll
         for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++)
             acc[dvec] += w_c * LOAD_DIMS_F32(t_row + dvec * DIMS_PER_VEC);
@@ -251,11 +251,11 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
              __global const float *delta, __global store_t *dq ALIBI_ARG BIAS_ARG SEQ_ARG,
              PARAMS_ARG)
 {
-    __local store_t q_tile[HEAD_DIM * BLOCK_R];  /* Q^T:  d x Br */
-    __local store_t do_tile[HEAD_DIM * BLOCK_R]; /* dO^T: d x Br */
-    __local store_t kt_tile[HEAD_DIM * BLOCK_C]; /* K^T:  d x Bc */
-    __local store_t vt_tile[HEAD_DIM * BLOCK_C]; /* V^T:  d x Bc */
-    __local store_t k_tile[BLOCK_C * HEAD_DIM];  /* K:    Bc x d */
+    __local tile_t q_tile[HEAD_DIM * BLOCK_R];  /* Q^T:  d x Br */
+    __local tile_t do_tile[HEAD_DIM * BLOCK_R]; /* dO^T: d x Br */
+    __local tile_t kt_tile[HEAD_DIM * BLOCK_C]; /* K^T:  d x Bc */
+    __local tile_t vt_tile[HEAD_DIM * BLOCK_C]; /* V^T:  d x Bc */
+    __local tile_t k_tile[BLOCK_C * HEAD_DIM];  /* K:    Bc x d */
     __local float s_tile[BLOCK_R * BLOCK_C];     /* S, then P */
     __local float dp_tile[BLOCK_R * BLOCK_C];    /* dP, then dS */
 
@@ -377,12 +377,12 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
                __global const float *delta, __global store_t *dk,
                __global store_t *dv ALIBI_ARG BIAS_ARG SEQ_ARG, PARAMS_ARG)
 {
-    __local store_t kt_tile[HEAD_DIM * BLOCK_R];  /* K^T:  d x (own keys) */
-    __local store_t vt_tile[HEAD_DIM * BLOCK_R];  /* V^T:  d x (own keys) */
-    __local store_t qt_tile[HEAD_DIM * BLOCK_C];  /* Q^T:  d x (query tile) */
-    __local store_t dot_tile[HEAD_DIM * BLOCK_C]; /* dO^T: d x (query tile) */
-    __local store_t q_tile[BLOCK_C * HEAD_DIM];   /* Q:    (query tile) x d */
-    __local store_t do_tile[BLOCK_C * HEAD_DIM];  /* dO:   (query tile) x d */
+    __local tile_t kt_tile[HEAD_DIM * BLOCK_R];  /* K^T:  d x (own keys) */
+    __local tile_t vt_tile[HEAD_DIM * BLOCK_R];  /* V^T:  d x (own keys) */
+    __local tile_t qt_tile[HEAD_DIM * BLOCK_C];  /* Q^T:  d x (query tile) */
+    __local tile_t dot_tile[HEAD_DIM * BLOCK_C]; /* dO^T: d x (query tile) */
+    __local tile_t q_tile[BLOCK_C * HEAD_DIM];   /* Q:    (query tile) x d */
+    __local tile_t do_tile[BLOCK_C * HEAD_DIM];  /* dO:   (query tile) x d */
     __local float st_tile[BLOCK_R * BLOCK_C];     /* S^T, then P^T */
     __local float dpt_tile[BLOCK_R * BLOCK_C];    /* dP^T, then dS^T */
     __local float lse2_v[BLOCK_C], d_v[BLOCK_C];  /* per query row of the tile */

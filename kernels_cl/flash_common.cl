@@ -137,8 +137,27 @@ typedef ushort store_t; /* bf16 bits: the upper half of a binary32 */
 #define LOAD_N_F32_IN(space, n, p)                                                             \
     CAT(as_float, n)(CAT(convert_uint, n)(CAT(vload, n)(0, p)) << 16)
 #endif
+
+/* tile_t: an element of a local Q, K, V, dO tile; LOAD_ONE_F32 / LOAD_N_F32 read them as f32,
+ * TILE_ELEM(p) is the global element at p as one. Under TILE_F32 (the host passes it for f16 and
+ * bf16 storage where local memory is global memory: CPUs) tiles hold f32, converted once as a
+ * tile is loaded, where each element was converted again at every read (Br rows read each K
+ * and V element of a tile): the loops over tiles then run as they do for f32 storage. GPUs keep
+ * the storage type, half the bytes of their scarce local memory. */
+#ifndef TILE_F32
+#define TILE_F32 0
+#endif
+#if TILE_F32 && DTYPE != 0
+typedef float tile_t;
+#define LOAD_ONE_F32(p) (*(p))
+#define LOAD_N_F32(n, p) CAT(vload, n)(0, p)
+#define TILE_ELEM(p) LOAD_ONE_F32_IN(__global, p)
+#else
+typedef store_t tile_t;
 #define LOAD_ONE_F32(p) LOAD_ONE_F32_IN(__local, p)
 #define LOAD_N_F32(n, p) LOAD_N_F32_IN(__local, n, p)
+#define TILE_ELEM(p) (*(p))
+#endif
 
 /* Stores one f32 value to global O in the storage type, rounding to nearest even. */
 void store_o(float v, __global store_t *p)
@@ -218,13 +237,13 @@ float hsum16(float16 v) { return hsum8(v.lo + v.hi); }
 /* Copies rows [row0, row0 + rows) of a [seq, d] slice (row stride `stride`) into a local tile,
  * zero past `seq`. Element idx = r * d + x of the rows x d block, r in [0, rows), x in [0, d):
  * transposed, tile[x * rows + r] (d x rows), else tile[idx] (rows x d). */
-void load_tile(__local store_t *tile, __global const store_t *src, long row0, long seq,
+void load_tile(__local tile_t *tile, __global const store_t *src, long row0, long seq,
                long stride, int rows, int transposed)
 {
     for (int idx = (int)get_local_id(0); idx < rows * HEAD_DIM; idx += WG_SIZE) {
         int r = idx / HEAD_DIM, x = idx - r * HEAD_DIM;
         long row = row0 + r;
-        store_t val = row < seq ? src[row * stride + x] : (store_t)0;
+        tile_t val = row < seq ? TILE_ELEM(src + row * stride + x) : (tile_t)0;
         tile[transposed ? x * rows + r : idx] = val;
     }
 }
@@ -235,17 +254,17 @@ void load_tile(__local store_t *tile, __global const store_t *src, long row0, lo
  * K^T[x][c] (d x Bc, stride Bc, from the lane's first key), writing s_row[c]. Four float_keys
  * vectors (keys c = KEYS_PER_VEC * kvec ..) at a time, so each Q element loaded feeds four
  * multiply-adds. */
-void row_scores(__local float *s_row, __local const store_t *q_col, __local const store_t *k_t,
+void row_scores(__local float *s_row, __local const tile_t *q_col, __local const tile_t *k_t,
                 float scale_log2)
 {
     int kvec = 0; /* the vector of keys c = KEYS_PER_VEC * kvec .. +KEYS_PER_VEC of the row */
     for (; kvec + 4 <= VECS_PER_LANE_KEYS; kvec += 4) {
         float_keys s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f; /* vectors kvec .. kvec+3 */
-        __local const store_t *k_cols = k_t + kvec * KEYS_PER_VEC; /* K^T[0][c ..] */
+        __local const tile_t *k_cols = k_t + kvec * KEYS_PER_VEC; /* K^T[0][c ..] */
 #pragma unroll 4
         for (int x = 0; x < HEAD_DIM; x++) {
             float qx = LOAD_ONE_F32(q_col + x * BLOCK_R);         /* Q^T[x][r] */
-            __local const store_t *k_row = k_cols + x * BLOCK_C; /* K^T[x][c ..] */
+            __local const tile_t *k_row = k_cols + x * BLOCK_C; /* K^T[x][c ..] */
             s0 += qx * LOAD_KEYS_F32(k_row);
             s1 += qx * LOAD_KEYS_F32(k_row + KEYS_PER_VEC);
             s2 += qx * LOAD_KEYS_F32(k_row + 2 * KEYS_PER_VEC);
@@ -666,7 +685,7 @@ long key_row(long j, long stride_b, long stride_s, const fa_kernel_params *p,
 /* Copies keys [k0, k0 + Bc) of K or V (row 0 at `head`, key_head) into a local tile as
  * load_tile does, zero past `sk`. Paged, key j's row is at fa_key_row (its page from the block
  * table), so each element finds its own. */
-void load_keys(__local store_t *tile, __global const store_t *head, long k0, long sk,
+void load_keys(__local tile_t *tile, __global const store_t *head, long k0, long sk,
                long stride_b, long stride_s, int transposed, const fa_kernel_params *p,
                __global const int *block_table, long b)
 {
@@ -684,7 +703,7 @@ void load_keys(__local store_t *tile, __global const store_t *head, long k0, lon
             row_of = c;
             row = key_row(j, stride_b, stride_s, p, block_table, b);
         }
-        store_t val = j < sk ? head[row + x] : (store_t)0;
+        tile_t val = j < sk ? TILE_ELEM(head + row + x) : (tile_t)0;
         tile[transposed ? x * BLOCK_C + c : idx] = val;
     }
 #else

@@ -36,7 +36,7 @@
  * local Q tile), in float_dims vectors along d; four keys at a time, so four independent chains
  * of multiply-adds share each Q vector (the last group repeats its last key). Keys from `keys`
  * to Bc get 0: the mask sets them to -inf. */
-void direct_scores(__local float *s_row, __local const store_t *q_row,
+void direct_scores(__local float *s_row, __local const tile_t *q_row,
                    __global const store_t *k_head, long k0, int keys, long stride_b,
                    long stride_s, const fa_kernel_params *p, __global const int *block_table,
                    long b, float scale_log2)
@@ -66,7 +66,7 @@ void direct_scores(__local float *s_row, __local const store_t *q_row,
 /* direct_scores for four rows at once (S and Q rows BLOCK_C and HEAD_DIM apart): each K vector
  * is loaded and converted once for the four rows, sixteen chains of multiply-adds (16 float16
  * registers of AVX-512's 32); the same sums in the same order as direct_scores per row. */
-void direct_scores4(__local float *s_rows, __local const store_t *q_rows,
+void direct_scores4(__local float *s_rows, __local const tile_t *q_rows,
                     __global const store_t *k_head, long k0, int keys, long stride_b,
                     long stride_s, const fa_kernel_params *p, __global const int *block_table,
                     long b, float scale_log2)
@@ -108,7 +108,7 @@ void direct_scores4(__local float *s_rows, __local const store_t *q_rows,
 /* The S rows [0, rows) of a tile: f16 four at a time, then one at a time. Four at a time pays
  * for f16 storage only, whose conversion it shares (pocl, Sq 4 d 128: 12.4 -> 6.1 ms); f32 ran
  * 0.8-1.0x and bf16 0.9-1.3x of row by row (docs/benchmarks.md), so they go row by row. */
-void direct_scores_rows(__local float *s_tile, __local const store_t *q_tile, int rows,
+void direct_scores_rows(__local float *s_tile, __local const tile_t *q_tile, int rows,
                         __global const store_t *k_head, long k0, int keys, long stride_b,
                         long stride_s, const fa_kernel_params *p,
                         __global const int *block_table, long b, float scale_log2)
@@ -141,10 +141,10 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
           __global out_t *o, __global float *lse ALIBI_ARG BIAS_ARG SINKS_ARG SEQ_ARG,
           PARAMS_ARG)
 {
-    __local store_t q_tile[HEAD_DIM * BLOCK_R]; /* Q^T: d x Br store_t (DIRECT_KV: Q, Br x d) */
+    __local tile_t q_tile[HEAD_DIM * BLOCK_R]; /* Q^T: d x Br (DIRECT_KV: Q, Br x d) */
 #if !DIRECT_KV
-    __local store_t k_tile[HEAD_DIM * BLOCK_C]; /* K^T: d x Bc store_t */
-    __local store_t v_tile[BLOCK_C * HEAD_DIM]; /* V:   Bc x d store_t */
+    __local tile_t k_tile[HEAD_DIM * BLOCK_C]; /* K^T: d x Bc */
+    __local tile_t v_tile[BLOCK_C * HEAD_DIM]; /* V:   Bc x d */
 #endif
     __local float s_tile[BLOCK_R * BLOCK_C];    /* S, then P: Br x Bc f32 */
 #if TPR > 1
@@ -316,7 +316,7 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
                     v_head + key_row(k0 + c, p.v_stride_b, p.v_stride_s, &p, BLOCK_TABLE_PTR, b);
 #else
                 /* V[c][lane * d / TPR ..] */
-                __local const store_t *v_row = v_tile + c * HEAD_DIM + lane * LANE_DIMS;
+                __local const tile_t *v_row = v_tile + c * HEAD_DIM + lane * LANE_DIMS;
 #endif
 #pragma unroll
                 for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++)

@@ -64,6 +64,8 @@ typedef struct fa__onchip_formula {
     uint32_t score_tiles; /* Br x Bc f32 tiles (forward: S; 0 when the kernel keeps S in
                              registers) */
     uint32_t row_floats;  /* f32 values per query row of a tile (backward: LSE and D) */
+    uint32_t tile_bytes;  /* bytes of a row or col tile's element: 0, the storage type's;
+                             4 where the kernel converts tiles to f32 as it loads them */
     const char *what;     /* the tiles, named for the explanation */
 } fa__onchip_formula;
 
@@ -179,6 +181,8 @@ typedef struct fa__kernel_variant {
     int32_t gpu;             /* GPU=1: the device is a GPU (OpenCL; a define only when 1) */
     int32_t direct_kv;       /* DIRECT_KV=1: flash_fwd reads K and V in global memory, no
                                 local tiles (OpenCL; a define only when 1) */
+    int32_t tile_f32;        /* TILE_F32=1: f16 / bf16 local tiles hold f32, converted as they
+                                are loaded (OpenCL; a define only when 1) */
 } fa__kernel_variant;
 
 /* Writes "<prefix>HEAD_DIM=64 <prefix>BLOCK_R=..." for a variant (prefix "-D " for OpenCL C,

@@ -51,6 +51,8 @@ void fa__variant_defines(const fa__kernel_variant *v, const char *prefix, char *
         fa__append(dst, size, " %sGPU=1", prefix);
     if (v->direct_kv)
         fa__append(dst, size, " %sDIRECT_KV=1", prefix);
+    if (v->tile_f32)
+        fa__append(dst, size, " %sTILE_F32=1", prefix);
 }
 
 void fa__cl_build_options(const fa__kernel_variant *v, char *dst, size_t size)

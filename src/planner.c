@@ -363,7 +363,7 @@ fa_status fa__plan_tiles(const fa_device_props *dev, const fa__plan_rules *rules
                          char *why, size_t why_size)
 {
     plan_state s = {0, 0, &rules->onchip, false, false, explain, explain_size, why, why_size};
-    size_t elem = fa_dtype_size(p->dtype);
+    size_t elem = rules->onchip.tile_bytes ? rules->onchip.tile_bytes : fa_dtype_size(p->dtype);
     int64_t d = p->head_dim, m = rules->tile_multiple > 0 ? rules->tile_multiple : 1;
     /* The budget guides the planner's own choice; overrides may use the whole memory. */
     bool budget = rules->sram_budget > 0 && rules->sram_budget < dev->sram_bytes &&

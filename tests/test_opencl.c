@@ -123,6 +123,20 @@ static void test_device_props(void **state)
     assert_non_null(strstr(why, "no OpenCL device"));
 }
 
+/* A context on the default OpenCL device and its props, for the tests of the pocl-only plan
+ * rules; in CI the device is pocl, whose local memory is global memory, so those rules must
+ * really be exercised. */
+static fa_context *rule_context(fa_device_props *props)
+{
+    fa_context *ctx = NULL;
+    fa_context_options opts = {FA_BACKEND_OPENCL, 0};
+    assert_int_equal(fa_context_create(&ctx, &opts, NULL, 0), OK);
+    assert_int_equal(fa_context_device_props(ctx, props), OK);
+    if (getenv("CI"))
+        assert_true(props->local_mem_global && !props->gpu);
+    return ctx;
+}
+
 /* Whether a forward plan of Sq query rows (heads 32/8, Sk 4096, d dim) reads K and V in place;
  * if so, its work-group must be one work-item. */
 static bool plans_direct_kv(fa_context *ctx, int64_t sq, int64_t dim)
@@ -146,19 +160,47 @@ static bool plans_direct_kv(fa_context *ctx, int64_t sq, int64_t dim)
 static void test_direct_kv_rule(void **state)
 {
     (void)state;
-    fa_context *ctx = NULL;
-    fa_context_options opts = {FA_BACKEND_OPENCL, 0};
-    assert_int_equal(fa_context_create(&ctx, &opts, NULL, 0), OK);
     fa_device_props props;
-    assert_int_equal(fa_context_device_props(ctx, &props), OK);
+    fa_context *ctx = rule_context(&props);
     bool direct = props.local_mem_global && !props.gpu; /* a GPU adds lanes per row */
     assert_int_equal(plans_direct_kv(ctx, 1, 128), direct);
     assert_int_equal(plans_direct_kv(ctx, 2, 64), direct);
     assert_int_equal(plans_direct_kv(ctx, 64, 32), direct);
     assert_false(plans_direct_kv(ctx, 65, 128));
     assert_false(plans_direct_kv(ctx, 2048, 64));
-    if (getenv("CI"))
-        assert_true(props.local_mem_global); /* CI's pocl: the rule must really be exercised */
+    fa_context_destroy(ctx);
+}
+
+/* Whether a plan of dtype (forward or backward, B1 H8 N2048 d64) holds its tiles in f32; if
+ * so the forward's on-chip bytes count 4 per tile element: (Br d + 2 Bc d) * 4 + Br Bc * 4. */
+static bool plans_f32_tiles(fa_context *ctx, fa_dtype dtype, bool backward)
+{
+    fa_problem p;
+    fa_problem_init(&p, dtype, FA_LAYOUT_BHSD, 1, 8, 8, 2048, 2048, 64);
+    fa_plan *plan = NULL;
+    assert_int_equal((backward ? fa_plan_create_backward : fa_plan_create)(ctx, &p, &plan), OK);
+    bool f32 = strstr(fa_plan_explain(plan), "(TILE_F32)") != NULL;
+    uint64_t br = (uint64_t)fa_plan_block_r(plan), bc = (uint64_t)fa_plan_block_c(plan);
+    if (f32 && !backward)
+        assert_int_equal(fa_plan_sram_bytes(plan), (br * 64 + 2 * bc * 64) * 4 + br * bc * 4);
+    fa_plan_destroy(plan);
+    return f32;
+}
+
+/* f16 and bf16 tiles hold f32 exactly where local memory is global memory on a device that is
+ * not a GPU (backends/opencl/opencl.c, f32_tiles), forward and backward; f32 storage needs no
+ * such note. The suites' f16 and bf16 cases check the results (bitwise those of tiles in the
+ * storage type: the conversion is exact). */
+static void test_f32_tiles_rule(void **state)
+{
+    (void)state;
+    fa_device_props props;
+    fa_context *ctx = rule_context(&props);
+    bool f32 = props.local_mem_global && !props.gpu;
+    assert_int_equal(plans_f32_tiles(ctx, FA_DTYPE_F16, false), f32);
+    assert_int_equal(plans_f32_tiles(ctx, FA_DTYPE_BF16, false), f32);
+    assert_int_equal(plans_f32_tiles(ctx, FA_DTYPE_F16, true), f32);
+    assert_false(plans_f32_tiles(ctx, FA_DTYPE_F32, false));
     fa_context_destroy(ctx);
 }
 
@@ -883,7 +925,7 @@ int main(int argc, char **argv)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_device_props),    cmocka_unit_test(test_direct_kv_rule),
-        cmocka_unit_test(test_gqa_pack_rule),
+        cmocka_unit_test(test_f32_tiles_rule),  cmocka_unit_test(test_gqa_pack_rule),
         cmocka_unit_test(test_context_create_args),
         cmocka_unit_test(test_context_retains), cmocka_unit_test(test_wrap_checks),
         cmocka_unit_test(test_wrap_on_cpu),     cmocka_unit_test(test_forward_wrapped),

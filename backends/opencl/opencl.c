@@ -135,6 +135,18 @@ static void gpu_rules(const fa_device_props *dev, const fa_problem *p, fa__op op
  * 774 against 788 ms (d 64) and 498 against 554 causal. On GPUs with 32-64 KiB of local memory
  * the tiles at the paper's Br already fill it, so nothing changes there.
  */
+/*
+ * Whether the kernels' local tiles hold f32 for f16 and bf16 storage (TILE_F32): where local
+ * memory is global memory (CPUs), so the doubled tiles cost cache, not residency. Each element
+ * is then converted once, as its tile is loaded, not at every read (a K or V element is read by
+ * every row of the work-group): f16 ran at 0.75x of f32's speed on pocl (B1 H8 N2048 d64,
+ * docs/benchmarks.md). GPUs keep tiles in the storage type, half the bytes of a scarce memory.
+ */
+static bool f32_tiles(const fa_device_props *dev, fa_dtype dtype)
+{
+    return dev->local_mem_global && !dev->gpu && dtype != FA_DTYPE_F32;
+}
+
 static void cl_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op op,
                           fa__plan_rules *rules)
 {
@@ -150,6 +162,8 @@ static void cl_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__o
         gpu_rules(dev, p, op, rules);
     if (op == FA__OP_BACKWARD)
         backward_rules(dev, rules);
+    if (f32_tiles(dev, p->dtype))
+        rules->onchip.tile_bytes = 4;
 }
 
 /*
@@ -343,6 +357,11 @@ static fa_status cl_launch_prepare(fa_context *ctx, fa_plan *plan, fa__launch *l
      * scalar registers on AMD (tools/cl_gpu_check.sh, f32 d32 64 x 48); otherwise float8. */
     launch->variant.vector_width = ctx->props.gpu ? 4 : s && s->vector_width >= 16 ? 16 : 8;
     launch->variant.gpu = ctx->props.gpu ? 1 : 0; /* GPU-only loop unrolling (flash_fwd.cl) */
+    launch->variant.tile_f32 = f32_tiles(&ctx->props, (fa_dtype)launch->variant.dtype);
+    if (launch->variant.tile_f32 && launch == &plan->launches[0])
+        fa__append(plan->explain, sizeof plan->explain,
+                   "kernel: local tiles hold f32 (TILE_F32), converted once as they are loaded: "
+                   "local memory is global memory here\n");
     launch->variant.direct_kv = direct_kv(ctx, &launch->variant);
     if (launch->variant.direct_kv) {
         launch->variant.work_group_size = 1;
