@@ -133,8 +133,21 @@ static void gpu_rules(const fa_device_props *dev, const fa_problem *p, fa__op op
  * serves Br rows. On pocl (B1 H8 N2048 f32) the forward took 151 ms at Br 256 against 219 at
  * the rule's 64 (d 64), 98 against 176 (d 32, rule 32), 430 against 487 (d 128); the backward
  * 774 against 788 ms (d 64) and 498 against 554 causal. On GPUs with 32-64 KiB of local memory
- * the tiles at the paper's Br already fill it, so nothing changes there.
+ * the tiles at the paper's Br already fill it, so nothing changes there. On CPUs a forward with
+ * 96 < d <= 128 gets Bc 64 (cpu_forward_keys).
  */
+
+/* Bc for a forward on a CPU device, by measurement on pocl (Intel Xeon, 2 cores, B1 H8 N2048
+ * f32, docs/benchmarks.md): Bc 64 where 96 < d <= 128 (d 128: 150 ms at Bc 128, 107 at 64;
+ * d 112: 126 and 94; also f16, bf16, causal, N 512 and 4096, 1.35-2x); d 80 and 96 ran the same
+ * at either, d 256 faster at 128 (291 against 306 ms), d 32 and 64 the same at 64 and 128, and
+ * Bc 32 or 96-120 slower everywhere. Why d 128 pays for 128 keys is not settled (a key tile
+ * sweep of 64 KiB per row, past the 48 KiB L1, is one guess d 96 does not confirm). */
+static uint32_t cpu_forward_keys(const fa_problem *p)
+{
+    return p->head_dim > 96 && p->head_dim <= 128 ? 64 : 128;
+}
+
 /*
  * Whether the kernels' local tiles hold f32 for f16 and bf16 storage (TILE_F32): where local
  * memory is global memory (CPUs), so the doubled tiles cost cache, not residency. Each element
@@ -160,6 +173,8 @@ static void cl_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__o
     rules->gqa_pack = 1;   /* a decode's K/V read once per group: 2-5x on pocl (benchmarks.md) */
     if (dev->gpu)
         gpu_rules(dev, p, op, rules);
+    else if (op == FA__OP_FORWARD)
+        rules->max_block_c = cpu_forward_keys(p);
     if (op == FA__OP_BACKWARD)
         backward_rules(dev, rules);
     if (f32_tiles(dev, p->dtype))
