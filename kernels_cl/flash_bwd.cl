@@ -69,7 +69,7 @@ INLINE_ON_GPU void store_row_scaled(const float_dims *acc, float mul, __global s
 }
 
 /* acc[x] += sum_c w[c] * T[c][x] over c in [0, n) and a lane's d / TPR columns x: w is a row
- * of BLOCK_C f32 weights, T a BLOCK_C x d tile in the storage type from the lane's first column
+ * of BLOCK_C f32 weights, T a BLOCK_C x d tile (tile_t) from the lane's first column
  * (the forward's P V step). */
 void accumulate_rows(float_dims *acc, __local const float *w, __local const tile_t *t, int n)
 {
