@@ -237,11 +237,26 @@ float hsum16(float16 v) { return hsum8(v.lo + v.hi); }
 /* Copies rows [row0, row0 + rows) of a [seq, d] slice (row stride `stride`) into a local tile,
  * zero past `seq`. Element idx = r * d + x of the rows x d block, r in [0, rows), x in [0, d):
  * transposed, tile[x * rows + r] (d x rows), else tile[idx] (rows x d). */
-#if !GPU && (DTYPE == 0 || TILE_F32) && HEAD_DIM % 8 == 0
-/* CPUs, f32 tiles: eight elements of a row loaded (and converted) as one vector: element by
- * element, pocl's vload_half left f16 at 0.9x of f32's speed (B1 H8 N2048 d64), and the copy
- * was a large part of f32's time too. The same values in the same places. GPUs copy element by
- * element, so that neighbouring work-items read neighbouring elements. */
+/* VEC_TILE_LOADS: CPUs with f32 tiles copy eight elements of a row as one vector, loaded (and
+ * converted) at once: element by element, pocl's vload_half left f16 at 0.9x of f32's speed
+ * (B1 H8 N2048 d64), and the copy was a large part of f32's time too. The same values in the
+ * same places. GPUs copy element by element, so that neighbouring work-items read neighbouring
+ * elements. */
+#define VEC_TILE_LOADS (!GPU && (DTYPE == 0 || TILE_F32) && HEAD_DIM % 8 == 0)
+#if VEC_TILE_LOADS
+/* Stores elements x .. x + 7 of row r into a tile of `rows` rows (transposed: d x rows). */
+void store_tile8(__local float *tile, float8 val, int r, int x, int rows, int transposed)
+{
+    if (!transposed) {
+        vstore8(val, 0, tile + r * HEAD_DIM + x);
+        return;
+    }
+    float vals[8];
+    vstore8(val, 0, vals);
+    for (int e = 0; e < 8; e++)
+        tile[(x + e) * rows + r] = vals[e];
+}
+
 void load_tile(__local tile_t *tile, __global const store_t *src, long row0, long seq,
                long stride, int rows, int transposed)
 {
@@ -250,14 +265,7 @@ void load_tile(__local tile_t *tile, __global const store_t *src, long row0, lon
         long row = row0 + r;
         float8 val = row < seq ? LOAD_N_F32_IN(__global, 8, src + row * stride + x)
                                : (float8)0.0f;
-        if (!transposed) {
-            vstore8(val, 0, tile + idx);
-            continue;
-        }
-        float vals[8];
-        vstore8(val, 0, vals);
-        for (int e = 0; e < 8; e++)
-            tile[(x + e) * rows + r] = vals[e];
+        store_tile8(tile, val, r, x, rows, transposed);
     }
 }
 #else
@@ -721,15 +729,22 @@ void load_keys(__local tile_t *tile, __global const store_t *head, long k0, long
      * division per key. */
     int row_of = -1;
     long row = 0;
-    for (int idx = (int)get_local_id(0); idx < BLOCK_C * HEAD_DIM; idx += WG_SIZE) {
-        int c = idx / HEAD_DIM, x = idx - c * HEAD_DIM; /* key k0 + c, element x */
+    const int step = VEC_TILE_LOADS ? 8 : 1; /* elements copied at once */
+    for (int idx = (int)get_local_id(0) * step; idx < BLOCK_C * HEAD_DIM;
+         idx += WG_SIZE * step) {
+        int c = idx / HEAD_DIM, x = idx - c * HEAD_DIM; /* key k0 + c, elements x .. */
         long j = k0 + c;
         if (c != row_of && j < sk) {
             row_of = c;
             row = key_row(j, stride_b, stride_s, p, block_table, b);
         }
+#if VEC_TILE_LOADS
+        float8 val = j < sk ? LOAD_N_F32_IN(__global, 8, head + row + x) : (float8)0.0f;
+        store_tile8(tile, val, c, x, BLOCK_C, transposed);
+#else
         tile_t val = j < sk ? TILE_ELEM(head + row + x) : (tile_t)0;
         tile[transposed ? x * BLOCK_C + c : idx] = val;
+#endif
     }
 #else
     load_tile(tile, head, k0, sk, stride_s, BLOCK_C, transposed);
