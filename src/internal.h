@@ -77,6 +77,8 @@ typedef struct fa__plan_rules {
     uint32_t items_per_row; /* work-items per query row; 0: work-group size is 1 (CPU) */
     uint32_t tile_multiple; /* Br and Bc above it are rounded down to a multiple of it (>= 1) */
     uint32_t max_block_c;   /* 0: no limit; else the kernel's largest Bc */
+    const char *max_block_c_why; /* NULL: "the kernel's largest Bc"; else why that cap, for
+                                    the explanation (a measured preference, not a limit) */
     uint32_t max_block_r;   /* 0: no limit; else the kernel's largest Br */
     uint32_t min_block_r;   /* 0: none; else Br below it is raised towards it after the fit,
                                as far as the sequence, the work-group limit and the on-chip

@@ -204,6 +204,35 @@ static void test_f32_tiles_rule(void **state)
     fa_context_destroy(ctx);
 }
 
+/* The forward's Bc on a CPU device (opencl.c, cpu_forward_keys), f32 N 2048: 64 at d 128, 128
+ * at d 64 and 96; a preference, so an override of 128 at d 128 is planned as asked. */
+static int64_t forward_block_c(fa_context *ctx, int64_t dim, int32_t block_c)
+{
+    fa_problem p;
+    fa_problem_init(&p, FA_DTYPE_F32, FA_LAYOUT_BHSD, 1, 8, 8, 2048, 2048, dim);
+    p.block_c = block_c;
+    fa_plan *plan = NULL;
+    assert_int_equal(fa_plan_create(ctx, &p, &plan), OK);
+    int64_t bc = fa_plan_block_c(plan);
+    fa_plan_destroy(plan);
+    return bc;
+}
+
+static void test_cpu_keys_rule(void **state)
+{
+    (void)state;
+    fa_device_props props;
+    fa_context *ctx = rule_context(&props);
+    bool cpu = props.local_mem_global && !props.gpu;
+    if (cpu) {
+        assert_int_equal(forward_block_c(ctx, 128, 0), 64);
+        assert_int_equal(forward_block_c(ctx, 96, 0), 128);
+        assert_int_equal(forward_block_c(ctx, 64, 0), 128);
+    }
+    assert_int_equal(forward_block_c(ctx, 128, 128), 128);
+    fa_context_destroy(ctx);
+}
+
 /* Whether the forward plan of p packs GQA groups; if so the kernels see heads_kv heads of
  * heads_q / heads_kv rows, so Br is that many rows (rounded up to a power of two). */
 static bool plans_gqa_pack(fa_context *ctx, const fa_problem *p)
@@ -925,7 +954,8 @@ int main(int argc, char **argv)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_device_props),    cmocka_unit_test(test_direct_kv_rule),
-        cmocka_unit_test(test_f32_tiles_rule),  cmocka_unit_test(test_gqa_pack_rule),
+        cmocka_unit_test(test_f32_tiles_rule),  cmocka_unit_test(test_cpu_keys_rule),
+        cmocka_unit_test(test_gqa_pack_rule),
         cmocka_unit_test(test_context_create_args),
         cmocka_unit_test(test_context_retains), cmocka_unit_test(test_wrap_checks),
         cmocka_unit_test(test_wrap_on_cpu),     cmocka_unit_test(test_forward_wrapped),

@@ -142,7 +142,8 @@ static void gpu_rules(const fa_device_props *dev, const fa_problem *p, fa__op op
  * d 112: 126 and 94; also f16, bf16, causal, N 512 and 4096, 1.35-2x); d 80 and 96 ran the same
  * at either, d 256 faster at 128 (291 against 306 ms), d 32 and 64 the same at 64 and 128, and
  * Bc 32 or 96-120 slower everywhere. Why d 128 pays for 128 keys is not settled (a key tile
- * sweep of 64 KiB per row, past the 48 KiB L1, is one guess d 96 does not confirm). */
+ * sweep of 64 KiB per row, past the 48 KiB L1, is one guess d 96 does not confirm). A
+ * preference, not a limit of the kernel: an overridden Bc (up to 128) is planned as asked. */
 static uint32_t cpu_forward_keys(const fa_problem *p)
 {
     return p->head_dim > 96 && p->head_dim <= 128 ? 64 : 128;
@@ -173,8 +174,10 @@ static void cl_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__o
     rules->gqa_pack = 1;   /* a decode's K/V read once per group: 2-5x on pocl (benchmarks.md) */
     if (dev->gpu)
         gpu_rules(dev, p, op, rules);
-    else if (op == FA__OP_FORWARD)
+    else if (op == FA__OP_FORWARD && p->block_c == 0 && cpu_forward_keys(p) < rules->max_block_c) {
         rules->max_block_c = cpu_forward_keys(p);
+        rules->max_block_c_why = "the fastest Bc measured on CPUs at 96 < d <= 128";
+    }
     if (op == FA__OP_BACKWARD)
         backward_rules(dev, rules);
     if (f32_tiles(dev, p->dtype))
