@@ -180,8 +180,11 @@ static void cl_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__o
     }
     if (op == FA__OP_BACKWARD)
         backward_rules(dev, rules);
-    if (f32_tiles(dev, p->dtype))
+    if (f32_tiles(dev, p->dtype)) {
         rules->onchip.tile_bytes = 4;
+        rules->path_note = "local tiles hold f32 (TILE_F32), converted once as they are "
+                           "loaded: local memory is global memory here";
+    }
 }
 
 /*
@@ -376,10 +379,6 @@ static fa_status cl_launch_prepare(fa_context *ctx, fa_plan *plan, fa__launch *l
     launch->variant.vector_width = ctx->props.gpu ? 4 : s && s->vector_width >= 16 ? 16 : 8;
     launch->variant.gpu = ctx->props.gpu ? 1 : 0; /* GPU-only loop unrolling (flash_fwd.cl) */
     launch->variant.tile_f32 = f32_tiles(&ctx->props, (fa_dtype)launch->variant.dtype);
-    if (launch->variant.tile_f32 && launch == &plan->launches[0])
-        fa__append(plan->explain, sizeof plan->explain,
-                   "kernel: local tiles hold f32 (TILE_F32), converted once as they are loaded: "
-                   "local memory is global memory here\n");
     launch->variant.direct_kv = direct_kv(ctx, &launch->variant);
     if (launch->variant.direct_kv) {
         launch->variant.work_group_size = 1;
