@@ -65,16 +65,39 @@ for name in fwd merge bwd; do
       cat "$ROOT/kernels_cl/flash_$name.cl"; } >"$WORK/$name.cl"
 done
 
-# compile_unit TARGET UNIT PROGRAM OPTIONS: compiles one program with one option set for one
-# target to $WORK/out/TARGET.uUNIT.{s,ptx,v,log}, as the host builds it: every entry point of
-# the program at once, so the launches that share a build (the backward's three passes often
-# do) share this compile. An AMD compile leaves the assembly with its amdhsa metadata; an
+# only_kernels "ENTRY ...": the program on stdin with the other kernels' definitions blanked
+# (the lines kept, so messages keep their line numbers). A backward unit compiles the passes its
+# launches use: 36 of gfx90a's 94 serve flash_bwd_dkdv alone and 36 flash_bwd_dq with
+# flash_bwd_pre, and compiling the other large pass too cost a fifth of the check (204 -> 164
+# CPU seconds). Each kernel is compiled and its registers allocated on its own: the 786 launches'
+# registers, scratch and spills were the same as with whole programs when this was written.
+# shellcheck disable=SC2317 # run by compile_unit through xargs, not called here
+only_kernels() {
+    awk -v keep=" $1 " '
+        /^__kernel / { head = $0; named = 1; next }
+        named { named = 0; name = $0; sub(/\(.*/, "", name)
+                skip = index(keep, " " name " ") == 0
+                if (skip) { print ""; print ""; next }
+                print head }
+        skip { print ""; if ($0 ~ /^}/) skip = 0; next }
+        { print }'
+}
+export -f only_kernels
+
+# compile_unit TARGET UNIT PROGRAM OPTIONS ENTRIES: compiles one program with one option set for
+# one target to $WORK/out/TARGET.uUNIT.{s,ptx,v,log}, as the host builds it but with only the
+# unit's entry points (only_kernels), so the launches that share a build (the backward's passes
+# often do) share this compile. An AMD compile leaves the assembly with its amdhsa metadata; an
 # NVIDIA one the PTX and, with ptxas, its -v report. The file .ok marks a compile that worked.
 # shellcheck disable=SC2317 # run through xargs, not called here
 compile_unit() {
     set -eu
     local target=$1 unit=$2 options=$4 src=$WORK/$3.cl
     local out=$WORK/out/$target.u$unit log=$WORK/out/$target.u$unit.log
+    if [ "$3" = bwd ]; then
+        only_kernels "$5" <"$src" >"$out.cl"
+        src=$out.cl
+    fi
     # libclc's builtins linked in as clang links a device library (-mlink-builtin-bitcode: its
     # functions take the kernel's target attributes); the triples differ only in the vendor
     # field, which the linker warns about.
@@ -192,12 +215,16 @@ done >"$WORK/jobs"
 # options" in $WORK/units, and each job's unit is its fifth field.
 awk -F'\t' -v OFS='\t' '{ p = $3 ~ /^flash_bwd_/ ? "bwd" : $3 == "flash_merge" ? "merge" : "fwd"
     key = $1 "\t" p "\t" $4
-    if (!(key in unit)) { unit[key] = ++n; print $1, n, p, $4 >units }
-    print $0, unit[key] }' units="$WORK/units" "$WORK/jobs" >"$WORK/jobs.units"
+    if (!(key in unit)) { unit[key] = ++n; keys[n] = key }
+    if (index(" " entries[n] " ", " " $3 " ") == 0) entries[unit[key]] = entries[unit[key]] " " $3
+    print $0, unit[key] }
+    END { for (u = 1; u <= n; u++) { split(keys[u], k, "\t")
+            print k[1], u, k[2], k[3], substr(entries[u], 2) >units } }' \
+    units="$WORK/units" "$WORK/jobs" >"$WORK/jobs.units"
 mv "$WORK/jobs.units" "$WORK/jobs"
 # shellcheck disable=SC2016 # $1 is expanded by the inner bash
 tr '\n' '\0' <"$WORK/units" | xargs -0 -P "$(nproc)" -n 1 bash -c \
-    'IFS=$(printf "\t") read -r t u p o <<<"$1"; compile_unit "$t" "$u" "$p" "$o"' _
+    'IFS=$(printf "\t") read -r t u p o e <<<"$1"; compile_unit "$t" "$u" "$p" "$o" "$e"' _
 while IFS=$'\t' read -r t i e o u; do
     measure_one "$t" "$i" "$e" "$o" "$u"
 done <"$WORK/jobs"
