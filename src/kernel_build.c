@@ -129,6 +129,24 @@ fa_status fa__kernel_cache_get(fa_context *ctx, fa__kernel_cache *cache,
     return FA_STATUS_OK;
 }
 
+void *fa__kernel_cache_sibling(const fa__kernel_cache *cache, const char *entry,
+                               const char *options,
+                               bool (*same_source)(const char *a, const char *b))
+{
+    for (const fa__kernel_entry *e = cache->head; e; e = e->next) {
+        const char *space = strchr(e->key, ' ');
+        char name[64];
+        size_t n = (size_t)(space - e->key);
+        if (n >= sizeof name || strcmp(space + 1, options) != 0)
+            continue;
+        memcpy(name, e->key, n);
+        name[n] = '\0';
+        if (same_source(name, entry))
+            return e->object;
+    }
+    return NULL;
+}
+
 void fa__kernel_cache_clear(fa__kernel_cache *cache, const fa__kernel_builder *builder,
                             void *backend)
 {

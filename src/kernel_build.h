@@ -70,6 +70,12 @@ typedef struct fa__kernel_builder {
 fa_status fa__kernel_cache_get(fa_context *ctx, fa__kernel_cache *cache,
                                const fa__kernel_builder *builder, void *backend,
                                const char *entry, const char *options, void **out);
+/* The object of a cached entry point that was built with these options from the same source as
+ * entry (same_source(cached entry, entry) is true), so that a build can share its program or
+ * module; NULL when there is none. */
+void *fa__kernel_cache_sibling(const fa__kernel_cache *cache, const char *entry,
+                               const char *options,
+                               bool (*same_source)(const char *a, const char *b));
 /* Releases and frees every object; the cache is empty afterwards. */
 void fa__kernel_cache_clear(fa__kernel_cache *cache, const fa__kernel_builder *builder,
                             void *backend);

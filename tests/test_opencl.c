@@ -20,6 +20,7 @@
 
 #include "flashattn_opencl.h"
 #include "harness.h"
+#include "opencl_internal.h" /* the context's program cache (test_programs_shared) */
 #include "oracle.h"
 
 #include <errno.h>
@@ -253,6 +254,37 @@ static bool plans_gqa_pack(fa_context *ctx, const fa_problem *p)
  * the group's heads or rows apart: top-left causal (row 0 sees key 0 only), ALiBi, sinks,
  * dropout, a window; nor with varlen, several rows or no GQA. The suites' decode cases
  * (tests/cases.c decode_q1*, test_decode) check the packed results. */
+/* Entry points of one program built with the same options share one build: a backward plan
+ * whose flash_bwd_pre and flash_bwd_dq launches have the same options holds one cl_program for
+ * both, with a kernel each (cl_program.c); the context's cache is read directly. */
+static void test_programs_shared(void **state)
+{
+    (void)state;
+    fa_context *ctx = NULL;
+    fa_context_options opts = {FA_BACKEND_OPENCL, 0};
+    assert_int_equal(fa_context_create(&ctx, &opts, NULL, 0), OK);
+    fa_problem p;
+    assert_int_equal(fa_problem_init(&p, FA_DTYPE_F32, FA_LAYOUT_BHSD, 1, 2, 2, 64, 64, 64), OK);
+    fa_plan *plan = NULL;
+    assert_int_equal(fa_plan_create_backward(ctx, &p, &plan), OK);
+    const fa__cl_state *s = ctx->state;
+    const fa__kernel_entry *pre = NULL, *dq = NULL;
+    for (const fa__kernel_entry *e = s->programs.head; e; e = e->next) {
+        if (strncmp(e->key, "flash_bwd_pre ", 14) == 0)
+            pre = e;
+        if (strncmp(e->key, "flash_bwd_dq ", 13) == 0)
+            dq = e;
+    }
+    assert_non_null(pre);
+    assert_non_null(dq);
+    assert_string_equal(pre->key + 14, dq->key + 13); /* the same options */
+    const fa__cl_program *a = pre->object, *b = dq->object;
+    assert_ptr_equal(a->program, b->program);
+    assert_ptr_not_equal(a->kernel, b->kernel);
+    fa_plan_destroy(plan);
+    fa_context_destroy(ctx);
+}
+
 static void test_gqa_pack_rule(void **state)
 {
     (void)state;
@@ -955,7 +987,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_device_props),    cmocka_unit_test(test_direct_kv_rule),
         cmocka_unit_test(test_f32_tiles_rule),  cmocka_unit_test(test_cpu_keys_rule),
-        cmocka_unit_test(test_gqa_pack_rule),
+        cmocka_unit_test(test_gqa_pack_rule),    cmocka_unit_test(test_programs_shared),
         cmocka_unit_test(test_context_create_args),
         cmocka_unit_test(test_context_retains), cmocka_unit_test(test_wrap_checks),
         cmocka_unit_test(test_wrap_on_cpu),     cmocka_unit_test(test_forward_wrapped),

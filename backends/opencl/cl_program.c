@@ -3,8 +3,9 @@
  * layer (src/kernel_build.h). The source is src/kernel_params.h, kernels_cl/flash_common.cl and
  * the file of the entry point (flash_fwd.cl, flash_merge.cl or flash_bwd.cl), all embedded at
  * build time (cmake/embed.cmake), or the files from FLASHATTN_KERNEL_DIR for iterating on a
- * kernel without rebuilding. A program and its kernel are built once per (entry point, -D
- * options) and kept until the context closes; a failed build reports the full log.
+ * kernel without rebuilding. A program is built once per (source, -D options) and a kernel
+ * made from it per entry point, kept until the context closes; a failed build reports the full
+ * log.
  */
 #include "opencl_internal.h"
 
@@ -116,12 +117,28 @@ static fa_status get_kernel(fa_context *ctx, fa__cl_state *s, const char *entry,
     return FA_STATUS_OK;
 }
 
-/* The cache's build callback: object is a zeroed fa__cl_program. */
+static bool same_program(const char *a, const char *b)
+{
+    return program_of(a) == program_of(b);
+}
+
+/* The cache's build callback: object is a zeroed fa__cl_program. Entry points of one program
+ * with the same options share one build (the backward's flash_bwd_pre and flash_bwd_dq often
+ * do): the program is retained, and its kernel made for this entry. */
 static fa_status build(fa_context *ctx, void *backend, const char *entry, const char *options,
                        void *object)
 {
     fa__cl_state *s = backend;
     fa__cl_program *e = object;
+    const fa__cl_program *built = fa__kernel_cache_sibling(&s->programs, entry, options,
+                                                           same_program);
+    if (built) {
+        cl_int err = clRetainProgram(built->program);
+        if (err != CL_SUCCESS)
+            return fa__cl_fail(ctx, err, "clRetainProgram");
+        e->program = built->program;
+        return get_kernel(ctx, s, entry, e);
+    }
     char *src = NULL, why[1024];
     const fa__kernel_text *k = program_of(entry);
     fa_status st = fa__kernel_source(k, k->n_files, &src, why, sizeof why);
