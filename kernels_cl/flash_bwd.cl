@@ -93,7 +93,7 @@ void row_grad(__local float *s_row, __local float *dp_row, __local const float *
         int at = kvec * KEYS_PER_VEC;
         float_keys l2 = lse2_v ? S_LOAD_KEYS(lse2_v + at) : (float_keys)lse2;
         float_keys dd = d_v ? S_LOAD_KEYS(d_v + at) : (float_keys)d;
-        float_keys p = exp2(S_LOAD_KEYS(s_row + at) - l2);
+        float_keys p = FLUSH_TINY(float_keys, exp2(S_LOAD_KEYS(s_row + at) - l2));
         S_STORE_KEYS(p, s_row + at);
         S_STORE_KEYS(p * (S_LOAD_KEYS(dp_row + at) - dd), dp_row + at);
     }
@@ -136,7 +136,7 @@ float grad_element(float s, float dp, const fa_kernel_params *p, float slope2,
 #if FEATURES & FA_FEATURE_BIAS
     s += LOG2E * load_bias(bias_row + j);
 #endif
-    float pr = exp2(s - lse2); /* P = exp(S - LSE) */
+    float pr = FLUSH_TINY(float, exp2(s - lse2)); /* P = exp(S - LSE) */
     *ds = pr * (z * dp - d) * dcap;
     return pr * z;
 }
