@@ -250,10 +250,6 @@ static bool plans_gqa_pack(fa_context *ctx, const fa_problem *p)
     return packed;
 }
 
-/* A one-row GQA decode packs (src/problem.c, fa__gqa_pack) unless a rule of the scores tells
- * the group's heads or rows apart: top-left causal (row 0 sees key 0 only), ALiBi, sinks,
- * dropout, a window; nor with varlen, several rows or no GQA. The suites' decode cases
- * (tests/cases.c decode_q1*, test_decode) check the packed results. */
 /* Entry points of one program built with the same options share one build: a backward plan
  * whose flash_bwd_pre and flash_bwd_dq launches have the same options holds one cl_program for
  * both, with a kernel each (cl_program.c); the context's cache is read directly. */
@@ -285,6 +281,10 @@ static void test_programs_shared(void **state)
     fa_context_destroy(ctx);
 }
 
+/* A one-row GQA decode packs (src/problem.c, fa__gqa_pack) unless a rule of the scores tells
+ * the group's heads or rows apart: top-left causal (row 0 sees key 0 only), ALiBi, sinks,
+ * dropout, a window; nor with varlen, several rows or no GQA. The suites' decode cases
+ * (tests/cases.c decode_q1*, test_decode) check the packed results. */
 static void test_gqa_pack_rule(void **state)
 {
     (void)state;
