@@ -212,14 +212,15 @@ for t in $TARGETS; do
 done >"$WORK/jobs"
 # One variant per line: "target<TAB>index<TAB>entry<TAB>options". The launches built from the
 # same program with the same options are one compile unit: "target<TAB>unit<TAB>program<TAB>
-# options" in $WORK/units, and each job's unit is its fifth field.
+# options<TAB>entry points" in $WORK/units, and each job's unit is its fifth field.
 awk -F'\t' -v OFS='\t' '{ p = $3 ~ /^flash_bwd_/ ? "bwd" : $3 == "flash_merge" ? "merge" : "fwd"
     key = $1 "\t" p "\t" $4
     if (!(key in unit)) { unit[key] = ++n; keys[n] = key }
-    if (index(" " entries[n] " ", " " $3 " ") == 0) entries[unit[key]] = entries[unit[key]] " " $3
-    print $0, unit[key] }
-    END { for (u = 1; u <= n; u++) { split(keys[u], k, "\t")
-            print k[1], u, k[2], k[3], substr(entries[u], 2) >units } }' \
+    u = unit[key]
+    if (index(" " entries[u] " ", " " $3 " ") == 0) entries[u] = entries[u] " " $3
+    print $0, u }
+    END { for (v = 1; v <= n; v++) { split(keys[v], k, "\t")
+            print k[1], v, k[2], k[3], substr(entries[v], 2) >units } }' \
     units="$WORK/units" "$WORK/jobs" >"$WORK/jobs.units"
 mv "$WORK/jobs.units" "$WORK/jobs"
 # shellcheck disable=SC2016 # $1 is expanded by the inner bash
