@@ -323,7 +323,8 @@ void row_scores(__local float *s_row, __local const tile_t *q_col, __local const
  * ALiBi's distant keys made about 14% of P denormal at N 2048 (d 64, 8 heads, the CLI's slopes)
  * and the forward took 126-138 ms on pocl against 55 without ALiBi; flushed, 59-66. Neither O
  * nor the row sum moves by more than their rounding: l is at least 1 (the row's largest P) and
- * O's f32 accumulation rounds at 2^-24 of its largest term, far above 2^-126 of any. */
+ * O's f32 accumulation rounds at 2^-24 of its largest term, far above 2^-126 of any. The CUDA
+ * kernels do the same (flash_common.cu, flush_tiny). */
 #define FLUSH_TINY(T, p) select((p), (T)0.0f, (p) < FLT_MIN)
 
 /* The online softmax over one S row, in two steps around dropout: lane_max is the max of a

@@ -159,7 +159,8 @@ __device__ __forceinline__ float grad_element(float dot, float dp, float z,
                                               float d, float *ds)
 {
     float dcap = 1.0f;
-    const float pr = visible ? exp2f(score_log2(dot, p, hm, row, key, &dcap) - lse2) : 0.0f;
+    const float pr =
+        visible ? flush_tiny(exp2f(score_log2(dot, p, hm, row, key, &dcap) - lse2)) : 0.0f;
     *ds = pr * (z * dp - d) * dcap;
     return pr * z;
 }

@@ -71,8 +71,16 @@ static_assert(BIAS_DTYPE == 0 || BIAS_DTYPE == DTYPE, "BIAS_DTYPE: f32 or the st
 #define LN2 0.69314718055994530942f
 #define LOG2E 1.44269504088896340736f
 #define NEG_INF __int_as_float(0xff800000)
+#define FLT_MIN_NORMAL __int_as_float(0x00800000) /* 2^-126, FLT_MIN */
 
 typedef long long i64;
+
+/* A probability P below FLT_MIN (2^-126) as 0, as flash_common.cl's FLUSH_TINY: such a P is a
+ * denormal, which costs x86 CPUs a microcode assist per FMA (ALiBi's distant keys made pocl's
+ * forward 2.3x slower); GPUs take denormals at full speed, and flushing them here too keeps the
+ * backends' P the same. Neither O nor the row sum moves by more than their rounding: l is at
+ * least 1 (the row's largest P) and O's f32 sum rounds at 2^-24 of its largest term. */
+__device__ __forceinline__ float flush_tiny(float p) { return p < FLT_MIN_NORMAL ? 0.0f : p; }
 
 /* ---- storage type: raw copies global -> shared, f32 conversion on loads from shared ------- */
 /* to_f32: one stored element as f32; to_store: f32 to the storage type, rounding to nearest

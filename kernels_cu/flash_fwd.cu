@@ -474,7 +474,7 @@ __device__ void tile_fwd_cuda_cores(const store_t *__restrict__ q,
         for (int i = 0; i < KEYS_PER_THREAD; i++) {
             int c = t + i * THREADS_PER_ROW;
             if (c < BLOCK_C) {
-                float p_c = exp2f(s[i] - m_use);
+                float p_c = flush_tiny(exp2f(s[i] - m_use));
                 s_row[c] = p_c;
                 tile_sum += p_c;
             }
@@ -677,7 +677,7 @@ __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__res
         for (int n = 0; n < S_TILES; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                s[n][e] = exp2f(s[n][e] - m_use[e / 2]);
+                s[n][e] = flush_tiny(exp2f(s[n][e] - m_use[e / 2]));
                 tile_sum[e / 2] += s[n][e];
             }
 #pragma unroll
