@@ -126,7 +126,7 @@ float grad_element(float s, float dp, const fa_kernel_params *p, float slope2,
         return 0.0f;
     float dcap = 1.0f;
 #if FEATURES & FA_FEATURE_SOFTCAP
-    float t = SOFTCAP_TANH(s, p->softcap); /* s = cap * tanh(s / cap), log2 units */
+    float t = softcap_tanh(s, p->softcap); /* s = cap * tanh(s / cap), log2 units */
     s = (p->softcap * LOG2E) * t;
     dcap = 1.0f - t * t;
 #endif
@@ -313,8 +313,8 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
         load_tile(vt_tile, v_head, k0, sk, p.v_stride_s, BLOCK_C, 1);
         load_tile(k_tile, k_head, k0, sk, p.k_stride_s, BLOCK_C, 0);
         barrier(CLK_LOCAL_MEM_FENCE);
-        row_scores(s_row + c0, q_tile + r, kt_tile + c0, SCORE_SCALE(p)); /* S (log2 units) */
-        row_scores(dp_row + c0, do_tile + r, vt_tile + c0, 1.0f);         /* dP = dO V^T */
+        row_scores(s_row + c0, q_tile + r, kt_tile + c0, SCORE_SCALE(p), &p, 0); /* S, log2 */
+        row_scores(dp_row + c0, do_tile + r, vt_tile + c0, 1.0f, &p, 0);         /* dP = dO V^T */
 #if GRAD_MODS
         /* The modifiers, the mask, P and dS = P (Z dP - D) dcap, element by element. */
         grad_row_dq(s_row, dp_row, &p, slope2, bias_row, b, h, row, k0, c0, row_begin,
@@ -432,8 +432,8 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
             load_tile(do_tile, do_head, r0, sq, p.do_stride_s, BLOCK_C, 0);
             load_row_stats(lse2_v, d_v, keys_v, lse, delta, &p, b, h, seq.q_start, r0);
             barrier(CLK_LOCAL_MEM_FENCE);
-            row_scores(st_row + c0, kt_tile + c, qt_tile + c0, SCORE_SCALE(p)); /* S^T, log2 */
-            row_scores(dpt_row + c0, vt_tile + c, dot_tile + c0, 1.0f); /* dP^T = V dO^T */
+            row_scores(st_row + c0, kt_tile + c, qt_tile + c0, SCORE_SCALE(p), &p, 0); /* S^T */
+            row_scores(dpt_row + c0, vt_tile + c, dot_tile + c0, 1.0f, &p, 0); /* dP^T = V dO^T */
 #if GRAD_MODS
             /* The modifiers, the mask, P^T Z and dS^T = P (Z dP - D) dcap, by element. */
             grad_row_dkdv(st_row, dpt_row, &p ALIBI_PASS BIAS_PASS, b, h, key, r0, c0, lse2_v,

@@ -281,43 +281,6 @@ void load_tile(__local tile_t *tile, __global const store_t *src, long row0, lon
 }
 #endif
 
-/* One lane's keys of an S row, in log2 units: S[r][c] = sum_x Q[r][x] * K[c][x] * scale *
- * log2(e) for Bc / TPR keys c of the tile (the whole row where TPR is 1, as in the backward),
- * x in [0, d), reading q_col = Q^T[x][r] (column r of the d x Br tile, stride Br) and k_t =
- * K^T[x][c] (d x Bc, stride Bc, from the lane's first key), writing s_row[c]. Four float_keys
- * vectors (keys c = KEYS_PER_VEC * kvec ..) at a time, so each Q element loaded feeds four
- * multiply-adds. */
-void row_scores(__local float *s_row, __local const tile_t *q_col, __local const tile_t *k_t,
-                float scale_log2)
-{
-    int kvec = 0; /* the vector of keys c = KEYS_PER_VEC * kvec .. +KEYS_PER_VEC of the row */
-    for (; kvec + 4 <= VECS_PER_LANE_KEYS; kvec += 4) {
-        float_keys s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f; /* vectors kvec .. kvec+3 */
-        __local const tile_t *k_cols = k_t + kvec * KEYS_PER_VEC; /* K^T[0][c ..] */
-#pragma unroll 4
-        for (int x = 0; x < HEAD_DIM; x++) {
-            float qx = LOAD_ONE_F32(q_col + x * BLOCK_R);         /* Q^T[x][r] */
-            __local const tile_t *k_row = k_cols + x * BLOCK_C; /* K^T[x][c ..] */
-            s0 += qx * LOAD_KEYS_F32(k_row);
-            s1 += qx * LOAD_KEYS_F32(k_row + KEYS_PER_VEC);
-            s2 += qx * LOAD_KEYS_F32(k_row + 2 * KEYS_PER_VEC);
-            s3 += qx * LOAD_KEYS_F32(k_row + 3 * KEYS_PER_VEC);
-        }
-        S_STORE_KEYS(s0 * scale_log2, s_row + kvec * KEYS_PER_VEC);
-        S_STORE_KEYS(s1 * scale_log2, s_row + (kvec + 1) * KEYS_PER_VEC);
-        S_STORE_KEYS(s2 * scale_log2, s_row + (kvec + 2) * KEYS_PER_VEC);
-        S_STORE_KEYS(s3 * scale_log2, s_row + (kvec + 3) * KEYS_PER_VEC);
-    }
-    for (; kvec < VECS_PER_LANE_KEYS; kvec++) { /* the last 0 .. 3 vectors, one at a time */
-        float_keys s0 = 0.0f;
-        UNROLL_4_ON_GPU
-        for (int x = 0; x < HEAD_DIM; x++) /* Q^T[x][r] * K^T[x][c ..] */
-            s0 += LOAD_ONE_F32(q_col + x * BLOCK_R) *
-                  LOAD_KEYS_F32(k_t + x * BLOCK_C + kvec * KEYS_PER_VEC);
-        S_STORE_KEYS(s0 * scale_log2, s_row + kvec * KEYS_PER_VEC);
-    }
-}
-
 /* A probability P below FLT_MIN (2^-126) as 0, by lanes (T: float or a float vector). Such a
  * P is a denormal, and on x86 CPUs every FMA with a denormal operand takes a microcode assist:
  * ALiBi's distant keys made about 14% of P denormal at N 2048 (d 64, 8 heads, the CLI's slopes)
@@ -455,11 +418,32 @@ __constant float lane_index[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
 #define LANE_INDEX CAT(vload, KEYS_PER_VEC)(0, lane_index)
 #endif
 
-/* tanh(s / cap) as 1 - 2 / (exp(2 s / cap) + 1): +-1 at the infinities, a few 1e-7 (absolute)
- * from tanh elsewhere, and cheaper on pocl than its tanh (softcap cost 18% over no modifier
- * with tanh, 10% with this). The forward and the backward use the same, so the backward
- * recomputes the forward's S. */
-#define SOFTCAP_TANH(s, cap) (1.0f - 2.0f / (exp2((s) * (2.0f * LOG2E / (cap))) + 1.0f))
+/* tanh(s / cap) as 1 - 2 / (2^a + 1), a = 2 s / cap in log2 units, for T = float (FT, IT: its
+ * as_float, as_int) or a float vector: +-1 at the infinities (a is clamped to [-64, 64], where
+ * tanh is +-1 in f32 already), a NaN stays NaN, and a few 1e-7 (absolute) from tanh elsewhere.
+ * 2^a is made here, not by exp2: a = n + f with n = rint(a) (the 1.5 * 2^23 addition rounds to
+ * an integer, whose bits hold n), 2^f by a degree-6 fit on [-1/2, 1/2] (relative error 1e-7 in
+ * f32), 2^n in the exponent bits. pocl's exp2 handles every f32 and is twice the instructions:
+ * softcap cost 12% over no modifier with it, 9% with this (B1 H8 N2048 d64 f32, Xeon). The
+ * forward and the backward use the same, so the backward recomputes the forward's S. */
+#define DEFINE_SOFTCAP_TANH(name, T, FT, IT)                                                    \
+    T name(T s, float cap)                                                                      \
+    {                                                                                           \
+        T a = s * (2.0f * LOG2E / cap);                                                         \
+        a = select(select(a, (T)64.0f, a > 64.0f), (T)-64.0f, a < -64.0f);                      \
+        T big = a + 12582912.0f, f = a - (big - 12582912.0f);                                   \
+        T e = ((1.546531857e-4f * f + 1.339528593e-3f) * f + 9.618040174e-3f) * f;             \
+        e = (((e + 5.550340563e-2f) * f + 2.402265072e-1f) * f + 6.931471825e-1f) * f + 1.0f;   \
+        e *= FT((IT(big) - 0x4B400000 + 127) << 23);                                            \
+        return 1.0f - 2.0f / (e + 1.0f);                                                        \
+    }
+DEFINE_SOFTCAP_TANH(softcap_tanh, float, as_float, as_int)
+#if KEYS_PER_VEC > 1
+DEFINE_SOFTCAP_TANH(softcap_tanh_keys, float_keys, CAT(as_float, KEYS_PER_VEC),
+                    CAT(as_int, KEYS_PER_VEC))
+#else
+#define softcap_tanh_keys softcap_tanh
+#endif
 
 /* The score the plain kernel's S = Q K^T * scale is multiplied by: natural units where softcap
  * needs them (tanh of the true score), else log2 units directly. */
@@ -485,7 +469,7 @@ typedef struct row_mods {
 float_keys modify_keys(float_keys s, const fa_kernel_params *p, const row_mods *rm, int at)
 {
 #if FEATURES & FA_FEATURE_SOFTCAP
-    s = (p->softcap * LOG2E) * SOFTCAP_TANH(s, p->softcap); /* s = cap * tanh(s / cap) */
+    s = (p->softcap * LOG2E) * softcap_tanh_keys(s, p->softcap); /* cap tanh(s / cap) */
 #endif
 #if FEATURES & FA_FEATURE_ALIBI
     s -= rm->slope2 * fabs((float_keys)(float)(rm->dist0 - at) - LANE_INDEX); /* |i' - j| */
@@ -493,25 +477,41 @@ float_keys modify_keys(float_keys s, const fa_kernel_params *p, const row_mods *
     return s;
 }
 
-/* The score modifiers over one lane's keys of an S row (the forward's): softcap, ALiBi, then
- * the bias, by vectors where a whole vector of keys has one, the last keys one by one (a
- * private array for a partial vector cost pocl a third of the run: 65% against 12% over no
- * bias). */
-void modify_row(__local float *s_row, const fa_kernel_params *p, const row_mods *rm)
+/* Stores one float_keys vector of scores s (keys at .. + KEYS_PER_VEC of the lane's) to s_row,
+ * through softcap and ALiBi where rm is not NULL (the forward's): applied as row_scores makes
+ * the scores, not in a pass of their own over S (pocl, B1 H8 N2048 d64 f32, medians of seven
+ * rounds: ALiBi 64.1 -> 60.6 ms, with 59.0 for no modifier). */
+void store_scores(float_keys s, __local float *s_row, int at, const fa_kernel_params *p,
+                  const row_mods *rm)
 {
-    for (int kvec = 0; kvec < VECS_PER_LANE_KEYS; kvec++) {
-        int at = kvec * KEYS_PER_VEC;
-        float_keys s = modify_keys(S_LOAD_KEYS(s_row + at), p, rm, at);
-#if FEATURES & FA_FEATURE_BIAS
-        if (at + KEYS_PER_VEC <= rm->bias_keys)
-            s += LOG2E * load_bias_keys(rm->bias_row + at);
+#if FEATURES & (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI)
+    if (rm)
+        s = modify_keys(s, p, rm, at);
 #endif
-        S_STORE_KEYS(s, s_row + at);
-    }
+    S_STORE_KEYS(s, s_row + at);
+}
+
+/* S += bias over one lane's keys of an S row, by vectors where a whole vector of keys has one,
+ * the last keys one by one (a private array for a partial vector cost pocl a third of the run:
+ * 65% against 12% over no bias). A pass of its own: pocl overlaps its global loads across the
+ * work-group's rows, where added in store_scores each row's waited behind its dot products
+ * (+30% over no bias against +16%). */
+void add_bias(__local float *s_row, const row_mods *rm)
+{
 #if FEATURES & FA_FEATURE_BIAS
+    for (int at = 0; at + KEYS_PER_VEC <= rm->bias_keys; at += KEYS_PER_VEC)
+        S_STORE_KEYS(S_LOAD_KEYS(s_row + at) + LOG2E * load_bias_keys(rm->bias_row + at),
+                     s_row + at);
     for (int c = rm->bias_keys / KEYS_PER_VEC * KEYS_PER_VEC; c < rm->bias_keys; c++)
         s_row[c] += LOG2E * load_bias(rm->bias_row + c); /* the keys of a partial vector */
 #endif
+}
+
+/* Softcap and ALiBi over one lane's keys of an S row made elsewhere (DIRECT_KV's). */
+void modify_row(__local float *s_row, const fa_kernel_params *p, const row_mods *rm)
+{
+    for (int kvec = 0; kvec < VECS_PER_LANE_KEYS; kvec++)
+        store_scores(S_LOAD_KEYS(s_row + kvec * KEYS_PER_VEC), s_row, kvec * KEYS_PER_VEC, p, rm);
 }
 
 /* The modifier inputs of query row `row` of (batch b, query head h), at key 0 (row_mods_at_tile
@@ -537,6 +537,44 @@ void row_mods_at_tile(row_mods *rm, const row_mods *base, long k0, int valid_key
     rm->dist0 = base->dist0 - k0;
     rm->bias_row = base->bias_row ? base->bias_row + k0 : 0;
     rm->bias_keys = base->bias_row ? valid_keys : 0;
+}
+
+/* One lane's keys of an S row, in log2 units: S[r][c] = sum_x Q[r][x] * K[c][x] * scale *
+ * log2(e) for Bc / TPR keys c of the tile (the whole row where TPR is 1, as in the backward),
+ * x in [0, d), reading q_col = Q^T[x][r] (column r of the d x Br tile, stride Br) and k_t =
+ * K^T[x][c] (d x Bc, stride Bc, from the lane's first key), writing s_row[c] through softcap
+ * and ALiBi where rm is not NULL (store_scores; the backward passes NULL). Four float_keys
+ * vectors (keys c = KEYS_PER_VEC * kvec ..) at a time, so each Q element loaded feeds four
+ * multiply-adds. */
+void row_scores(__local float *s_row, __local const tile_t *q_col, __local const tile_t *k_t,
+                float scale_log2, const fa_kernel_params *p, const row_mods *rm)
+{
+    int kvec = 0; /* the vector of keys c = KEYS_PER_VEC * kvec .. +KEYS_PER_VEC of the row */
+    for (; kvec + 4 <= VECS_PER_LANE_KEYS; kvec += 4) {
+        float_keys s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f; /* vectors kvec .. kvec+3 */
+        __local const tile_t *k_cols = k_t + kvec * KEYS_PER_VEC; /* K^T[0][c ..] */
+#pragma unroll 4
+        for (int x = 0; x < HEAD_DIM; x++) {
+            float qx = LOAD_ONE_F32(q_col + x * BLOCK_R);         /* Q^T[x][r] */
+            __local const tile_t *k_row = k_cols + x * BLOCK_C; /* K^T[x][c ..] */
+            s0 += qx * LOAD_KEYS_F32(k_row);
+            s1 += qx * LOAD_KEYS_F32(k_row + KEYS_PER_VEC);
+            s2 += qx * LOAD_KEYS_F32(k_row + 2 * KEYS_PER_VEC);
+            s3 += qx * LOAD_KEYS_F32(k_row + 3 * KEYS_PER_VEC);
+        }
+        store_scores(s0 * scale_log2, s_row, kvec * KEYS_PER_VEC, p, rm);
+        store_scores(s1 * scale_log2, s_row, (kvec + 1) * KEYS_PER_VEC, p, rm);
+        store_scores(s2 * scale_log2, s_row, (kvec + 2) * KEYS_PER_VEC, p, rm);
+        store_scores(s3 * scale_log2, s_row, (kvec + 3) * KEYS_PER_VEC, p, rm);
+    }
+    for (; kvec < VECS_PER_LANE_KEYS; kvec++) { /* the last 0 .. 3 vectors, one at a time */
+        float_keys s0 = 0.0f;
+        UNROLL_4_ON_GPU
+        for (int x = 0; x < HEAD_DIM; x++) /* Q^T[x][r] * K^T[x][c ..] */
+            s0 += LOAD_ONE_F32(q_col + x * BLOCK_R) *
+                  LOAD_KEYS_F32(k_t + x * BLOCK_C + kvec * KEYS_PER_VEC);
+        store_scores(s0 * scale_log2, s_row, kvec * KEYS_PER_VEC, p, rm);
+    }
 }
 
 /* Dropout's Philox lanes: counters of DROPOUT_LANES groups of four keys in one call (16 where

@@ -262,16 +262,22 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
             const long row = r0 + r;
             __local float *s_row = s_tile + r * BLOCK_C; /* S[r][0 .. Bc) */
             __local float *s_lane = s_row + c0;          /* S[r][c0 .. c0 + Bc / TPR) */
-#if !DIRECT_KV
-            /* S = Q K^T * scale (in log2 units, for exp2): row r, S[r][c] for the lane's c. */
-            row_scores(s_lane, q_tile + r, k_tile + c0, SCORE_SCALE(p));
-#endif
-
-            /* Score modifiers: softcap, then + ALiBi + bias (log2 units from here on). */
+            /* S = Q K^T * scale (in log2 units, for exp2): row r, S[r][c] for the lane's c; then
+             * the score modifiers: softcap, + ALiBi (both as row_scores makes S) + bias. */
 #if FEATURES & (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_BIAS)
             row_mods tile_mods;
             row_mods_at_tile(&tile_mods, &mods[i], k0 + c0, lane_keys);
-            modify_row(s_lane, &p, &tile_mods);
+            const row_mods *lane_mods = &tile_mods;
+#else
+            const row_mods *lane_mods = 0;
+#endif
+#if !DIRECT_KV
+            row_scores(s_lane, q_tile + r, k_tile + c0, SCORE_SCALE(p), &p, lane_mods);
+#elif FEATURES & (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI)
+            modify_row(s_lane, &p, lane_mods); /* direct_scores_rows made S */
+#endif
+#if FEATURES & FA_FEATURE_BIAS
+            add_bias(s_lane, lane_mods);
 #endif
 
             /* Mask: keys past Sk and, causal, keys after the row's diagonal get -inf, as do
