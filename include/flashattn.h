@@ -143,6 +143,8 @@ typedef enum fa_mask {
  *   its one meaning: the row had no key to attend to.
  * - A score of -inf weighs nothing, as a masked key does; a row whose every allowed score is
  *   -inf is a row with no key (O = 0, LSE = -inf).
+ * - With a softcap the score that the rules above see is softcap * tanh(s / softcap): an s of
+ *   +-inf becomes +-softcap, a finite score and no longer NaN, and a NaN stays NaN.
  * - NaN or +-inf in V reaches O but not LSE. On opencl and cuda it may also reach rows for
  *   which that key is masked but shares a key tile with allowed ones (0 * NaN is NaN); the cpu
  *   backend never reads a masked key.

@@ -38,6 +38,7 @@ static fa_context *golden; /* the cpu backend */
 typedef struct attn {
     fa_dtype dtype;
     int sq, sk;
+    float softcap; /* the problem's (0: off) */
     float q[MAX_SQ * D], k[MAX_SK * D], v[MAX_SK * D];
     float o[MAX_SQ * D], lse[MAX_SQ];
 } attn;
@@ -101,6 +102,7 @@ static void run_keys(fa_context *ctx, attn *a, int sk_used)
     fa_problem p;
     assert_int_equal(fa_problem_init(&p, a->dtype, FA_LAYOUT_BHSD, 1, 1, 1, a->sq, sk_used, D),
                      FA_STATUS_OK);
+    p.softcap = a->softcap;
     fa_buffer *q = upload(ctx, a->dtype, a->q, a->sq * D);
     fa_buffer *k = upload(ctx, a->dtype, a->k, a->sk * D);
     fa_buffer *v = upload(ctx, a->dtype, a->v, a->sk * D);
@@ -224,6 +226,44 @@ static void test_infinite_key(void **state)
     }
 }
 
+/*
+ * Softcap bounds the scores: +-inf becomes +-cap (tanh saturates) and so does any score far past
+ * the cap, while NaN stays NaN. Key 4 gets +inf as in test_infinite_key: row 0 scores it +cap,
+ * row 1 -cap, both finite rows equal to the golden's; row 2 (0 * inf) is NaN. Then finite scores
+ * 362 caps away on both sides (the kernels' tanh saturates past 22 caps) against the golden.
+ */
+static void test_softcap_bounds(void **state)
+{
+    (void)state;
+    for (int t = 0; t < 3; t++) {
+        static attn a, ref;
+        attn_init(&a, all_dtypes[t], 3, 5, 0.5f, 0.25f, 1.0f);
+        a.softcap = 0.5f;
+        a.k[1 * D + 2] = -1.0f;
+        a.q[1 * D + 0] = -0.5f;
+        a.q[2 * D + 0] = 0.0f;
+        a.k[4 * D + 0] = INFINITY;
+        ref = a;
+        run_keys(dut, &a, 5);
+        run_keys(golden, &ref, 5);
+        expect_row_like(&a, &ref, 0, "softcap, +inf score");
+        expect_row_like(&a, &ref, 1, "softcap, -inf score");
+        expect_nan_row(&a, 2, "softcap, 0 * inf score");
+
+        attn_init(&a, all_dtypes[t], 2, 5, 64.0f, 0.0f, 1.0f);
+        a.softcap = 0.5f;
+        for (int j = 0; j < 5; j++)
+            a.k[j * D + j % D] = j % 2 ? 8.0f : -8.0f; /* scores +-181 (scale 1/sqrt(8)) */
+        for (int x = 0; x < D; x++)
+            a.q[1 * D + x] = 0.5f;
+        ref = a;
+        run_keys(dut, &a, 5);
+        run_keys(golden, &ref, 5);
+        expect_row_like(&a, &ref, 0, "softcap, scores +-362 caps");
+        expect_row_like(&a, &ref, 1, "softcap, scores within the cap");
+    }
+}
+
 /* NaN in one V row: every O row reads it, no LSE does. */
 static void test_nan_value(void **state)
 {
@@ -331,7 +371,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nan_query),   cmocka_unit_test(test_infinite_key),
         cmocka_unit_test(test_nan_value),   cmocka_unit_test(test_score_range),
-        cmocka_unit_test(test_value_range),
+        cmocka_unit_test(test_value_range), cmocka_unit_test(test_softcap_bounds),
     };
     return cmocka_run_group_tests_name(fa_backend_name(the_backend), tests, open_contexts,
                                        close_contexts);
