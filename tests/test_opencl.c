@@ -281,6 +281,64 @@ static void test_programs_shared(void **state)
     fa_context_destroy(ctx);
 }
 
+/* The VEC_MAX a forward's program is built with on this device, FLASHATTN_OPENCL_VECTOR_WIDTH
+ * set to `width` (NULL: unset); -1 where the context was not made, its status in *st. */
+static int built_vec_max(const char *width, fa_status *st, char *why, size_t why_size)
+{
+    harness_env saved;
+    harness_env_save(&saved, "FLASHATTN_OPENCL_VECTOR_WIDTH");
+    if (width)
+        setenv("FLASHATTN_OPENCL_VECTOR_WIDTH", width, 1);
+    else
+        unsetenv("FLASHATTN_OPENCL_VECTOR_WIDTH");
+    fa_context *ctx = NULL;
+    fa_context_options opts = {FA_BACKEND_OPENCL, 0};
+    *st = fa_context_create(&ctx, &opts, why, why_size);
+    harness_env_restore(&saved);
+    if (*st != OK)
+        return -1;
+    fa_problem p;
+    assert_int_equal(fa_problem_init(&p, FA_DTYPE_F32, FA_LAYOUT_BHSD, 1, 2, 2, 64, 64, 64), OK);
+    fa_plan *plan = NULL;
+    assert_int_equal(fa_plan_create(ctx, &p, &plan), OK);
+    int vec_max = -1;
+    const fa__cl_state *s = ctx->state;
+    for (const fa__kernel_entry *e = s->programs.head; e; e = e->next) {
+        const char *at = strstr(e->key, "VEC_MAX=");
+        if (strncmp(e->key, "flash_fwd ", 10) == 0 && at)
+            vec_max = atoi(at + 8);
+    }
+    fa_plan_destroy(plan);
+    fa_context_destroy(ctx);
+    return vec_max;
+}
+
+/* FLASHATTN_OPENCL_VECTOR_WIDTH stands for the device's preferred width: on a CPU device 8
+ * builds float8 kernels and 16 float16 ones (GPUs keep float4); a malformed value is an error
+ * naming the variable, not the device's width. */
+static void test_vector_width_override(void **state)
+{
+    (void)state;
+    fa_status st = OK;
+    char why[300] = "";
+    fa_device_props props;
+    fa_context *ctx = NULL;
+    fa_context_options opts = {FA_BACKEND_OPENCL, 0};
+    assert_int_equal(fa_context_create(&ctx, &opts, NULL, 0), OK);
+    assert_int_equal(fa_context_device_props(ctx, &props), OK);
+    fa_context_destroy(ctx);
+    int own = built_vec_max(NULL, &st, why, sizeof why);
+    assert_true(own == 4 || own == 8 || own == 16);
+    assert_int_equal(built_vec_max("8", &st, why, sizeof why), props.gpu ? 4 : 8);
+    assert_int_equal(built_vec_max("16", &st, why, sizeof why), props.gpu ? 4 : 16);
+    const char *bad[] = {"7", "32", "8x", "-8"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(built_vec_max(bad[i], &st, why, sizeof why), -1);
+        assert_int_equal(st, FA_STATUS_INVALID_ARGUMENT);
+        assert_non_null(strstr(why, "FLASHATTN_OPENCL_VECTOR_WIDTH"));
+    }
+}
+
 /* A one-row GQA decode packs (src/problem.c, fa__gqa_pack) unless a rule of the scores tells
  * the group's heads or rows apart: top-left causal (row 0 sees key 0 only), ALiBi, sinks,
  * dropout, a window; nor with varlen, several rows or no GQA. The suites' decode cases
@@ -988,6 +1046,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_device_props),    cmocka_unit_test(test_direct_kv_rule),
         cmocka_unit_test(test_f32_tiles_rule),  cmocka_unit_test(test_cpu_keys_rule),
         cmocka_unit_test(test_gqa_pack_rule),    cmocka_unit_test(test_programs_shared),
+        cmocka_unit_test(test_vector_width_override),
         cmocka_unit_test(test_context_create_args),
         cmocka_unit_test(test_context_retains), cmocka_unit_test(test_wrap_checks),
         cmocka_unit_test(test_wrap_on_cpu),     cmocka_unit_test(test_forward_wrapped),

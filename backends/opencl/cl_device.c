@@ -487,6 +487,26 @@ fa_status fa__cl_device_props(cl_device_id device, fa_device_props *out, char *w
     return st == FA_STATUS_OK ? as_gpu(out, why, why_size) : st;
 }
 
+/* FLASHATTN_OPENCL_VECTOR_WIDTH = 1, 2, 4, 8 or 16 stands for the device's preferred float
+ * vector width, which picks a CPU device's kernel vectors (opencl.c, cl_launch_prepare:
+ * float16 from 16 on, else float8): 8 runs on an AVX-512 machine the float8 kernels that
+ * machines without AVX-512 get, so the suite tests both. Unset or empty: the device's. */
+static fa_status vector_width_override(fa_context *ctx, fa__cl_state *s)
+{
+    const char *v = getenv("FLASHATTN_OPENCL_VECTOR_WIDTH");
+    if (!v || !*v)
+        return FA_STATUS_OK;
+    static const char *const widths[] = {"1", "2", "4", "8", "16"};
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) {
+        if (strcmp(v, widths[i]) == 0) {
+            s->vector_width = 1u << i;
+            return FA_STATUS_OK;
+        }
+    }
+    return fa__error(ctx, FA_STATUS_INVALID_ARGUMENT,
+                     "FLASHATTN_OPENCL_VECTOR_WIDTH = \"%s\" is not 1, 2, 4, 8 or 16", v);
+}
+
 fa_status fa__cl_state_limits(fa_context *ctx, fa__cl_state *s)
 {
     cl_device_type type = 0;
@@ -502,6 +522,9 @@ fa_status fa__cl_state_limits(fa_context *ctx, fa__cl_state *s)
     if (err != CL_SUCCESS)
         return fa__error(ctx, fa__cl_status(err), "OpenCL: clGetDeviceInfo(%s) failed (%s, %d)",
                          failed, fa__cl_error_name(err), (int)err);
+    fa_status st = vector_width_override(ctx, s);
+    if (st != FA_STATUS_OK)
+        return st;
     if (s->base_align_bits < 8)
         s->base_align_bits = 8; /* bits; a byte is the least any device can mean */
     /* A CPU device's memory is host memory: allocating it as such costs nothing and makes
