@@ -509,8 +509,10 @@ static void case_problem(const mod_case *c, fa_problem *p)
         fa_tensor_layout *l = &p->bias_layout; /* padded rows, gaps, an offset */
         l->offset = 3;
         l->stride_seq = c->sk + 2;
-        l->stride_head = c->sq * l->stride_seq + 1;
-        l->stride_batch = c->bias_bcast ? 0 : c->hq * l->stride_head + 4;
+        /* The bias in the problem's dtype is shared by the heads (stride 0, which the OpenCL
+           forward visits heads-first); the others have a head stride with a gap. */
+        l->stride_head = c->bias_in_dtype ? 0 : c->sq * l->stride_seq + 1;
+        l->stride_batch = c->bias_bcast ? 0 : c->hq * (c->sq * l->stride_seq + 1) + 4;
     }
     if (c->feat & F_DROP) {
         p->dropout_p = 0.25f;
