@@ -107,19 +107,21 @@ float lse2_of(float lse)
 }
 
 /* ---- the score modifiers and dropout in the backward (FEATURES) ---------------------------- */
-/* With any modifier but the sinks (which only the LSE carries), P and dS are computed element
- * by element: dropout's Z and softcap's derivative join dS, and the window's mask has two
- * sides. Without them the vector path above (row_grad) runs unchanged. */
-#define GRAD_MODS (FEATURES & ~FA_FEATURE_SINKS)
+/* With softcap, ALiBi, a bias or a window, P and dS are computed element by element: softcap's
+ * derivative joins dS, and the window's mask has two sides. Without them the vector path above
+ * (row_grad) runs; the sinks only the LSE carries. Dropout's Z joins dP before either path and
+ * the dK/dV pass's P after it, by vectors (dropout_row, dropout_key_rows): dS = P (Z dP - D),
+ * dV's weight P Z. */
+#define GRAD_MODS (FEATURES & ~(FA_FEATURE_SINKS | FA_FEATURE_DROPOUT))
 
 #if GRAD_MODS
-/* One element (query i, key j) of a score tile: s = q.k * SCORE_SCALE, dp = dO_i . V_j, z the
- * dropout factor (1 without dropout); lse2 and d are row i's LSE (log2 units) and D, bias_row
- * row i's bias (when on). Returns P Z (dV's weight) and sets *ds = P (Z dP - D) dcap, dcap =
+/* One element (query i, key j) of a score tile: s = q.k * SCORE_SCALE, zdp = Z dO_i . V_j
+ * (Z the dropout factor, 1 without dropout); lse2 and d are row i's LSE (log2 units) and D,
+ * bias_row row i's bias (when on). Returns P and sets *ds = P (Z dP - D) dcap, dcap =
  * d softcap(s) / ds (dQ's and dK's weight before the scale). A key the row may not see gives 0. */
-float grad_element(float s, float dp, const fa_kernel_params *p, float slope2,
+float grad_element(float s, float zdp, const fa_kernel_params *p, float slope2,
                    __global const bias_t *bias_row, long i, long j, bool visible, float lse2,
-                   float d, float z, float *ds)
+                   float d, float *ds)
 {
     *ds = 0.0f;
     if (!visible)
@@ -137,8 +139,8 @@ float grad_element(float s, float dp, const fa_kernel_params *p, float slope2,
     s += LOG2E * load_bias(bias_row + j);
 #endif
     float pr = FLUSH_TINY(float, exp2(s - lse2)); /* P = exp(S - LSE) */
-    *ds = pr * (z * dp - d) * dcap;
-    return pr * z;
+    *ds = pr * (zdp - d) * dcap;
+    return pr;
 }
 
 /* Row i's bias (bias_t, keys contiguous) of (batch b, query head h); 0 without a bias. */
@@ -163,45 +165,24 @@ float slope2_of(const fa_kernel_params *p ALIBI_ARG, long h)
 #endif
 }
 
-/* Dropout's factor for (b, h, i, j) from the words w of its group of four keys. */
-float dropout_z(const fa_kernel_params *p, const uint w[4], long j)
-{
-#if FEATURES & FA_FEATURE_DROPOUT
-    return w[j & 3] >= p->dropout_threshold ? p->dropout_scale : 0.0f;
-#else
-    return 1.0f;
-#endif
-}
-
-/* The dQ pass's row i of (b, h): the lane's keys j = k0 + c, c in [c0, c0 + BLOCK_C / TPR), of
- * the tile, visible in [begin, end). s_row (S) becomes P Z and dp_row (dP) dS; one Philox call
- * per group of four keys. */
+/* The dQ pass's row i: the lane's keys j = k0 + c, c in [c0, c0 + BLOCK_C / TPR), of the tile,
+ * visible in [begin, end). s_row (S) becomes P and dp_row (Z dP) dS. */
 void grad_row_dq(__local float *s_row, __local float *dp_row, const fa_kernel_params *p,
-                 float slope2, __global const bias_t *bias_row, long b, long h, long i, long k0,
-                 int c0, long begin, long end, float lse2, float d)
+                 float slope2, __global const bias_t *bias_row, long i, long k0, int c0,
+                 long begin, long end, float lse2, float d)
 {
-    uint w[4] = {0, 0, 0, 0};
-    long group = -1; /* the key group w belongs to */
     for (int c = c0; c < c0 + LANE_KEYS; c++) {
         long j = k0 + c;
-        bool visible = j >= begin && j < end;
-#if FEATURES & FA_FEATURE_DROPOUT
-        if (visible && j >> 2 != group) {
-            group = j >> 2;
-            fa_dropout_words(p, b, h, i, j, w);
-        }
-#endif
         float ds;
-        s_row[c] = grad_element(s_row[c], dp_row[c], p, slope2, bias_row, i, j, visible, lse2,
-                                d, dropout_z(p, w, j), &ds);
+        s_row[c] = grad_element(s_row[c], dp_row[c], p, slope2, bias_row, i, j,
+                                j >= begin && j < end, lse2, d, &ds);
         dp_row[c] = ds;
     }
 }
 
 /* The dK/dV pass's key j against the lane's query rows i = r0 + c, c in [c0, c0 + BLOCK_C /
- * TPR), of (b, h): st_row (S^T) becomes P^T Z and dpt_row (dP^T) dS^T. keys_v holds each row's
- * key end (0 for a row with no key). Each element needs its own Philox call: the counter holds
- * the row. */
+ * TPR), of (b, h): st_row (S^T) becomes P^T and dpt_row (Z dP^T) dS^T. keys_v holds each row's
+ * key end (0 for a row with no key). */
 void grad_row_dkdv(__local float *st_row, __local float *dpt_row, const fa_kernel_params *p
                    ALIBI_ARG BIAS_ARG, long b, long h, long j, long r0, int c0,
                    __local const float *lse2_v, __local const float *d_v,
@@ -211,15 +192,10 @@ void grad_row_dkdv(__local float *st_row, __local float *dpt_row, const fa_kerne
     for (int c = c0; c < c0 + LANE_KEYS; c++) {
         long i = r0 + c;
         bool visible = j < keys_v[c] && j >= fa_keys_begin(p, FEATURES, i);
-        uint w[4] = {0, 0, 0, 0};
-#if FEATURES & FA_FEATURE_DROPOUT
-        if (visible)
-            fa_dropout_words(p, b, h, i, j, w);
-#endif
         float ds;
         st_row[c] = grad_element(st_row[c], dpt_row[c], p, slope2,
                                  visible ? bias_row_of(p BIAS_PASS, b, h, i) : 0, i, j, visible,
-                                 lse2_v[c], d_v[c], dropout_z(p, w, j), &ds);
+                                 lse2_v[c], d_v[c], &ds);
         dpt_row[c] = ds;
     }
 }
@@ -315,10 +291,14 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
         barrier(CLK_LOCAL_MEM_FENCE);
         row_scores(s_row + c0, q_tile + r, kt_tile + c0, SCORE_SCALE(p), &p, 0); /* S, log2 */
         row_scores(dp_row + c0, do_tile + r, vt_tile + c0, 1.0f, &p, 0);         /* dP = dO V^T */
+#if FEATURES & FA_FEATURE_DROPOUT
+        dropout_row(dp_row + c0, &p, b, h, row, k0 + c0, /* Z dP */
+                    (int)clamp(sk - (k0 + c0), 0L, (long)LANE_KEYS));
+#endif
 #if GRAD_MODS
         /* The modifiers, the mask, P and dS = P (Z dP - D) dcap, element by element. */
-        grad_row_dq(s_row, dp_row, &p, slope2, bias_row, b, h, row, k0, c0, row_begin,
-                    row_keys, lse2, d);
+        grad_row_dq(s_row, dp_row, &p, slope2, bias_row, row, k0, c0, row_begin, row_keys,
+                    lse2, d);
 #else
         for (long c = max(row_keys - k0, (long)c0); c < c0 + LANE_KEYS; c++)
             s_row[c] = -INFINITY;
@@ -434,8 +414,11 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
             barrier(CLK_LOCAL_MEM_FENCE);
             row_scores(st_row + c0, kt_tile + c, qt_tile + c0, SCORE_SCALE(p), &p, 0); /* S^T */
             row_scores(dpt_row + c0, vt_tile + c, dot_tile + c0, 1.0f, &p, 0); /* dP^T = V dO^T */
+#if FEATURES & FA_FEATURE_DROPOUT
+            dropout_key_rows(dpt_row + c0, &p, b, h, key, r0 + c0, LANE_KEYS); /* Z dP^T */
+#endif
 #if GRAD_MODS
-            /* The modifiers, the mask, P^T Z and dS^T = P (Z dP - D) dcap, by element. */
+            /* The modifiers, the mask, P^T and dS^T = P (Z dP - D) dcap, by element. */
             grad_row_dkdv(st_row, dpt_row, &p ALIBI_PASS BIAS_PASS, b, h, key, r0, c0, lse2_v,
                           d_v, keys_v);
 #else
@@ -447,6 +430,9 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
                              st_row + at);
             }
             row_grad(st_row + c0, dpt_row + c0, lse2_v + c0, d_v + c0, 0.0f, 0.0f); /* P^T, dS^T */
+#endif
+#if FEATURES & FA_FEATURE_DROPOUT
+            dropout_key_rows(st_row + c0, &p, b, h, key, r0 + c0, LANE_KEYS); /* P^T Z */
 #endif
             ROW_WRITTEN();
             int rows = (int)min((long)BLOCK_C, sq - r0);
