@@ -38,9 +38,11 @@
 #if KEYS_PER_VEC == 1
 typedef int int_keys;
 #define LOAD_INT_KEYS(p) (*(p))
+#define LOAD_PRIVATE_KEYS(p) (*(p))
 #else
 typedef CAT(int, KEYS_PER_VEC) int_keys;
 #define LOAD_INT_KEYS(p) CAT(vload, KEYS_PER_VEC)(0, p)
+#define LOAD_PRIVATE_KEYS(p) CAT(vload, KEYS_PER_VEC)(0, p)
 #endif
 
 /* One stored element of a global tensor as f32. */
@@ -115,33 +117,37 @@ float lse2_of(float lse)
 #define GRAD_MODS (FEATURES & ~(FA_FEATURE_SINKS | FA_FEATURE_DROPOUT))
 
 #if GRAD_MODS
-/* One element (query i, key j) of a score tile: s = q.k * SCORE_SCALE, zdp = Z dO_i . V_j
- * (Z the dropout factor, 1 without dropout); lse2 and d are row i's LSE (log2 units) and D,
- * bias_row row i's bias (when on). Returns P and sets *ds = P (Z dP - D) dcap, dcap =
- * d softcap(s) / ds (dQ's and dK's weight before the scale). A key the row may not see gives 0. */
-float grad_element(float s, float zdp, const fa_kernel_params *p, float slope2,
-                   __global const bias_t *bias_row, long i, long j, bool visible, float lse2,
-                   float d, float *ds)
-{
-    *ds = 0.0f;
-    if (!visible)
-        return 0.0f;
-    float dcap = 1.0f;
-#if FEATURES & FA_FEATURE_SOFTCAP
-    float t = softcap_tanh(s, p->softcap); /* s = cap * tanh(s / cap), log2 units */
-    s = (p->softcap * LOG2E) * t;
-    dcap = 1.0f - t * t;
+/* P and dS of a score tile's elements (query i, key j), for T = float (grad_element) or a
+ * float_keys vector of them (grad_keys; IT: the matching int type): s = q.k * SCORE_SCALE, zdp
+ * = Z dO_i . V_j (Z the dropout factor, 1 without dropout), dist = i + Sk - Sq - j (ALiBi's),
+ * bias2 the bias in log2 units, lse2 and d row i's LSE (log2 units) and D. Returns P and sets
+ * *ds = P (Z dP - D) dcap, dcap = d softcap(s) / ds (dQ's and dK's weight before the scale);
+ * where `visible` is false (0) both are 0, a NaN score's included. Written once for both, so the
+ * vector dQ pass and the element-wise dK/dV pass cannot drift apart. */
+#define DEFINE_GRAD(name, T, IT, SOFTCAP_TANH_T)                                                \
+    T name(T s, T zdp, const fa_kernel_params *p, float slope2, T dist, T bias2, IT visible,   \
+           T lse2, T d, T *ds)                                                                  \
+    {                                                                                           \
+        T dcap = 1.0f;                                                                          \
+        if (FEATURES & FA_FEATURE_SOFTCAP) { /* s = cap * tanh(s / cap), log2 units */          \
+            T t = SOFTCAP_TANH_T(s, p->softcap);                                                \
+            s = (p->softcap * LOG2E) * t;                                                       \
+            dcap = 1.0f - t * t;                                                                \
+        }                                                                                       \
+        if (FEATURES & FA_FEATURE_ALIBI)                                                        \
+            s -= slope2 * fabs(dist); /* -slope |i' - j| */                                     \
+        if (FEATURES & FA_FEATURE_BIAS)                                                         \
+            s += bias2;                                                                         \
+        T pr = FLUSH_TINY(T, exp2(s - lse2)); /* P = exp(S - LSE) */                            \
+        *ds = select((T)0.0f, pr * (zdp - d) * dcap, visible);                                  \
+        return select((T)0.0f, pr, visible);                                                    \
+    }
+DEFINE_GRAD(grad_element, float, int, softcap_tanh)
+#if KEYS_PER_VEC > 1
+DEFINE_GRAD(grad_keys, float_keys, int_keys, softcap_tanh_keys)
+#else
+#define grad_keys grad_element
 #endif
-#if FEATURES & FA_FEATURE_ALIBI
-    s -= slope2 * fabs((float)(i + p->seqlen_k - p->seqlen_q - j)); /* -slope |i' - j| */
-#endif
-#if FEATURES & FA_FEATURE_BIAS
-    s += LOG2E * load_bias(bias_row + j);
-#endif
-    float pr = FLUSH_TINY(float, exp2(s - lse2)); /* P = exp(S - LSE) */
-    *ds = pr * (zdp - d) * dcap;
-    return pr;
-}
 
 /* Row i's bias (bias_t, keys contiguous) of (batch b, query head h); 0 without a bias. */
 __global const bias_t *bias_row_of(const fa_kernel_params *p BIAS_ARG, long b, long h, long i)
@@ -166,17 +172,34 @@ float slope2_of(const fa_kernel_params *p ALIBI_ARG, long h)
 }
 
 /* The dQ pass's row i: the lane's keys j = k0 + c, c in [c0, c0 + BLOCK_C / TPR), of the tile,
- * visible in [begin, end). s_row (S) becomes P and dp_row (Z dP) dS. */
+ * visible in [begin, end), by float_keys vectors (lane e: key j0 + e). s_row (S) becomes P and
+ * dp_row (Z dP) dS. Element by element this pass took as long as the dK/dV pass. */
 void grad_row_dq(__local float *s_row, __local float *dp_row, const fa_kernel_params *p,
                  float slope2, __global const bias_t *bias_row, long i, long k0, int c0,
                  long begin, long end, float lse2, float d)
 {
-    for (int c = c0; c < c0 + LANE_KEYS; c++) {
-        long j = k0 + c;
-        float ds;
-        s_row[c] = grad_element(s_row[c], dp_row[c], p, slope2, bias_row, i, j,
-                                j >= begin && j < end, lse2, d, &ds);
-        dp_row[c] = ds;
+    for (int at = c0; at < c0 + LANE_KEYS; at += KEYS_PER_VEC) {
+        const long j0 = k0 + at;
+        const float lo = (float)clamp(begin - j0, -1L, (long)KEYS_PER_VEC);
+        const float hi = (float)clamp(end - j0, -1L, (long)KEYS_PER_VEC);
+        const int_keys visible = LANE_INDEX >= lo && LANE_INDEX < hi;
+        const float_keys dist = (float)(i + p->seqlen_k - p->seqlen_q - j0) - LANE_INDEX;
+        float_keys bias2 = 0.0f;
+#if FEATURES & FA_FEATURE_BIAS
+        if (bias_row && j0 + KEYS_PER_VEC <= p->seqlen_k) {
+            bias2 = LOG2E * load_bias_keys(bias_row + j0);
+        } else if (bias_row) { /* the keys of a partial vector at the sequence's end */
+            float part[KEYS_PER_VEC];
+            for (int e = 0; e < KEYS_PER_VEC; e++)
+                part[e] = j0 + e < p->seqlen_k ? LOG2E * load_bias(bias_row + j0 + e) : 0.0f;
+            bias2 = LOAD_PRIVATE_KEYS(part);
+        }
+#endif
+        float_keys ds;
+        S_STORE_KEYS(grad_keys(S_LOAD_KEYS(s_row + at), S_LOAD_KEYS(dp_row + at), p, slope2,
+                               dist, bias2, visible, (float_keys)lse2, (float_keys)d, &ds),
+                     s_row + at);
+        S_STORE_KEYS(ds, dp_row + at);
     }
 }
 
@@ -192,9 +215,13 @@ void grad_row_dkdv(__local float *st_row, __local float *dpt_row, const fa_kerne
     for (int c = c0; c < c0 + LANE_KEYS; c++) {
         long i = r0 + c;
         bool visible = j < keys_v[c] && j >= fa_keys_begin(p, FEATURES, i);
-        float ds;
+        float ds, bias2 = 0.0f;
+#if FEATURES & FA_FEATURE_BIAS
+        if (visible)
+            bias2 = LOG2E * load_bias(bias_row_of(p BIAS_PASS, b, h, i) + j);
+#endif
         st_row[c] = grad_element(st_row[c], dpt_row[c], p, slope2,
-                                 visible ? bias_row_of(p BIAS_PASS, b, h, i) : 0, i, j, visible,
+                                 (float)(i + p->seqlen_k - p->seqlen_q - j), bias2, visible,
                                  lse2_v[c], d_v[c], &ds);
         dpt_row[c] = ds;
     }
