@@ -204,26 +204,43 @@ void grad_row_dq(__local float *s_row, __local float *dp_row, const fa_kernel_pa
 }
 
 /* The dK/dV pass's key j against the lane's query rows i = r0 + c, c in [c0, c0 + BLOCK_C /
- * TPR), of (b, h): st_row (S^T) becomes P^T and dpt_row (Z dP^T) dS^T. keys_v holds each row's
- * key end (0 for a row with no key). */
+ * TPR), of (b, h), by float_keys vectors (lane e: row i0 + e): st_row (S^T) becomes P^T and
+ * dpt_row (Z dP^T) dS^T. keys_v holds each row's key end (0 for a row with no key); a window's
+ * begin grows with the row, so the rows seeing j are those up to a lane. The bias, a column
+ * here, is gathered row by row where the row sees j. */
 void grad_row_dkdv(__local float *st_row, __local float *dpt_row, const fa_kernel_params *p
                    ALIBI_ARG BIAS_ARG, long b, long h, long j, long r0, int c0,
                    __local const float *lse2_v, __local const float *d_v,
                    __local const int *keys_v)
 {
     const float slope2 = slope2_of(p ALIBI_PASS, h);
-    for (int c = c0; c < c0 + LANE_KEYS; c++) {
-        long i = r0 + c;
-        bool visible = j < keys_v[c] && j >= fa_keys_begin(p, FEATURES, i);
-        float ds, bias2 = 0.0f;
-#if FEATURES & FA_FEATURE_BIAS
-        if (visible)
-            bias2 = LOG2E * load_bias(bias_row_of(p BIAS_PASS, b, h, i) + j);
+    for (int at = c0; at < c0 + LANE_KEYS; at += KEYS_PER_VEC) {
+        const long i0 = r0 + at;
+        int_keys visible = (int_keys)(int)j < LOAD_INT_KEYS(keys_v + at);
+#if FEATURES & FA_FEATURE_WINDOW
+        if (p->window_left >= 0) { /* j >= fa_window_begin(i) = i + Sk - Sq - left */
+            const float last = (float)clamp(
+                j - (i0 + p->seqlen_k - p->seqlen_q - p->window_left), -1L, (long)KEYS_PER_VEC);
+            visible = visible && LANE_INDEX <= last;
+        }
 #endif
-        st_row[c] = grad_element(st_row[c], dpt_row[c], p, slope2,
-                                 (float)(i + p->seqlen_k - p->seqlen_q - j), bias2, visible,
-                                 lse2_v[c], d_v[c], &ds);
-        dpt_row[c] = ds;
+        const float_keys dist = (float)(i0 + p->seqlen_k - p->seqlen_q - j) + LANE_INDEX;
+        float_keys bias2 = 0.0f;
+#if FEATURES & FA_FEATURE_BIAS
+        float part[KEYS_PER_VEC];
+        for (int e = 0; e < KEYS_PER_VEC; e++) {
+            const long i = i0 + e;
+            const bool seen = j < keys_v[at + e] && j >= fa_keys_begin(p, FEATURES, i);
+            part[e] = seen ? LOG2E * load_bias(bias_row_of(p BIAS_PASS, b, h, i) + j) : 0.0f;
+        }
+        bias2 = LOAD_PRIVATE_KEYS(part);
+#endif
+        float_keys ds;
+        S_STORE_KEYS(grad_keys(S_LOAD_KEYS(st_row + at), S_LOAD_KEYS(dpt_row + at), p, slope2,
+                               dist, bias2, visible, S_LOAD_KEYS(lse2_v + at),
+                               S_LOAD_KEYS(d_v + at), &ds),
+                     st_row + at);
+        S_STORE_KEYS(ds, dpt_row + at);
     }
 }
 #endif
