@@ -109,45 +109,40 @@ float lse2_of(float lse)
 }
 
 /* ---- the score modifiers and dropout in the backward (FEATURES) ---------------------------- */
-/* With softcap, ALiBi, a bias or a window, P and dS are computed element by element: softcap's
- * derivative joins dS, and the window's mask has two sides. Without them the vector path above
+/* With softcap, ALiBi, a bias or a window, P and dS are computed by grad_keys, where softcap's
+ * derivative joins dS and the window's mask has two sides. Without them the vector path above
  * (row_grad) runs; the sinks only the LSE carries. Dropout's Z joins dP before either path and
  * the dK/dV pass's P after it, by vectors (dropout_row, dropout_key_rows): dS = P (Z dP - D),
- * dV's weight P Z. */
+ * dV's weight P Z. Element by element (a scalar Philox call per element, too), the backward
+ * with any of them took 2.3 to 4.1 times as long as without (docs/benchmarks.md). */
 #define GRAD_MODS (FEATURES & ~(FA_FEATURE_SINKS | FA_FEATURE_DROPOUT))
 
 #if GRAD_MODS
-/* P and dS of a score tile's elements (query i, key j), for T = float (grad_element) or a
- * float_keys vector of them (grad_keys; IT: the matching int type): s = q.k * SCORE_SCALE, zdp
- * = Z dO_i . V_j (Z the dropout factor, 1 without dropout), dist = i + Sk - Sq - j (ALiBi's),
- * bias2 the bias in log2 units, lse2 and d row i's LSE (log2 units) and D. Returns P and sets
- * *ds = P (Z dP - D) dcap, dcap = d softcap(s) / ds (dQ's and dK's weight before the scale);
- * where `visible` is false (0) both are 0, a NaN score's included. Written once for both, so the
- * vector dQ pass and the element-wise dK/dV pass cannot drift apart. */
-#define DEFINE_GRAD(name, T, IT, SOFTCAP_TANH_T)                                                \
-    T name(T s, T zdp, const fa_kernel_params *p, float slope2, T dist, T bias2, IT visible,   \
-           T lse2, T d, T *ds)                                                                  \
-    {                                                                                           \
-        T dcap = 1.0f;                                                                          \
-        if (FEATURES & FA_FEATURE_SOFTCAP) { /* s = cap * tanh(s / cap), log2 units */          \
-            T t = SOFTCAP_TANH_T(s, p->softcap);                                                \
-            s = (p->softcap * LOG2E) * t;                                                       \
-            dcap = 1.0f - t * t;                                                                \
-        }                                                                                       \
-        if (FEATURES & FA_FEATURE_ALIBI)                                                        \
-            s -= slope2 * fabs(dist); /* -slope |i' - j| */                                     \
-        if (FEATURES & FA_FEATURE_BIAS)                                                         \
-            s += bias2;                                                                         \
-        T pr = FLUSH_TINY(T, exp2(s - lse2)); /* P = exp(S - LSE) */                            \
-        *ds = select((T)0.0f, pr * (zdp - d) * dcap, visible);                                  \
-        return select((T)0.0f, pr, visible);                                                    \
-    }
-DEFINE_GRAD(grad_element, float, int, softcap_tanh)
-#if KEYS_PER_VEC > 1
-DEFINE_GRAD(grad_keys, float_keys, int_keys, softcap_tanh_keys)
-#else
-#define grad_keys grad_element
+/* P and dS of a float_keys vector of a score tile's elements (query i, key j): s = q.k *
+ * SCORE_SCALE, zdp = Z dO_i . V_j (Z the dropout factor, 1 without dropout), dist = i + Sk - Sq
+ * - j (ALiBi's), bias2 the bias in log2 units, lse2 and d row i's LSE (log2 units) and D.
+ * Returns P and sets *ds = P (Z dP - D) dcap, dcap = d softcap(s) / ds (dQ's and dK's weight
+ * before the scale); where `visible` is 0 both are 0, a NaN score's included. */
+float_keys grad_keys(float_keys s, float_keys zdp, const fa_kernel_params *p, float slope2,
+                     float_keys dist, float_keys bias2, int_keys visible, float_keys lse2,
+                     float_keys d, float_keys *ds)
+{
+    float_keys dcap = 1.0f;
+#if FEATURES & FA_FEATURE_SOFTCAP
+    float_keys t = softcap_tanh_keys(s, p->softcap); /* s = cap * tanh(s / cap), log2 units */
+    s = (p->softcap * LOG2E) * t;
+    dcap = 1.0f - t * t;
 #endif
+#if FEATURES & FA_FEATURE_ALIBI
+    s -= slope2 * fabs(dist); /* -slope |i' - j| */
+#endif
+#if FEATURES & FA_FEATURE_BIAS
+    s += bias2;
+#endif
+    float_keys pr = FLUSH_TINY(float_keys, exp2(s - lse2)); /* P = exp(S - LSE) */
+    *ds = select((float_keys)0.0f, pr * (zdp - d) * dcap, visible);
+    return select((float_keys)0.0f, pr, visible);
+}
 
 /* Row i's bias (bias_t, keys contiguous) of (batch b, query head h); 0 without a bias. */
 __global const bias_t *bias_row_of(const fa_kernel_params *p BIAS_ARG, long b, long h, long i)
@@ -173,7 +168,7 @@ float slope2_of(const fa_kernel_params *p ALIBI_ARG, long h)
 
 /* The dQ pass's row i: the lane's keys j = k0 + c, c in [c0, c0 + BLOCK_C / TPR), of the tile,
  * visible in [begin, end), by float_keys vectors (lane e: key j0 + e). s_row (S) becomes P and
- * dp_row (Z dP) dS. Element by element this pass took as long as the dK/dV pass. */
+ * dp_row (Z dP) dS. */
 void grad_row_dq(__local float *s_row, __local float *dp_row, const fa_kernel_params *p,
                  float slope2, __global const bias_t *bias_row, long i, long k0, int c0,
                  long begin, long end, float lse2, float d)
@@ -340,7 +335,7 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
                     (int)clamp(sk - (k0 + c0), 0L, (long)LANE_KEYS));
 #endif
 #if GRAD_MODS
-        /* The modifiers, the mask, P and dS = P (Z dP - D) dcap, element by element. */
+        /* The modifiers, the mask, P and dS = P (Z dP - D) dcap, by vectors of keys. */
         grad_row_dq(s_row, dp_row, &p, slope2, bias_row, row, k0, c0, row_begin, row_keys,
                     lse2, d);
 #else
@@ -462,7 +457,7 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
             dropout_key_rows(dpt_row + c0, &p, b, h, key, r0 + c0, LANE_KEYS); /* Z dP^T */
 #endif
 #if GRAD_MODS
-            /* The modifiers, the mask, P^T and dS^T = P (Z dP - D) dcap, by element. */
+            /* The modifiers, the mask, P^T and dS^T = P (Z dP - D) dcap, by vectors of rows. */
             grad_row_dkdv(st_row, dpt_row, &p ALIBI_PASS BIAS_PASS, b, h, key, r0, c0, lse2_v,
                           d_v, keys_v);
 #else
