@@ -114,7 +114,7 @@ float lse2_of(float lse)
  * (row_grad) runs; the sinks only the LSE carries. Dropout's Z joins dP before either path and
  * the dK/dV pass's P after it, by vectors (dropout_row, dropout_key_rows): dS = P (Z dP - D),
  * dV's weight P Z. Element by element (a scalar Philox call per element, too), the backward
- * with any of them took 2.3 to 4.1 times as long as without (docs/benchmarks.md). */
+ * with any of them took 2.5 to 5 times as long as without (docs/benchmarks.md). */
 #define GRAD_MODS (FEATURES & ~(FA_FEATURE_SINKS | FA_FEATURE_DROPOUT))
 
 #if GRAD_MODS
