@@ -109,6 +109,44 @@ float lse2_of(float lse)
 }
 
 /* ---- the score modifiers and dropout in the backward (FEATURES) ---------------------------- */
+
+/* Dropout on the query rows i0 + c, c in [0, n), of key j (the backward's dK/dV pass, whose
+ * rows of P^T and dP^T run over queries): x[c] times row i0 + c's keep factor for key j.
+ * DROPOUT_LANES rows share one Philox call on uintN counters (lane m: row i0 + c + m; the
+ * key's group and the other counter words the same in every lane), each lane taking word j & 3;
+ * the rows past whole vectors one call each. With one scalar Philox call per (row, key) the
+ * backward took 4 times as long with dropout as without (docs/benchmarks.md). */
+void dropout_key_rows(__local float *x, const fa_kernel_params *p, long b, long h, long j,
+                      long i0, int n)
+{
+    const uint key0 = (uint)p->dropout_seed, key1 = (uint)(p->dropout_seed >> 32);
+    const int e = (int)(j & 3);
+    int c = 0;
+    for (; c + DROPOUT_LANES <= n; c += DROPOUT_LANES) {
+        uint_lanes w0 = (uint_lanes)((uint)(j >> 2)), w2 = (uint_lanes)((uint)(b * p->heads_q + h));
+        uint_lanes w1 = (uint_lanes)((uint)(i0 + c)) + PHILOX_LANE;
+        uint_lanes w3 = (uint_lanes)p->dropout_offset;
+        uint rk0 = key0, rk1 = key1;
+        for (int round = 0; round < 10; round++) {
+            if (round > 0) {
+                rk0 += FA_PHILOX_W0;
+                rk1 += FA_PHILOX_W1;
+            }
+            FA_PHILOX_ROUND(uint_lanes, PHILOX_MULHILO_LANES, w0, w1, w2, w3, rk0, rk1);
+        }
+        uint_lanes w = e == 0 ? w0 : e == 1 ? w1 : e == 2 ? w2 : w3;
+        VSTORE_LANES(VLOAD_LANES(0, x + c) *
+                         select((float_lanes)0.0f, (float_lanes)p->dropout_scale,
+                                w >= (uint_lanes)p->dropout_threshold),
+                     0, x + c);
+    }
+    for (; c < n; c++) {
+        uint w[4];
+        fa_dropout_words(p, b, h, i0 + c, j, w);
+        x[c] = w[e] >= p->dropout_threshold ? x[c] * p->dropout_scale : 0.0f;
+    }
+}
+
 /* With softcap, ALiBi, a bias or a window, P and dS are computed by grad_keys, where softcap's
  * derivative joins dS and the window's mask has two sides. Without them the vector path above
  * (row_grad) runs; the sinks only the LSE carries. Dropout's Z joins dP before either path and

@@ -491,29 +491,6 @@ void store_scores(float_keys s, __local float *s_row, int at, const fa_kernel_pa
     S_STORE_KEYS(s, s_row + at);
 }
 
-/* S += bias over one lane's keys of an S row, by vectors where a whole vector of keys has one,
- * the last keys one by one (a private array for a partial vector cost pocl a third of the run:
- * 65% against 12% over no bias). A pass of its own: pocl overlaps its global loads across the
- * work-group's rows, where added in store_scores each row's waited behind its dot products
- * (+30% over no bias against +16%). */
-void add_bias(__local float *s_row, const row_mods *rm)
-{
-#if FEATURES & FA_FEATURE_BIAS
-    for (int at = 0; at + KEYS_PER_VEC <= rm->bias_keys; at += KEYS_PER_VEC)
-        S_STORE_KEYS(S_LOAD_KEYS(s_row + at) + LOG2E * load_bias_keys(rm->bias_row + at),
-                     s_row + at);
-    for (int c = rm->bias_keys / KEYS_PER_VEC * KEYS_PER_VEC; c < rm->bias_keys; c++)
-        s_row[c] += LOG2E * load_bias(rm->bias_row + c); /* the keys of a partial vector */
-#endif
-}
-
-/* Softcap and ALiBi over one lane's keys of an S row made elsewhere (DIRECT_KV's). */
-void modify_row(__local float *s_row, const fa_kernel_params *p, const row_mods *rm)
-{
-    for (int kvec = 0; kvec < VECS_PER_LANE_KEYS; kvec++)
-        store_scores(S_LOAD_KEYS(s_row + kvec * KEYS_PER_VEC), s_row, kvec * KEYS_PER_VEC, p, rm);
-}
-
 /* The modifier inputs of query row `row` of (batch b, query head h), at key 0 (row_mods_at_tile
  * moves them to a tile). */
 row_mods row_mods_of(const fa_kernel_params *p ALIBI_ARG BIAS_ARG, long b, long h, long row)
@@ -711,43 +688,6 @@ void dropout_row(__local float *p_row, const fa_kernel_params *p, long b, long h
             if (c >= 0 && c < valid_keys)
                 p_row[c] = w[e] >= p->dropout_threshold ? p_row[c] * p->dropout_scale : 0.0f;
         }
-    }
-}
-
-/* Dropout on the query rows i0 + c, c in [0, n), of key j (the backward's dK/dV pass, whose
- * rows of P^T and dP^T run over queries): x[c] times row i0 + c's keep factor for key j.
- * DROPOUT_LANES rows share one Philox call on uintN counters (lane m: row i0 + c + m; the
- * key's group and the other counter words the same in every lane), each lane taking word j & 3;
- * the rows past whole vectors one call each. Element by element, one scalar Philox call per
- * (row, key), the dK/dV pass took 3.5 times as long with dropout as without. */
-void dropout_key_rows(__local float *x, const fa_kernel_params *p, long b, long h, long j,
-                      long i0, int n)
-{
-    const uint key0 = (uint)p->dropout_seed, key1 = (uint)(p->dropout_seed >> 32);
-    const int e = (int)(j & 3);
-    int c = 0;
-    for (; c + DROPOUT_LANES <= n; c += DROPOUT_LANES) {
-        uint_lanes w0 = (uint_lanes)((uint)(j >> 2)), w2 = (uint_lanes)((uint)(b * p->heads_q + h));
-        uint_lanes w1 = (uint_lanes)((uint)(i0 + c)) + PHILOX_LANE;
-        uint_lanes w3 = (uint_lanes)p->dropout_offset;
-        uint rk0 = key0, rk1 = key1;
-        for (int round = 0; round < 10; round++) {
-            if (round > 0) {
-                rk0 += FA_PHILOX_W0;
-                rk1 += FA_PHILOX_W1;
-            }
-            FA_PHILOX_ROUND(uint_lanes, PHILOX_MULHILO_LANES, w0, w1, w2, w3, rk0, rk1);
-        }
-        uint_lanes w = e == 0 ? w0 : e == 1 ? w1 : e == 2 ? w2 : w3;
-        VSTORE_LANES(VLOAD_LANES(0, x + c) *
-                         select((float_lanes)0.0f, (float_lanes)p->dropout_scale,
-                                w >= (uint_lanes)p->dropout_threshold),
-                     0, x + c);
-    }
-    for (; c < n; c++) {
-        uint w[4];
-        fa_dropout_words(p, b, h, i0 + c, j, w);
-        x[c] = w[e] >= p->dropout_threshold ? x[c] * p->dropout_scale : 0.0f;
     }
 }
 
