@@ -37,12 +37,10 @@
 
 #if KEYS_PER_VEC == 1
 typedef int int_keys;
-#define LOAD_INT_KEYS(p) (*(p))
-#define LOAD_PRIVATE_KEYS(p) (*(p))
+#define VLOAD_KEYS(p) (*(p)) /* KEYS_PER_VEC elements of any type and address space */
 #else
 typedef CAT(int, KEYS_PER_VEC) int_keys;
-#define LOAD_INT_KEYS(p) CAT(vload, KEYS_PER_VEC)(0, p)
-#define LOAD_PRIVATE_KEYS(p) CAT(vload, KEYS_PER_VEC)(0, p)
+#define VLOAD_KEYS(p) CAT(vload, KEYS_PER_VEC)(0, p)
 #endif
 
 /* One stored element of a global tensor as f32. */
@@ -119,21 +117,14 @@ float lse2_of(float lse)
 void dropout_key_rows(__local float *x, const fa_kernel_params *p, long b, long h, long j,
                       long i0, int n)
 {
-    const uint key0 = (uint)p->dropout_seed, key1 = (uint)(p->dropout_seed >> 32);
     const int e = (int)(j & 3);
     int c = 0;
     for (; c + DROPOUT_LANES <= n; c += DROPOUT_LANES) {
         uint_lanes w0 = (uint_lanes)((uint)(j >> 2)), w2 = (uint_lanes)((uint)(b * p->heads_q + h));
         uint_lanes w1 = (uint_lanes)((uint)(i0 + c)) + PHILOX_LANE;
         uint_lanes w3 = (uint_lanes)p->dropout_offset;
-        uint rk0 = key0, rk1 = key1;
-        for (int round = 0; round < 10; round++) {
-            if (round > 0) {
-                rk0 += FA_PHILOX_W0;
-                rk1 += FA_PHILOX_W1;
-            }
-            FA_PHILOX_ROUND(uint_lanes, PHILOX_MULHILO_LANES, w0, w1, w2, w3, rk0, rk1);
-        }
+        FA_PHILOX_10_ROUNDS(uint_lanes, PHILOX_MULHILO_LANES, w0, w1, w2, w3,
+                            (uint)p->dropout_seed, (uint)(p->dropout_seed >> 32));
         uint_lanes w = e == 0 ? w0 : e == 1 ? w1 : e == 2 ? w2 : w3;
         VSTORE_LANES(VLOAD_LANES(0, x + c) *
                          select((float_lanes)0.0f, (float_lanes)p->dropout_scale,
@@ -225,7 +216,7 @@ void grad_row_dq(__local float *s_row, __local float *dp_row, const fa_kernel_pa
             float part[KEYS_PER_VEC];
             for (int e = 0; e < KEYS_PER_VEC; e++)
                 part[e] = j0 + e < p->seqlen_k ? LOG2E * load_bias(bias_row + j0 + e) : 0.0f;
-            bias2 = LOAD_PRIVATE_KEYS(part);
+            bias2 = VLOAD_KEYS(part);
         }
 #endif
         float_keys ds;
@@ -249,7 +240,7 @@ void grad_row_dkdv(__local float *st_row, __local float *dpt_row, const fa_kerne
     const float slope2 = slope2_of(p ALIBI_PASS, h);
     for (int at = c0; at < c0 + LANE_KEYS; at += KEYS_PER_VEC) {
         const long i0 = r0 + at;
-        int_keys visible = (int_keys)(int)j < LOAD_INT_KEYS(keys_v + at);
+        int_keys visible = (int_keys)(int)j < VLOAD_KEYS(keys_v + at);
 #if FEATURES & FA_FEATURE_WINDOW
         if (p->window_left >= 0) { /* j >= fa_window_begin(i) = i + Sk - Sq - left */
             const float last = (float)clamp(
@@ -266,7 +257,7 @@ void grad_row_dkdv(__local float *st_row, __local float *dpt_row, const fa_kerne
             const bool seen = j < keys_v[at + e] && j >= fa_keys_begin(p, FEATURES, i);
             part[e] = seen ? LOG2E * load_bias(bias_row_of(p BIAS_PASS, b, h, i) + j) : 0.0f;
         }
-        bias2 = LOAD_PRIVATE_KEYS(part);
+        bias2 = VLOAD_KEYS(part);
 #endif
         float_keys ds;
         S_STORE_KEYS(grad_keys(S_LOAD_KEYS(st_row + at), S_LOAD_KEYS(dpt_row + at), p, slope2,
@@ -503,7 +494,7 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
                 int at = c0 + kvec * KEYS_PER_VEC;
                 float_keys s = S_LOAD_KEYS(st_row + at);
                 S_STORE_KEYS(select((float_keys)(-INFINITY), s,
-                                    (int_keys)key < LOAD_INT_KEYS(keys_v + at)),
+                                    (int_keys)key < VLOAD_KEYS(keys_v + at)),
                              st_row + at);
             }
             row_grad(st_row + c0, dpt_row + c0, lse2_v + c0, d_v + c0, 0.0f, 0.0f); /* P^T, dS^T */

@@ -181,11 +181,15 @@ void store_o(float v, __global store_t *p)
  * to a private float array. */
 #if KEYS_PER_VEC == 1
 typedef float float_keys;
+#define AS_FLOAT_KEYS as_float /* the bits of an int_keys (or float_keys) as floats, and back */
+#define AS_INT_KEYS as_int
 #define LOAD_KEYS_F32(p) LOAD_ONE_F32(p)
 #define S_LOAD_KEYS(p) (*(p))
 #define S_STORE_KEYS(v, p) (*(p) = (v))
 #else
 typedef CAT(float, KEYS_PER_VEC) float_keys;
+#define AS_FLOAT_KEYS CAT(as_float, KEYS_PER_VEC)
+#define AS_INT_KEYS CAT(as_int, KEYS_PER_VEC)
 #define LOAD_KEYS_F32(p) LOAD_N_F32(KEYS_PER_VEC, p)
 #define S_LOAD_KEYS(p) CAT(vload, KEYS_PER_VEC)(0, p)
 #define S_STORE_KEYS(v, p) CAT(vstore, KEYS_PER_VEC)(v, 0, p)
@@ -418,32 +422,24 @@ __constant float lane_index[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
 #define LANE_INDEX CAT(vload, KEYS_PER_VEC)(0, lane_index)
 #endif
 
-/* tanh(s / cap) as 1 - 2 / (2^a + 1), a = 2 s / cap in log2 units, for T = float (FT, IT: its
- * as_float, as_int) or a float vector: +-1 at the infinities (a is clamped to [-64, 64], where
- * tanh is +-1 in f32 already), a NaN stays NaN, and a few 1e-7 (absolute) from tanh elsewhere.
- * 2^a is made here, not by exp2: a = n + f with n = rint(a) (the 1.5 * 2^23 addition rounds to
- * an integer, whose bits hold n), 2^f by a degree-6 fit on [-1/2, 1/2] (relative error 1e-7 in
- * f32), 2^n in the exponent bits. pocl's exp2 handles every f32 and is twice the instructions:
- * softcap cost 6.7% over no modifier with it, 3.6% with this (B1 H8 N2048 d64 f32, Xeon). The
- * forward and the backward use the same, so the backward recomputes the forward's S. */
-#define DEFINE_SOFTCAP_TANH(name, T, FT, IT)                                                    \
-    T name(T s, float cap)                                                                      \
-    {                                                                                           \
-        T a = s * (2.0f * LOG2E / cap);                                                         \
-        a = select(select(a, (T)64.0f, a > 64.0f), (T)-64.0f, a < -64.0f);                      \
-        T big = a + 12582912.0f, f = a - (big - 12582912.0f);                                   \
-        T e = ((1.546531857e-4f * f + 1.339528593e-3f) * f + 9.618040174e-3f) * f;             \
-        e = (((e + 5.550340563e-2f) * f + 2.402265072e-1f) * f + 6.931471825e-1f) * f + 1.0f;   \
-        e *= FT((IT(big) - 0x4B400000 + 127) << 23);                                            \
-        return 1.0f - 2.0f / (e + 1.0f);                                                        \
-    }
-DEFINE_SOFTCAP_TANH(softcap_tanh, float, as_float, as_int)
-#if KEYS_PER_VEC > 1
-DEFINE_SOFTCAP_TANH(softcap_tanh_keys, float_keys, CAT(as_float, KEYS_PER_VEC),
-                    CAT(as_int, KEYS_PER_VEC))
-#else
-#define softcap_tanh_keys softcap_tanh
-#endif
+/* tanh(s / cap) by lanes as 1 - 2 / (2^a + 1), a = 2 s / cap in log2 units: +-1 at the
+ * infinities (a is clamped to [-64, 64], where tanh is +-1 in f32 already), a NaN stays NaN,
+ * and a few 1e-7 (absolute) from tanh elsewhere. 2^a is made here, not by exp2: a = n + f with
+ * n = rint(a) (the 1.5 * 2^23 addition rounds to an integer, whose bits hold n), 2^f by a
+ * degree-6 fit on [-1/2, 1/2] (relative error 1e-7 in f32), 2^n in the exponent bits. pocl's
+ * exp2 handles every f32 and is twice the instructions: softcap cost 6.7% over no modifier with
+ * it, 3.6% with this (B1 H8 N2048 d64 f32, Xeon). The forward and the backward use the same,
+ * so the backward recomputes the forward's S. */
+float_keys softcap_tanh_keys(float_keys s, float cap)
+{
+    float_keys a = s * (2.0f * LOG2E / cap);
+    a = select(select(a, (float_keys)64.0f, a > 64.0f), (float_keys)-64.0f, a < -64.0f);
+    float_keys big = a + 12582912.0f, f = a - (big - 12582912.0f);
+    float_keys e = ((1.546531857e-4f * f + 1.339528593e-3f) * f + 9.618040174e-3f) * f;
+    e = (((e + 5.550340563e-2f) * f + 2.402265072e-1f) * f + 6.931471825e-1f) * f + 1.0f;
+    e *= AS_FLOAT_KEYS((AS_INT_KEYS(big) - 0x4B400000 + 127) << 23);
+    return 1.0f - 2.0f / (e + 1.0f);
+}
 
 /* The score the plain kernel's S = Q K^T * scale is multiplied by: natural units where softcap
  * needs them (tanh of the true score), else log2 units directly. */

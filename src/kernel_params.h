@@ -207,17 +207,25 @@ FA_KP_FN fa_kp_i64 fa_keys_end(const fa_kernel_params *p, fa_kp_i32 mask, fa_kp_
         lo = (fa_kp_u32)p_;                                                                     \
     } while (0)
 
+/* The ten rounds of Philox4x32-10 on counter words c0..c3 of type T (see FA_PHILOX_ROUND) with
+ * key (key0, key1), which advances by (W0, W1) after each round; c0..c3 are updated in place. */
+#define FA_PHILOX_10_ROUNDS(T, MULHILO, c0, c1, c2, c3, key0, key1)                             \
+    do {                                                                                        \
+        fa_kp_u32 k0_ = (key0), k1_ = (key1);                                                   \
+        for (int round_ = 0; round_ < 10; round_++) {                                           \
+            if (round_ > 0) {                                                                   \
+                k0_ += FA_PHILOX_W0;                                                            \
+                k1_ += FA_PHILOX_W1;                                                            \
+            }                                                                                   \
+            FA_PHILOX_ROUND(T, MULHILO, c0, c1, c2, c3, k0_, k1_);                              \
+        }                                                                                       \
+    } while (0)
+
 /* Philox4x32-10 on one counter c[0..3] with key (k0, k1), in place. */
 FA_KP_FN void fa_philox4x32_10(fa_kp_u32 c[4], fa_kp_u32 k0, fa_kp_u32 k1)
 {
     fa_kp_u32 c0 = c[0], c1 = c[1], c2 = c[2], c3 = c[3];
-    for (int round = 0; round < 10; round++) {
-        if (round > 0) {
-            k0 += FA_PHILOX_W0;
-            k1 += FA_PHILOX_W1;
-        }
-        FA_PHILOX_ROUND(fa_kp_u32, FA_MULHILO_U32, c0, c1, c2, c3, k0, k1);
-    }
+    FA_PHILOX_10_ROUNDS(fa_kp_u32, FA_MULHILO_U32, c0, c1, c2, c3, k0, k1);
     c[0] = c0;
     c[1] = c1;
     c[2] = c2;
