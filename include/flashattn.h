@@ -483,7 +483,8 @@ FA_API fa_status fa_plan_create(fa_context *ctx, const fa_problem *p, fa_plan **
 /* NULL is a no-op. */
 FA_API void fa_plan_destroy(fa_plan *plan);
 /* Query rows per tile (Br). Where the plan packs a one-row GQA decode (the OpenCL backend; the
- * explanation says "GQA packing"), the rows are the query heads of a K/V head's group. */
+ * explanation says "GQA packing"), the rows are the query heads of a K/V head's group; where it
+ * says "heads packing" (OpenCL on CPUs, K and V paged or BSHD), all query heads of a sequence. */
 FA_API int32_t fa_plan_block_r(const fa_plan *plan);
 /* Keys per tile (Bc). */
 FA_API int32_t fa_plan_block_c(const fa_plan *plan);

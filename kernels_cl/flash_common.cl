@@ -40,6 +40,15 @@
 #ifndef DIRECT_KV
 #define DIRECT_KV 0
 #endif
+/* HEAD_ROWS G > 0 (with DIRECT_KV): heads packing, a one-row decode's query heads as the rows
+ * of one head, G rows per K/V head (row i reads K/V head i / G, k/v_stride_h apart), so one
+ * work-item reads every head of a key, where they lie together (paged, BSHD). */
+#ifndef HEAD_ROWS
+#define HEAD_ROWS 0
+#endif
+#if HEAD_ROWS && !DIRECT_KV
+#error "HEAD_ROWS needs DIRECT_KV"
+#endif
 #if DIRECT_KV
 #define ITEM_ROWS BLOCK_R /* query rows per work-item */
 #else

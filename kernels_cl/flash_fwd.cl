@@ -105,21 +105,36 @@ void direct_scores4(__local float *s_rows, __local const tile_t *q_rows,
             s_rows[i * BLOCK_C + c] = 0.0f;
 }
 
-/* The S rows [0, rows) of a tile: f16 four at a time, then one at a time. Four at a time pays
- * for f16 storage only, whose conversion it shares (pocl, Sq 4 d 128: 12.4 -> 6.1 ms); f32 ran
- * 0.8-1.0x and bf16 0.9-1.3x of row by row (docs/benchmarks.md), so they go row by row. */
-void direct_scores_rows(__local float *s_tile, __local const tile_t *q_tile, int rows,
+/* HEAD_ROWS (heads packing, flash_common.cl): the K or V head of the tile's row r, row
+ * r0 + r of the packed problem, HEAD_ROWS rows (query heads) per K/V head, stride_h apart. */
+#if HEAD_ROWS
+#define ROW_HEAD(head, stride_h, r0, r) ((head) + ((r0) + (r)) / HEAD_ROWS * (stride_h))
+#else
+#define ROW_HEAD(head, stride_h, r0, r) (head)
+#endif
+
+/* The S rows [0, rows) of a tile (its first row r0): f16 four at a time where four rows read
+ * one K head, the others one at a time. Four at a time pays for f16 storage only, whose
+ * conversion it shares (pocl, Sq 4 d 128: 12.4 -> 6.1 ms); f32 ran 0.8-1.0x and bf16 0.9-1.3x
+ * of row by row (docs/benchmarks.md), so they go row by row. */
+void direct_scores_rows(__local float *s_tile, __local const tile_t *q_tile, long r0, int rows,
                         __global const store_t *k_head, long k0, int keys, long stride_b,
                         long stride_s, const fa_kernel_params *p,
                         __global const int *block_table, long b, float scale_log2)
 {
-    int r = 0;
-    for (; DTYPE == 1 && r + 4 <= rows; r += 4)
-        direct_scores4(s_tile + r * BLOCK_C, q_tile + r * HEAD_DIM, k_head, k0, keys, stride_b,
-                       stride_s, p, block_table, b, scale_log2);
-    for (; r < rows; r++)
-        direct_scores(s_tile + r * BLOCK_C, q_tile + r * HEAD_DIM, k_head, k0, keys, stride_b,
-                      stride_s, p, block_table, b, scale_log2);
+    for (int r = 0; r < rows;) {
+        __global const store_t *k_rows_head = ROW_HEAD(k_head, p->k_stride_h, r0, r);
+        if (DTYPE == 1 && r + 4 <= rows &&
+            k_rows_head == ROW_HEAD(k_head, p->k_stride_h, r0, r + 3)) {
+            direct_scores4(s_tile + r * BLOCK_C, q_tile + r * HEAD_DIM, k_rows_head, k0, keys,
+                           stride_b, stride_s, p, block_table, b, scale_log2);
+            r += 4;
+        } else {
+            direct_scores(s_tile + r * BLOCK_C, q_tile + r * HEAD_DIM, k_rows_head, k0, keys,
+                          stride_b, stride_s, p, block_table, b, scale_log2);
+            r++;
+        }
+    }
 }
 
 #define LOAD_V_DIMS_F32(ptr) LOAD_GLOBAL_DIMS_F32(ptr)
@@ -287,7 +302,7 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
 #if DIRECT_KV
         /* S = Q K^T * scale (in log2 units, for exp2) for all the item's rows, from K in global
          * memory. */
-        direct_scores_rows(s_tile, q_tile, item_rows, k_head, k0, valid_keys, p.k_stride_b,
+        direct_scores_rows(s_tile, q_tile, r0, item_rows, k_head, k0, valid_keys, p.k_stride_b,
                            p.k_stride_s, &p, BLOCK_TABLE_PTR, b, SCORE_SCALE(p));
 #endif
         /* One row at a time: under DIRECT_KV the rows after the first read the tile's V rows
@@ -354,7 +369,8 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
                 float p_c = s_row[c]; /* P[r][c] */
 #if DIRECT_KV
                 __global const store_t *v_row = /* V[k0 + c][0 ..] in global memory */
-                    v_head + key_row(k0 + c, p.v_stride_b, p.v_stride_s, &p, BLOCK_TABLE_PTR, b);
+                    ROW_HEAD(v_head, p.v_stride_h, r0, r) +
+                    key_row(k0 + c, p.v_stride_b, p.v_stride_s, &p, BLOCK_TABLE_PTR, b);
 #else
                 /* V[c][lane * d / TPR ..] */
                 __local const tile_t *v_row = v_tile + c * HEAD_DIM + lane * LANE_DIMS;

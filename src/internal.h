@@ -110,6 +110,10 @@ typedef struct fa__plan_rules {
     int32_t gqa_pack;       /* 1: a forward that fa__gqa_pack accepts runs packed: a K/V head's
                                query heads as one tile's rows, so its K and V are read once per
                                group, not once per query head (OpenCL) */
+    int32_t heads_pack_rows; /* > 0: a forward that fa__heads_pack accepts with at most this
+                               many query heads runs heads-packed where K and V hold a key's
+                               heads together (paged, BSHD) and its work-groups (batch x key
+                               chunks) fill the compute units (OpenCL where DIRECT_KV runs) */
     int32_t dkdv_owns_br;   /* 1: where Br > Bc and Sk >= Br, the backward's dK/dV pass owns Br
                                keys per work-group and streams Bc-row query tiles, so each tile
                                it loads serves Br keys; 0 (and otherwise): it owns Bc keys and
@@ -185,6 +189,8 @@ typedef struct fa__kernel_variant {
                                 local tiles (OpenCL; a define only when 1) */
     int32_t tile_f32;        /* TILE_F32=1: f16 / bf16 local tiles hold f32, converted as they
                                 are loaded (OpenCL; a define only when 1) */
+    int32_t head_rows;       /* HEAD_ROWS: query rows per K/V head of a heads-packed problem
+                                (fa__heads_pack; a define only when nonzero) */
 } fa__kernel_variant;
 
 /* Writes "<prefix>HEAD_DIM=64 <prefix>BLOCK_R=..." for a variant (prefix "-D " for OpenCL C,
@@ -232,6 +238,14 @@ void fa__kernel_params_fill(const fa_problem *p, int32_t block_r, fa_kernel_para
  * dropout depend on the head or the row).
  */
 bool fa__gqa_pack(const fa_problem *p, fa_problem *out);
+/*
+ * Heads packing of a one-row decode: every query head of a sequence becomes a query row of one
+ * head (heads_q, heads_kv -> 1, seqlen_q 1 -> Hq, Q and O strides rewritten, LSE at the same
+ * indices), and the kernel reads row h's K and V at K/V head h / G (G = Hq / Hkv) through the
+ * K and V head strides the packed problem keeps. Where p allows it as fa__gqa_pack does (any
+ * G >= 1) and Hq <= max_rows, writes the packed problem to `out` and returns G; else 0.
+ */
+int64_t fa__heads_pack(const fa_problem *p, int64_t max_rows, fa_problem *out);
 /* Adds the backward's dO, dQ, dK and dV layouts to filled params. */
 void fa__kernel_params_fill_backward(const fa_problem *p, fa_kernel_params *kp);
 /* fa__problem_validate, then the dO, dQ, dK and dV layouts (dQ, dK, dV rows must not overlap). */
@@ -375,7 +389,8 @@ struct fa_plan {
     fa_context *ctx;
     fa__op op;
     fa_problem problem; /* scale resolved, overrides as applied */
-    fa_problem kernel_problem; /* what the launches run: problem, or its GQA packing */
+    fa_problem kernel_problem; /* what the launches run: problem, or its GQA or heads packing */
+    int32_t head_rows;         /* heads packing's G (fa__heads_pack); 0: not heads-packed */
     fa__tiles tiles;
     fa__launch launches[FA__MAX_LAUNCHES];
     int n_launches;

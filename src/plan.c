@@ -97,42 +97,105 @@ static void backend_rules(const fa_context *ctx, const fa_device_props *dev, con
     ctx->ops->plan_rules(dev, p, op, rules);
 }
 
-/* The planner's tiles for the op under the backend's rules on device props dev (for the
- * problem as the kernels run it: GQA-packed where the rules and the problem allow), then the
- * op's launches, readied by the backend. */
-static fa_status plan_on(fa_context *ctx, fa_plan *plan, const fa_device_props *dev)
+/* Whether K and V hold a key's heads together (a paged pool, BSHD): one head's keys are then
+ * strided through the others', and a work-group per K/V head reads a slice of every line. */
+static bool heads_together(const fa_problem *p)
 {
-    fa__plan_rules rules;
-    backend_rules(ctx, dev, &plan->problem, plan->op, &rules);
-    plan->kernel_problem = plan->problem;
+    return p->heads_kv > 1 && llabs(p->k.stride_head) < llabs(p->k.stride_seq) &&
+           llabs(p->v.stride_head) < llabs(p->v.stride_seq);
+}
+
+/* The problem as the kernels run it (kernel_problem): heads-packed where `heads` allows and the
+ * rules and the problem do, else GQA-packed where they allow, else as is; its rules in *rules,
+ * the packing's line of the explanation in `line` ("" unpacked). */
+static void pack_problem(fa_context *ctx, fa_plan *plan, const fa_device_props *dev, bool heads,
+                         fa__plan_rules *rules, char *line, size_t size)
+{
+    const fa_problem *p = &plan->problem;
+    fa_problem *kp = &plan->kernel_problem;
+    backend_rules(ctx, dev, p, plan->op, rules);
+    *kp = *p;
+    plan->head_rows = 0;
+    line[0] = '\0';
+    if (plan->op != FA__OP_FORWARD)
+        return;
+    if (heads && rules->heads_pack_rows > 0 && heads_together(p))
+        plan->head_rows = (int32_t)fa__heads_pack(p, rules->heads_pack_rows, kp);
+    if (plan->head_rows > 0)
+        fa__format(line, size,
+                   "heads packing: the %lld query heads of a sequence are one tile's rows, %d "
+                   "per K/V head (the kernels see heads_q %lld -> 1, seqlen_q 1 -> %lld): K and "
+                   "V hold a key's heads together, so one work-group reads them in order\n",
+                   (long long)p->heads_q, (int)plan->head_rows, (long long)p->heads_q,
+                   (long long)p->heads_q);
+    else if (rules->gqa_pack && fa__gqa_pack(p, kp))
+        fa__format(line, size,
+                   "GQA packing: the %lld query heads of each K/V head are one tile's rows "
+                   "(the kernels see heads_q %lld -> %lld, seqlen_q 1 -> %lld), so a group "
+                   "reads its K and V once, not %lld times\n",
+                   (long long)kp->seqlen_q, (long long)p->heads_q, (long long)kp->heads_q,
+                   (long long)kp->seqlen_q, (long long)kp->seqlen_q);
+    else
+        return;
+    backend_rules(ctx, dev, kp, plan->op, rules); /* the rules of what runs */
+}
+
+/* The planner's tiles and (forward) key chunks for the packed problem (pack_problem). */
+static fa_status plan_tiles(fa_context *ctx, fa_plan *plan, const fa_device_props *dev,
+                            bool heads, fa__plan_rules *rules)
+{
+    char pack_line[512], why[512] = "";
+    pack_problem(ctx, plan, dev, heads, rules, pack_line, sizeof pack_line);
     const fa_problem *kp = &plan->kernel_problem;
-    bool packed = plan->op == FA__OP_FORWARD && rules.gqa_pack &&
-                  fa__gqa_pack(&plan->problem, &plan->kernel_problem);
-    if (packed)
-        backend_rules(ctx, dev, kp, plan->op, &rules); /* the rules of what runs */
-    char why[512] = "";
-    fa_status st = fa__plan_tiles(dev, &rules, kp, &plan->tiles, plan->explain,
+    fa_status st = fa__plan_tiles(dev, rules, kp, &plan->tiles, plan->explain,
                                   sizeof plan->explain, why, sizeof why);
     if (st != FA_STATUS_OK)
         return fa__error(ctx, st, "%s%s (device \"%s\", %s backend)",
                          plan->op == FA__OP_BACKWARD ? "backward plan: " : "", why, ctx->props.name,
                          fa_backend_name(ctx->ops->backend));
-    if (packed) { /* first: the tiles' steps speak of the packed problem */
+    if (pack_line[0]) { /* first: the tiles' steps speak of the packed problem */
         char tiles_steps[sizeof plan->explain];
         memcpy(tiles_steps, plan->explain, sizeof tiles_steps);
-        fa__format(plan->explain, sizeof plan->explain,
-                   "GQA packing: the %lld query heads of each K/V head are one tile's rows "
-                   "(the kernels see heads_q %lld -> %lld, seqlen_q 1 -> %lld), so a group "
-                   "reads its K and V once, not %lld times\n%s",
-                   (long long)kp->seqlen_q, (long long)plan->problem.heads_q,
-                   (long long)kp->heads_q, (long long)kp->seqlen_q, (long long)kp->seqlen_q,
-                   tiles_steps);
+        fa__format(plan->explain, sizeof plan->explain, "%s%s", pack_line, tiles_steps);
     }
-    if (rules.path_note)
-        fa__append(plan->explain, sizeof plan->explain, "kernel: %s\n", rules.path_note);
+    if (rules->path_note)
+        fa__append(plan->explain, sizeof plan->explain, "kernel: %s\n", rules->path_note);
     if (plan->op == FA__OP_FORWARD)
-        plan->kv_splits = fa__plan_kv_splits(dev, &rules, kp, &plan->tiles, plan->explain,
+        plan->kv_splits = fa__plan_kv_splits(dev, rules, kp, &plan->tiles, plan->explain,
                                              sizeof plan->explain);
+    return FA_STATUS_OK;
+}
+
+/* The planner's tiles for the op under the backend's rules on device props dev (for the
+ * problem as the kernels run it: packed where the rules and the problem allow), then the op's
+ * launches, readied by the backend. Heads packing gives a sequence one work-group per key
+ * chunk: where that leaves compute units idle (a kv_splits override, a short cache), the plan
+ * is made again without it. */
+static fa_status plan_on(fa_context *ctx, fa_plan *plan, const fa_device_props *dev)
+{
+    fa__plan_rules rules;
+    fa_status st = plan_tiles(ctx, plan, dev, true, &rules);
+    int64_t cu = dev->compute_units > 0 ? dev->compute_units : 1;
+    int64_t groups = plan->problem.batch * plan->kv_splits;
+    int32_t br = plan->tiles.block_r;
+    if (plan->head_rows > 0 &&
+        (st != FA_STATUS_OK || groups < cu || br > rules.heads_pack_rows)) {
+        bool planned = st == FA_STATUS_OK;
+        fa__error_clear(ctx);
+        st = plan_tiles(ctx, plan, dev, false, &rules);
+        if (st == FA_STATUS_OK && planned && br > rules.heads_pack_rows)
+            fa__append(plan->explain, sizeof plan->explain,
+                       "no heads packing: Br %d is past the %d rows it runs\n", (int)br,
+                       (int)rules.heads_pack_rows);
+        else if (st == FA_STATUS_OK && planned)
+            fa__append(plan->explain, sizeof plan->explain,
+                       "no heads packing: its %lld work-group%s (batch x key chunks) would "
+                       "leave some of the %lld compute units idle\n",
+                       (long long)groups, groups == 1 ? "" : "s", (long long)cu);
+    }
+    if (st != FA_STATUS_OK)
+        return st;
+    const fa_problem *kp = &plan->kernel_problem;
     if (plan->op == FA__OP_FORWARD && !split_scratch_fits(kp, plan->kv_splits))
         return fa__error(ctx, FA_STATUS_INVALID_ARGUMENT,
                          "kv_splits = %d: the split-KV partials (kv_splits * batch * heads_q * "

@@ -340,12 +340,20 @@ static fa_tensor_layout pack_layout(fa_tensor_layout t, int64_t group)
     return t;
 }
 
-bool fa__gqa_pack(const fa_problem *p, fa_problem *out)
+/* Whether every query head of a one-row problem sees the same keys with the same scores' rules:
+ * dense (not varlen), seqlen_q 1, no mask or causal bottom-right (row 0 sees every key either
+ * way), no modifier but softcap (ALiBi, bias, window, sinks and dropout depend on the head). */
+static bool heads_alike(const fa_problem *p)
 {
     const unsigned allowed = FA_FEATURE_SOFTCAP;
-    if (p->seqlen_q != 1 || p->heads_q <= p->heads_kv || p->varlen ||
-        (p->mask != FA_MASK_NONE && p->mask != FA_MASK_CAUSAL_BOTTOM_RIGHT) ||
-        (fa__problem_features(p) & ~allowed))
+    return p->seqlen_q == 1 && !p->varlen &&
+           (p->mask == FA_MASK_NONE || p->mask == FA_MASK_CAUSAL_BOTTOM_RIGHT) &&
+           !(fa__problem_features(p) & ~allowed);
+}
+
+bool fa__gqa_pack(const fa_problem *p, fa_problem *out)
+{
+    if (!heads_alike(p) || p->heads_q <= p->heads_kv)
         return false;
     const int64_t group = p->heads_q / p->heads_kv;
     *out = *p;
@@ -355,6 +363,19 @@ bool fa__gqa_pack(const fa_problem *p, fa_problem *out)
     out->q = pack_layout(p->q, group);
     out->o = pack_layout(p->o, group);
     return true;
+}
+
+int64_t fa__heads_pack(const fa_problem *p, int64_t max_rows, fa_problem *out)
+{
+    if (!heads_alike(p) || p->heads_q > max_rows)
+        return 0;
+    *out = *p;
+    out->heads_q = out->heads_kv = 1;
+    out->seqlen_q = p->heads_q;
+    out->mask = FA_MASK_NONE;
+    out->q.stride_seq = p->q.stride_head; /* query head h is row h */
+    out->o.stride_seq = p->o.stride_head;
+    return p->heads_q / p->heads_kv;
 }
 
 void fa__kernel_params_fill_backward(const fa_problem *p, fa_kernel_params *kp)

@@ -520,6 +520,15 @@ static const dc_case cases[] = {
      L4(200, 77, 0, 0), 0, FA_MASK_NONE, 16, 5, 16, true, false},
     {"paged16 f32 top-left split", DC_PAGED, FA_DTYPE_F32, 2, 2, 2, 8, L4(4, 4, 0, 0),
      L4(50, 3, 0, 0), 0, FA_MASK_CAUSAL_TOP_LEFT, 16, 3, 4, false, false},
+    /* one-row decodes of a pool: on pocl every query head of a sequence is one tile's row
+     * (heads packing), row h reading K/V head h / G: G 4, G 3 in f16 (which scores four rows
+     * at once where they read one K/V head: four straddle two here), G 1, no keys, one key */
+    {"paged3 bf16 heads-packed", DC_PAGED, FA_DTYPE_BF16, 1, 12, 3, 32, L4(1, 0, 0, 0),
+     L4(100, 0, 0, 0), 0, FA_MASK_CAUSAL_BOTTOM_RIGHT, 3, 0, 8, false, false},
+    {"paged5 f16 heads-packed G3 shared", DC_PAGED, FA_DTYPE_F16, 2, 6, 2, 64, L4(1, 1, 0, 0),
+     L4(45, 12, 0, 0), 0, FA_MASK_NONE, 5, 1, 16, true, false},
+    {"paged16 f32 heads-packed G1 split", DC_PAGED, FA_DTYPE_F32, 3, 8, 8, 16, L4(1, 1, 1, 0),
+     L4(0, 130, 1, 0), 0, FA_MASK_CAUSAL_BOTTOM_RIGHT, 16, 3, 8, false, false},
     {"varlen f32 causal-tl", DC_VARLEN, FA_DTYPE_F32, 4, 4, 2, 32, L4(0, 1, 17, 9),
      L4(3, 1, 17, 20), 0, FA_MASK_CAUSAL_TOP_LEFT, 0, 0, 8, false, false},
     {"varlen f16 causal-br split", DC_VARLEN, FA_DTYPE_F16, 3, 2, 1, 64, L4(1, 5, 2, 0),

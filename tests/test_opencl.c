@@ -339,10 +339,10 @@ static void test_vector_width_override(void **state)
     }
 }
 
-/* A one-row GQA decode packs (src/problem.c, fa__gqa_pack) unless a rule of the scores tells
- * the group's heads or rows apart: top-left causal (row 0 sees key 0 only), ALiBi, sinks,
- * dropout, a window; nor with varlen, several rows or no GQA. The suites' decode cases
- * (tests/cases.c decode_q1*, test_decode) check the packed results. */
+/* A one-row GQA decode of a BHSD cache packs (src/problem.c, fa__gqa_pack) unless a rule of
+ * the scores tells the group's heads or rows apart: top-left causal (row 0 sees key 0 only),
+ * ALiBi, sinks, dropout, a window; nor with varlen, several rows or no GQA. The suites' decode
+ * cases (tests/cases.c decode_q1*, test_decode) check the packed results. */
 static void test_gqa_pack_rule(void **state)
 {
     (void)state;
@@ -350,7 +350,7 @@ static void test_gqa_pack_rule(void **state)
     fa_context_options opts = {FA_BACKEND_OPENCL, 0};
     assert_int_equal(fa_context_create(&ctx, &opts, NULL, 0), OK);
     fa_problem p;
-    fa_problem_init(&p, FA_DTYPE_F16, FA_LAYOUT_BSHD, 2, 32, 8, 1, 4096, 128);
+    fa_problem_init(&p, FA_DTYPE_F16, FA_LAYOUT_BHSD, 2, 32, 8, 1, 4096, 128);
     assert_true(plans_gqa_pack(ctx, &p));
     p.mask = FA_MASK_CAUSAL_BOTTOM_RIGHT;
     p.softcap = 30.0f;
@@ -364,10 +364,68 @@ static void test_gqa_pack_rule(void **state)
     p.dropout_p = 0.1f;
     assert_false(plans_gqa_pack(ctx, &p));
     p.dropout_p = 0.0f;
-    fa_problem_init(&p, FA_DTYPE_F16, FA_LAYOUT_BSHD, 2, 32, 8, 2, 4096, 128);
+    fa_problem_init(&p, FA_DTYPE_F16, FA_LAYOUT_BHSD, 2, 32, 8, 2, 4096, 128);
     assert_false(plans_gqa_pack(ctx, &p));
-    fa_problem_init(&p, FA_DTYPE_F16, FA_LAYOUT_BSHD, 2, 8, 8, 1, 4096, 128);
+    fa_problem_init(&p, FA_DTYPE_F16, FA_LAYOUT_BHSD, 2, 8, 8, 1, 4096, 128);
     assert_false(plans_gqa_pack(ctx, &p));
+    fa_context_destroy(ctx);
+}
+
+/* The forward plan of p: "heads" if it packs a sequence's query heads (fa__heads_pack), "gqa"
+ * if it packs GQA groups, else "none". Heads-packed, the kernels see one head of Hq rows (Br
+ * that many, rounded up to a power of two) and a sequence runs one work-group per key chunk. */
+static const char *planned_packing(fa_context *ctx, const fa_problem *p)
+{
+    fa_plan *plan = NULL;
+    assert_int_equal(fa_plan_create(ctx, p, &plan), OK);
+    const char *explain = fa_plan_explain(plan);
+    const char *packing = strstr(explain, "heads packing: the") ? "heads"
+                          : strstr(explain, "GQA packing") ? "gqa" : "none";
+    if (strcmp(packing, "heads") == 0) {
+        int32_t br = 1, splits = fa_plan_kv_splits(plan);
+        while (br < p->heads_q)
+            br *= 2;
+        assert_int_equal(fa_plan_block_r(plan), br);
+        assert_int_equal(fa_plan_work_groups(plan), p->batch * splits + (splits > 1));
+        assert_int_equal(fa_plan_problem(plan)->heads_q, p->heads_q); /* the caller's problem */
+    }
+    fa_plan_destroy(plan);
+    return packing;
+}
+
+/* Where local memory is global memory (DIRECT_KV's devices), a one-row decode whose K and V
+ * hold a key's heads together (BSHD, a paged pool) packs all its query heads into one tile
+ * (src/plan.c, heads_together), as long as its work-groups, batch x key chunks, fill the
+ * compute units and there are at most 64 heads; a BHSD cache keeps GQA packing (heads packing
+ * measured slower there: docs/benchmarks.md). GPUs never heads-pack. test_decode's paged cases
+ * check the results. */
+static void test_heads_pack_rule(void **state)
+{
+    (void)state;
+    fa_device_props props;
+    fa_context *ctx = rule_context(&props);
+    const char *heads = props.local_mem_global && !props.gpu ? "heads" : "gqa";
+    fa_problem p;
+    fa_problem_init(&p, FA_DTYPE_F16, FA_LAYOUT_BSHD, 1, 32, 8, 1, 32768, 128);
+    p.mask = FA_MASK_CAUSAL_BOTTOM_RIGHT;
+    assert_string_equal(planned_packing(ctx, &p), heads);
+    fa_problem_init(&p, FA_DTYPE_F16, FA_LAYOUT_BSHD, 1, 32, 32, 1, 32768, 128); /* no GQA */
+    assert_string_equal(planned_packing(ctx, &p), props.local_mem_global && !props.gpu
+                                                      ? "heads" : "none");
+    fa_problem_init(&p, FA_DTYPE_F16, FA_LAYOUT_BHSD, 1, 32, 8, 1, 32768, 128);
+    assert_string_equal(planned_packing(ctx, &p), "gqa");
+    fa_problem_init(&p, FA_DTYPE_F16, FA_LAYOUT_BSHD, 1, 128, 8, 1, 32768, 128);
+    assert_string_equal(planned_packing(ctx, &p), "gqa"); /* 128 rows: past DIRECT_KV's 64 */
+    fa_problem_init(&p, FA_DTYPE_F16, FA_LAYOUT_BSHD, 1, 32, 8, 1, 32768, 128);
+    p.alibi = 1; /* the heads' scores differ: neither packing */
+    assert_string_equal(planned_packing(ctx, &p), "none");
+    p.alibi = 0;
+    /* one work-group for B1 unsplit: idle compute units, so GQA packing instead */
+    p.kv_splits = 1;
+    assert_string_equal(planned_packing(ctx, &p), props.compute_units > 1 ? "gqa" : heads);
+    fa_problem_init(&p, FA_DTYPE_F16, FA_LAYOUT_BSHD, props.compute_units, 32, 8, 1, 32768, 128);
+    p.kv_splits = 1; /* a work-group per sequence fills them */
+    assert_string_equal(planned_packing(ctx, &p), heads);
     fa_context_destroy(ctx);
 }
 
@@ -1045,7 +1103,8 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_device_props),    cmocka_unit_test(test_direct_kv_rule),
         cmocka_unit_test(test_f32_tiles_rule),  cmocka_unit_test(test_cpu_keys_rule),
-        cmocka_unit_test(test_gqa_pack_rule),    cmocka_unit_test(test_programs_shared),
+        cmocka_unit_test(test_gqa_pack_rule),    cmocka_unit_test(test_heads_pack_rule),
+        cmocka_unit_test(test_programs_shared),
         cmocka_unit_test(test_vector_width_override),
         cmocka_unit_test(test_context_create_args),
         cmocka_unit_test(test_context_retains), cmocka_unit_test(test_wrap_checks),

@@ -161,6 +161,9 @@ static bool f32_tiles(const fa_device_props *dev, fa_dtype dtype)
     return dev->local_mem_global && !dev->gpu && dtype != FA_DTYPE_F32;
 }
 
+/* The longest tile one work-item holds under DIRECT_KV (measured: docs/benchmarks.md). */
+#define DIRECT_KV_MAX_ROWS 64
+
 static void cl_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op op,
                           fa__plan_rules *rules)
 {
@@ -172,6 +175,8 @@ static void cl_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__o
     rules->split_kv = 1; /* many compute units: a short grid leaves them idle */
     rules->pow2_clamp = 1; /* each tile size is a program build (about a second on pocl) */
     rules->gqa_pack = 1;   /* a decode's K/V read once per group: 2-5x on pocl (benchmarks.md) */
+    if (dev->local_mem_global && !dev->gpu) /* DIRECT_KV's devices (direct_kv) */
+        rules->heads_pack_rows = DIRECT_KV_MAX_ROWS;
     if (dev->gpu)
         gpu_rules(dev, p, op, rules);
     else if (op == FA__OP_FORWARD && p->block_c == 0 && cpu_forward_keys(p) < rules->max_block_c) {
@@ -343,9 +348,6 @@ static fa_status cl_problem_check(fa_context *ctx, const fa_problem *p)
     return FA_STATUS_OK;
 }
 
-/* The longest tile one work-item holds under DIRECT_KV (measured: docs/benchmarks.md). */
-#define DIRECT_KV_MAX_ROWS 64
-
 /*
  * Whether flash_fwd reads K and V where they are (DIRECT_KV), one work-item holding the whole
  * query tile, instead of copying each K/V tile into local memory first. Where local memory is
@@ -380,6 +382,10 @@ static fa_status cl_launch_prepare(fa_context *ctx, fa_plan *plan, fa__launch *l
     launch->variant.gpu = ctx->props.gpu ? 1 : 0; /* GPU-only loop unrolling (flash_fwd.cl) */
     launch->variant.tile_f32 = f32_tiles(&ctx->props, (fa_dtype)launch->variant.dtype);
     launch->variant.direct_kv = direct_kv(ctx, &launch->variant);
+    if (launch->variant.head_rows && !launch->variant.direct_kv)
+        return fa__error(ctx, FA_STATUS_UNSUPPORTED,
+                         "a heads-packed plan (Br %d) that flash_fwd cannot run in place",
+                         (int)launch->variant.block_r);
     if (launch->variant.direct_kv) {
         launch->variant.work_group_size = 1;
         plan->tiles.work_group_size = 1;
