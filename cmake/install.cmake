@@ -41,6 +41,13 @@ if(CMAKE_DL_LIBS)
   string(APPEND FLASHATTN_PC_PRIVATE_LIBS " -l${CMAKE_DL_LIBS}")
 endif()
 if(FLASHATTN_WITH_OPENCL)
+  # The loader's folder too where the linker would not search it (an unpacked prefix, as
+  # tools/gpu_bundle.sh makes on a machine without one).
+  get_filename_component(FLASHATTN_PC_OPENCL_DIR "${OpenCL_LIBRARY}" DIRECTORY)
+  if(FLASHATTN_PC_OPENCL_DIR AND NOT FLASHATTN_PC_OPENCL_DIR IN_LIST
+     CMAKE_C_IMPLICIT_LINK_DIRECTORIES)
+    string(APPEND FLASHATTN_PC_PRIVATE_LIBS " -L${FLASHATTN_PC_OPENCL_DIR}")
+  endif()
   string(APPEND FLASHATTN_PC_PRIVATE_LIBS " -lOpenCL")
 endif()
 # The prefix is found relative to the .pc file, so `cmake --install --prefix` anywhere works.

@@ -6,19 +6,34 @@
 #   3. compute-sanitizer memcheck, racecheck and synccheck on a tiny subset of the forward and
 #      the backward suites (both CUDA paths: f32 runs the CUDA cores, f16/bf16 tensor cores);
 #   4. tools/bench_torch.py: our forward against PyTorch SDPA (flash) and a naive attention.
+# A machine without cmocka, an OpenCL loader or pkg-config (and no network) gets them from the
+# Debian packages tools/gpu_bundle.sh fetched into .bundle beforehand: they are unpacked into
+# /tmp/fa-bundle (BUNDLE_PREFIX) and NVIDIA's OpenCL driver is registered there, so the opencl
+# backend runs on the GPU too. For the device tool: carry .bundle, one command
+#   bash tools/gpu_check.sh 2>&1 | tee $OUT/gpu_check.log; cp build-gpu/bench_torch.md $OUT/
 #
-# usage: tools/gpu_check.sh [BUILD_DIR]     (default: build-gpu; BENCH=0 skips the benchmark)
+# usage: tools/gpu_check.sh [BUILD_DIR]     (default: build-gpu)
+#   SUITE=0, SANITIZE=0, BENCH=0 skip the test suite, compute-sanitizer or the benchmark (to
+#   split the work between calls of at most 10 minutes); BUNDLE=DIR for another bundle folder.
 # Exit status: non-zero when a build, a test or a sanitizer run fails.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${1:-$ROOT/build-gpu}
 JOBS=$(nproc 2>/dev/null || echo 4)
+BUNDLE=${BUNDLE:-$ROOT/.bundle}
 
 step() { printf '\n==== %s\n' "$*"; }
 
 step "GPU"
 nvidia-smi -L || { echo "gpu_check.sh: nvidia-smi finds no GPU" >&2; exit 1; }
+
+if compgen -G "$BUNDLE/*.deb" >/dev/null; then
+    step "bundle ($BUNDLE)"
+    exports=$(bash "$ROOT/tools/gpu_bundle.sh" unpack "$BUNDLE" "${BUNDLE_PREFIX:-/tmp/fa-bundle}")
+    eval "$exports"
+    echo "$exports"
+fi
 
 step "build ($BUILD)"
 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLASHATTN_CUDA=ON
@@ -34,25 +49,29 @@ elif "$FA" devices --backend opencl | grep -Eq '^opencl: [1-9]'; then
     REQUIRE=cpu,opencl,cuda
 fi
 
-step "test suite (FLASHATTN_REQUIRE_BACKENDS=$REQUIRE)"
-(cd "$BUILD" && FLASHATTN_REQUIRE_BACKENDS=$REQUIRE FLASHATTN_REQUIRE_NVRTC=1 \
-    ctest -j"$JOBS" --output-on-failure)
-
-step "compute-sanitizer"
-SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-if [ ! -x "$SAN" ]; then
-    echo "gpu_check.sh: compute-sanitizer not found (CUDA Toolkit bin/ not on PATH)" >&2
-    exit 1
+if [ "${SUITE:-1}" != 0 ]; then
+    step "test suite (FLASHATTN_REQUIRE_BACKENDS=$REQUIRE)"
+    (cd "$BUILD" && FLASHATTN_REQUIRE_BACKENDS=$REQUIRE FLASHATTN_REQUIRE_NVRTC=1 \
+        ctest -j"$JOBS" --output-on-failure)
 fi
-for tool in memcheck racecheck synccheck; do
-    for suite in test_forward test_backward; do
-        for case in mha97 q113_k17_br gqa_padded; do
-            echo "-- $tool: $suite cuda --case=$case"
-            FLASHATTN_REQUIRE_BACKENDS=cuda "$SAN" --tool "$tool" --error-exitcode 1 \
-                "$BUILD/tests/$suite" cuda --case="$case"
+
+if [ "${SANITIZE:-1}" != 0 ]; then
+    step "compute-sanitizer"
+    SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    if [ ! -x "$SAN" ]; then
+        echo "gpu_check.sh: compute-sanitizer not found (CUDA Toolkit bin/ not on PATH)" >&2
+        exit 1
+    fi
+    for tool in memcheck racecheck synccheck; do
+        for suite in test_forward test_backward; do
+            for case in mha97 q113_k17_br gqa_padded; do
+                echo "-- $tool: $suite cuda --case=$case"
+                FLASHATTN_REQUIRE_BACKENDS=cuda "$SAN" --tool "$tool" --error-exitcode 1 \
+                    "$BUILD/tests/$suite" cuda --case="$case"
+            done
         done
     done
-done
+fi
 
 if [ "${BENCH:-1}" != 0 ]; then
     step "benchmark (tools/bench_torch.py)"

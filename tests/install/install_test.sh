@@ -36,6 +36,6 @@ export PKG_CONFIG_PATH=$libdir
 # shellcheck disable=SC2046
 "$cc" -std=c11 -o "$tmp/pc_static" "$src/tests/install/consumer/consumer.c" \
     $(pkg-config --cflags flashattn) "$(pkg-config --variable=libdir flashattn)/libflashattn.a" \
-    $(pkg-config --static --libs-only-l flashattn | sed 's/-lflashattn//')
+    $(pkg-config --static --libs flashattn | sed 's/-lflashattn\b//')
 "$tmp/pc_static"
 echo "install: 4 passed, 0 failed"
