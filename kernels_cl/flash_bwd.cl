@@ -51,14 +51,7 @@ float load_global(__global const store_t *p)
 
 /* Accumulators passed to a function that is not inlined stay in memory: on GPUs the f16 and
  * bf16 stores (libclc's software rounding) made store_row_scaled too large for clang to inline,
- * and dK, dV or dQ went to a stack frame (sm_80: 144-432 bytes) or scratch. Forced inline there;
- * CPUs keep the compiler's choice. */
-#if GPU
-#define INLINE_ON_GPU __attribute__((always_inline))
-#else
-#define INLINE_ON_GPU
-#endif
-
+ * and dK, dV or dQ went to a stack frame (sm_80: 144-432 bytes) or scratch: INLINE_ON_GPU. */
 /* Writes mul * acc (a lane's d / TPR f32 values of a row, in float_dims vectors) to a global row
  * from the lane's first element, in the storage type. */
 INLINE_ON_GPU void store_row_scaled(const float_dims *acc, float mul, __global store_t *dst)
@@ -134,7 +127,9 @@ void dropout_key_rows(__local float *x, const fa_kernel_params *p, long b, long 
     for (; c < n; c++) {
         uint w[4];
         fa_dropout_words(p, b, h, i0 + c, j, w);
-        x[c] = w[e] >= p->dropout_threshold ? x[c] * p->dropout_scale : 0.0f;
+        /* word e by selects: indexed at run time, w went to sm_80's stack (16 bytes) */
+        uint we = e == 0 ? w[0] : e == 1 ? w[1] : e == 2 ? w[2] : w[3];
+        x[c] = we >= p->dropout_threshold ? x[c] * p->dropout_scale : 0.0f;
     }
 }
 
@@ -198,9 +193,10 @@ float slope2_of(const fa_kernel_params *p ALIBI_ARG, long h)
 /* The dQ pass's row i: the lane's keys j = k0 + c, c in [c0, c0 + BLOCK_C / TPR), of the tile,
  * visible in [begin, end), by float_keys vectors (lane e: key j0 + e). s_row (S) becomes P and
  * dp_row (Z dP) dS. */
-void grad_row_dq(__local float *s_row, __local float *dp_row, const fa_kernel_params *p,
-                 float slope2, __global const bias_t *bias_row, long i, long k0, int c0,
-                 long begin, long end, float lse2, float d)
+INLINE_ON_GPU void grad_row_dq(__local float *s_row, __local float *dp_row,
+                               const fa_kernel_params *p, float slope2,
+                               __global const bias_t *bias_row, long i, long k0, int c0,
+                               long begin, long end, float lse2, float d)
 {
     for (int at = c0; at < c0 + LANE_KEYS; at += KEYS_PER_VEC) {
         const long j0 = k0 + at;
@@ -232,10 +228,10 @@ void grad_row_dq(__local float *s_row, __local float *dp_row, const fa_kernel_pa
  * dpt_row (Z dP^T) dS^T. keys_v holds each row's key end (0 for a row with no key); a window's
  * begin grows with the row, so the rows seeing j are those up to a lane. The bias, a column
  * here, is gathered row by row where the row sees j. */
-void grad_row_dkdv(__local float *st_row, __local float *dpt_row, const fa_kernel_params *p
-                   ALIBI_ARG BIAS_ARG, long b, long h, long j, long r0, int c0,
-                   __local const float *lse2_v, __local const float *d_v,
-                   __local const int *keys_v)
+INLINE_ON_GPU void grad_row_dkdv(__local float *st_row, __local float *dpt_row,
+                                 const fa_kernel_params *p ALIBI_ARG BIAS_ARG, long b, long h,
+                                 long j, long r0, int c0, __local const float *lse2_v,
+                                 __local const float *d_v, __local const int *keys_v)
 {
     const float slope2 = slope2_of(p ALIBI_PASS, h);
     for (int at = c0; at < c0 + LANE_KEYS; at += KEYS_PER_VEC) {

@@ -233,6 +233,22 @@ void store_dims(float_dims v, __global store_t *p)
 
 /* The max / sum of the n elements of a floatn, pairwise (halves, then quarters ...), as
  * hmax_keys / hsum_keys for a float_keys and hsum_dims for a float_dims. */
+/* Forced inline on GPUs (CPUs keep the compiler's choice): a function that takes a pointer to
+ * the kernel's params, accumulators or a row's state and is not inlined makes them memory. With
+ * softcap, ALiBi, a window and dropout compiled in, clang left row_scores a call, and the
+ * params (536 bytes) went to sm_80's stack frame (tools/cl_gpu_check.sh). A plain row_scores
+ * keeps clang's choice: forced, gfx90a's d 32 f16 forward grew from 109 to 144 VGPRs. */
+#if GPU
+#define INLINE_ON_GPU __attribute__((always_inline))
+#else
+#define INLINE_ON_GPU
+#endif
+#if FEATURES & (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI)
+#define ROW_SCORES_INLINE INLINE_ON_GPU
+#else
+#define ROW_SCORES_INLINE
+#endif
+
 float hmax1(float v) { return v; }
 float hmax2(float2 v) { return fmax(v.lo, v.hi); }
 float hmax4(float4 v) { return hmax2(fmax(v.lo, v.hi)); }
@@ -528,8 +544,9 @@ void row_mods_at_tile(row_mods *rm, const row_mods *base, long k0, int valid_key
  * and ALiBi where rm is not NULL (store_scores; the backward passes NULL). Four float_keys
  * vectors (keys c = KEYS_PER_VEC * kvec ..) at a time, so each Q element loaded feeds four
  * multiply-adds. */
-void row_scores(__local float *s_row, __local const tile_t *q_col, __local const tile_t *k_t,
-                float scale_log2, const fa_kernel_params *p, const row_mods *rm)
+ROW_SCORES_INLINE void row_scores(__local float *s_row, __local const tile_t *q_col,
+                                  __local const tile_t *k_t, float scale_log2,
+                                  const fa_kernel_params *p, const row_mods *rm)
 {
     int kvec = 0; /* the vector of keys c = KEYS_PER_VEC * kvec .. +KEYS_PER_VEC of the row */
     for (; kvec + 4 <= VECS_PER_LANE_KEYS; kvec += 4) {
@@ -624,8 +641,8 @@ ulong4 zip_pairs(ulong4 a, ulong4 b, int hi)
 /* Dropout on one lane's keys of a row of P (keys k0 + c, c in [0, valid_keys), valid_keys <=
  * Bc / TPR): kept P times dropout_scale, dropped ones 0. One Philox call per group of four keys
  * (fa_dropout_words), each key taking its word j & 3. */
-void dropout_row(__local float *p_row, const fa_kernel_params *p, long b, long h, long row,
-                 long k0, int valid_keys)
+INLINE_ON_GPU void dropout_row(__local float *p_row, const fa_kernel_params *p, long b, long h,
+                               long row, long k0, int valid_keys)
 {
 #if LANE_KEYS % (4 * DROPOUT_LANES) == 0
     if (valid_keys == LANE_KEYS) {

@@ -10,8 +10,11 @@
  *
  * Cases: head_dim 32, 64, 96, 128, 256; f32, f16, bf16; no mask and causal bottom-right;
  * Sq = Sk = 2048 and decode (Sq 1, Sk 4096: split-KV, so flash_fwd with SPLIT=1 and
- * flash_merge); forward and backward plans; batch 1, 8 heads. Exit 1 with the reason on stderr
- * when a context or a plan cannot be made.
+ * flash_merge); forward and backward plans; batch 1, 8 heads. Then the score modifiers and
+ * dropout (their kernels are compiled in under FEATURES): at head_dim 64 and 128, f32 and f16,
+ * causal bottom-right, Sq = Sk = 2048, all six (an f32 bias) and softcap, ALiBi, a window and
+ * dropout without the bias and sinks. Exit 1 with the reason on stderr when a context or a plan
+ * cannot be made.
  */
 #include "internal.h"
 
@@ -47,15 +50,39 @@ static bool add_plan(variant_set *set, const fa_plan *plan)
     return true;
 }
 
-/* Plans one problem forward and backward and adds both plans' launches; false with the reason
- * on stderr when either fails. */
+/* Turns on the modifiers of set `all` (1: all six, an f32 bias [1, 8, Sq, Sk]; 0: softcap,
+ * ALiBi, a window and dropout). */
+static void add_modifiers(fa_problem *p, int all)
+{
+    p->softcap = 30.0f;
+    p->alibi = 1;
+    p->window = 1;
+    p->window_left = 256;
+    p->window_right = 0;
+    p->dropout_p = 0.1f;
+    p->dropout_seed = 1;
+    if (!all)
+        return;
+    p->sinks = 1;
+    p->bias = 1;
+    p->bias_dtype = FA_DTYPE_F32;
+    p->bias_layout.offset = 0;
+    p->bias_layout.stride_seq = p->seqlen_k;
+    p->bias_layout.stride_head = p->seqlen_q * p->seqlen_k;
+    p->bias_layout.stride_batch = p->heads_q * p->seqlen_q * p->seqlen_k;
+}
+
+/* Plans one problem (with modifier set `mods`: -1 none, else add_modifiers') forward and
+ * backward and adds both plans' launches; false with the reason on stderr when either fails. */
 static bool add_problem(fa_context *ctx, variant_set *set, fa_dtype dtype, fa_mask mask,
-                        int64_t seqlen_q, int64_t seqlen_k, int64_t head_dim)
+                        int64_t seqlen_q, int64_t seqlen_k, int64_t head_dim, int mods)
 {
     fa_problem p;
     fa_status st = fa_problem_init(&p, dtype, FA_LAYOUT_BHSD, 1, 8, 8, seqlen_q, seqlen_k,
                                    head_dim);
     p.mask = mask;
+    if (mods >= 0)
+        add_modifiers(&p, mods);
     for (int backward = 0; backward < 2 && st == FA_STATUS_OK; backward++) {
         fa_plan *plan = NULL;
         st = backward ? fa_plan_create_backward(ctx, &p, &plan) : fa_plan_create(ctx, &p, &plan);
@@ -67,9 +94,9 @@ static bool add_problem(fa_context *ctx, variant_set *set, fa_dtype dtype, fa_ma
         fa_plan_destroy(plan);
     }
     if (st != FA_STATUS_OK)
-        fprintf(stderr, "cl_variants: %s d=%lld %s Sq=%lld Sk=%lld: %s: %s\n",
+        fprintf(stderr, "cl_variants: %s d=%lld %s Sq=%lld Sk=%lld modifiers %d: %s: %s\n",
                 fa_dtype_name(dtype), (long long)head_dim, fa_mask_name(mask),
-                (long long)seqlen_q, (long long)seqlen_k, fa_status_name(st),
+                (long long)seqlen_q, (long long)seqlen_k, mods, fa_status_name(st),
                 fa_context_last_error(ctx));
     return st == FA_STATUS_OK;
 }
@@ -99,7 +126,12 @@ int main(int argc, char **argv)
             for (size_t m = 0; m < sizeof masks / sizeof masks[0] && ok; m++)
                 for (size_t s = 0; s < sizeof seqlens / sizeof seqlens[0] && ok; s++)
                     ok = add_problem(ctx, &set, dtypes[t], masks[m], seqlens[s][0],
-                                     seqlens[s][1], dims[d]);
+                                     seqlens[s][1], dims[d], -1);
+    for (size_t d = 1; d < 4 && ok; d += 2) /* d 64 and 128 */
+        for (size_t t = 0; t < 2 && ok; t++)
+            for (int mods = 0; mods < 2 && ok; mods++)
+                ok = add_problem(ctx, &set, dtypes[t], FA_MASK_CAUSAL_BOTTOM_RIGHT, 2048, 2048,
+                                 dims[d], mods);
     fa_context_destroy(ctx);
     if (!ok)
         return 1;
