@@ -1,16 +1,22 @@
 #!/usr/bin/env python3
-"""bench_torch.py - our CUDA forward against PyTorch on the same GPU, side by side.
+"""bench_torch.py - our CUDA (and OpenCL) forward against PyTorch on the same GPU, side by side.
 
 For f16 and bf16, batch 4, 16 heads, head dim 64 and 128, seq 512..16384, causal and not, it
 times:
-  flashattn  `flashattn run --backend cuda --repeat N` (median of N after a warm-up; the CLI
+  cuda       `flashattn run --backend cuda --repeat N` (median of N after a warm-up; the CLI
              reports the time of fa_forward and the context's peak device memory)
+  opencl     the same with `--backend opencl --device K`, K the first OpenCL device that
+             `flashattn devices` calls a GPU (the NVIDIA OpenCL driver); a column of "-" when
+             there is none
   sdpa-flash torch.nn.functional.scaled_dot_product_attention under the flash backend
   naive      softmax(Q K^T * scale) V materialized (matmul, f32 softmax, matmul)
-and prints TFLOP/s (4*B*H*S*S*d, half for causal) and peak memory per implementation, with the
+and prints TFLOP/s (4*B*H*S*S*d, half for causal) and peak memory per implementation, and cuda's
+TFLOP/s over sdpa-flash's (issue 15's target: >= 1.0 at seq >= 2048, >= 0.8 at 512), with the
 device name, the command and the date: a Markdown table for docs/benchmarks.md.
 
 usage: tools/bench_torch.py --flashattn build/tools/flashattn [--repeat 20] [--max-seq 16384]
+                            [--dtypes f16,bf16] [--dims 64,128] [--no-opencl]
+(--dtypes and --dims split the table between calls of a limited length.)
 Needs PyTorch with CUDA. Timing is not a test: nothing here asserts a speed.
 """
 import argparse
@@ -21,6 +27,7 @@ import subprocess
 import sys
 
 BATCH, HEADS = 4, 16
+RUN_TIMEOUT_S = 300  # one flashattn run; a hung one is reported, not waited for
 
 
 def flops(seq, dim, causal):
@@ -28,13 +35,34 @@ def flops(seq, dim, causal):
     return f / 2 if causal else f
 
 
-def run_ours(exe, dtype, seq, dim, causal, repeat):
+def opencl_gpu(exe):
+    """The index of the first OpenCL device `flashattn devices` calls a GPU, or None."""
+    try:
+        res = subprocess.run([exe, "devices", "--backend", "opencl"], capture_output=True,
+                             text=True, timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return None
+    index = None
+    for line in res.stdout.splitlines():
+        m = re.match(r"\s+device (\d+):", line)
+        if m:
+            index = int(m.group(1))
+        elif index is not None and re.match(r"\s+type\s+GPU", line):
+            return index
+    return None
+
+
+def run_ours(exe, backend, device, dtype, seq, dim, causal, repeat):
     """(ms, peak bytes) from the CLI's output, or (None, reason)."""
-    cmd = [exe, "run", "--backend", "cuda", "--batch", str(BATCH), "--heads", str(HEADS),
-           "--seq", str(seq), "--dim", str(dim), "--dtype", dtype, "--repeat", str(repeat)]
+    cmd = [exe, "run", "--backend", backend, "--device", str(device), "--batch", str(BATCH),
+           "--heads", str(HEADS), "--seq", str(seq), "--dim", str(dim), "--dtype", dtype,
+           "--repeat", str(repeat)]
     if causal:
         cmd += ["--causal", "top-left"]  # torch's is_causal is top-left aligned
-    res = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return None, "timeout %d s" % RUN_TIMEOUT_S
     if res.returncode != 0:
         return None, (res.stderr.strip() or "exit %d" % res.returncode)[:60]
     t = re.search(r"^time\s+([0-9.]+) ms", res.stdout, re.M)
@@ -102,12 +130,23 @@ def cell(result, f):
     return "%.1f | %.0f MiB" % (f / (ms * 1e-3) / 1e12, extra / 2**20)
 
 
+def ratio(ours, theirs):
+    """ours' TFLOP/s over theirs' (their time over ours), or "-"."""
+    if ours[0] is None or theirs[0] is None:
+        return "-"
+    return "%.2fx" % (theirs[0] / ours[0])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--flashattn", required=True, help="path to the flashattn program")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--max-seq", type=int, default=16384)
+    ap.add_argument("--dtypes", default="f16,bf16")
+    ap.add_argument("--dims", default="64,128")
+    ap.add_argument("--no-opencl", action="store_true", help="leave the opencl column out")
     args = ap.parse_args()
+    cl_device = None if args.no_opencl else opencl_gpu(args.flashattn)
     import torch
     if not torch.cuda.is_available():
         sys.exit("bench_torch.py: PyTorch sees no CUDA device")
@@ -119,22 +158,28 @@ def main():
     print("- torch %s, batch %d, heads %d; TFLOP/s = 4*B*H*S*S*d (half for causal) / time; "
           "peak = device memory at its highest (inputs and outputs included)" %
           (torch.__version__, BATCH, HEADS))
+    print("- opencl: %s" % ("device %d of `flashattn devices --backend opencl`" % cl_device
+                             if cl_device is not None else "no OpenCL GPU device (or --no-opencl)"))
     print()
-    print("| dtype | d | seq | causal | flashattn TFLOP/s | peak | sdpa-flash TFLOP/s | peak "
-          "| naive TFLOP/s | peak |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| dtype | d | seq | causal | cuda TFLOP/s | peak | cuda / sdpa | opencl TFLOP/s | peak "
+          "| sdpa-flash TFLOP/s | peak | naive TFLOP/s | peak |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     seqs = [s for s in (512, 1024, 2048, 4096, 8192, 16384) if s <= args.max_seq]
-    for dtype in ("f16", "bf16"):
-        for dim in (64, 128):
+    for dtype in args.dtypes.split(","):
+        for dim in (int(d) for d in args.dims.split(",")):
             for seq in seqs:
                 for causal in (False, True):
                     f = flops(seq, dim, causal)
-                    ours = run_ours(args.flashattn, dtype, seq, dim, causal, args.repeat)
+                    ours = run_ours(args.flashattn, "cuda", 0, dtype, seq, dim, causal,
+                                    args.repeat)
+                    cl = (None, "-") if cl_device is None else run_ours(
+                        args.flashattn, "opencl", cl_device, dtype, seq, dim, causal, args.repeat)
                     sdpa = run_torch(torch, "sdpa-flash", dtype, seq, dim, causal, args.repeat)
                     naive = run_torch(torch, "naive", dtype, seq, dim, causal, args.repeat)
-                    print("| %s | %d | %d | %s | %s | %s | %s |" %
+                    print("| %s | %d | %d | %s | %s | %s | %s | %s | %s |" %
                           (dtype, dim, seq, "yes" if causal else "no", cell(ours, f),
-                           cell(sdpa, f), cell(naive, f)), flush=True)
+                           ratio(ours, sdpa), cell(cl, f), cell(sdpa, f), cell(naive, f)),
+                          flush=True)
 
 
 if __name__ == "__main__":
