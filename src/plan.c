@@ -123,9 +123,10 @@ static void pack_problem(fa_context *ctx, fa_plan *plan, const fa_device_props *
         plan->head_rows = (int32_t)fa__heads_pack(p, rules->heads_pack_rows, kp);
     if (plan->head_rows > 0)
         fa__format(line, size,
-                   "heads packing: the %lld query heads of a sequence are one tile's rows, %d "
-                   "per K/V head (the kernels see heads_q %lld -> 1, seqlen_q 1 -> %lld): K and "
-                   "V hold a key's heads together, so one work-group reads them in order\n",
+                   "heads packing: the %lld query heads of a sequence are the rows of one "
+                   "head, %d per K/V head (the kernels see heads_q %lld -> 1, seqlen_q 1 -> "
+                   "%lld): K and V hold a key's heads together, so a work-group reads them in "
+                   "order\n",
                    (long long)p->heads_q, (int)plan->head_rows, (long long)p->heads_q,
                    (long long)p->heads_q);
     else if (rules->gqa_pack && fa__gqa_pack(p, kp))
@@ -176,8 +177,9 @@ static fa_status plan_on(fa_context *ctx, fa_plan *plan, const fa_device_props *
     fa__plan_rules rules;
     fa_status st = plan_tiles(ctx, plan, dev, true, &rules);
     int64_t cu = dev->compute_units > 0 ? dev->compute_units : 1;
-    int64_t groups = plan->problem.batch * plan->kv_splits;
     int32_t br = plan->tiles.block_r;
+    int64_t groups = plan->problem.batch * plan->kv_splits *
+                     (br > 0 ? (plan->kernel_problem.seqlen_q + br - 1) / br : 1);
     if (plan->head_rows > 0 &&
         (st != FA_STATUS_OK || groups < cu || br > rules.heads_pack_rows)) {
         bool planned = st == FA_STATUS_OK;
@@ -189,8 +191,8 @@ static fa_status plan_on(fa_context *ctx, fa_plan *plan, const fa_device_props *
                        (int)rules.heads_pack_rows);
         else if (st == FA_STATUS_OK && planned)
             fa__append(plan->explain, sizeof plan->explain,
-                       "no heads packing: its %lld work-group%s (batch x key chunks) would "
-                       "leave some of the %lld compute units idle\n",
+                       "no heads packing: its %lld work-group%s (batch x tiles x key chunks) "
+                       "would leave some of the %lld compute units idle\n",
                        (long long)groups, groups == 1 ? "" : "s", (long long)cu);
     }
     if (st != FA_STATUS_OK)

@@ -67,6 +67,17 @@ if "$FA" devices 2>/dev/null | grep -Eq '^opencl: [1-9]'; then
     SEQ_RE='seqlens_k \[5, 0, 170\], kv splits 4 \(asked 4\)'
     seq_check "decode: --kv-splits 4 --check (opencl)" --backend opencl "${DEC[@]}" --seq-k 170 \
         --seqlens-k 5,0,170 --kv-splits 4 --block-c 16
+    # Heads packing on CPU devices (a pool holds a key's heads together): 32 query heads as
+    # rows, here in four tiles of 8 (Br overridden), so rows past the first tile find their
+    # K/V head too.
+    if "$FA" devices --backend opencl | grep -q 'type *not a GPU'; then
+        HP=(--backend opencl --heads 32 --heads-kv 8 --seq 1 --seq-k 300 --dim 32 --dtype f16
+            --causal bottom-right --paged 7 --block-r 8)
+        expect_stdout "decode: heads packing planned (opencl)" '^heads packing: the 32 query heads' \
+            plan "${HP[@]}"
+        SEQ_RE='seqlens_k 300 each, paged: 7 keys a page, 46 pages \(3 spare\), 43 a sequence, '
+        seq_check "decode: heads packing over four tiles (opencl)" "${HP[@]}"
+    fi
 else
     echo "SKIP decode opencl: no OpenCL device"
 fi
