@@ -40,6 +40,12 @@
 #ifndef DIRECT_KV
 #define DIRECT_KV 0
 #endif
+/* PACKED 1 (flash_fwd only): GQA or heads packing, the rows of head h are the query heads
+ * h * Sq + row of a one-row problem (the host packs only where every head sees the same keys),
+ * so sinks and ALiBi's slopes are per row, and the window and ALiBi's distance are row 0's. */
+#ifndef PACKED
+#define PACKED 0
+#endif
 /* HEAD_ROWS G > 0 (with DIRECT_KV): heads packing, a one-row decode's query heads as the rows
  * of one head, G rows per K/V head (row i reads K/V head i / G, k/v_stride_h apart), so one
  * work-item reads every head of a key, where they lie together (paged, BSHD). */

@@ -233,12 +233,14 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
               q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h + seq.q_start * p.q_stride_s,
               r0, sq, p.q_stride_s, BLOCK_R, !DIRECT_KV);
 
+    /* The first row the tile's rules read: PACKED, every row reads the last one's (below). */
+    const long rule_r0 = PACKED ? sq - 1 : r0;
 #if SHARE_RANGES
     __local long kv_range[2]; /* the key tiles [kv_begin, kv_end), share_range says why */
-    share_range(kv_range, keys_first_tile(&p, r0), keys_to_visit(&p, r0));
+    share_range(kv_range, keys_first_tile(&p, rule_r0), keys_to_visit(&p, rule_r0));
     long kv_begin = kv_range[0], kv_end = kv_range[1];
 #else
-    long kv_begin = 0, kv_end = keys_to_visit(&p, r0);
+    long kv_begin = 0, kv_end = keys_to_visit(&p, rule_r0);
 #endif
 #if SPLIT
     /* This split's keys [split * split_keys, + split_keys) of them (a multiple of Bc, so the
@@ -246,9 +248,10 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
     kv_begin = max(kv_begin, split * p.split_keys);
     kv_end = min(kv_end, (split + 1) * p.split_keys);
 #endif
-    const long tile_keys = fa_keys_end(&p, MASK, FEATURES, r0); /* the fewest of any row here */
+    const long tile_keys = fa_keys_end(&p, MASK, FEATURES, rule_r0); /* the fewest of any row */
 #if FEATURES & FA_FEATURE_WINDOW
-    const long tile_begin = fa_keys_begin(&p, FEATURES, min(r0 + BLOCK_R, sq) - 1); /* the last */
+    /* the last row's */
+    const long tile_begin = fa_keys_begin(&p, FEATURES, min(rule_r0 + BLOCK_R, sq) - 1);
 #endif
 
     /* Each row's state: where its keys end (and begin, window), its modifier inputs, and the
@@ -267,15 +270,20 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
     float_dims acc[ITEM_ROWS][VECS_PER_LANE_DIMS];
     for (int i = 0; i < item_rows; i++) {
         const long row = r0 + r_first + i;
-        row_keys[i] = fa_keys_end(&p, MASK, FEATURES, row);
+        /* PACKED: the row is query head h * Sq + row of a one-row problem, whose row 0 every
+         * rule reads: in the packed problem's terms the last row's (i' = Sk - 1). Staged rows
+         * past Sq take the last head's, so no slope or sink is read past the heads. */
+        const long rule_row = PACKED ? sq - 1 : row;
+        const long q_head = PACKED ? h * sq + min(row, sq - 1) : h;
+        row_keys[i] = fa_keys_end(&p, MASK, FEATURES, rule_row);
 #if FEATURES & FA_FEATURE_WINDOW
-        row_begin[i] = fa_keys_begin(&p, FEATURES, row);
+        row_begin[i] = fa_keys_begin(&p, FEATURES, rule_row);
 #endif
 #if FEATURES & (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_BIAS)
-        mods[i] = row_mods_of(&p ALIBI_PASS BIAS_PASS, b, h, row);
+        mods[i] = row_mods_of(&p ALIBI_PASS BIAS_PASS, b, q_head, rule_row);
 #endif
 #if FEATURES & FA_FEATURE_SINKS
-        const float sink = split == 0 ? sinks[h] : -INFINITY;
+        const float sink = split == 0 ? sinks[q_head] : -INFINITY;
         m[i] = sink * LOG2E;
         l[i] = sink == -INFINITY ? 0.0f : 1.0f;
 #else

@@ -191,6 +191,8 @@ typedef struct fa__kernel_variant {
                                 are loaded (OpenCL; a define only when 1) */
     int32_t head_rows;       /* HEAD_ROWS: query rows per K/V head of a heads-packed problem
                                 (fa__heads_pack; a define only when nonzero) */
+    int32_t packed;          /* PACKED=1: flash_fwd of a GQA- or heads-packed problem, whose
+                                rows are query heads (a define only when 1) */
 } fa__kernel_variant;
 
 /* Writes "<prefix>HEAD_DIM=64 <prefix>BLOCK_R=..." for a variant (prefix "-D " for OpenCL C,
@@ -234,8 +236,9 @@ void fa__kernel_params_fill(const fa_problem *p, int32_t block_r, fa_kernel_para
  * heads_q -> heads_kv, seqlen_q 1 -> G, Q and O strides rewritten, LSE at the same indices.
  * Writes the packed problem to `out` and returns true when `p` allows it: a dense (not varlen)
  * forward with seqlen_q 1 and G > 1, no mask or causal bottom-right (row 0 sees every key
- * either way; packed, no mask), and no modifier but softcap (ALiBi, bias, window, sinks and
- * dropout depend on the head or the row).
+ * either way; packed, no mask), and no bias or dropout (they read the head and row through
+ * their own indices). Softcap, ALiBi, a window and sinks are the kernel's to apply per packed
+ * row: its query head's slope and sink, row 0's window and distances (OpenCL's PACKED).
  */
 bool fa__gqa_pack(const fa_problem *p, fa_problem *out);
 /*
@@ -391,6 +394,7 @@ struct fa_plan {
     fa_problem problem; /* scale resolved, overrides as applied */
     fa_problem kernel_problem; /* what the launches run: problem, or its GQA or heads packing */
     int32_t head_rows;         /* heads packing's G (fa__heads_pack); 0: not heads-packed */
+    int32_t packed;            /* 1: kernel_problem is GQA- or heads-packed */
     fa__tiles tiles;
     fa__launch launches[FA__MAX_LAUNCHES];
     int n_launches;

@@ -55,6 +55,8 @@ void fa__variant_defines(const fa__kernel_variant *v, const char *prefix, char *
         fa__append(dst, size, " %sTILE_F32=1", prefix);
     if (v->head_rows)
         fa__append(dst, size, " %sHEAD_ROWS=%d", prefix, (int)v->head_rows);
+    if (v->packed)
+        fa__append(dst, size, " %sPACKED=1", prefix);
 }
 
 void fa__cl_build_options(const fa__kernel_variant *v, char *dst, size_t size)
@@ -127,6 +129,7 @@ static void merge_launch(fa__launch *l, fa__tensor o_parts, fa__tensor lse_parts
     l->variant.bias_dtype = 0;
     l->variant.split = 0;
     l->variant.head_rows = 0;
+    l->variant.packed = 0;
     l->variant.merge = 1;
     l->variant.parts_dtype = parts_dtype;
     add_seq_args(l);
@@ -195,6 +198,7 @@ static void forward_launches(fa_plan *plan, const fa__plan_rules *rules)
         .features = kp->features,
         .bias_dtype = kp->features ? kp->bias_dtype : 0,
         .head_rows = plan->head_rows,
+        .packed = plan->packed,
     };
     l->grid[0] = (uint64_t)kp->q_tiles;
     l->grid[1] = (uint64_t)kp->heads_q;

@@ -116,6 +116,7 @@ static void pack_problem(fa_context *ctx, fa_plan *plan, const fa_device_props *
     backend_rules(ctx, dev, p, plan->op, rules);
     *kp = *p;
     plan->head_rows = 0;
+    plan->packed = 0;
     line[0] = '\0';
     if (plan->op != FA__OP_FORWARD)
         return;
@@ -138,6 +139,7 @@ static void pack_problem(fa_context *ctx, fa_plan *plan, const fa_device_props *
                    (long long)kp->seqlen_q, (long long)kp->seqlen_q);
     else
         return;
+    plan->packed = 1;
     backend_rules(ctx, dev, kp, plan->op, rules); /* the rules of what runs */
 }
 

@@ -17,6 +17,8 @@
  *   window disjoint from top-left): O = 0 and dQ = 0 exactly, LSE = -inf exactly, or the sink
  *   (to f32 rounding) with sinks; keys no row sees get dK = dV = 0 exactly. Empty problems
  *   (seqlen_k 0, seqlen_q 0, batch 0) with sinks: d_sinks is still written (0).
+ * - One-row GQA decodes with softcap, ALiBi, a window and sinks, which the OpenCL backend runs
+ *   with the query heads as rows (GQA packing on BHSD; heads packing on BSHD, on CPUs).
  * - Dropout's keep mask bit for bit, read through the forward itself (Q = 0 so P = 1/Sk, V = the
  *   identity, so O[i][x] = keep(i, x) * scale / Sk), against the reference's Philox; and the
  *   keep rate within 5 sigma of 1 - p for p 0.1, 0.5, 0.9.
@@ -485,6 +487,24 @@ static void build_cases(void)
     };
     for (size_t i = 0; i < sizeof empty / sizeof empty[0]; i++)
         cases[n_cases++] = empty[i];
+    /* One-row decodes the OpenCL backend packs, the query heads as rows (GQA packing on BHSD,
+       heads packing on BSHD at batch 2 on CPUs): each row's own slope and sink, row 0's window
+       and distances; the last in four tiles of 4 rows. */
+    static const mod_case packed[] = {
+        {"f16 decode 12/3 1x300 packed: softcap alibi window sinks", FA_DTYPE_F16,
+         FA_LAYOUT_BHSD, 1, 12, 3, 1, 300, 64, FA_MASK_CAUSAL_BOTTOM_RIGHT,
+         F_CAP | F_ALIBI | F_WIN | F_SINK, 0, 0, 50, 0, false, false, false, false, 9},
+        {"f32 decode 8/2 1x130 packed bshd: alibi sinks", FA_DTYPE_F32, FA_LAYOUT_BSHD, 2, 8, 2,
+         1, 130, 32, FA_MASK_NONE, F_ALIBI | F_SINK, 0, 0, 0, 0, false, false, false, false, 10},
+        {"bf16 decode 6/6 1x77 packed bshd: window (0,0) sinks", FA_DTYPE_BF16, FA_LAYOUT_BSHD, 2,
+         6, 6, 1, 77, 16, FA_MASK_CAUSAL_BOTTOM_RIGHT, F_WIN | F_SINK, 0, 0, 0, 0, false, false,
+         true, false, 11},
+        {"f16 decode 16/4 1x520 packed bshd tiles: softcap alibi window sinks", FA_DTYPE_F16,
+         FA_LAYOUT_BSHD, 2, 16, 4, 1, 520, 64, FA_MASK_CAUSAL_BOTTOM_RIGHT,
+         F_CAP | F_ALIBI | F_WIN | F_SINK, 4, 8, 100, 0, false, false, false, false, 12},
+    };
+    for (size_t i = 0; i < sizeof packed / sizeof packed[0]; i++)
+        cases[n_cases++] = packed[i];
 }
 
 static void case_problem(const mod_case *c, fa_problem *p)

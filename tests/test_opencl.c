@@ -339,10 +339,11 @@ static void test_vector_width_override(void **state)
     }
 }
 
-/* A one-row GQA decode of a BHSD cache packs (src/problem.c, fa__gqa_pack) unless a rule of
- * the scores tells the group's heads or rows apart: top-left causal (row 0 sees key 0 only),
- * ALiBi, sinks, dropout, a window; nor with varlen, several rows or no GQA. The suites' decode
- * cases (tests/cases.c decode_q1*, test_decode) check the packed results. */
+/* A one-row GQA decode of a BHSD cache packs (src/problem.c, fa__gqa_pack), also with softcap,
+ * ALiBi, a window and sinks, which the kernel applies per packed row (PACKED); not with
+ * top-left causal (row 0 sees key 0 only), a bias or dropout (they address the head and row
+ * themselves), varlen, several rows or no GQA. The suites' decode cases (tests/cases.c
+ * decode_q1*, test_decode, test_modifiers' "decode" cases) check the packed results. */
 static void test_gqa_pack_rule(void **state)
 {
     (void)state;
@@ -358,12 +359,18 @@ static void test_gqa_pack_rule(void **state)
     p.mask = FA_MASK_CAUSAL_TOP_LEFT;
     assert_false(plans_gqa_pack(ctx, &p));
     p.mask = FA_MASK_NONE;
-    p.alibi = 1;
-    assert_false(plans_gqa_pack(ctx, &p));
-    p.alibi = 0;
+    p.alibi = p.sinks = p.window = 1;
+    p.window_left = 128;
+    p.window_right = 0;
+    assert_true(plans_gqa_pack(ctx, &p));
     p.dropout_p = 0.1f;
     assert_false(plans_gqa_pack(ctx, &p));
     p.dropout_p = 0.0f;
+    p.bias = 1;
+    p.bias_layout.stride_seq = p.seqlen_k;
+    p.bias_layout.stride_head = p.seqlen_k;
+    p.bias_layout.stride_batch = p.heads_q * p.seqlen_k;
+    assert_false(plans_gqa_pack(ctx, &p));
     fa_problem_init(&p, FA_DTYPE_F16, FA_LAYOUT_BHSD, 2, 32, 8, 2, 4096, 128);
     assert_false(plans_gqa_pack(ctx, &p));
     fa_problem_init(&p, FA_DTYPE_F16, FA_LAYOUT_BHSD, 2, 8, 8, 1, 4096, 128);
@@ -417,9 +424,12 @@ static void test_heads_pack_rule(void **state)
     fa_problem_init(&p, FA_DTYPE_F16, FA_LAYOUT_BSHD, 1, 128, 8, 1, 32768, 128);
     assert_string_equal(planned_packing(ctx, &p), "gqa"); /* 128 rows: past DIRECT_KV's 64 */
     fa_problem_init(&p, FA_DTYPE_F16, FA_LAYOUT_BSHD, 1, 32, 8, 1, 32768, 128);
-    p.alibi = 1; /* the heads' scores differ: neither packing */
+    p.dropout_p = 0.1f; /* dropout reads the head and row itself: neither packing */
     assert_string_equal(planned_packing(ctx, &p), "none");
-    p.alibi = 0;
+    p.dropout_p = 0.0f;
+    p.sinks = p.alibi = 1; /* per packed row */
+    assert_string_equal(planned_packing(ctx, &p), heads);
+    p.sinks = p.alibi = 0;
     /* one work-group for B1 unsplit: idle compute units, so GQA packing instead */
     p.kv_splits = 1;
     assert_string_equal(planned_packing(ctx, &p), props.compute_units > 1 ? "gqa" : heads);
