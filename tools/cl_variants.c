@@ -13,8 +13,9 @@
  * flash_merge); forward and backward plans; batch 1, 8 heads. Then the score modifiers and
  * dropout (their kernels are compiled in under FEATURES): at head_dim 64 and 128, f32 and f16,
  * causal bottom-right, Sq = Sk = 2048, all six (an f32 bias) and softcap, ALiBi, a window and
- * dropout without the bias and sinks. Exit 1 with the reason on stderr when a context or a plan
- * cannot be made.
+ * dropout without the bias and sinks; and a GQA decode (8 / 2 heads, Sq 1, Sk 4096) with sinks,
+ * ALiBi and a window, which packs the query heads as rows (PACKED). Exit 1 with the reason on
+ * stderr when a context or a plan cannot be made.
  */
 #include "internal.h"
 
@@ -50,18 +51,22 @@ static bool add_plan(variant_set *set, const fa_plan *plan)
     return true;
 }
 
-/* Turns on the modifiers of set `all` (1: all six, an f32 bias [1, 8, Sq, Sk]; 0: softcap,
- * ALiBi, a window and dropout). */
-static void add_modifiers(fa_problem *p, int all)
+/* Turns on the modifiers of set `set` (1: all six, an f32 bias [1, 8, Sq, Sk]; 0: softcap,
+ * ALiBi, a window and dropout; 2: sinks, ALiBi and a window, a decode's). */
+static void add_modifiers(fa_problem *p, int set)
 {
-    p->softcap = 30.0f;
     p->alibi = 1;
     p->window = 1;
     p->window_left = 256;
     p->window_right = 0;
+    if (set == 2) {
+        p->sinks = 1;
+        return;
+    }
+    p->softcap = 30.0f;
     p->dropout_p = 0.1f;
     p->dropout_seed = 1;
-    if (!all)
+    if (!set)
         return;
     p->sinks = 1;
     p->bias = 1;
@@ -72,14 +77,15 @@ static void add_modifiers(fa_problem *p, int all)
     p->bias_layout.stride_batch = p->heads_q * p->seqlen_q * p->seqlen_k;
 }
 
-/* Plans one problem (with modifier set `mods`: -1 none, else add_modifiers') forward and
- * backward and adds both plans' launches; false with the reason on stderr when either fails. */
+/* Plans one problem (8 heads; with modifier set `mods`: -1 none, else add_modifiers', set 2
+ * on 2 K/V heads) forward and backward and adds both plans' launches; false with the reason on
+ * stderr when either fails. */
 static bool add_problem(fa_context *ctx, variant_set *set, fa_dtype dtype, fa_mask mask,
                         int64_t seqlen_q, int64_t seqlen_k, int64_t head_dim, int mods)
 {
     fa_problem p;
-    fa_status st = fa_problem_init(&p, dtype, FA_LAYOUT_BHSD, 1, 8, 8, seqlen_q, seqlen_k,
-                                   head_dim);
+    fa_status st = fa_problem_init(&p, dtype, FA_LAYOUT_BHSD, 1, 8, mods == 2 ? 2 : 8, seqlen_q,
+                                   seqlen_k, head_dim);
     p.mask = mask;
     if (mods >= 0)
         add_modifiers(&p, mods);
@@ -129,9 +135,9 @@ int main(int argc, char **argv)
                                      seqlens[s][1], dims[d], -1);
     for (size_t d = 1; d < 4 && ok; d += 2) /* d 64 and 128 */
         for (size_t t = 0; t < 2 && ok; t++)
-            for (int mods = 0; mods < 2 && ok; mods++)
-                ok = add_problem(ctx, &set, dtypes[t], FA_MASK_CAUSAL_BOTTOM_RIGHT, 2048, 2048,
-                                 dims[d], mods);
+            for (int mods = 0; mods < 3 && ok; mods++)
+                ok = add_problem(ctx, &set, dtypes[t], FA_MASK_CAUSAL_BOTTOM_RIGHT,
+                                 mods == 2 ? 1 : 2048, mods == 2 ? 4096 : 2048, dims[d], mods);
     fa_context_destroy(ctx);
     if (!ok)
         return 1;
