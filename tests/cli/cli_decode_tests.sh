@@ -77,6 +77,13 @@ if "$FA" devices 2>/dev/null | grep -Eq '^opencl: [1-9]'; then
             plan "${HP[@]}"
         SEQ_RE='seqlens_k 300 each, paged: 7 keys a page, 46 pages \(3 spare\), 43 a sequence, '
         seq_check "decode: heads packing over four tiles (opencl)" "${HP[@]}"
+        # with sinks, ALiBi and a window (each row its head's), one tile split in 4 chunks
+        SEQ_RE+='kv splits 4'
+        seq_check "decode: heads packing, sinks alibi window, split (opencl)" "${HP[@]:0:18}" \
+            --block-c 16 --kv-splits 4 --sinks random --alibi --window 100,0
+        expect_stdout "decode: heads packing with sinks planned (opencl)" \
+            '^heads packing: the 32 query heads' plan "${HP[@]:0:18}" --block-c 16 --kv-splits 4 \
+            --sinks random --alibi
     fi
 else
     echo "SKIP decode opencl: no OpenCL device"
