@@ -3,8 +3,9 @@
 #   1. configure and build with the CUDA backend required (FLASHATTN_CUDA=ON);
 #   2. run the whole test suite with FLASHATTN_REQUIRE_BACKENDS=cpu,cuda (plus opencl when an
 #      OpenCL platform exists), so a missing driver or NVRTC fails instead of skipping;
-#   3. compute-sanitizer memcheck, racecheck and synccheck on a tiny subset of the forward and
-#      the backward suites (both CUDA paths: f32 runs the CUDA cores, f16/bf16 tensor cores);
+#   3. compute-sanitizer memcheck, racecheck and synccheck on a tiny subset of the forward, the
+#      backward and the decode suites (both CUDA paths: f32 runs the CUDA cores, f16/bf16
+#      tensor cores; split-KV with its merge, paged K/V, varlen);
 #   4. tools/bench_torch.py: our forward against PyTorch SDPA (flash) and a naive attention.
 # A machine without cmocka, an OpenCL loader or pkg-config (and no network) gets them from the
 # Debian packages tools/gpu_bundle.sh fetched into .bundle beforehand: they are unpacked into
@@ -69,6 +70,12 @@ if [ "${SANITIZE:-1}" != 0 ]; then
                 FLASHATTN_REQUIRE_BACKENDS=cuda "$SAN" --tool "$tool" --error-exitcode 1 \
                     "$BUILD/tests/$suite" cuda --case="$case"
             done
+        done
+        # the decode path: split-KV and its merge, a shuffled shared page pool, varlen split
+        for case in "split3 f32" "paged3 f16" "varlen f16 causal-br split"; do
+            echo "-- $tool: test_decode cuda --case=$case"
+            FLASHATTN_REQUIRE_BACKENDS=cuda "$SAN" --tool "$tool" --error-exitcode 1 \
+                "$BUILD/tests/test_decode" cuda --case="$case"
         done
     done
 fi
