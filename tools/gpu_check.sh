@@ -6,16 +6,18 @@
 #   3. compute-sanitizer memcheck, racecheck and synccheck on a tiny subset of the forward, the
 #      backward and the decode suites (both CUDA paths: f32 runs the CUDA cores, f16/bf16
 #      tensor cores; split-KV with its merge, paged K/V, varlen);
-#   4. tools/bench_torch.py: our forward against PyTorch SDPA (flash) and a naive attention.
+#   4. tools/bench_decode.sh on cuda (and opencl): split-KV and paged decoding, B 1 and 8;
+#   5. tools/bench_torch.py: our forward against PyTorch SDPA (flash) and a naive attention.
 # A machine without cmocka, an OpenCL loader or pkg-config (and no network) gets them from the
 # Debian packages tools/gpu_bundle.sh fetched into .bundle beforehand: they are unpacked into
 # /tmp/fa-bundle (BUNDLE_PREFIX) and NVIDIA's OpenCL driver is registered there, so the opencl
 # backend runs on the GPU too. For the device tool: carry .bundle, one command
-#   bash tools/gpu_check.sh 2>&1 | tee $OUT/gpu_check.log; cp build-gpu/bench_torch.md $OUT/
+#   bash tools/gpu_check.sh 2>&1 | tee $OUT/gpu_check.log; cp build-gpu/bench_*.md $OUT/
 #
 # usage: tools/gpu_check.sh [BUILD_DIR]     (default: build-gpu)
-#   SUITE=0, SANITIZE=0, BENCH=0 skip the test suite, compute-sanitizer or the benchmark (to
-#   split the work between calls of at most 10 minutes); BUNDLE=DIR for another bundle folder.
+#   SUITE=0, SANITIZE=0, DECODE=0, BENCH=0 skip the test suite, compute-sanitizer or a
+#   benchmark (to split the work between calls of at most 10 minutes); BUNDLE=DIR for another
+#   bundle folder.
 # Exit status: non-zero when a build, a test or a sanitizer run fails.
 set -euo pipefail
 
@@ -77,6 +79,15 @@ if [ "${SANITIZE:-1}" != 0 ]; then
             FLASHATTN_REQUIRE_BACKENDS=cuda "$SAN" --tool "$tool" --error-exitcode 1 \
                 "$BUILD/tests/test_decode" cuda --case="$case"
         done
+    done
+fi
+
+if [ "${DECODE:-1}" != 0 ]; then
+    # issue 14's decode tables on the GPU: split-KV on / off and paged / contiguous, B 1 and 8
+    for backend in cuda $([ "$REQUIRE" = cpu,opencl,cuda ] && echo opencl); do
+        step "decode benchmark, $backend (tools/bench_decode.sh)"
+        BENCH_DECODE_ARGS=--quiet bash "$ROOT/tools/bench_decode.sh" "$FA" "$backend" 131072 |
+            tee "$BUILD/bench_decode_$backend.md"
     done
 fi
 
