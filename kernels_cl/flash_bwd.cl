@@ -49,11 +49,11 @@ float load_global(__global const store_t *p)
     return LOAD_ONE_F32_IN(__global, p);
 }
 
-/* Accumulators passed to a function that is not inlined stay in memory: on GPUs the f16 and
- * bf16 stores (libclc's software rounding) made store_row_scaled too large for clang to inline,
- * and dK, dV or dQ went to a stack frame (sm_80: 144-432 bytes) or scratch: INLINE_ON_GPU. */
 /* Writes mul * acc (a lane's d / TPR f32 values of a row, in float_dims vectors) to a global row
- * from the lane's first element, in the storage type. */
+ * from the lane's first element, in the storage type. Accumulators passed to a function that is
+ * not inlined stay in memory: on GPUs the f16 and bf16 stores (libclc's software rounding) made
+ * it too large for clang to inline, and dK, dV or dQ went to a stack frame (sm_80: 144-432
+ * bytes) or scratch; hence INLINE_ON_GPU. */
 INLINE_ON_GPU void store_row_scaled(const float_dims *acc, float mul, __global store_t *dst)
 {
     UNROLL_ON_GPU

@@ -237,8 +237,6 @@ void store_dims(float_dims v, __global store_t *p)
 #endif
 }
 
-/* The max / sum of the n elements of a floatn, pairwise (halves, then quarters ...), as
- * hmax_keys / hsum_keys for a float_keys and hsum_dims for a float_dims. */
 /* Forced inline on GPUs (CPUs keep the compiler's choice): a function that takes a pointer to
  * the kernel's params, accumulators or a row's state and is not inlined makes them memory. With
  * softcap, ALiBi, a window and dropout compiled in, clang left row_scores a call, and the
@@ -255,6 +253,8 @@ void store_dims(float_dims v, __global store_t *p)
 #define ROW_SCORES_INLINE
 #endif
 
+/* The max / sum of the n elements of a floatn, pairwise (halves, then quarters ...), as
+ * hmax_keys / hsum_keys for a float_keys and hsum_dims for a float_dims. */
 float hmax1(float v) { return v; }
 float hmax2(float2 v) { return fmax(v.lo, v.hi); }
 float hmax4(float4 v) { return hmax2(fmax(v.lo, v.hi)); }

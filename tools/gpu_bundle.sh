@@ -54,7 +54,8 @@ unpack() {
     local dir=$1 prefix=$2 deb
     local debs=("$dir"/*.deb)
     if [ ! -e "${debs[0]}" ]; then
-        echo "gpu_bundle.sh: no .deb files in $dir (run 'tools/gpu_bundle.sh fetch' where apt works)" >&2
+        echo "gpu_bundle.sh: no .deb files in $dir" \
+            "(run 'tools/gpu_bundle.sh fetch' where apt works)" >&2
         exit 1
     fi
     mkdir -p "$prefix"
