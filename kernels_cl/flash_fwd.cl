@@ -373,11 +373,15 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
             UNROLL_ON_GPU
             for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++)
                 acc[i][dvec] *= alpha;
+#if DIRECT_KV
+            /* row r's V head (heads packing: its K/V head's; else v_head) */
+            __global const store_t *v_row_head = ROW_HEAD(v_head, p.v_stride_h, r0, r);
+#endif
             for (int c = 0; c < valid_keys; c++) {
                 float p_c = s_row[c]; /* P[r][c] */
 #if DIRECT_KV
                 __global const store_t *v_row = /* V[k0 + c][0 ..] in global memory */
-                    ROW_HEAD(v_head, p.v_stride_h, r0, r) +
+                    v_row_head +
                     key_row(k0 + c, p.v_stride_b, p.v_stride_s, &p, BLOCK_TABLE_PTR, b);
 #else
                 /* V[c][lane * d / TPR ..] */
