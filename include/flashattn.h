@@ -512,7 +512,9 @@ FA_API uint64_t fa_plan_work_groups(const fa_plan *plan);
  * f32). cpu: (Br * d + 2 * Br + Bc) * 8 for a forward plan (one tile's f64 state), and
  * (2 * seqlen_k * d + d) * 8 for a backward plan (f64 dK and dV accumulators of one K/V head).
  * A split-KV forward adds splits * batch * heads_q * seqlen_q * (d + 1) * 4 (f32 partial O and
- * LSE) on every backend.
+ * LSE) on every backend. A varlen run indexes these rows by token, as LSE: where its
+ * cu_seqlens_q[batch] passes batch * seqlen_q (cu_seqlens_q[0] > 0), heads_q *
+ * cu_seqlens_q[batch] rows take the place of batch * heads_q * seqlen_q in both figures.
  */
 FA_API uint64_t fa_plan_scratch_bytes(const fa_plan *plan);
 /* Key chunks of a split-KV forward plan (1: not split); the explanation says why. */

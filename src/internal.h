@@ -402,13 +402,25 @@ struct fa_plan {
                                op's launches; a backend's launch_prepare may add its own after
                                scratch_base bytes */
     uint64_t scratch_base;  /* bytes of scratch the op's launches use (a split forward's
-                               partials); a backend's own scratch starts here */
+                               partials, the backward's D); a backend's own scratch starts at
+                               the next multiple of 8 */
+    uint64_t scratch_row_bytes; /* the op's scratch per query row: scratch_base at B x Hq x Sq
+                                   rows, more for a varlen run (fa__run_scratch_bytes) */
     int32_t kv_splits;      /* a forward's key chunks (1: not split); a merge plan's parts */
     char explain[4096];
 };
 
 /* Builds the launches of plan->op from plan->problem and plan->tiles (src/ops.c). */
 void fa__op_launches(fa_plan *plan, const fa__plan_rules *rules);
+/* A launch's params for one run: has_lse and, for varlen, the run's packed rows total_q (LSE's
+ * head stride, and a split's partials laid out for its tokens). */
+void fa__run_params(const fa_plan *plan, const fa__launch *l, bool has_lse, int64_t total_q,
+                    fa_kernel_params *kp);
+/* The scratch one run allocates: fa_plan_scratch_bytes, or more for a varlen run whose tokens
+ * (cu_seqlens_q[batch], past batch x seqlen_q when cu_seqlens_q[0] > 0) index more rows. */
+uint64_t fa__run_scratch_bytes(const fa_plan *plan, int64_t total_q);
+/* Where a backend's own scratch starts in a run whose params fa__run_params gave (bytes). */
+uint64_t fa__run_own_scratch_offset(const fa_plan *plan, const fa_kernel_params *kp);
 /* The op's on-chip formula before a backend lowers it. */
 fa__onchip_formula fa__op_onchip(fa__op op);
 

@@ -141,6 +141,14 @@ static void merge_launch(fa__launch *l, fa__tensor o_parts, fa__tensor lse_parts
  * them. The partials are laid out by row index (fa_lse_index): O [splits][rows][d] for BHSD
  * rows, or token-major [splits][tokens][Hq][d] with varlen, then LSE [splits][rows].
  */
+/* The partials' layout for `rows` rows of the f32 scratch (split-KV). */
+static void split_layout(fa_kernel_params *kp, int64_t splits, int64_t rows)
+{
+    kp->part_rows = rows;
+    kp->parts_stride = rows * kp->head_dim;
+    kp->lse_parts_offset = splits * rows * kp->head_dim;
+}
+
 static void split_launches(fa_plan *plan)
 {
     fa__launch *l = plan->launches;
@@ -151,9 +159,8 @@ static void split_launches(fa_plan *plan)
                          splits - 1) / splits;
     kp->splits = (fa_kp_i32)splits;
     kp->split_keys = tiles_per * plan->tiles.block_c;
-    kp->part_rows = rows;
-    kp->parts_stride = rows * d;
     kp->parts_offset = 0;
+    split_layout(kp, splits, rows);
     if (kp->seq & FA_SEQ_VARLEN) {
         kp->parts_stride_b = 0;
         kp->parts_stride_h = d;
@@ -163,7 +170,6 @@ static void split_launches(fa_plan *plan)
         kp->parts_stride_h = kp->seqlen_q * d;
         kp->parts_stride_b = kp->heads_q * kp->seqlen_q * d;
     }
-    kp->lse_parts_offset = splits * rows * d;
     l[1] = l[0];
     l[0].grid[0] *= (uint64_t)splits;
     l[0].args[3] = FA__TENSOR_SCRATCH; /* O and LSE: the partials */
@@ -171,7 +177,8 @@ static void split_launches(fa_plan *plan)
     l[0].variant.split = 1;
     merge_launch(&l[1], FA__TENSOR_SCRATCH, FA__TENSOR_SCRATCH, FA_DTYPE_F32);
     plan->n_launches = 2;
-    plan->scratch_base = plan->scratch_bytes = (uint64_t)(splits * rows * (d + 1)) * 4;
+    plan->scratch_row_bytes = (uint64_t)(splits * (d + 1)) * 4;
+    plan->scratch_base = plan->scratch_bytes = plan->scratch_row_bytes * (uint64_t)rows;
 }
 
 /* One work-group per (query tile, head, batch) reads Q, K, V and writes O and, when asked, LSE;
@@ -307,7 +314,8 @@ static void backward_kernels(fa_plan *plan, const fa__plan_rules *rules)
     for (int i = 0; i < 3; i++)
         add_seq_args(&l[i]);
     plan->n_launches = 3;
-    plan->scratch_bytes = b * hq * (uint64_t)kp->seqlen_q * 4;
+    plan->scratch_row_bytes = 4;
+    plan->scratch_base = plan->scratch_bytes = b * hq * (uint64_t)kp->seqlen_q * 4;
     if (kp->features & FA_FEATURE_SINKS) {
         /* flash_bwd_dsinks: one work-group per query head sums -exp(sink - LSE) * D over the
          * batch and the rows in a fixed order (a tree within the work-group, no atomics). */
@@ -345,4 +353,51 @@ void fa__op_launches(fa_plan *plan, const fa__plan_rules *rules)
         forward_launches(plan, rules);
         break;
     }
+}
+
+/* ---- a run's scratch and params ---------------------------------------------------------- */
+
+/* The rows of the op's scratch in one run (kp: the run's params): the plan's B x Hq x Sq, or a
+ * varlen run's Hq x total_q where its tokens pass that (cu_seqlens_q[0] > 0), since the kernels
+ * index scratch rows by token position, as they index the LSE. */
+static int64_t run_rows(const fa_kernel_params *kp)
+{
+    int64_t rows = kp->batch * kp->heads_q * kp->seqlen_q;
+    if ((kp->seq & FA_SEQ_VARLEN) && kp->heads_q * kp->lse_stride_h > rows)
+        rows = kp->heads_q * kp->lse_stride_h;
+    return rows;
+}
+
+static uint64_t align8(uint64_t bytes)
+{
+    return (bytes + 7) & ~(uint64_t)7;
+}
+
+void fa__run_params(const fa_plan *plan, const fa__launch *l, bool has_lse, int64_t total_q,
+                    fa_kernel_params *kp)
+{
+    *kp = l->params;
+    kp->has_lse = has_lse;
+    if (!plan->problem.varlen)
+        return;
+    kp->lse_stride_h = total_q;
+    if (plan->op == FA__OP_FORWARD && plan->kv_splits > 1)
+        split_layout(kp, plan->kv_splits, run_rows(kp));
+}
+
+uint64_t fa__run_own_scratch_offset(const fa_plan *plan, const fa_kernel_params *kp)
+{
+    return align8(plan->scratch_row_bytes * (uint64_t)run_rows(kp));
+}
+
+uint64_t fa__run_scratch_bytes(const fa_plan *plan, int64_t total_q)
+{
+    if (plan->scratch_bytes == 0)
+        return 0;
+    fa_kernel_params kp;
+    fa__run_params(plan, &plan->launches[0], false, total_q, &kp);
+    uint64_t op_bytes = plan->scratch_row_bytes * (uint64_t)run_rows(&kp);
+    if (plan->scratch_bytes <= plan->scratch_base)
+        return op_bytes; /* the op's scratch only */
+    return fa__run_own_scratch_offset(plan, &kp) + (plan->scratch_bytes - align8(plan->scratch_base));
 }

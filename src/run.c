@@ -104,7 +104,7 @@ static fa_status run_launches(fa_context *ctx, const fa_plan *plan, void **mem, 
                               int64_t total_q)
 {
     fa_status st = FA_STATUS_OK;
-    uint64_t scratch = plan->scratch_bytes;
+    uint64_t scratch = fa__run_scratch_bytes(plan, total_q);
     if (scratch > SIZE_MAX)
         return fa__error(ctx, FA_STATUS_OUT_OF_MEMORY, "scratch of %llu bytes does not fit "
                          "this host's sizes", (unsigned long long)scratch);
@@ -117,10 +117,8 @@ static fa_status run_launches(fa_context *ctx, const fa_plan *plan, void **mem, 
         const fa__launch *l = &plan->launches[i];
         if (l->grid[0] == 0 || l->grid[1] == 0 || l->grid[2] == 0)
             continue;
-        fa_kernel_params kp = l->params;
-        kp.has_lse = has_lse;
-        if (plan->problem.varlen)
-            kp.lse_stride_h = total_q;
+        fa_kernel_params kp;
+        fa__run_params(plan, l, has_lse, total_q, &kp);
         st = ctx->ops->launch(ctx, plan, l, &kp, mem);
     }
     if (scratch) {

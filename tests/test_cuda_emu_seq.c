@@ -63,47 +63,54 @@ typedef struct sq_case {
     int32_t want_splits; /* the chunks the sm_80 plan must make (1: not split) */
     int32_t block_r, block_c;
     sq_mods mods;
+    int32_t first_token; /* varlen: cu_seqlens_q[0] = cu_seqlens_k[0] (rows before stay NaN) */
 } sq_case;
 
 static const sq_case fwd_cases[] = {
     /* Split-KV: 150 keys in 5 tiles of 32, 3 chunks of 64 keys; the sinks start chunk 0 only. */
     {"split_sinks_bottom_right_f32", SQ_DENSE, FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT, 2, 4, 2,
-     64, {16, 16}, {150, 150}, 0, 0, 3, 3, 16, 32, MODS_SINKS},
+     64, {16, 16}, {150, 150}, 0, 0, 3, 3, 16, 32, MODS_SINKS, 0},
     /* Varlen and split on tensor cores: a sequence without rows; top-left rows 0..36 see only
      * the first chunks, so later chunks are empty (LSE -inf) for them. */
     {"varlen_split_top_left_f16_mma", SQ_VARLEN, FA_DTYPE_F16, FA_MASK_CAUSAL_TOP_LEFT, 3, 4, 1,
-     64, {37, 0, 20}, {150, 9, 70}, 0, 0, 4, 3, 16, 32, MODS_NONE},
+     64, {37, 0, 20}, {150, 9, 70}, 0, 0, 4, 3, 16, 32, MODS_NONE, 0},
     /* Varlen with every modifier (per-sequence lengths for ALiBi, the window and bottom-right;
      * a sequence without keys). */
+    /* cu_seqlens from 300, past batch x seqlen_q rows: the partials are laid out by token. */
+    {"varlen_split_first_token_f16_mma", SQ_VARLEN, FA_DTYPE_F16, FA_MASK_CAUSAL_TOP_LEFT, 3, 4,
+     1, 64, {37, 0, 20}, {150, 9, 70}, 0, 0, 4, 3, 16, 32, MODS_NONE, 300},
     {"varlen_mods_bottom_right_f32", SQ_VARLEN, FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT, 3, 4,
-     2, 40, {7, 1, 30}, {20, 0, 45}, 0, 0, 1, 1, 8, 24, MODS_ALL},
+     2, 40, {7, 1, 30}, {20, 0, 45}, 0, 0, 1, 1, 8, 24, MODS_ALL, 0},
     {"varlen_bottom_right_f32", SQ_VARLEN, FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT, 3, 4, 2, 40,
-     {7, 0, 19}, {12, 5, 30}, 0, 0, 1, 1, 8, 24, MODS_NONE},
+     {7, 0, 19}, {12, 5, 30}, 0, 0, 1, 1, 8, 24, MODS_NONE, 0},
     {"varlen_top_left_bf16_mma", SQ_VARLEN, FA_DTYPE_BF16, FA_MASK_CAUSAL_TOP_LEFT, 3, 2, 2, 64,
-     {17, 40, 0}, {50, 33, 16}, 0, 0, 1, 1, 16, 32, MODS_NONE},
+     {17, 40, 0}, {50, 33, 16}, 0, 0, 1, 1, 16, 32, MODS_NONE, 0},
     /* Decoding with seqlens_k (padding keys NaN) and the planner's own split: one row per
      * sequence (Br 1, CUDA cores), 19 key tiles, 6 work-groups for 108 SMs: 4 chunks. */
     {"seqlens_k_decode_planned_split_bf16", SQ_SEQLENS_K, FA_DTYPE_BF16,
      FA_MASK_CAUSAL_BOTTOM_RIGHT, 3, 2, 2, 64, {1, 1, 1}, {0, 17, 590}, 600, 0, 0, 4, 16, 32,
-     MODS_NONE},
+     MODS_NONE, 0},
     /* Paged: tiles straddle pages of 3 keys, and pages of one key. */
     {"paged_p3_bottom_right_f32", SQ_PAGED, FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT, 2, 2, 1,
-     40, {9, 9}, {50, 50}, 0, 3, 1, 1, 8, 24, MODS_NONE},
+     40, {9, 9}, {50, 50}, 0, 3, 1, 1, 8, 24, MODS_NONE, 0},
     {"paged_p1_bottom_right_f32", SQ_PAGED, FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT, 2, 2, 2,
-     40, {8, 8}, {30, 30}, 0, 1, 1, 1, 8, 24, MODS_NONE},
+     40, {8, 8}, {30, 30}, 0, 1, 1, 1, 8, 24, MODS_NONE, 0},
     {"paged_p16_seqlens_k_split_f16_mma", SQ_PAGED_LENS, FA_DTYPE_F16, FA_MASK_NONE, 3, 4, 2, 64,
-     {20, 20, 20}, {40, 0, 150}, 160, 16, 3, 3, 16, 32, MODS_NONE},
+     {20, 20, 20}, {40, 0, 150}, 160, 16, 3, 3, 16, 32, MODS_NONE, 0},
 };
 
 /* The varlen backward: (d, Br, Bc) serves flash_bwd_pre, flash_bwd_dq, flash_bwd_dsinks,
  * (d, Bc, Br) flash_bwd_dkdv. */
 static const sq_case bwd_cases[] = {
     {"bwd_varlen_bottom_right_f32", SQ_VARLEN, FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT, 3, 4, 2,
-     40, {7, 0, 19}, {12, 5, 30}, 0, 0, 1, 1, 8, 24, MODS_NONE},
+     40, {7, 0, 19}, {12, 5, 30}, 0, 0, 1, 1, 8, 24, MODS_NONE, 0},
     {"bwd_varlen_mods_bottom_right_f32", SQ_VARLEN, FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT, 3,
-     4, 2, 40, {7, 1, 30}, {20, 0, 45}, 0, 0, 1, 1, 8, 24, MODS_ALL},
+     4, 2, 40, {7, 1, 30}, {20, 0, 45}, 0, 0, 1, 1, 8, 24, MODS_ALL, 0},
+    /* D = rowsum(dO * O) in scratch, indexed by token from cu_seqlens_q[0] = 200 */
+    {"bwd_varlen_first_token_f32", SQ_VARLEN, FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT, 3, 4, 2,
+     40, {7, 0, 19}, {12, 5, 30}, 0, 0, 1, 1, 8, 24, MODS_NONE, 200},
     {"bwd_varlen_top_left_bf16_mma", SQ_VARLEN, FA_DTYPE_BF16, FA_MASK_CAUSAL_TOP_LEFT, 3, 2, 2,
-     64, {17, 40, 0}, {50, 33, 16}, 0, 0, 1, 1, 16, 32, MODS_NONE},
+     64, {17, 40, 0}, {50, 33, 16}, 0, 0, 1, 1, 16, 32, MODS_NONE, 0},
 };
 
 /* ---- a case's problem and host images ------------------------------------------------------ */
@@ -252,6 +259,7 @@ static void images_build(const sq_case *c, sq_images *im)
     p->block_r = c->block_r;
     p->block_c = c->block_c;
     p->kv_splits = c->kv_splits;
+    im->cu_q[0] = im->cu_k[0] = c->first_token;
     for (int64_t b = 0; b < c->batch; b++) {
         im->cu_q[b + 1] = im->cu_q[b] + c->lq[b];
         im->cu_k[b + 1] = im->cu_k[b] + c->lk[b];
@@ -665,7 +673,7 @@ static int run_merge_case(const merge_case *c)
 {
     /* seqlen_k 64: the tile overrides stay as they are (the planner clamps to the lengths) */
     sq_case sc = {c->name, SQ_DENSE, c->dtype, FA_MASK_NONE, c->batch, c->hq, c->hq, c->d,
-                  {0}, {0}, 64, 0, 1, 1, c->block_r, c->block_c, MODS_NONE};
+                  {0}, {0}, 64, 0, 1, 1, c->block_r, c->block_c, MODS_NONE, 0};
     for (int64_t b = 0; b < c->batch; b++)
         sc.lq[b] = sc.lk[b] = (int32_t)c->sq;
     sq_images im;

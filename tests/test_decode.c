@@ -188,7 +188,7 @@ static void build_problem(seq_data *s, harness_rng *rng)
     p->block_c = c->block_c;
     p->kv_splits = c->kv_splits;
     p->sinks = 0;
-    s->cu_q[0] = s->cu_k[0] = 0;
+    s->cu_q[0] = s->cu_k[0] = c->first_token;
     for (int64_t b = 0; b < c->batch; b++) {
         s->cu_q[b + 1] = s->cu_q[b] + (int32_t)c->lq[b];
         s->cu_k[b + 1] = s->cu_k[b] + (int32_t)c->lk[b];
@@ -372,6 +372,8 @@ static void run_forward(const seq_data *s)
     assert_memory_equal(oh, o2, (size_t)o_n * elem);
     for (int64_t i = s->q_elems; i < o_n; i++)
         assert_true(isnan(oracle_load(p->dtype, oh, i)));
+    for (int64_t i = 0; i < (int64_t)s->c->first_token * p->heads_q * p->head_dim; i++)
+        assert_true(isnan(oracle_load(p->dtype, oh, i))); /* the rows before cu_seqlens_q[0] */
     fa_buffer *all[5] = {q, k, v, o, lse};
     for (int i = 0; i < 5; i++)
         fa_buffer_destroy(all[i]);
@@ -501,52 +503,58 @@ static const dc_case cases[] = {
     /* name, mode, dtype, batch, hq, hkv, d, lq, lk, seqlen_k, mask, page, splits, bc, shared,
      * want_split */
     {"split3 f32 causal-br", DC_DENSE, FA_DTYPE_F32, 2, 4, 2, 32, L4(5, 5, 0, 0), L4(100, 100, 0, 0),
-     0, FA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 3, 16, false, true},
+     0, FA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 3, 16, false, true, 0},
     {"split64 f16 none", DC_DENSE, FA_DTYPE_F16, 1, 2, 1, 64, L4(1, 0, 0, 0), L4(300, 0, 0, 0), 0,
-     FA_MASK_NONE, 0, 64, 8, false, true},
+     FA_MASK_NONE, 0, 64, 8, false, true, 0},
     {"split3 bf16 top-left", DC_DENSE, FA_DTYPE_BF16, 1, 3, 3, 16, L4(40, 0, 0, 0),
-     L4(37, 0, 0, 0), 0, FA_MASK_CAUSAL_TOP_LEFT, 0, 3, 8, false, true},
+     L4(37, 0, 0, 0), 0, FA_MASK_CAUSAL_TOP_LEFT, 0, 3, 8, false, true, 0},
     {"unsplit f32 none", DC_DENSE, FA_DTYPE_F32, 2, 4, 2, 32, L4(5, 5, 0, 0), L4(100, 100, 0, 0),
-     0, FA_MASK_NONE, 0, 1, 16, false, false},
+     0, FA_MASK_NONE, 0, 1, 16, false, false, 0},
     {"seqlens_k f32 causal-br", DC_SEQLENS_K, FA_DTYPE_F32, 3, 4, 1, 24, L4(2, 2, 2, 0),
-     L4(0, 1, 37, 0), 40, FA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 0, 8, false, false},
+     L4(0, 1, 37, 0), 40, FA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 0, 8, false, false, 0},
     {"seqlens_k f16 split", DC_SEQLENS_K, FA_DTYPE_F16, 3, 8, 2, 64, L4(1, 1, 1, 0),
-     L4(61, 1, 0, 0), 64, FA_MASK_NONE, 0, 4, 8, false, false},
+     L4(61, 1, 0, 0), 64, FA_MASK_NONE, 0, 4, 8, false, false, 0},
     {"paged1 f32 none", DC_PAGED, FA_DTYPE_F32, 2, 4, 2, 16, L4(1, 1, 0, 0), L4(7, 0, 0, 0), 0,
-     FA_MASK_NONE, 1, 1, 0, false, false},
+     FA_MASK_NONE, 1, 1, 0, false, false, 0},
     {"paged3 f16 causal-br shared", DC_PAGED, FA_DTYPE_F16, 3, 8, 2, 32, L4(3, 3, 3, 0),
-     L4(29, 11, 1, 0), 0, FA_MASK_CAUSAL_BOTTOM_RIGHT, 3, 0, 8, true, false},
+     L4(29, 11, 1, 0), 0, FA_MASK_CAUSAL_BOTTOM_RIGHT, 3, 0, 8, true, false, 0},
     {"paged16 bf16 split", DC_PAGED, FA_DTYPE_BF16, 2, 4, 1, 128, L4(1, 1, 0, 0),
-     L4(200, 77, 0, 0), 0, FA_MASK_NONE, 16, 5, 16, true, false},
+     L4(200, 77, 0, 0), 0, FA_MASK_NONE, 16, 5, 16, true, false, 0},
     {"paged16 f32 top-left split", DC_PAGED, FA_DTYPE_F32, 2, 2, 2, 8, L4(4, 4, 0, 0),
-     L4(50, 3, 0, 0), 0, FA_MASK_CAUSAL_TOP_LEFT, 16, 3, 4, false, false},
+     L4(50, 3, 0, 0), 0, FA_MASK_CAUSAL_TOP_LEFT, 16, 3, 4, false, false, 0},
     /* one-row decodes of a pool: on pocl every query head of a sequence is one tile's row
      * (heads packing), row h reading K/V head h / G: G 4, G 3 in f16 (which scores four rows
      * at once where they read one K/V head: four straddle two here), G 1, no keys, one key */
     {"paged3 bf16 heads-packed", DC_PAGED, FA_DTYPE_BF16, 1, 12, 3, 32, L4(1, 0, 0, 0),
-     L4(100, 0, 0, 0), 0, FA_MASK_CAUSAL_BOTTOM_RIGHT, 3, 0, 8, false, false},
+     L4(100, 0, 0, 0), 0, FA_MASK_CAUSAL_BOTTOM_RIGHT, 3, 0, 8, false, false, 0},
     {"paged5 f16 heads-packed G3 shared", DC_PAGED, FA_DTYPE_F16, 2, 6, 2, 64, L4(1, 1, 0, 0),
-     L4(45, 12, 0, 0), 0, FA_MASK_NONE, 5, 1, 16, true, false},
+     L4(45, 12, 0, 0), 0, FA_MASK_NONE, 5, 1, 16, true, false, 0},
     {"paged16 f32 heads-packed G1 split", DC_PAGED, FA_DTYPE_F32, 3, 8, 8, 16, L4(1, 1, 1, 0),
-     L4(0, 130, 1, 0), 0, FA_MASK_CAUSAL_BOTTOM_RIGHT, 16, 3, 8, false, false},
+     L4(0, 130, 1, 0), 0, FA_MASK_CAUSAL_BOTTOM_RIGHT, 16, 3, 8, false, false, 0},
     {"varlen f32 causal-tl", DC_VARLEN, FA_DTYPE_F32, 4, 4, 2, 32, L4(0, 1, 17, 9),
-     L4(3, 1, 17, 20), 0, FA_MASK_CAUSAL_TOP_LEFT, 0, 0, 8, false, false},
+     L4(3, 1, 17, 20), 0, FA_MASK_CAUSAL_TOP_LEFT, 0, 0, 8, false, false, 0},
     {"varlen f16 causal-br split", DC_VARLEN, FA_DTYPE_F16, 3, 2, 1, 64, L4(1, 5, 2, 0),
-     L4(90, 0, 33, 0), 0, FA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 3, 8, false, false},
+     L4(90, 0, 33, 0), 0, FA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 3, 8, false, false, 0},
     {"varlen bf16 none", DC_VARLEN, FA_DTYPE_BF16, 2, 3, 3, 96, L4(13, 4, 0, 0),
-     L4(13, 31, 0, 0), 0, FA_MASK_NONE, 0, 0, 0, false, false},
+     L4(13, 31, 0, 0), 0, FA_MASK_NONE, 0, 0, 0, false, false, 0},
     /* one query row per sequence: Br 1, so pocl runs the one-work-item kernel (DIRECT_KV) */
+    /* cu_seqlens from 300, past batch x seqlen_q rows: a split's partials are laid out by token */
+    {"varlen f32 first token 300 split", DC_VARLEN, FA_DTYPE_F32, 2, 2, 1, 32, L4(3, 1, 0, 0),
+     L4(70, 41, 0, 0), 0, FA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 4, 8, false, true, 300},
     {"varlen f32 one row each", DC_VARLEN, FA_DTYPE_F32, 3, 4, 2, 40, L4(1, 1, 1, 0),
-     L4(7, 0, 33, 0), 0, FA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 0, 8, false, false},
+     L4(7, 0, 33, 0), 0, FA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 0, 8, false, false, 0},
 };
 
 static const dc_case backward_cases[] = {
     {"backward varlen f32 causal-br", DC_VARLEN, FA_DTYPE_F32, 4, 4, 2, 16, L4(0, 1, 9, 17),
-     L4(5, 1, 0, 23), 0, FA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 0, 8, false, false},
+     L4(5, 1, 0, 23), 0, FA_MASK_CAUSAL_BOTTOM_RIGHT, 0, 0, 8, false, false, 0},
     {"backward varlen f16 none", DC_VARLEN, FA_DTYPE_F16, 2, 2, 2, 64, L4(7, 12, 0, 0),
-     L4(19, 3, 0, 0), 0, FA_MASK_NONE, 0, 0, 0, false, false},
+     L4(19, 3, 0, 0), 0, FA_MASK_NONE, 0, 0, 0, false, false, 0},
+    /* D = rowsum(dO * O) in scratch, indexed by token from cu_seqlens_q[0] = 200 */
+    {"backward varlen f32 first token 200", DC_VARLEN, FA_DTYPE_F32, 2, 2, 1, 16, L4(5, 3, 0, 0),
+     L4(9, 20, 0, 0), 0, FA_MASK_NONE, 0, 0, 8, false, false, 200},
     {"backward varlen bf16 top-left", DC_VARLEN, FA_DTYPE_BF16, 3, 3, 1, 32, L4(4, 0, 11, 0),
-     L4(4, 2, 11, 0), 0, FA_MASK_CAUSAL_TOP_LEFT, 0, 0, 4, false, false},
+     L4(4, 2, 11, 0), 0, FA_MASK_CAUSAL_TOP_LEFT, 0, 0, 4, false, false, 0},
 };
 
 static void test_case(void **state)

@@ -34,6 +34,7 @@ typedef struct dc_case {
     int32_t block_c;          /* tile override (0: planned), to make several key tiles */
     bool shared_pages;        /* sequence 1's first page is sequence 0's */
     bool want_split;          /* the plan must split */
+    int32_t first_token;      /* varlen: cu_seqlens_q[0] = cu_seqlens_k[0] (rows before stay NaN) */
 } dc_case;
 
 extern fa_context *dc_ctx;

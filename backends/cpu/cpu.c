@@ -571,8 +571,9 @@ static fa_status cpu_launch_prepare(fa_context *ctx, fa_plan *plan, fa__launch *
     uint64_t own = plan->op == FA__OP_BACKWARD ? (2 * (uint64_t)launch->params.seqlen_k + 1) * d * 8
                    : launch->variant.merge           ? (uint64_t)launch->params.splits * 8
                                                      : (br * d + 2 * br + bc) * 8;
-    if (plan->scratch_base + own > plan->scratch_bytes)
-        plan->scratch_bytes = plan->scratch_base + own;
+    uint64_t base = (plan->scratch_base + 7) & ~(uint64_t)7; /* f64 aligned */
+    if (base + own > plan->scratch_bytes)
+        plan->scratch_bytes = base + own;
     return FA_STATUS_OK;
 }
 
@@ -727,12 +728,14 @@ static fa_status cpu_merge(const fa__launch *launch, const fa_kernel_params *kp,
 }
 
 /* The launches: the forward (or a split forward's chunks), the merge, the backward and the
- * sinks' gradient. The golden's own scratch starts after the plan's (scratch_base). */
+ * sinks' gradient. The golden's own scratch starts after the op's, which a varlen run sizes by
+ * its tokens (fa__run_own_scratch_offset). */
 static fa_status cpu_launch(fa_context *ctx, const fa_plan *plan, const fa__launch *launch,
                             const fa_kernel_params *kp, void *const mem[FA__TENSOR_COUNT])
 {
     (void)ctx;
-    double *state = (double *)((char *)mem[FA__TENSOR_SCRATCH] + plan->scratch_base);
+    double *state =
+        (double *)((char *)mem[FA__TENSOR_SCRATCH] + fa__run_own_scratch_offset(plan, kp));
     if (plan->op == FA__OP_BACKWARD)
         return launch == &plan->launches[0] ? cpu_backward(launch, kp, mem)
                                             : cpu_backward_dsinks(launch, kp, mem);

@@ -44,10 +44,11 @@ void emu_run_plan(const char *name, const fa_plan *plan, void *const mem_in[FA__
     if (!has_lse && !mem[FA__TENSOR_LSE])
         mem[FA__TENSOR_LSE] = mem[FA__TENSOR_O]; /* never touched then, as in run.c */
     void *scratch = NULL;
-    if (!mem[FA__TENSOR_SCRATCH] && plan->scratch_bytes > 0) {
-        scratch = malloc((size_t)plan->scratch_bytes);
+    uint64_t scratch_bytes = fa__run_scratch_bytes(plan, total_q);
+    if (!mem[FA__TENSOR_SCRATCH] && scratch_bytes > 0) {
+        scratch = malloc((size_t)scratch_bytes);
         assert_non_null(scratch);
-        memset(scratch, 0xFF, (size_t)plan->scratch_bytes);
+        memset(scratch, 0xFF, (size_t)scratch_bytes);
         mem[FA__TENSOR_SCRATCH] = scratch;
     }
     for (int i = 0; i < plan->n_launches; i++) {
@@ -63,10 +64,8 @@ void emu_run_plan(const char *name, const fa_plan *plan, void *const mem_in[FA__
                 fail_msg("%s: %s's argument %d (tensor %d) has no memory", name,
                          l->variant.entry, a, (int)l->args[a]);
         }
-        fa_kernel_params kp = l->params;
-        kp.has_lse = has_lse;
-        if (plan->problem.varlen)
-            kp.lse_stride_h = total_q;
+        fa_kernel_params kp;
+        fa__run_params(plan, l, has_lse, total_q, &kp);
         fa_emu_launch(kernel, fold ? 1u : (unsigned)l->grid[0], fold ? 1u : (unsigned)l->grid[1],
                       fold ? 1u : (unsigned)l->grid[2], args, &kp);
     }
