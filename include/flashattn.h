@@ -498,13 +498,33 @@ FA_API int32_t fa_plan_work_group_size(const fa_plan *plan);
  * uses (Br*d + 2*Bc*d) * elem. `flashattn plan` prints the formula the plan used.
  */
 FA_API uint64_t fa_plan_sram_bytes(const fa_plan *plan);
-/* Work-groups the plan's launches run in all, summed over its launches: for a forward plan
- * batch * heads_q * ceil(seqlen_q / Br); for a backward plan on opencl and cuda
- * batch * (2 * heads_q * ceil(seqlen_q / Br) + heads_kv * ceil(seqlen_k / Bc)) (the D and dQ
- * passes, the dK/dV pass), on cpu batch * heads_kv (one per K/V head); with sinks the
- * backward adds heads_q (the sinks' gradient, one work-group per query head); a split-KV
- * forward runs splits + 1 times the forward's (the chunks, then the merge). */
+/*
+ * Work-groups the plan's launches run in all: the sum over its launches (fa_plan_launch) of
+ * grid[0] * grid[1] * grid[2]. A forward plan runs batch * heads * ceil(rows / Br), a head's rows
+ * being seqlen_q, or for a packed decode (the explanation says which) its group's
+ * heads_q / heads_kv query heads times seqlen_q over heads_kv heads (GQA packing), or all heads_q
+ * query heads as the rows of one head (heads packing); a split-KV forward runs that once per key
+ * chunk, then the merge. A backward plan on opencl and cuda runs the D and dQ passes over the
+ * query tiles of each query head and the dK/dV pass over the key tiles of each K/V head (of Bc
+ * keys, or Br where the explanation says the pass owns Br keys); on cpu batch * heads_kv; with
+ * sinks one more launch of heads_q work-groups.
+ */
 FA_API uint64_t fa_plan_work_groups(const fa_plan *plan);
+/* One launch of a plan, as fa_plan_launch describes it. */
+typedef struct fa_plan_launch_info {
+    const char *kernel;      /* its kernel: "flash_fwd", "flash_merge", "flash_bwd_pre", ... */
+    uint64_t grid[3];        /* work-groups along x (tiles, times key chunks when split), y
+                                (heads), z (batch) */
+    uint64_t onchip_bytes;   /* on-chip (local / shared) bytes of one work-group */
+    int32_t work_group_size; /* work-items (threads) per work-group */
+    int32_t block_r;         /* rows one work-group owns (keys, in the dK/dV pass) */
+    int32_t block_c;         /* keys per tile it streams (query rows, in the dK/dV pass) */
+} fa_plan_launch_info;
+/* How many launches one run of the plan makes, in order (0 for NULL). */
+FA_API int32_t fa_plan_launch_count(const fa_plan *plan);
+/* Describes launch `index` (0 .. fa_plan_launch_count - 1). NULL_POINTER, INVALID_ARGUMENT for
+ * an index out of range. */
+FA_API fa_status fa_plan_launch(const fa_plan *plan, int32_t index, fa_plan_launch_info *out);
 /*
  * Device bytes a run of the plan allocates for itself beyond the caller's tensors, counted in
  * the context's memory (fa_context_memory) and freed before the run returns. opencl and cuda: 0

@@ -300,6 +300,9 @@ fa_status fa__buffer_adopt(fa_context *ctx, void *mem, size_t bytes, bool wrappe
     buf->mem = mem;
     buf->bytes = bytes;
     buf->wrapped = wrapped;
+    buf->space = mem;
+    if (ctx->ops->buffer_region)
+        ctx->ops->buffer_region(ctx, mem, &buf->space, &buf->addr);
     if (!wrapped)
         fa__mem_add(ctx, bytes);
     *out = buf;

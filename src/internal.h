@@ -349,6 +349,11 @@ typedef struct fa__backend_ops {
     /* The FA_FEATURE_* bits (score modifiers, dropout) the backend's launches of each op run;
      * a problem using another is UNSUPPORTED, named, at plan time. */
     unsigned supported_features[FA__OP_COUNT];
+    /* Optional: where a buffer's bytes live, so that two handles of the same memory (two wraps
+     * of one pointer, a cl_mem and its sub-buffer) are seen to overlap: *space names an address
+     * space (NULL: the host's or the device's flat one), *addr the first byte in it. Without
+     * it a buffer is its own space from 0. */
+    void (*buffer_region)(fa_context *ctx, void *mem, const void **space, uint64_t *addr);
 } fa__backend_ops;
 
 /* AUTO's device within a backend (src/api.c): its first GPU, else its first device whose
@@ -383,6 +388,8 @@ struct fa_buffer {
     size_t bytes;
     bool wrapped;  /* caller memory: not counted in the context's bytes */
     bool borrowed; /* host memory wrapped on the CPU backend: never handed to buffer_free */
+    const void *space; /* where its bytes live (fa__backend_ops.buffer_region): two buffers */
+    uint64_t addr;     /* overlap when their spaces match and [addr, addr + bytes) meet */
 };
 
 #define FA__MAX_LAUNCHES 4

@@ -353,6 +353,27 @@ uint64_t fa_plan_work_groups(const fa_plan *plan)
     return n;
 }
 
+int32_t fa_plan_launch_count(const fa_plan *plan)
+{
+    return plan ? plan->n_launches : 0;
+}
+
+fa_status fa_plan_launch(const fa_plan *plan, int32_t index, fa_plan_launch_info *out)
+{
+    if (!plan || !out)
+        return FA_STATUS_NULL_POINTER;
+    if (index < 0 || index >= plan->n_launches)
+        return fa__error(plan->ctx, FA_STATUS_INVALID_ARGUMENT,
+                         "launch %d: the plan has launches 0 .. %d", (int)index,
+                         plan->n_launches - 1);
+    const fa__launch *l = &plan->launches[index];
+    fa_plan_launch_info info = {l->variant.entry, {l->grid[0], l->grid[1], l->grid[2]},
+                                l->onchip_bytes, l->variant.work_group_size,
+                                l->variant.block_r, l->variant.block_c};
+    *out = info;
+    return FA_STATUS_OK;
+}
+
 uint64_t fa_plan_scratch_bytes(const fa_plan *plan)
 {
     return plan ? plan->scratch_bytes : 0;

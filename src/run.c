@@ -29,10 +29,13 @@ static fa_status check_buffer(fa_context *ctx, const tensor_use *t)
     return FA_STATUS_OK;
 }
 
+/* Compared by memory, not by handle: two wraps of one allocation overlap as one buffer. */
 static bool overlaps(const tensor_use *a, const tensor_use *b)
 {
-    return a->buf == b->buf && a->begin < a->end && b->begin < b->end && a->begin < b->end &&
-           b->begin < a->end;
+    if (a->buf->space != b->buf->space || a->begin >= a->end || b->begin >= b->end)
+        return false;
+    uint64_t a0 = a->buf->addr + a->begin, b0 = b->buf->addr + b->begin;
+    return a0 < b->buf->addr + b->end && b0 < a->buf->addr + a->end;
 }
 
 /* A tensor of Q's side (Q, O, dO, dQ) or K's side at the run's rows (varlen's packed totals). */

@@ -585,6 +585,42 @@ static void test_forward_overlap(void **state)
     fixture_close(fx);
 }
 
+/*
+ * Two handles of one memory: wraps of the same host array (cpu), O in one wrap overlapping Q in
+ * another by one element (rejected, nothing written), then O in the array's disjoint part (run).
+ */
+static void test_forward_overlap_wrapped(void **state)
+{
+    (void)state;
+    if (the_backend != FA_BACKEND_CPU)
+        return; /* host wraps are the cpu backend's; test_opencl wraps one cl_mem twice */
+    fixture *fx = fixture_open();
+    const rig *r = &fx->base;
+    size_t elem = fa_dtype_size(r->p.dtype), qn = r->bytes[0], on = r->bytes[3];
+    unsigned char *host = calloc(1, qn + on);
+    assert_non_null(host);
+    for (int overlap = 1; overlap >= 0; overlap--) {
+        /* O's first element lands on Q's last (or just after it) */
+        size_t o_at = qn - (size_t)r->p.o.offset * elem - (overlap ? elem : 0);
+        memset(host + qn, OUT_PATTERN, on);
+        memset(host + o_at, OUT_PATTERN, qn - o_at);
+        fa_buffer *q = NULL, *o = NULL;
+        EXPECT(fx, fa_buffer_wrap_host(fx->ctx, host, qn, &q), OK, NULL);
+        EXPECT(fx, fa_buffer_wrap_host(fx->ctx, host + o_at, on, &o), OK, NULL);
+        fa_status st = fa_forward(fx->ctx, r->plan, q, r->k, r->v, o, r->lse);
+        expect_status(fx, st, overlap ? FA_STATUS_INVALID_ARGUMENT : OK,
+                      overlap ? "overlaps" : NULL, "fa_forward(o wrapping q's memory)", __LINE__);
+        if (overlap) {
+            for (size_t i = o_at; i < o_at + on; i++)
+                assert_int_equal(host[i], OUT_PATTERN);
+        }
+        fa_buffer_destroy(q);
+        fa_buffer_destroy(o);
+    }
+    free(host);
+    fixture_close(fx);
+}
+
 /* ---- buffers ---------------------------------------------------------------------------- */
 
 static void test_buffers(void **state)
@@ -893,6 +929,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_forward_context_mismatch),
         cmocka_unit_test(test_forward_too_small),
         cmocka_unit_test(test_forward_overlap),
+        cmocka_unit_test(test_forward_overlap_wrapped),
         cmocka_unit_test(test_buffers),
         cmocka_unit_test(test_last_error),
         cmocka_unit_test(test_device_indices),

@@ -744,6 +744,14 @@ static fa_status cpu_launch(fa_context *ctx, const fa_plan *plan, const fa__laun
     return cpu_forward(launch, kp, mem, state);
 }
 
+/* Every buffer is host memory: one address space. */
+static void cpu_buffer_region(fa_context *ctx, void *mem, const void **space, uint64_t *addr)
+{
+    (void)ctx;
+    *space = NULL;
+    *addr = (uint64_t)(uintptr_t)mem;
+}
+
 const fa__backend_ops fa__cpu_ops = {
     .api_version = FA__BACKEND_API_VERSION,
     .backend = FA_BACKEND_CPU,
@@ -761,4 +769,5 @@ const fa__backend_ops fa__cpu_ops = {
     .launch = cpu_launch,
     .supported_features = {[FA__OP_FORWARD] = FA_FEATURES_ALL,
                            [FA__OP_BACKWARD] = FA_FEATURES_ALL},
+    .buffer_region = cpu_buffer_region,
 };

@@ -299,6 +299,14 @@ static fa_status cu_launch(fa_context *ctx, const fa_plan *plan, const fa__launc
     return err == CUDA_SUCCESS ? FA_STATUS_OK : fa__cu_fail(ctx, &s->api, err, call);
 }
 
+/* Device pointers share the context's unified address space. */
+static void cu_buffer_region(fa_context *ctx, void *mem, const void **space, uint64_t *addr)
+{
+    (void)ctx;
+    *space = NULL;
+    *addr = (uint64_t)((const fa__cu_mem *)mem)->ptr;
+}
+
 const fa__backend_ops fa__cuda_ops = {
     .api_version = FA__BACKEND_API_VERSION,
     .backend = FA_BACKEND_CUDA,
@@ -320,4 +328,5 @@ const fa__backend_ops fa__cuda_ops = {
      * dropout; the backward adds flash_bwd_dsinks. */
     .supported_features = {[FA__OP_FORWARD] = FA_FEATURES_ALL,
                            [FA__OP_BACKWARD] = FA_FEATURES_ALL},
+    .buffer_region = cu_buffer_region,
 };
