@@ -5,6 +5,8 @@
 #
 #   bootstrap.sh [BUILD_DIR [CMAKE_ARGS...]]     (default build/, Release)
 #
+# FLASHATTN_BUILD_TARGETS: the targets to build (space-separated; default: all of them).
+#
 #   cmake, a C compiler, pkg-config     the build and the install test
 #   ocl-icd-opencl-dev, opencl-headers  the OpenCL backend (ICD loader and headers)
 #   pocl-opencl-icd                     an OpenCL device on machines without a GPU (CI)
@@ -49,4 +51,7 @@ mkdir -p "$build"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "$@" >"$build/configure.log" 2>&1 ||
     { cat "$build/configure.log"; exit 1; }
 grep "flashattn backends" "$build/configure.log" || true
-cmake --build "$build" -j"$(nproc)"
+targets=()
+for t in ${FLASHATTN_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
+echo "bootstrap: building ${FLASHATTN_BUILD_TARGETS:-every target} in $build/"
+cmake --build "$build" -j"$(nproc)" "${targets[@]}"
