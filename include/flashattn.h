@@ -69,7 +69,7 @@ FA_API const char *fa_version(void);
     X(UNSUPPORTED, "the backend cannot run this problem")                                     \
     X(INVALID_PLAN, "the plan was made for another operation")                                \
     X(INVALID_DROPOUT, "the dropout probability is not in [0, 1)")                             \
-    X(INVALID_SOFTCAP, "the logit softcap is not a finite number >= 0")                        \
+    X(INVALID_SOFTCAP, "the logit softcap is not 0 or in [1e-18, 1e18]")                       \
     X(INVALID_WINDOW, "invalid sliding window: a bound below -1, or a bad switch")             \
     X(INVALID_BIAS, "invalid attention bias: its dtype, offset or strides")                    \
     X(INVALID_SEQLENS, "invalid sequence lengths: cu_seqlens or seqlens_k")                    \
@@ -145,6 +145,9 @@ typedef enum fa_mask {
  *   -inf is a row with no key (O = 0, LSE = -inf).
  * - With a softcap the score that the rules above see is softcap * tanh(s / softcap): an s of
  *   +-inf becomes +-softcap, a finite score and no longer NaN, and a NaN stays NaN.
+ * - ALiBi's term slope * |i' - j| and the modified score saturate like the plain score (the f32
+ *   range below): a slope so large that the term passes FLT_MAX makes the key's score -inf (or
+ *   +inf for a negative slope: a NaN row), while its distance-0 key keeps its score.
  * - NaN or +-inf in V reaches O but not LSE. On opencl and cuda it may also reach rows for
  *   which that key is masked but shares a key tile with allowed ones (0 * NaN is NaN); the cpu
  *   backend never reads a masked key.
@@ -350,7 +353,8 @@ typedef struct fa_problem {
      * Each is off at zero, so fa_problem_init (and a zeroed struct) turns them all off, and an
      * off feature costs nothing. The tensors they read are given to fa_forward_ex and
      * fa_backward_ex (fa_modifier_buffers). */
-    float softcap;  /* > 0: s = softcap * tanh(s / softcap) (Gemma 2's logit softcap); 0: off */
+    float softcap;  /* in [FA_SOFTCAP_MIN, FA_SOFTCAP_MAX]: s = softcap * tanh(s / softcap)
+                       (Gemma 2's logit softcap); 0: off */
     int32_t alibi;  /* 1: s += -slope[h] * |i + seqlen_k - seqlen_q - j| with slopes f32
                        [heads_q] (FlashAttention-2's convention); 0: off */
     int32_t bias;   /* 1: s += bias[b][h][i][j] (bias_layout, bias_dtype); 0: off. No gradient
@@ -431,6 +435,10 @@ typedef struct fa_problem {
  */
 
 #define FA_MAX_HEAD_DIM 256
+/* The logit softcap's accepted range (besides 0, off): the kernels form 2 log2(e) / softcap and
+ * softcap * log2(e) in f32, which this keeps far from both ends of the f32 range. */
+#define FA_SOFTCAP_MIN 1e-18f
+#define FA_SOFTCAP_MAX 1e18f
 
 /*
  * Fills a problem: the shape, dtype, FA_MASK_NONE, scale 0, no tile overrides, and contiguous

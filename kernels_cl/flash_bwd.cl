@@ -147,7 +147,7 @@ void dropout_key_rows(__local float *x, const fa_kernel_params *p, long b, long 
  * - j (ALiBi's), bias2 the bias in log2 units, lse2 and d row i's LSE (log2 units) and D.
  * Returns P and sets *ds = P (Z dP - D) dcap, dcap = d softcap(s) / ds (dQ's and dK's weight
  * before the scale); where `visible` is 0 both are 0, a NaN score's included. */
-float_keys grad_keys(float_keys s, float_keys zdp, const fa_kernel_params *p, float slope2,
+float_keys grad_keys(float_keys s, float_keys zdp, const fa_kernel_params *p, float slope,
                      float_keys dist, float_keys bias2, int_keys visible, float_keys lse2,
                      float_keys d, float_keys *ds)
 {
@@ -158,7 +158,7 @@ float_keys grad_keys(float_keys s, float_keys zdp, const fa_kernel_params *p, fl
     dcap = 1.0f - t * t;
 #endif
 #if FEATURES & FA_FEATURE_ALIBI
-    s -= slope2 * fabs(dist); /* -slope |i' - j| */
+    s -= alibi_keys(slope, fabs(dist)); /* -slope |i' - j| */
 #endif
 #if FEATURES & FA_FEATURE_BIAS
     s += bias2;
@@ -179,12 +179,12 @@ __global const bias_t *bias_row_of(const fa_kernel_params *p BIAS_ARG, long b, l
 #endif
 }
 
-/* The ALiBi slope of query head h in log2 units; 0 without ALiBi. */
-float slope2_of(const fa_kernel_params *p ALIBI_ARG, long h)
+/* The ALiBi slope of query head h; 0 without ALiBi. */
+float slope_of(const fa_kernel_params *p ALIBI_ARG, long h)
 {
     (void)p; /* p only leads the argument list, so the optional slopes can follow it */
 #if FEATURES & FA_FEATURE_ALIBI
-    return alibi_slopes[h] * LOG2E;
+    return alibi_slopes[h];
 #else
     return 0.0f;
 #endif
@@ -194,7 +194,7 @@ float slope2_of(const fa_kernel_params *p ALIBI_ARG, long h)
  * visible in [begin, end), by float_keys vectors (lane e: key j0 + e). s_row (S) becomes P and
  * dp_row (Z dP) dS. */
 INLINE_ON_GPU void grad_row_dq(__local float *s_row, __local float *dp_row,
-                               const fa_kernel_params *p, float slope2,
+                               const fa_kernel_params *p, float slope,
                                __global const bias_t *bias_row, long i, long k0, int c0,
                                long begin, long end, float lse2, float d)
 {
@@ -216,7 +216,7 @@ INLINE_ON_GPU void grad_row_dq(__local float *s_row, __local float *dp_row,
         }
 #endif
         float_keys ds;
-        S_STORE_KEYS(grad_keys(S_LOAD_KEYS(s_row + at), S_LOAD_KEYS(dp_row + at), p, slope2,
+        S_STORE_KEYS(grad_keys(S_LOAD_KEYS(s_row + at), S_LOAD_KEYS(dp_row + at), p, slope,
                                dist, bias2, visible, (float_keys)lse2, (float_keys)d, &ds),
                      s_row + at);
         S_STORE_KEYS(ds, dp_row + at);
@@ -233,7 +233,7 @@ INLINE_ON_GPU void grad_row_dkdv(__local float *st_row, __local float *dpt_row,
                                  long j, long r0, int c0, __local const float *lse2_v,
                                  __local const float *d_v, __local const int *keys_v)
 {
-    const float slope2 = slope2_of(p ALIBI_PASS, h);
+    const float slope = slope_of(p ALIBI_PASS, h);
     for (int at = c0; at < c0 + LANE_KEYS; at += KEYS_PER_VEC) {
         const long i0 = r0 + at;
         int_keys visible = (int_keys)(int)j < VLOAD_KEYS(keys_v + at);
@@ -256,7 +256,7 @@ INLINE_ON_GPU void grad_row_dkdv(__local float *st_row, __local float *dpt_row,
         bias2 = VLOAD_KEYS(part);
 #endif
         float_keys ds;
-        S_STORE_KEYS(grad_keys(S_LOAD_KEYS(st_row + at), S_LOAD_KEYS(dpt_row + at), p, slope2,
+        S_STORE_KEYS(grad_keys(S_LOAD_KEYS(st_row + at), S_LOAD_KEYS(dpt_row + at), p, slope,
                                dist, bias2, visible, S_LOAD_KEYS(lse2_v + at),
                                S_LOAD_KEYS(d_v + at), &ds),
                      st_row + at);
@@ -339,7 +339,7 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
 #endif
 #if GRAD_MODS
     const long row_begin = fa_keys_begin(&p, FEATURES, row); /* window: keys from here */
-    const float slope2 = slope2_of(&p ALIBI_PASS, h);
+    const float slope = slope_of(&p ALIBI_PASS, h);
     __global const bias_t *bias_row = row < sq ? bias_row_of(&p BIAS_PASS, b, h, row) : 0;
 #endif
 
@@ -361,7 +361,7 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
 #endif
 #if GRAD_MODS
         /* The modifiers, the mask, P and dS = P (Z dP - D) dcap, by vectors of keys. */
-        grad_row_dq(s_row, dp_row, &p, slope2, bias_row, row, k0, c0, row_begin, row_keys,
+        grad_row_dq(s_row, dp_row, &p, slope, bias_row, row, k0, c0, row_begin, row_keys,
                     lse2, d);
 #else
         for (long c = max(row_keys - k0, (long)c0); c < c0 + LANE_KEYS; c++)

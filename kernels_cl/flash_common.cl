@@ -453,14 +453,15 @@ __constant float lane_index[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
 #define LANE_INDEX CAT(vload, KEYS_PER_VEC)(0, lane_index)
 #endif
 
-/* tanh(s / cap) by lanes as 1 - 2 / (2^a + 1), a = 2 s / cap in log2 units: +-1 at the
- * infinities (a is clamped to [-64, 64], where tanh is +-1 in f32 already), a NaN stays NaN,
- * and a few 1e-7 (absolute) from tanh elsewhere. 2^a is made here, not by exp2: a = n + f with
- * n = rint(a) (the 1.5 * 2^23 addition rounds to an integer, whose bits hold n), 2^f by a
- * degree-6 fit on [-1/2, 1/2] (relative error 1e-7 in f32), 2^n in the exponent bits. pocl's
- * exp2 handles every f32 and is twice the instructions: softcap cost 6.7% over no modifier with
- * it, 3.6% with this (B1 H8 N2048 d64 f32, Xeon). The forward and the backward use the same,
- * so the backward recomputes the forward's S. */
+/* tanh(s / cap) by lanes. Away from 0 as 1 - 2 / (2^a + 1), a = 2 s / cap in log2 units: +-1 at
+ * the infinities (a is clamped to [-64, 64], where tanh is +-1 in f32 already), a NaN stays NaN,
+ * a few 1e-7 (absolute) from tanh. 2^a is made here, not by exp2 (pocl's handles every f32 at
+ * twice the instructions): a = n + f with n = rint(a) (the 1.5 * 2^23 addition rounds to an
+ * integer, whose bits hold n), 2^f by a degree-6 fit on [-1/2, 1/2] (relative error 1e-7),
+ * 2^n in the exponent bits. Near 0 that form cancels (a large cap's s / cap is small, and
+ * cap * tanh(s / cap) would lose s), so for |s / cap| < 1/4 the odd series to x^9 gives tanh
+ * to a relative 1e-8. The forward and the backward use the same, so the backward recomputes
+ * the forward's S (docs/algorithm.md, "Score modifiers"). */
 float_keys softcap_tanh_keys(float_keys s, float cap)
 {
     float_keys a = s * (2.0f * LOG2E / cap);
@@ -469,7 +470,10 @@ float_keys softcap_tanh_keys(float_keys s, float cap)
     float_keys e = ((1.546531857e-4f * f + 1.339528593e-3f) * f + 9.618040174e-3f) * f;
     e = (((e + 5.550340563e-2f) * f + 2.402265072e-1f) * f + 6.931471825e-1f) * f + 1.0f;
     e *= AS_FLOAT_KEYS((AS_INT_KEYS(big) - 0x4B400000 + 127) << 23);
-    return 1.0f - 2.0f / (e + 1.0f);
+    float_keys x = a * (0.5f / LOG2E), x2 = x * x; /* s / cap */
+    float_keys near = ((((62.0f / 2835.0f) * x2 - 17.0f / 315.0f) * x2 + 2.0f / 15.0f) * x2 -
+                       1.0f / 3.0f) * x2 * x + x;
+    return select(1.0f - 2.0f / (e + 1.0f), near, fabs(x) < 0.25f);
 }
 
 /* The score the plain kernel's S = Q K^T * scale is multiplied by: natural units where softcap
@@ -480,15 +484,22 @@ float_keys softcap_tanh_keys(float_keys s, float cap)
 #define SCORE_SCALE(p) ((p).scale_log2)
 #endif
 
-/* What the score modifiers read for one query row of (batch, head): the ALiBi slope in log2
- * units, the distance i' - k0 = row + Sk - Sq - k0 to the tile's first key, and the row's bias
+/* What the score modifiers read for one query row of (batch, head): the ALiBi slope, the distance i' - k0 = row + Sk - Sq - k0 to the tile's first key, and the row's bias
  * from key k0 on, with bias_keys of them readable. */
 typedef struct row_mods {
-    float slope2;
+    float slope;
     long dist0;
     __global const bias_t *bias_row;
     int bias_keys;
 } row_mods;
+
+/* ALiBi's slope * |i' - j| in log2 units, the product formed first: a huge slope makes +-inf
+ * past the f32 range and 0 at distance 0, as the golden saturates (flashattn.h, "Non-finite
+ * values"), where slope * log2(e) first would make inf * 0 = NaN. */
+float_keys alibi_keys(float slope, float_keys dist)
+{
+    return (slope * dist) * LOG2E;
+}
 
 /* S = softcap(s) + ALiBi for one float_keys vector of scores s (natural units with softcap,
  * else log2 units) of keys k0 + at + e, in log2 units. Lanes are keys, so the distance |i' - j|
@@ -499,7 +510,7 @@ float_keys modify_keys(float_keys s, const fa_kernel_params *p, const row_mods *
     s = (p->softcap * LOG2E) * softcap_tanh_keys(s, p->softcap); /* cap tanh(s / cap) */
 #endif
 #if FEATURES & FA_FEATURE_ALIBI
-    s -= rm->slope2 * fabs((float_keys)(float)(rm->dist0 - at) - LANE_INDEX); /* |i' - j| */
+    s -= alibi_keys(rm->slope, fabs((float_keys)(float)(rm->dist0 - at) - LANE_INDEX));
 #endif
     return s;
 }
@@ -524,7 +535,7 @@ row_mods row_mods_of(const fa_kernel_params *p ALIBI_ARG BIAS_ARG, long b, long 
 {
     row_mods rm = {0.0f, row + p->seqlen_k - p->seqlen_q, 0, 0};
 #if FEATURES & FA_FEATURE_ALIBI
-    rm.slope2 = alibi_slopes[h] * LOG2E;
+    rm.slope = alibi_slopes[h];
 #endif
 #if FEATURES & FA_FEATURE_BIAS
     if (row < p->seqlen_q) /* rows past Sq read nothing */
@@ -537,7 +548,7 @@ row_mods row_mods_of(const fa_kernel_params *p ALIBI_ARG BIAS_ARG, long b, long 
 /* Points rm at the keys from k0 on (a lane's of a tile): valid_keys of them exist. */
 void row_mods_at_tile(row_mods *rm, const row_mods *base, long k0, int valid_keys)
 {
-    rm->slope2 = base->slope2;
+    rm->slope = base->slope;
     rm->dist0 = base->dist0 - k0;
     rm->bias_row = base->bias_row ? base->bias_row + k0 : 0;
     rm->bias_keys = base->bias_row ? valid_keys : 0;

@@ -85,10 +85,10 @@ fa_status fa__modifiers_validate(fa_context *ctx, const fa_problem *p)
     if (!(p->dropout_p >= 0.0f && p->dropout_p < 1.0f))
         return fa__error(ctx, FA_STATUS_INVALID_DROPOUT, "dropout_p = %g is not in [0, 1)",
                          (double)p->dropout_p);
-    if (!isfinite(p->softcap) || p->softcap < 0.0f)
+    if (!(p->softcap == 0.0f || (p->softcap >= FA_SOFTCAP_MIN && p->softcap <= FA_SOFTCAP_MAX)))
         return fa__error(ctx, FA_STATUS_INVALID_SOFTCAP,
-                         "softcap = %g is not a finite number >= 0 (0 turns it off)",
-                         (double)p->softcap);
+                         "softcap = %g is not 0 (off) or in [%g, %g]", (double)p->softcap,
+                         (double)FA_SOFTCAP_MIN, (double)FA_SOFTCAP_MAX);
     if (p->window != 0 && p->window != 1)
         return fa__error(ctx, FA_STATUS_INVALID_WINDOW, "window = %d is not 0 (off) or 1 (on)",
                          (int)p->window);

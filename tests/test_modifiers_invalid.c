@@ -5,8 +5,8 @@
  * before), and leave the context usable: a valid fa_forward_ex and fa_backward_ex right after
  * succeed and clear the message.
  *   fa_plan_create, fa_plan_create_backward, fa_problem_check: dropout_p -0.1, 1, NaN
- *   (INVALID_DROPOUT); softcap NaN, -1, inf (INVALID_SOFTCAP); window 2, window_left -2,
- *   window_right -5 (INVALID_WINDOW); bias 2, an f16 bias on an f32 problem, a negative bias
+ *   (INVALID_DROPOUT); softcap NaN, -1, inf, denormal, outside [1e-18, 1e18]
+ *   (INVALID_SOFTCAP); window 2, window_left -2, window_right -5 (INVALID_WINDOW); bias 2, an f16 bias on an f32 problem, a negative bias
  *   stride, a bias spanning more than 2^60 elements (INVALID_BIAS); alibi 2, sinks 2
  *   (INVALID_ARGUMENT).
  *   fa_forward_ex, fa_backward_ex: a missing modifier buffer (NULL_POINTER), one given for a
@@ -139,6 +139,9 @@ static void p_nan(fa_problem *p) { p->dropout_p = NAN; }
 static void cap_nan(fa_problem *p) { p->softcap = NAN; }
 static void cap_neg(fa_problem *p) { p->softcap = -1.0f; }
 static void cap_inf(fa_problem *p) { p->softcap = INFINITY; }
+static void cap_denormal(fa_problem *p) { p->softcap = 5e-39f; }
+static void cap_tiny(fa_problem *p) { p->softcap = 0.5f * FA_SOFTCAP_MIN; }
+static void cap_huge(fa_problem *p) { p->softcap = 2.0f * FA_SOFTCAP_MAX; }
 static void win_2(fa_problem *p) { p->window = 2; }
 static void win_left(fa_problem *p) { p->window_left = -2; }
 static void win_right(fa_problem *p) { p->window_right = -5; }
@@ -156,6 +159,9 @@ static const bad_value bad_values[] = {
     {"softcap NaN", "softcap", FA_STATUS_INVALID_SOFTCAP, cap_nan},
     {"softcap -1", "softcap", FA_STATUS_INVALID_SOFTCAP, cap_neg},
     {"softcap inf", "softcap", FA_STATUS_INVALID_SOFTCAP, cap_inf},
+    {"softcap denormal", "softcap", FA_STATUS_INVALID_SOFTCAP, cap_denormal},
+    {"softcap below its range", "softcap", FA_STATUS_INVALID_SOFTCAP, cap_tiny},
+    {"softcap above its range", "softcap", FA_STATUS_INVALID_SOFTCAP, cap_huge},
     {"window 2", "window", FA_STATUS_INVALID_WINDOW, win_2},
     {"window_left -2", "window", FA_STATUS_INVALID_WINDOW, win_left},
     {"window_right -5", "window", FA_STATUS_INVALID_WINDOW, win_right},

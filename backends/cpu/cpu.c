@@ -233,6 +233,13 @@ static head_mods head_mods_of(const fa_kernel_params *kp, void *const mem[FA__TE
     return hm;
 }
 
+/* A value the kernels hold in log2 units in f32: +-inf past FLT_MAX there (a huge ALiBi slope's
+ * term, a modified score), as f32_range does for the plain score. */
+static double log2_range(double x)
+{
+    return fabs(x * 1.4426950408889634) > FLT_MAX ? copysign(INFINITY, x) : x;
+}
+
 /*
  * The score of (i, j) after the modifiers, in the header's order: s = scale * q.k (already in
  * the f32 range) -> softcap -> + ALiBi + bias. *dcap receives d(softcap(s))/ds (1 without it),
@@ -249,10 +256,10 @@ static double modified_score(const head_mods *hm, double s, int64_t i, int64_t j
         *dcap = 1.0 - t * t;
     }
     if (f & FA_FEATURE_ALIBI)
-        s -= hm->slope * fabs((double)(i + kp->seqlen_k - kp->seqlen_q - j));
+        s -= log2_range(hm->slope * fabs((double)(i + kp->seqlen_k - kp->seqlen_q - j)));
     if (f & FA_FEATURE_BIAS)
         s += load((fa_dtype)kp->bias_dtype, hm->bias, hm->bias0 + i * kp->bias_stride_s + j);
-    return s;
+    return f & (FA_FEATURE_ALIBI | FA_FEATURE_BIAS) ? log2_range(s) : s;
 }
 
 /* Dropout's factor for P[i][j]: dropout_scale when kept, 0 when dropped, 1 without dropout. */
