@@ -92,11 +92,16 @@ static fa_status check_run(fa_context *ctx, const fa_plan *plan, fa__op op)
 {
     if (plan->ctx != ctx)
         return fa__error(ctx, FA_STATUS_CONTEXT_MISMATCH, "the plan belongs to another context");
+    static const char *const maker[FA__OP_COUNT] = {
+        [FA__OP_FORWARD] = "fa_plan_create", [FA__OP_BACKWARD] = "fa_plan_create_backward",
+        [FA__OP_MERGE] = "fa_plan_create_merge"};
+    static const char *const run_name[FA__OP_COUNT] = {
+        [FA__OP_FORWARD] = "a forward", [FA__OP_BACKWARD] = "fa_backward",
+        [FA__OP_MERGE] = "fa_merge"};
     if (plan->op != op)
-        return fa__error(ctx, FA_STATUS_INVALID_PLAN, "the plan was made by %s",
-                         plan->op == FA__OP_FORWARD    ? "fa_plan_create (a forward plan)"
-                         : plan->op == FA__OP_MERGE ? "fa_plan_create_merge"
-                                                    : "fa_plan_create_backward");
+        return fa__error(ctx, FA_STATUS_INVALID_PLAN,
+                         "the plan was made by %s; %s needs a plan from %s", maker[plan->op],
+                         run_name[op], maker[op]);
     return FA_STATUS_OK;
 }
 
