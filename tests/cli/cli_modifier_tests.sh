@@ -123,8 +123,11 @@ expect_error "mods: dropout abc" 2 "--dropout: 'abc' is not a number" run "${MOD
 expect_error "mods: window -2,0" 2 "--window: '-2,0' is not L,R" run "${MOD[@]}" --window -2,0
 expect_error "mods: window 5" 2 "--window: '5' is not L,R" run "${MOD[@]}" --window 5
 expect_error "mods: window 1,2,3" 2 "--window: '1,2,3' is not L,R" run "${MOD[@]}" --window 1,2,3
-expect_error "mods: softcap -1" 2 '--softcap: -1 is not a finite number >= 0' \
+expect_error "mods: softcap -1" 2 '--softcap: -1 is not 0 \(off\) or in \[1e-18, 1e\+18\]' \
     run "${MOD[@]}" --softcap -1
+expect_error "mods: softcap denormal" 2 '--softcap: 5e-39 is not 0' run "${MOD[@]}" --softcap 5e-39
+expect_stdout "mods: softcap 1e7 on opencl checked" '^check +PASS' run --backend opencl --seq 64 \
+    --dim 32 --softcap 1e7 --check
 expect_error "mods: softcap inf" 2 '--softcap: inf is not' run "${MOD[@]}" --softcap inf
 expect_error "mods: dropout offset range" 2 '--dropout-offset: 4294967296 is out of range' \
     run "${MOD[@]}" --dropout 0.1 --dropout-offset 4294967296

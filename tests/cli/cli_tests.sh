@@ -27,13 +27,14 @@ pass() { PASSED=$((PASSED + 1)); echo "PASS $1"; }
 fail() { FAILED=$((FAILED + 1)); echo "FAIL $1: $2"; }
 
 # fa ARGS...: runs the CLI; sets RC, and leaves stdout in $TMP/out and stderr in $TMP/err.
-# With LIMIT=S set, a run that takes longer than S seconds is stopped (exit 124).
+# With LIMIT=S set, a run that takes longer than S seconds is stopped (exit 124); with VMEM=K,
+# it runs with its address space capped at K KiB (ulimit -v).
 fa() {
-    if [ -n "${LIMIT:-}" ]; then
-        timeout "$LIMIT" "$FA" "$@" >"$TMP/out" 2>"$TMP/err"
-    else
-        "$FA" "$@" >"$TMP/out" 2>"$TMP/err"
-    fi
+    (
+        if [ -n "${VMEM:-}" ]; then ulimit -v "$VMEM" || exit 125; fi
+        if [ -n "${LIMIT:-}" ]; then exec timeout "$LIMIT" "$FA" "$@"; fi
+        exec "$FA" "$@"
+    ) >"$TMP/out" 2>"$TMP/err"
     RC=$?
 }
 
@@ -91,6 +92,27 @@ same_files() {
         pass "$1"
     else
         fail "$1" "$2 and $3 differ"
+    fi
+}
+
+# auto_short NAME REGEX ARGS...: the line matching REGEX (the AUTO backend's note) is one short
+# line without status names or dlopen's messages; with --verbose it is the library's note in
+# full, which names the status of each backend passed over.
+auto_short() {
+    local name=$1 re=$2 line full
+    shift 2
+    fa "$@"
+    line=$(grep -E -- "$re" "$TMP/out" | head -n 1)
+    fa "$@" --verbose
+    full=$(grep -E -- "$re" "$TMP/out" | head -n 1)
+    if [ -z "$line" ]; then
+        fail "$name" "no line matches /$re/"
+    elif [[ $line == *FA_STATUS_* || $line == *"dlopen says"* ]] || [ ${#line} -gt 100 ]; then
+        fail "$name" "not short: $line"
+    elif [[ $line == *"; picked "* && $full != *"skipped (FA_STATUS_"* ]]; then
+        fail "$name" "--verbose does not give the reasons: $full"
+    else
+        pass "$name"
     fi
 }
 
@@ -216,7 +238,8 @@ if ! "$FA" devices --backend opencl 2>/dev/null | grep -q 'not built into'; then
     expect_error "plan --profile needs opencl" 2 'needs --backend opencl' \
         plan --backend cpu --profile amd-gfx90a
 fi
-expect_stdout "devices says what auto picks" '^auto: (cpu|opencl|cuda) device [0-9]+ \(auto: ' devices
+expect_stdout "devices says what auto picks" '^auto: (cpu|opencl|cuda) device [0-9]+ \(' devices
+auto_short "devices auto line" '^auto: ' devices
 
 # ---- run and --check ------------------------------------------------------------------------
 SMALL=(--backend cpu --batch 1 --heads 2 --seq 37 --dim 16)
@@ -237,9 +260,19 @@ expect_stdout "run prints peak memory" '^peak memory +[1-9][0-9]* B' run "${SMAL
 expect_stdout "run repeat median" 'median of 3 after 1 warm-up' run "${SMALL[@]}" --repeat 3
 expect_stdout "run auto backend" '^backend +[a-z]+ \(picked by auto\)' run --seq 16 --dim 16
 expect_stdout "run auto says why" '^auto +.*picked [a-z]+$' run --seq 16 --dim 16
+auto_short "run auto line" '^auto ' run --seq 16 --dim 16
+auto_short "plan auto line" '^auto ' plan --seq 16 --dim 16
 FLASHATTN_BACKEND=cpu expect_stdout "plan auto from the environment" '^auto +FLASHATTN_BACKEND = cpu$' \
     plan --seq 16 --dim 16
 expect_stdout "run seq_k 0" '^check +PASS' run "${SMALL[@]}" --seq-k 0 --check
+# On cpu the run is the golden: --check takes the naive attention of tools/baselines instead,
+# or says plainly that it checks the golden against itself.
+expect_stdout "run cpu check: naive reference" \
+    '^reference +naive attention \(tools/baselines.*independent of the golden$' \
+    run "${SMALL[@]}" --causal bottom-right --seq-k 29 --check
+expect_stdout "run cpu check: golden against itself, said" \
+    '^reference +cpu, .*the golden checked against itself.*: it has no score modifiers' \
+    run "${SMALL[@]}" --softcap 30 --check
 
 # ---- run --backward: dO -> dQ, dK, dV, checked against the CPU golden --------------------------
 # bwd_check NAME ARGS...: exit 0, O's check and each gradient's check PASS.
@@ -291,9 +324,6 @@ for dt in f32 f16 bf16; do
     same_files "round trip O $dt" "$D/o1.npy" "$D/o2.npy"
     same_files "round trip LSE $dt" "$D/l1.npy" "$D/l2.npy"
 done
-# The same seed gives the same logical tensors whatever the layout.
-expect_ok "bshd run" run --backend cpu "${SHAPE[@]}" --layout bshd --seed 7 --out "$TMP/o_bshd.npy"
-same_files "bshd matches bhsd" "$TMP/rt_f32/o1.npy" "$TMP/o_bshd.npy"
 
 # A version 2.0 file holding the same data as a 1.0 one reads the same.
 RT=$TMP/rt_f32
@@ -397,20 +427,22 @@ bad_q "malformed header" 'bad header' "$M/unterminated.npy"
 { cat "$GOOD/q.npy"; printf 'xx'; } >"$M/trailing.npy"
 bad_q "trailing data" 'longer than' "$M/trailing.npy"
 bad_q "missing file" 'cannot open' "$M/does_not_exist.npy"
-bad_q "a directory" 'read error|cannot open' "$M"
+bad_q "a directory" 'is a directory' "$M"
 
-# Files that are fine alone but do not agree with each other.
+# Files that are fine alone but do not agree with each other: a usage error (the layout read
+# may be the wrong one) naming the file, its shape and the layout.
 make_npy "$M/k_dim.npy" 1 "$(dict '<f4' False '(2, 2, 40, 16)')" $((2 * 2 * 40 * 16 * 4))
-expect_error "npy head_dim mismatch" 1 'k_dim.npy: head_dim 16 does not match' \
+expect_error "npy head_dim mismatch" 2 \
+    'k_dim.npy: shape \[2, 2, 40, 16\] read as --layout bhsd .*: its head_dim 16 does not match' \
     run --backend cpu --q "$GOOD/q.npy" --k "$M/k_dim.npy" --v "$M/k_dim.npy"
 make_npy "$M/k_batch.npy" 1 "$(dict '<f4' False '(3, 2, 40, 24)')" $((3 * 2 * 40 * 24 * 4))
-expect_error "npy batch mismatch" 1 'k_batch.npy: batch 3 does not match' \
+expect_error "npy batch mismatch" 2 'k_batch.npy: shape \[3, 2, 40, 24\] .*its batch 3 does not match' \
     run --backend cpu --q "$GOOD/q.npy" --k "$M/k_batch.npy" --v "$M/k_batch.npy"
 make_npy "$M/k_heads.npy" 1 "$(dict '<f4' False '(2, 3, 40, 24)')" $((2 * 3 * 40 * 24 * 4))
-expect_error "npy heads do not divide" 1 'k_heads.npy: .*heads do not divide' \
+expect_error "npy heads do not divide" 2 'k_heads.npy: .*its heads 3 do not divide' \
     run --backend cpu --q "$GOOD/q.npy" --k "$M/k_heads.npy" --v "$M/k_heads.npy"
 make_npy "$M/v_seq.npy" 1 "$(dict '<f4' False '(2, 2, 41, 24)')" $((2 * 2 * 41 * 24 * 4))
-expect_error "npy v shape differs from k" 1 'v_seq.npy: shape \[2, 2, 41, 24\] does not match' \
+expect_error "npy v shape differs from k" 2 'v_seq.npy: shape \[2, 2, 41, 24\] does not match' \
     run --backend cpu --q "$GOOD/q.npy" --k "$GOOD/k.npy" --v "$M/v_seq.npy"
 expect_error "npy dtype mismatch" 1 "k16.npy: dtype '<f2' does not match" \
     run --backend cpu --q "$GOOD/q.npy" --k "$GOOD/k16.npy" --v "$GOOD/v.npy"
@@ -431,7 +463,7 @@ expect_error "--backward with files needs --do" 2 '--backward with --q, --k and 
     run --backend cpu "${FILES[@]}" --backward
 expect_error "--do without --q" 2 '--do goes with --q, --k and --v' \
     run "${SMALL[@]}" --do "$BD/do.npy"
-expect_error "--do shape is not Q's" 1 'k.npy: shape \[2, 2, 40, 24\] does not match .*dO has the shape of Q' \
+expect_error "--do shape is not Q's" 2 'k.npy: shape \[2, 2, 40, 24\] does not match .*dO has the shape of Q' \
     run --backend cpu "${FILES[@]}" --do "$BD/k.npy"
 expect_error "--do dtype is not Q's" 1 "do.npy: dtype '<f2' does not match" \
     run --backend cpu "${FILES[@]}" --do "$TMP/bwd_f16/do.npy"
@@ -439,6 +471,10 @@ expect_error "unwritable --dv" 1 'cannot create the dV file' \
     run "${SMALL[@]}" --backward --dv "$TMP/no/such/dir/dv.npy"
 if [ -e "$TMP/dq.npy" ] || [ -e "$TMP/dk.npy" ]; then fail "bad backward lines write nothing" "a file was made"
 else pass "bad backward lines write nothing"; fi
+
+# ---- .npy files in --layout, and the reader's bounds: cli_files_tests.sh ----------------------
+# shellcheck source=cli_files_tests.sh
+. "$(dirname "${BASH_SOURCE[0]}")/cli_files_tests.sh"
 
 # ---- bench: tiny sweeps (seconds), flash vs naive --------------------------------------------
 BENCH=(bench --seq-list 16,32 --dim 16 --heads 2 --repeat 1 --quiet)
@@ -542,8 +578,22 @@ if "$FA" devices 2>/dev/null | grep -Eq '^opencl: [1-9]'; then
     expect_stdout "bench opencl row" \
         '^opencl +f32 +none +16 +32 \| +[0-9.]+ .*\| +[0-9.]+ .*\| [0-9]\.[0-9]e[-+][0-9]+ +[0-9]\.[0-9]e' \
         "${BENCH[@]}" --backend opencl
+    # all: every backend but the cpu golden (it checks them), and the header says so.
     fa "${BENCH[@]}" --backend all --csv "$TMP/all.csv"
-    csv_check "bench csv all backends" "$TMP/all.csv" 4
+    csv_check "bench csv all backends" "$TMP/all.csv" 2
+    if grep -q '^cpu,' "$TMP/all.csv" || ! grep -q '^opencl,' "$TMP/all.csv"; then
+        fail "bench all leaves the cpu golden out" "rows: $(cut -d, -f1 "$TMP/all.csv" | tr '\n' ' ')"
+    else
+        pass "bench all leaves the cpu golden out"
+    fi
+    expect_stdout "bench all says why cpu is out" \
+        '^# skipped  (.*; )?cpu: the fp64 golden that checks the others \(--backend cpu times it\)$' \
+        "${BENCH[@]}" --backend all
+    if grep -Eq '^# skipped .*(dlopen says|FA_STATUS_)' "$TMP/out"; then
+        fail "bench all skipped line is short" "$(grep '^# skipped' "$TMP/out")"
+    else
+        pass "bench all skipped line is short"
+    fi
     expect_stdout "bench opencl naive OOM" '^opencl +f16 +none +16 +32 \| +[0-9.]+ .*\| +OOM ' \
         "${BENCH[@]}" --backend opencl --dtype f16 --naive-max-bytes 100
     # The CLBlast path where it is built: it runs, and matches the golden, unmasked and with
@@ -588,6 +638,7 @@ if "$FA" devices 2>/dev/null | grep -Eq '^opencl: [1-9]'; then
     fi
 else
     echo "SKIP bench opencl: no OpenCL device"
+    expect_stdout "bench all is the cpu alone" '^cpu +f32 +none +16 +32 \|' "${BENCH[@]}" --backend all
 fi
 
 # --plot: a PNG when gnuplot is there; a clear one-line error when it is not.
@@ -599,8 +650,9 @@ if command -v gnuplot >/dev/null 2>&1; then
         fail "bench plot png" "exit $RC, $(first_err)"
     fi
     # The figure reads alone: each path and baseline named in the legend, every device in the
-    # title (an SVG is text, so the words can be checked).
-    fa "${BENCH[@]}" --backend all --plot "$TMP/bench.svg"
+    # title (an SVG is text, so the words can be checked). --backend all leaves the cpu golden
+    # out where another backend is, so the cpu legend is drawn on its own.
+    fa "${BENCH[@]}" --backend cpu --plot "$TMP/bench.svg"
     if [ "$RC" -ne 0 ] || [ ! -s "$TMP/bench.svg" ]; then
         fail "bench plot svg" "exit $RC, $(first_err)"
     elif ! grep -q 'cpu flash (fp64 golden reference' "$TMP/bench.svg" ||
@@ -608,11 +660,17 @@ if command -v gnuplot >/dev/null 2>&1; then
         fail "bench plot svg" "the legend does not say what the cpu paths are"
     elif grep -q 'and others' "$TMP/bench.svg" || ! grep -q 'cpu, device 0: ' "$TMP/bench.svg"; then
         fail "bench plot svg" "the title does not name every device"
-    elif "$FA" devices 2>/dev/null | grep -Eq '^opencl: [1-9]' &&
-        ! grep -q 'opencl naive (untuned reference kernels)' "$TMP/bench.svg"; then
-        fail "bench plot svg" "the legend does not say the OpenCL naive kernels are untuned"
     else
         pass "bench plot svg"
+    fi
+    if "$FA" devices 2>/dev/null | grep -Eq '^opencl: [1-9]'; then
+        fa "${BENCH[@]}" --backend all --plot "$TMP/all.svg"
+        if [ "$RC" -ne 0 ] || ! grep -q 'opencl naive (untuned reference kernels)' "$TMP/all.svg" ||
+            ! grep -q 'opencl, device 0: ' "$TMP/all.svg"; then
+            fail "bench plot svg all" "exit $RC, or the legend or title does not name opencl"
+        else
+            pass "bench plot svg all"
+        fi
     fi
     # A one-point sweep draws without gnuplot's "empty x range" warnings.
     fa "${BENCH[@]}" --seq-list 32 --backend cpu --plot "$TMP/one.png"
@@ -674,7 +732,26 @@ expect_error "scale 1e999" 2 'out of range' run --scale 1e999
 expect_error "missing value" 2 'needs a value' run --seq
 expect_error "unknown option" 2 "unknown option '--frobnicate'" run --frobnicate 3
 expect_error "flag with a value" 2 'takes no value' run --check=yes
-expect_error "value missing before an option" 2 '--causal needs a value' run --causal --check
+expect_error "value missing before an option" 2 \
+    '--causal needs a value \(ALIGN: top-left, bottom-right or none\)' run --causal --check
+expect_error "layout value missing" 2 '--layout needs a value \(L: bhsd or bshd\)' run --layout
+# Sizes the library would refuse by a field the user never gave (num_pages): a usage error
+# naming the options.
+PAGED=(--backend cpu --seq 16 --dim 16 --paged 1 --batch 2000 --seq-k 2000000)
+expect_error "run paged pool too large" 2 \
+    '^flashattn run: --paged 1: 2000 sequences \(--batch\) of 2000000 keys \(--seq-k\) need 4000000003 pages, more than' \
+    run "${PAGED[@]}"
+expect_error "plan paged pool too large" 2 '^flashattn plan: --paged 1: 2000 sequences' \
+    plan "${PAGED[@]}"
+expect_error "bench decode pool too large" 2 \
+    '^flashattn bench --decode: --paged 1: --batch 2000000000 at seq_k 1024 \(--max-seqlen-k\)' \
+    bench --decode --backend cpu --batch 2000000000 --paged 1 --max-seqlen-k 1024
+# --heads 4 with the default --heads-kv (8) is multi-head attention, not an error about 8.
+expect_stdout "bench decode --heads 4" '^# problem +decode: .*heads 4 \(kv 4\)' \
+    bench --decode --backend cpu --heads 4 --dim 16 --batch 1 --max-seqlen-k 1024 --repeat 1 \
+    --copy-mib 1 --quiet
+expect_error "bench decode --heads-kv given" 2 '--heads-kv 3 does not divide --heads 4' \
+    bench --decode --heads 4 --heads-kv 3
 # The options' ranges are the library's limits, not INT32_MAX.
 expect_error "dim 0" 2 '--dim: 0 is out of range \(1\.\.256\)' run --backend cpu --dim 0
 expect_error "heads 0" 2 '--heads: 0 is out of range \(1\.\.' run --backend cpu --heads 0

@@ -31,7 +31,7 @@
 /* Default cap on the naive S/P buffer: 1 GiB. */
 #define BENCH_NAIVE_MAX_BYTES (1ull << 30)
 
-#define BENCH_NOPTS (19 + CLI_MOD_NOPTS)
+#define BENCH_NOPTS (20 + CLI_MOD_NOPTS)
 
 static const cli_cmd bench_cmd = {
     "bench", "[options]",
@@ -40,6 +40,8 @@ static const cli_cmd bench_cmd = {
     "lengths (Sq = Sk), head dims, dtypes and masks. Per point: median ms, GFLOP/s\n"
     "(4*B*H*Sq*Sk*d, half when causal), peak device bytes of each path from the context's\n"
     "counters, speedup, memory ratio and max abs error against the CPU golden backend.\n"
+    "--backend all times every backend with a device except cpu, the fp64 golden the others\n"
+    "are checked against (--backend cpu times it; all is cpu alone when nothing else is).\n"
     "--pass bwd times the backward instead (fa_backward, after one untimed forward, against\n"
     "a naive backward that materializes P and dP; GFLOP/s counting 2.5x the forward's FLOPs,\n"
     "as FlashAttention-2 does; err over dQ, dK and dV); --pass fwd+bwd both (3.5x).\n"
@@ -56,7 +58,7 @@ static size_t bench_table(bench_args *a, cli_opt *o)
 {
     const cli_opt t[BENCH_NOPTS - CLI_MOD_NOPTS] = {
         {"backend", CLI_STRING, &a->backend, 0, 0, "B",
-         "cpu, opencl, cuda, auto or all (default auto)", 0},
+         "cpu, opencl, cuda, auto or all (each but the cpu golden; default auto)", 0},
         {"device", CLI_INT, &a->device, 0, INT32_MAX, "N",
          "device index on each backend (default 0)", 0},
         {"batch", CLI_INT, &a->batch, 1, CLI_MAX_SIZE, "N", "batch size (default 1)", 0},
@@ -86,6 +88,8 @@ static size_t bench_table(bench_args *a, cli_opt *o)
         {"gemm-params", CLI_STRING, &a->gemm_params, 0, 0, "LIST",
          "opencl gemm path: CLBlast Xgemm parameters NAME=V,... (default CLBlast's)", 0},
         {"quiet", CLI_FLAG, &a->quiet, 0, 0, NULL, "no progress lines on stderr", 0},
+        {"verbose", CLI_FLAG, &a->verbose, 0, 0, NULL,
+         "why a backend of all is skipped, in full (the skipped line gives its head)", 0},
     };
     memcpy(o, t, sizeof t);
     cli_mod_opts(&a->mods, o + BENCH_NOPTS - CLI_MOD_NOPTS);
@@ -197,87 +201,6 @@ static int parse_lists(bench_run *r)
     if (a->plot && (strchr(a->plot, '\'') || strchr(a->plot, '\n')))
         return cli_usage_error(&bench_cmd, "--plot: the file name cannot hold a quote or newline");
     return 0;
-}
-
-/* ---- devices ----------------------------------------------------------------------------- */
-
-static void close_device(bench_device *d)
-{
-    fa_context_destroy(d->ctx);
-    naive_cl_close(d->cl);
-    d->ctx = NULL;
-    d->cl = NULL;
-}
-
-/* Opens the flash context (and on OpenCL the naive objects it shares) on one backend. */
-static int open_device(bench_run *r, fa_backend backend, int required)
-{
-    bench_device *d = &r->devs[r->ndevs];
-    char why[1024] = "";
-    fa_status st;
-    memset(d, 0, sizeof *d);
-    if (backend == FA_BACKEND_OPENCL) {
-        st = naive_cl_open(&d->cl, (int)r->a.device, why, sizeof why);
-        if (st == FA_STATUS_OK)
-            st = naive_cl_fa_context(d->cl, &d->ctx, why, sizeof why);
-        if (st == FA_STATUS_OK && r->a.gemm_params) /* a bad list is the user's error */
-            if (naive_clblast_tune(d->cl, r->a.gemm_params, why, sizeof why) != FA_STATUS_OK) {
-                close_device(d);
-                return cli_error("--gemm-params: %s", why);
-            }
-    } else {
-        fa_context_options o;
-        o.backend = backend;
-        o.device = (int)r->a.device;
-        st = fa_context_create(&d->ctx, &o, why, sizeof why);
-    }
-    if (st != FA_STATUS_OK) {
-        naive_cl_close(d->cl);
-        d->cl = NULL;
-        size_t len = strlen(r->unavailable);
-        if (required)
-            return cli_lib_error(st, NULL, why);
-        snprintf(r->unavailable + len, sizeof r->unavailable - len, "%s%s: %s",
-                 len ? "; " : "", fa_backend_name(backend), why);
-        return 0;
-    }
-    d->backend = fa_context_backend(d->ctx);
-    d->modifiers = cli_mod_any(&r->a.mods);
-    cli_describe_context(d->ctx, 0, d->desc, sizeof d->desc);
-    r->ndevs++;
-    return 0;
-}
-
-/* --backend: one (auto resolved through a throwaway context), or all that are available. */
-static int open_devices(bench_run *r)
-{
-    const char *name = r->a.backend ? r->a.backend : "auto";
-    fa_backend b;
-    int i;
-    if (strcmp(name, "all") == 0) {
-        for (i = 0; i < fa_backend_count() && i < BENCH_MAX_DEVICES; i++)
-            if (open_device(r, fa_backend_at(i), 0) != 0)
-                return CLI_EXIT_FAIL;
-        return r->ndevs ? 0 : cli_error("no backend is available");
-    }
-    if (fa_backend_from_name(name, &b) != FA_STATUS_OK)
-        return cli_error("unknown backend '%s'", name); /* parse_lists let it through */
-    if (b == FA_BACKEND_AUTO) {
-        fa_context *probe = NULL;
-        if (cli_context_open(b, (int)r->a.device, &probe) != 0)
-            return CLI_EXIT_FAIL;
-        b = fa_context_backend(probe);
-        fa_context_destroy(probe);
-    }
-    return open_device(r, b, 1);
-}
-
-static void close_devices(bench_run *r)
-{
-    int i;
-    for (i = 0; i < r->ndevs; i++)
-        close_device(&r->devs[i]);
-    r->ndevs = 0;
 }
 
 /* ---- measuring --------------------------------------------------------------------------- */
@@ -756,7 +679,7 @@ static int bench_body(bench_run *r)
         return CLI_EXIT_FAIL;
     if ((rc = bench_mods_prepare(r)) != 0) /* a bad file: a usage error, before the devices */
         return rc;
-    if (open_devices(r) != 0)
+    if (bench_open_devices(r) != 0)
         return CLI_EXIT_FAIL;
     r->total = (size_t)r->ndevs * r->ndtypes * r->nmasks * r->ndims * r->nseqs;
     r->points = calloc(r->total, sizeof *r->points);
@@ -794,7 +717,7 @@ int cli_cmd_bench(int argc, char **argv)
     join_cmdline(&r, argc, argv);
     set_date(&r);
     rc = bench_body(&r);
-    close_devices(&r);
+    bench_close_devices(&r);
     cli_mod_files_free(&r.mod_files);
     free(r.points);
     return rc;

@@ -83,6 +83,7 @@ typedef struct bench_args {
     fa_mask causal;   /* --causal ALIGN */
     int causal_given; /* --causal was given (it may say "none") */
     int quiet;
+    int verbose;       /* a skipped backend's reason in full */
     cli_mod_args mods; /* the score modifiers and dropout of the flash path */
 } bench_args;
 
@@ -159,7 +160,16 @@ int bench_mods_fill(const bench_run *r, bench_io *io);
 /* The table header's line: the modifiers, and that the baselines do not run them. */
 void bench_mods_header(const bench_run *r);
 
-/* ---- the baselines (cli_bench_naive.c) ----------------------------------------------------- */
+/* ---- the devices and the baselines (cli_bench_naive.c) ------------------------------------ */
+
+/*
+ * --backend: one device (auto resolved through a throwaway context), or with all every backend
+ * that has a device but the cpu golden (it checks the others, and timing it would take most
+ * of the sweep), the cpu alone when there is no other; the header's skipped line says why
+ * each was left out (the head of the library's reason; in full with --verbose).
+ */
+int bench_open_devices(bench_run *r);
+void bench_close_devices(bench_run *r);
 
 /* The naive attention problem of a point's problem, with the --naive-max-bytes cap. */
 naive_problem bench_naive_problem(const bench_run *r, const fa_problem *p);

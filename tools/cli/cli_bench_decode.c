@@ -102,7 +102,7 @@ static size_t decode_table(decode_args *a, cli_opt *o)
          "longest cache of the sweep (default 131072)", 0},
         {"heads", CLI_INT, &a->heads, 1, CLI_MAX_SIZE, "N", "query heads (default 32)", 0},
         {"heads-kv", CLI_INT, &a->heads_kv, 1, CLI_MAX_SIZE, "N",
-         "key/value heads, divides --heads (default 8)", 0},
+         "key/value heads, divides --heads (default 8; --heads if 8 does not divide it)", 0},
         {"dim", CLI_INT, &a->dim, 1, FA_MAX_HEAD_DIM, "D", "head dimension (default 128)", 0},
         {"paged", CLI_INT, &a->page_size, 1, INT32_MAX, "PAGE_SIZE",
          "K and V in a shuffled pool of pages of PAGE_SIZE keys", 0},
@@ -167,6 +167,39 @@ static int decode_variants(decode_run *r, int paged_given)
     return 0;
 }
 
+/* The sweep's longest cache: the last of decode_seqs within --max-seqlen-k. */
+static int64_t longest_seqlen_k(const decode_args *a)
+{
+    size_t i;
+    int64_t sk = decode_seqs[0];
+    for (i = 0; i < DECODE_NSEQS && decode_seqs[i] <= a->max_seqlen_k; i++)
+        sk = decode_seqs[i];
+    return sk;
+}
+
+/* The paged variant's pool at the sweep's largest point: a usage error naming the options
+ * when it passes the library's page count, which the user never set by name. */
+static int check_pool(const decode_run *r)
+{
+    const decode_args *a = &r->a;
+    int64_t page = 0, batch = 0, sk = longest_seqlen_k(a), pages;
+    size_t i;
+    for (i = 0; i < (size_t)r->nvars; i++)
+        page = r->vars[i].page_size > 0 ? r->vars[i].page_size : page;
+    for (i = 0; i < r->nbatches; i++)
+        batch = r->batches[i] > batch ? r->batches[i] : batch;
+    if (page == 0)
+        return 0;
+    /* batch and ceil(sk / page) are below 2^31: the product fits. */
+    pages = batch * ((sk + page - 1) / page) + CLI_SEQ_SPARE_PAGES;
+    if (pages <= CLI_MAX_SIZE)
+        return 0;
+    return cli_usage_error(&decode_cmd, "--paged %" PRId64 ": --batch %" PRId64 " at seq_k %"
+                           PRId64 " (--max-seqlen-k) needs a pool of %" PRId64 " pages, more "
+                           "than the %d it may hold; give a larger --paged, a smaller --batch "
+                           "or --max-seqlen-k", page, batch, sk, pages, CLI_MAX_SIZE);
+}
+
 static int decode_parse(decode_run *r, const cli_opt *opts, size_t n)
 {
     const decode_args *a = &r->a;
@@ -175,6 +208,10 @@ static int decode_parse(decode_run *r, const cli_opt *opts, size_t n)
     int rc = 0;
     if (!(a->max_seconds > 0.0f) || !isfinite(a->max_seconds))
         return cli_usage_error(&decode_cmd, "--max-seconds: must be a positive number");
+    /* The default 8 is GQA for the default 32 heads; where it cannot be (--heads 4), the
+     * default is plain multi-head attention rather than an error about a value not given. */
+    if (!cli_find(opts, n, "heads-kv")->seen && a->heads % a->heads_kv != 0)
+        r->a.heads_kv = a->heads;
     if (a->heads % a->heads_kv != 0)
         return cli_usage_error(&decode_cmd, "--heads-kv %" PRId64 " does not divide --heads %"
                                PRId64, a->heads_kv, a->heads);
@@ -192,7 +229,8 @@ static int decode_parse(decode_run *r, const cli_opt *opts, size_t n)
     free(list);
     if (rc != 0)
         return rc;
-    return decode_variants(r, cli_find(opts, n, "paged")->seen);
+    rc = decode_variants(r, cli_find(opts, n, "paged")->seen);
+    return rc != 0 ? rc : check_pool(r);
 }
 
 /* ---- the header's facts ------------------------------------------------------------------ */

@@ -263,6 +263,24 @@ static cli_opt *find_n(cli_opt *opts, size_t nopts, const char *name, size_t len
     return NULL;
 }
 
+/* The values a named kind takes, for "needs a value"; NULL for the other kinds. A mask option
+ * is --causal ALIGN, so its alignments come first and "none" last. */
+static const char *kind_values(cli_kind kind)
+{
+    switch (kind) {
+    case CLI_BACKEND:
+        return "auto, cpu, opencl or cuda";
+    case CLI_DTYPE:
+        return "f32, f16 or bf16";
+    case CLI_MASK:
+        return "top-left, bottom-right or none";
+    case CLI_LAYOUT:
+        return "bhsd or bshd";
+    default:
+        return NULL;
+    }
+}
+
 /* Whether arg is "--name" or "--name=..." for an option of the table, or -h/--help. */
 static int is_option(cli_opt *opts, size_t nopts, const char *arg)
 {
@@ -304,7 +322,9 @@ int cli_parse(const cli_cmd *cmd, int argc, char **argv, cli_opt *opts, size_t n
         if (o->kind != CLI_FLAG && !val) {
             /* "--causal --check": the next option is not this one's value. */
             if (i + 1 >= argc || is_option(opts, nopts, argv[i + 1])) {
-                cli_usage_error(cmd, "--%s needs a value (%s)", o->name, o->metavar);
+                const char *values = kind_values(o->kind);
+                cli_usage_error(cmd, "--%s needs a value (%s%s%s)", o->name, o->metavar,
+                                values ? ": " : "", values ? values : "");
                 return CLI_PARSE_ERROR;
             }
             val = argv[++i];
@@ -455,6 +475,58 @@ void cli_describe_context(const fa_context *ctx, int picked_automatically, char 
     props.name[sizeof props.name - 1] = '\0';
     snprintf(buf, size, "%s%s, device %d: %s", fa_backend_name(fa_context_backend(ctx)),
              picked_automatically ? " (picked by auto)" : "", fa_context_device(ctx), props.name);
+}
+
+/* Past this many characters a reason's head is cut at its first parenthesis too. */
+#define CLI_REASON_CHARS 48
+
+void cli_short_reason(const char *why, char *buf, size_t size)
+{
+    const char *colon = strstr(why, ": "), *paren = strstr(why, " (");
+    size_t n = colon ? (size_t)(colon - why) : strlen(why);
+    if (n > CLI_REASON_CHARS && paren && (size_t)(paren - why) < n)
+        n = (size_t)(paren - why);
+    snprintf(buf, size, "%.*s", (int)n, why);
+}
+
+/* One "; "-separated part of the AUTO note, shortened when it is "X skipped (STATUS: why)". */
+static void short_note_part(const char *part, size_t len, char *buf, size_t size)
+{
+    char text[1024], reason[256];
+    const char *mark, *inner;
+    size_t n = (size_t)snprintf(text, sizeof text, "%.*s", (int)len, part);
+    mark = strstr(text, " skipped (");
+    inner = mark ? strstr(mark, ": ") : NULL;
+    if (!inner || n >= sizeof text || text[n - 1] != ')') {
+        snprintf(buf, size, "%s", text);
+        return;
+    }
+    text[n - 1] = '\0'; /* the closing parenthesis */
+    cli_short_reason(inner + 2, reason, sizeof reason);
+    snprintf(buf, size, "%.*s: %s", (int)(mark - text), text, reason);
+}
+
+void cli_auto_note(const char *note, int verbose, char *buf, size_t size)
+{
+    const char *start = note, *p;
+    int depth = 0;
+    snprintf(buf, size, "%s", verbose ? note : "");
+    if (verbose)
+        return;
+    /* Parts end at a "; " outside parentheses (a reason may hold "; " of its own). */
+    for (p = note;; p++) {
+        depth += *p == '(' ? 1 : *p == ')' && depth > 0 ? -1 : 0;
+        if (*p == '\0' || (depth == 0 && p[0] == ';' && p[1] == ' ')) {
+            char part[1024];
+            size_t n = strlen(buf);
+            short_note_part(start, (size_t)(p - start), part, sizeof part);
+            snprintf(buf + n, size - n, "%s%s", n ? "; " : "", part);
+            if (*p == '\0')
+                return;
+            start = p + 2;
+            p++;
+        }
+    }
 }
 
 void cli_format_bytes(uint64_t bytes, char *buf, size_t size)

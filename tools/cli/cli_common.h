@@ -132,6 +132,19 @@ const char *cli_layout_name(fa_layout layout);
 int cli_context_open(fa_backend backend, int device, fa_context **out);
 /* "<backend> device <n>: <name>" plus "(auto)" when the backend was picked automatically. */
 void cli_describe_context(const fa_context *ctx, int picked_automatically, char *buf, size_t size);
+/*
+ * The head of a backend's reason for a one-line report: up to its first ": " (the details that
+ * follow, such as dlopen's message, are for --verbose) and, when that is still long, up to its
+ * first " (". "libcuda.so.1 not found (no NVIDIA driver): dlopen says ..." gives
+ * "libcuda.so.1 not found (no NVIDIA driver)".
+ */
+void cli_short_reason(const char *why, char *buf, size_t size);
+/*
+ * The AUTO note (fa_context_backend_note after its "auto: ") for a report: as it is with
+ * verbose; otherwise each "X skipped (FA_STATUS_Y: reason)" becomes "X: " and the reason's
+ * head (cli_short_reason), so that every run does not print a paragraph about a missing driver.
+ */
+void cli_auto_note(const char *note, int verbose, char *buf, size_t size);
 /* A byte count as "12345 B (12.1 KiB)". */
 void cli_format_bytes(uint64_t bytes, char *buf, size_t size);
 

@@ -78,17 +78,20 @@ static void print_backend(fa_backend backend)
 }
 
 /* What --backend auto (and FLASHATTN_BACKEND / FLASHATTN_DEVICE) would run on, and why. */
-static void print_auto_choice(void)
+static void print_auto_choice(int verbose)
 {
-    char why[512] = "";
+    char why[512] = "", line[1024];
     fa_context *ctx = NULL;
+    const char *note;
     fa_status st = fa_context_create(&ctx, NULL, why, sizeof why);
     if (st != FA_STATUS_OK) {
         printf("auto: no context (%s): %s\n", fa_status_name(st), *why ? why : "-");
         return;
     }
+    note = fa_context_backend_note(ctx);
+    cli_auto_note(strncmp(note, "auto: ", 6) == 0 ? note + 6 : note, verbose, line, sizeof line);
     printf("auto: %s device %d (%s)\n", fa_backend_name(fa_context_backend(ctx)),
-           fa_context_device(ctx), fa_context_backend_note(ctx));
+           fa_context_device(ctx), line);
     fa_context_destroy(ctx);
 }
 
@@ -100,8 +103,11 @@ int cli_cmd_devices(int argc, char **argv)
         "A backend that is not built in or finds no device is listed with the reason. The\n"
         "last line says which backend and device auto picks (a GPU first) and why."};
     fa_backend only = FA_BACKEND_AUTO;
+    int verbose = 0;
     cli_opt opts[] = {
         {"backend", CLI_BACKEND, &only, 0, 0, "NAME", "list only this backend (default: all)", 0},
+        {"verbose", CLI_FLAG, &verbose, 0, 0, NULL,
+         "the auto line in full: each backend passed over and the whole reason", 0},
     };
     size_t n = sizeof opts / sizeof opts[0];
     int r = cli_parse(&cmd, argc, argv, opts, n);
@@ -115,7 +121,7 @@ int cli_cmd_devices(int argc, char **argv)
     for (int i = 0; i < fa_backend_count(); i++)
         if (only == FA_BACKEND_AUTO || only == fa_backend_at(i))
             print_backend(fa_backend_at(i));
-    print_auto_choice();
+    print_auto_choice(verbose);
     return CLI_EXIT_OK;
 }
 
@@ -159,17 +165,27 @@ static void print_backward_memory(const fa_plan *plan)
            m.tensors, m.scratch, peak);
 }
 
-static void print_plan(const fa_context *ctx, int picked, const fa_plan *plan, fa_layout layout,
-                       int backward, const cli_seq_args *seq)
+/* How `plan` reports: auto's pick and its note (in full with --verbose), the layout's name,
+ * and the backward's memory formula with --backward. */
+typedef struct plan_print {
+    int picked, backward, verbose;
+    fa_layout layout;
+} plan_print;
+
+static void print_plan(const fa_context *ctx, const plan_print *pp, const fa_plan *plan,
+                       const cli_seq_args *seq)
 {
-    char line[512], sram[64];
+    char line[1024], sram[64];
     const char *explain = fa_plan_explain(plan);
-    cli_describe_context(ctx, picked, line, sizeof line);
+    int backward = pp->backward;
+    cli_describe_context(ctx, pp->picked, line, sizeof line);
     printf("%-13s %s\n", "backend", line);
     const char *note = fa_context_backend_note(ctx); /* "auto: " and why, when auto picked */
-    if (strncmp(note, "auto: ", 6) == 0)
-        printf("%-13s %s\n", "auto", note + 6);
-    cli_describe_problem(fa_plan_problem(plan), layout, line, sizeof line);
+    if (strncmp(note, "auto: ", 6) == 0) {
+        cli_auto_note(note + 6, pp->verbose, line, sizeof line);
+        printf("%-13s %s\n", "auto", line);
+    }
+    cli_describe_problem(fa_plan_problem(plan), pp->layout, line, sizeof line);
     printf("%-13s %s\n", "problem", line);
     cli_mod_describe(fa_plan_problem(plan), line, sizeof line);
     printf("%-13s %s\n", "modifiers", line);
@@ -192,6 +208,20 @@ static void print_plan(const fa_context *ctx, int picked, const fa_plan *plan, f
     }
 }
 
+/* Plans p on ctx (the backward's plan with pp->backward) and prints the plan. */
+static int plan_and_print(fa_context *ctx, const fa_problem *p, const plan_print *pp,
+                          const cli_seq_args *seq)
+{
+    fa_plan *plan = NULL;
+    fa_status st = pp->backward ? fa_plan_create_backward(ctx, p, &plan)
+                                : fa_plan_create(ctx, p, &plan);
+    int r = st == FA_STATUS_OK ? 0 : cli_plan_error(st, ctx, p);
+    if (r == 0)
+        print_plan(ctx, pp, plan, seq);
+    fa_plan_destroy(plan);
+    return r;
+}
+
 int cli_cmd_plan(int argc, char **argv)
 {
     static const cli_cmd cmd = {
@@ -209,11 +239,11 @@ int cli_cmd_plan(int argc, char **argv)
     fa_backend backend = FA_BACKEND_AUTO;
     int64_t device = 0;
     const char *arch = NULL, *profile = NULL;
-    int backward = 0;
+    plan_print pp = {0, 0, 0, FA_LAYOUT_BHSD};
     cli_mod_args mods;
     cli_mod_files files;
     cli_seq_args seq;
-    cli_opt opts[CLI_PROBLEM_NOPTS + 5 + CLI_SEQ_NOPTS + CLI_MOD_NOPTS] = {
+    cli_opt opts[CLI_PROBLEM_NOPTS + 6 + CLI_SEQ_NOPTS + CLI_MOD_NOPTS] = {
         {"backend", CLI_BACKEND, &backend, 0, 0, "B", "auto, cpu, opencl or cuda (default auto)",
          0},
         {"device", CLI_INT, &device, 0, INT32_MAX, "N", "device index (default 0)", 0},
@@ -222,22 +252,22 @@ int cli_cmd_plan(int argc, char **argv)
         {"profile", CLI_STRING, &profile, 0, 0, "NAME",
          "opencl only: plan for amd-gfx90a, amd-gfx1030, intel-xe, nvidia-sm80, mali-g710 or "
          "adreno-740 without a device", 0},
-        {"backward", CLI_FLAG, &backward, 0, 0, NULL,
+        {"backward", CLI_FLAG, &pp.backward, 0, 0, NULL,
          "plan the backward pass (dO -> dQ, dK, dV); print its memory formula", 0},
+        {"verbose", CLI_FLAG, &pp.verbose, 0, 0, NULL,
+         "the auto line in full: each backend passed over and the whole reason", 0},
     };
     const size_t n = sizeof opts / sizeof opts[0];
     fa_context *ctx = NULL;
-    fa_plan *plan = NULL;
     fa_problem p;
-    fa_status st;
     int r;
 
     cli_problem_defaults(&pa);
-    cli_problem_opts(&pa, opts + 5);
+    cli_problem_opts(&pa, opts + 6);
     cli_mod_defaults(&mods);
     cli_seq_defaults(&seq);
-    cli_seq_opts(&seq, opts + 5 + CLI_PROBLEM_NOPTS);
-    cli_mod_opts(&mods, opts + 5 + CLI_PROBLEM_NOPTS + CLI_SEQ_NOPTS);
+    cli_seq_opts(&seq, opts + 6 + CLI_PROBLEM_NOPTS);
+    cli_mod_opts(&mods, opts + 6 + CLI_PROBLEM_NOPTS + CLI_SEQ_NOPTS);
     memset(&files, 0, sizeof files);
     r = cli_parse(&cmd, argc, argv, opts, n);
     if (r == CLI_PARSE_HELP) {
@@ -266,13 +296,10 @@ int cli_cmd_plan(int argc, char **argv)
         cli_seq_args_free(&seq);
         return r;
     }
-    st = backward ? fa_plan_create_backward(ctx, &p, &plan) : fa_plan_create(ctx, &p, &plan);
-    if (st != FA_STATUS_OK)
-        r = cli_plan_error(st, ctx, &p);
-    else
-        print_plan(ctx, backend == FA_BACKEND_AUTO, plan, pa.layout, backward, &seq);
+    pp.picked = backend == FA_BACKEND_AUTO;
+    pp.layout = pa.layout;
+    r = plan_and_print(ctx, &p, &pp, &seq);
     cli_seq_args_free(&seq);
-    fa_plan_destroy(plan);
     fa_context_destroy(ctx);
     return r;
 }

@@ -8,6 +8,7 @@
  * context is opened, rather than a library status about a field the user never named.
  */
 #include "cli_modifiers.h"
+#include "cli_tensor.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -32,7 +33,7 @@ void cli_mod_opts(cli_mod_args *a, cli_opt *opts)
 {
     const cli_opt t[CLI_MOD_NOPTS] = {
         {"softcap", CLI_FLOAT, &a->softcap, 0, 0, "C",
-         "logit softcap: s = C * tanh(s / C), C > 0 (default 0: off)", 0},
+         "logit softcap: s = C * tanh(s / C), C in [1e-18, 1e18] (default 0: off)", 0},
         {"alibi", CLI_FLAG, &a->alibi, 0, 0, NULL,
          "ALiBi with the paper's slopes 2^(-8 (h+1) / heads) for query head h", 0},
         {"alibi-slopes", CLI_STRING, &a->alibi_path, 0, 0, "FILE",
@@ -91,9 +92,10 @@ int cli_mod_validate(const cli_cmd *cmd, cli_mod_args *a, const cli_opt *opts, s
     a->dropout_given = seen(opts, nopts, "dropout");
     a->seed_given = seen(opts, nopts, "dropout-seed");
     a->offset_given = seen(opts, nopts, "dropout-offset");
-    if (!(a->softcap >= 0.0f) || !isfinite(a->softcap))
-        return cli_usage_error(cmd, "--softcap: %g is not a finite number >= 0 (0: off)",
-                               (double)a->softcap);
+    if (!(a->softcap == 0.0f || (a->softcap >= FA_SOFTCAP_MIN && a->softcap <= FA_SOFTCAP_MAX)))
+        return cli_usage_error(cmd, "--softcap: %g is not 0 (off) or in [%g, %g]",
+                               (double)a->softcap, (double)FA_SOFTCAP_MIN,
+                               (double)FA_SOFTCAP_MAX);
     if (!(a->dropout >= 0.0f && a->dropout < 1.0f))
         return cli_usage_error(cmd, "--dropout: %g is not a probability in [0, 1)",
                                (double)a->dropout);
@@ -119,12 +121,9 @@ static int is_random(const char *v)
 
 static int load_one(const char *path, npy_array *out)
 {
-    char err[256];
     if (!path || is_random(path))
         return 0;
-    if (npy_read(path, out, err, sizeof err) != 0)
-        return cli_error("%s: %s", path, err);
-    return 0;
+    return cli_npy_read(path, out);
 }
 
 int cli_mod_load(const cli_mod_args *a, cli_mod_files *f)

@@ -1,8 +1,10 @@
 /*
  * cli_run.c - the `flashattn run` subcommand: one attention forward pass on a chosen backend,
- * timed, with inputs either random (seeded, so runs are repeatable) or read from .npy files,
- * optional .npy outputs, and --check against the CPU golden backend on the same inputs. With
- * --backward (or --do) the backward pass follows the forward: cli_run_bwd.c.
+ * timed, with inputs either random (seeded, so runs are repeatable) or read from .npy files
+ * in the order --layout names, optional .npy outputs in that order, and --check against the
+ * CPU golden backend on the same inputs (a cpu run, the golden itself, against the naive
+ * attention of tools/baselines). With --backward (or --do) the backward pass follows the
+ * forward: cli_run_bwd.c.
  *
  * Order of work: resolve the shape (from the options or the files), let the library validate
  * and plan it, check what the run will allocate against the host's and the device's memory, and
@@ -21,6 +23,7 @@
 #include "cli_run.h"
 #include "cli_session.h"
 #include "cli_tensor.h"
+#include "naive.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -42,7 +45,7 @@
 #define CLI_MAX_REPEAT 100000
 #define KEY RUN_KEY
 
-#define RUN_NOPTS (CLI_PROBLEM_NOPTS + CLI_SEQ_NOPTS + 17 + CLI_MOD_NOPTS)
+#define RUN_NOPTS (CLI_PROBLEM_NOPTS + CLI_SEQ_NOPTS + 18 + CLI_MOD_NOPTS)
 
 /* The option table; entries point into *a. Returns the number of entries. */
 static size_t run_table(run_args *a, cli_opt *opts)
@@ -55,16 +58,18 @@ static size_t run_table(run_args *a, cli_opt *opts)
     const cli_opt rest[RUN_NOPTS - CLI_PROBLEM_NOPTS - CLI_SEQ_NOPTS - CLI_MOD_NOPTS - 2] = {
         {"seed", CLI_U64, &a->seed, 0, 0, "S", "seed of the random inputs (default 1)", 0},
         {"q", CLI_STRING, &a->q_path, 0, 0, "FILE",
-         "Q from .npy [batch, heads, seq, dim], '<f4' or '<f2'", 0},
-        {"k", CLI_STRING, &a->k_path, 0, 0, "FILE", "K from .npy [batch, heads_kv, seq_k, dim]", 0},
+         "Q from .npy in --layout ([batch, heads, seq, dim]), '<f4' or '<f2'", 0},
+        {"k", CLI_STRING, &a->k_path, 0, 0, "FILE",
+         "K from .npy in --layout ([batch, heads_kv, seq_k, dim])", 0},
         {"v", CLI_STRING, &a->v_path, 0, 0, "FILE", "V from .npy, the shape of K", 0},
         {"do", CLI_STRING, &a->do_path, 0, 0, "FILE",
          "dO from .npy, the shape of Q (with --q/--k/--v); implies --backward", 0},
         {"save-inputs", CLI_STRING, &a->save_dir, 0, 0, "DIR",
-         "write the inputs as DIR/q.npy, k.npy, v.npy (and do.npy)", 0},
-        {"out", CLI_STRING, &a->out_path, 0, 0, "FILE", "write O as .npy (float32 for bf16)", 0},
+         "write the inputs as DIR/q.npy, k.npy, v.npy (and do.npy), in --layout", 0},
+        {"out", CLI_STRING, &a->out_path, 0, 0, "FILE",
+         "write O as .npy in --layout (float32 for bf16)", 0},
         {"lse", CLI_STRING, &a->lse_path, 0, 0, "FILE",
-         "write LSE as float32 .npy [batch, heads, seq]", 0},
+         "write LSE as float32 .npy [batch, heads, seq] (either layout, as flash-attn)", 0},
         {"dq", CLI_STRING, &a->dq_path, 0, 0, "FILE", "write dQ as .npy, the shape of Q", 0},
         {"dk", CLI_STRING, &a->dk_path, 0, 0, "FILE", "write dK as .npy, the shape of K", 0},
         {"dv", CLI_STRING, &a->dv_path, 0, 0, "FILE", "write dV as .npy, the shape of V", 0},
@@ -75,7 +80,9 @@ static size_t run_table(run_args *a, cli_opt *opts)
         {"backward", CLI_FLAG, &a->backward, 0, 0, NULL,
          "then the backward pass: dO -> dQ, dK, dV (random dO)", 0},
         {"check", CLI_FLAG, &a->check, 0, 0, NULL,
-         "compare O (and dQ, dK, dV, dsinks) with the CPU golden backend", 0},
+         "compare O (and dQ, dK, dV, dsinks) with the CPU golden (on cpu: the naive one)", 0},
+        {"verbose", CLI_FLAG, &a->verbose, 0, 0, NULL,
+         "the auto line in full: each backend passed over and the whole reason", 0},
     };
     memcpy(opts, where, sizeof where);
     cli_problem_opts(&a->pa, opts + 2);
@@ -110,41 +117,80 @@ void run_shape_text(const int64_t s[4], char *buf, size_t size)
              s[3]);
 }
 
-/* K and V must agree with Q (batch, head_dim, heads dividing) and with each other. */
-static int check_file_shapes(const run_args *a, const run_data *d)
+/* What keeps K (logical shape k) from going with Q: "batch" or "head_dim" (not Q's), "heads"
+ * (not dividing Q's: GQA), or NULL; *dim is that dimension. */
+static const char *kq_problem(const int64_t q[4], const int64_t k[4], int *dim)
 {
-    const int64_t *q = d->q.shape, *k = d->k.shape, *v = d->v.shape;
-    char s1[96], s2[96];
+    *dim = k[0] != q[0] ? 0 : k[3] != q[3] ? 3 : 1;
     if (k[0] != q[0])
-        return cli_error("%s: batch %" PRId64 " does not match %s's %" PRId64, a->k_path, k[0],
-                         a->q_path, q[0]);
+        return "batch";
     if (k[3] != q[3])
-        return cli_error("%s: head_dim %" PRId64 " does not match %s's %" PRId64, a->k_path, k[3],
-                         a->q_path, q[3]);
-    if (k[1] == 0 || q[1] % k[1] != 0)
-        return cli_error("%s: its %" PRId64 " heads do not divide %s's %" PRId64 " heads",
-                         a->k_path, k[1], a->q_path, q[1]);
-    if (memcmp(k, v, 4 * sizeof *k) != 0) {
-        run_shape_text(v, s1, sizeof s1);
-        run_shape_text(k, s2, sizeof s2);
-        return cli_error("%s: shape %s does not match %s's %s", a->v_path, s1, a->k_path, s2);
+        return "head_dim";
+    return k[1] == 0 || q[1] % k[1] != 0 ? "heads" : NULL;
+}
+
+void run_file_shape_text(fa_layout layout, const cli_tensor *t, char *buf, size_t size)
+{
+    int64_t f[4];
+    cli_layout_file_shape(layout, t->shape, f);
+    run_shape_text(f, buf, size);
+}
+
+/*
+ * K and V must agree with Q (batch, head_dim, heads dividing) and with each other, as read in
+ * the run's layout. A disagreement is the command line's (the files in another layout, most
+ * often), so it is a usage error naming each file's shape and how it was read, and saying so
+ * when the other layout would fit.
+ */
+static int check_file_shapes(const cli_cmd *cmd, const run_args *a, const run_data *d)
+{
+    fa_layout l = a->pa.layout;
+    int64_t oq[4], ok[4];
+    char sq[96], sk[96], sv[96], hint[96] = "";
+    int dim, unused;
+    const char *what = kq_problem(d->q.shape, d->k.shape, &dim);
+    run_file_shape_text(l, &d->q, sq, sizeof sq);
+    run_file_shape_text(l, &d->k, sk, sizeof sk);
+    run_file_shape_text(l, &d->v, sv, sizeof sv);
+    if (what) {
+        /* Read in the other layout, the logical shapes swap heads and seq. */
+        cli_layout_file_shape(FA_LAYOUT_BSHD, d->q.shape, oq);
+        cli_layout_file_shape(FA_LAYOUT_BSHD, d->k.shape, ok);
+        if (!kq_problem(oq, ok, &unused))
+            snprintf(hint, sizeof hint, "; read as --layout %s they agree",
+                     cli_layout_name(l == FA_LAYOUT_BSHD ? FA_LAYOUT_BHSD : FA_LAYOUT_BSHD));
+        return cli_usage_error(cmd, "%s: shape %s read as --layout %s %s: its %s %" PRId64
+                               " %s %s's %" PRId64 " (shape %s)%s", a->k_path, sk,
+                               cli_layout_name(l), cli_layout_dims(l), what, d->k.shape[dim],
+                               dim == 1 ? "do not divide" : "does not match", a->q_path,
+                               d->q.shape[dim], sq, hint);
     }
+    if (memcmp(d->k.shape, d->v.shape, sizeof d->k.shape) != 0)
+        return cli_usage_error(cmd, "%s: shape %s does not match %s's %s (V has the shape of K; "
+                               "--layout %s %s)", a->v_path, sv, a->k_path, sk,
+                               cli_layout_name(l), cli_layout_dims(l));
     return 0;
 }
 
-/* Loads --q/--k/--v; the problem's shape (and dtype, unless --dtype was given) come from them. */
-static int load_inputs(run_args *a, int dtype_given, run_data *d)
+/* Loads --q/--k/--v in the run's layout; the problem's shape (and dtype, unless --dtype was
+ * given) come from them. */
+static int load_inputs(const cli_cmd *cmd, run_args *a, int dtype_given, run_data *d)
 {
+    fa_layout l = a->pa.layout;
     npy_dtype tq, tk, tv; /* the files' element types */
-    if (cli_tensor_load(a->q_path, &d->q, &tq) || cli_tensor_load(a->k_path, &d->k, &tk) ||
-        cli_tensor_load(a->v_path, &d->v, &tv))
+    int rc;
+    if (cli_tensor_load(a->q_path, l, &d->q, &tq) || cli_tensor_load(a->k_path, l, &d->k, &tk) ||
+        cli_tensor_load(a->v_path, l, &d->v, &tv))
         return CLI_EXIT_FAIL;
     if (tk != tq || tv != tq)
         return cli_error("%s: dtype '%s' does not match %s's '%s'",
                          tk != tq ? a->k_path : a->v_path, npy_dtype_descr(tk != tq ? tk : tv),
                          a->q_path, npy_dtype_descr(tq));
-    if (check_file_shapes(a, d) != 0 || (a->do_path && run_bwd_load(a, tq, d) != 0))
-        return CLI_EXIT_FAIL;
+    rc = check_file_shapes(cmd, a, d);
+    if (rc == 0 && a->do_path)
+        rc = run_bwd_load(cmd, a, tq, d);
+    if (rc != 0)
+        return rc;
     a->pa.batch = d->q.shape[0];
     a->pa.heads = d->q.shape[1];
     a->pa.seq = d->q.shape[2];
@@ -186,17 +232,18 @@ static int join_path(char *buf, const char *dir, const char *name)
     return 0;
 }
 
-/* --save-inputs: the rounded inputs, so that a later --q/--k/--v (--do) run sees the same
- * bytes. */
-static int save_inputs(const char *dir, const run_data *d, fa_dtype dtype)
+/* --save-inputs: the rounded inputs in the run's layout, so that a later --q/--k/--v (--do)
+ * run with the same --layout sees the same bytes. */
+static int save_inputs(const char *dir, fa_layout l, const run_data *d, fa_dtype dtype)
 {
     char path[CLI_PATH_MAX];
     cli_mkdir(dir); /* an existing folder is fine; other problems surface when writing */
-    if (join_path(path, dir, "q.npy") || cli_tensor_save(path, &d->q, dtype) ||
-        join_path(path, dir, "k.npy") || cli_tensor_save(path, &d->k, dtype) ||
-        join_path(path, dir, "v.npy") || cli_tensor_save(path, &d->v, dtype))
+    if (join_path(path, dir, "q.npy") || cli_tensor_save(path, l, &d->q, dtype) ||
+        join_path(path, dir, "k.npy") || cli_tensor_save(path, l, &d->k, dtype) ||
+        join_path(path, dir, "v.npy") || cli_tensor_save(path, l, &d->v, dtype))
         return CLI_EXIT_FAIL;
-    if (d->d_o.data && (join_path(path, dir, "do.npy") || cli_tensor_save(path, &d->d_o, dtype)))
+    if (d->d_o.data &&
+        (join_path(path, dir, "do.npy") || cli_tensor_save(path, l, &d->d_o, dtype)))
         return CLI_EXIT_FAIL;
     return 0;
 }
@@ -234,8 +281,10 @@ static void print_setup(const run_args *a, const cli_session *s)
     cli_describe_context(s->ctx, a->backend == FA_BACKEND_AUTO, line, sizeof line);
     printf(KEY "%s\n", "backend", line);
     const char *note = fa_context_backend_note(s->ctx); /* "auto: " and why, when auto picked */
-    if (strncmp(note, "auto: ", 6) == 0)
-        printf(KEY "%s\n", "auto", note + 6);
+    if (strncmp(note, "auto: ", 6) == 0) {
+        cli_auto_note(note + 6, a->verbose, line, sizeof line);
+        printf(KEY "%s\n", "auto", line);
+    }
     cli_describe_problem(&s->problem, a->pa.layout, line, sizeof line);
     printf(KEY "%s\n", "problem", line);
     cli_mod_describe(&s->problem, line, sizeof line);
@@ -314,7 +363,7 @@ static int write_outputs(const run_args *a, const cli_session *s, const run_data
     const int64_t lse_shape[3] = {p->batch, p->heads_q, p->seqlen_q};
     char err[256];
     if (a->out_path) {
-        if (cli_tensor_save(a->out_path, &d->o, p->dtype) != 0)
+        if (cli_tensor_save(a->out_path, a->pa.layout, &d->o, p->dtype) != 0)
             return CLI_EXIT_FAIL;
         printf(KEY "%s (%s)\n", "wrote O", a->out_path, npy_dtype_descr(cli_npy_dtype(p->dtype)));
     }
@@ -374,7 +423,6 @@ static int upload_inputs(cli_session *s, const run_data *d)
  * on the same inputs (the same pools and block table), with LSE when the backward follows. */
 static int golden_forward(cli_session *ref, const run_args *a, run_data *d, fa_problem *p)
 {
-    char line[512];
     p->block_r = 0;
     p->block_c = 0;
     p->kv_splits = 1;
@@ -385,31 +433,151 @@ static int golden_forward(cli_session *ref, const run_args *a, run_data *d, fa_p
                          p->head_dim) ||
         cli_session_download(ref, &d->ref, NULL))
         return CLI_EXIT_FAIL;
-    cli_describe_context(ref->ctx, 0, line, sizeof line);
-    printf(KEY "%s\n", "reference", line);
     return 0;
 }
 
-/* --check: O, and with the backward dQ, dK and dV, against the CPU golden backend. Every
- * comparison is printed before the first failure's reason ends the run. */
-static int check_against_cpu(const run_args *a, const cli_session *s, run_data *d)
+static int all_finite(const cli_tensor *t)
+{
+    size_t i;
+    for (i = 0; i < t->count; i++)
+        if (!isfinite(t->data[i]))
+            return 0;
+    return 1;
+}
+
+/* Why the naive attention cannot be this run's reference, or NULL: it computes plain attention
+ * of finite inputs (a row of NaN scores is 0 there, NaN in the library). */
+static const char *naive_cannot(const run_args *a, const fa_problem *p, const run_data *d)
+{
+    if (cli_mod_any(&a->mods))
+        return "it has no score modifiers or dropout";
+    if (cli_seq_used(p))
+        return "it has no seqlens_k or pages";
+    if (!all_finite(&d->q) || !all_finite(&d->k) || !all_finite(&d->v) ||
+        (a->backward && !all_finite(&d->d_o)))
+        return "the inputs hold NaN or infinity, which it does not carry as the library does";
+    return NULL;
+}
+
+/* The naive attention of p, its S/P matrix bounded by the host memory only. */
+static void naive_problem_of(const fa_problem *p, int backward, naive_problem *np)
+{
+    memset(np, 0, sizeof *np);
+    np->dtype = p->dtype;
+    np->mask = p->mask;
+    np->batch = p->batch;
+    np->heads_q = p->heads_q;
+    np->heads_kv = p->heads_kv;
+    np->seq_q = p->seqlen_q;
+    np->seq_k = p->seqlen_k;
+    np->dim = p->head_dim;
+    /* The library's default scale (0 means 1/sqrt(head_dim)). */
+    np->scale = p->scale != 0.0f ? p->scale : (float)(1.0 / sqrt((double)p->head_dim));
+    np->max_sp_bytes = UINT64_MAX;
+    np->host_available = cli_host_memory_available(&np->host_source);
+    np->backward = backward;
+}
+
+/* The naive attention's O into d->ref and, with the backward, its gradients into ref_dq,
+ * ref_dk and ref_dv. A failure (its S/P matrix too large, say) is a reason in why. */
+static fa_status naive_outputs(naive_attn *n, int backward, run_data *d, char *why,
+                               size_t why_size)
+{
+    fa_status st = naive_upload(n, d->q.data, d->k.data, d->v.data, why, why_size);
+    if (st == FA_STATUS_OK)
+        st = naive_forward(n, why, why_size);
+    if (st == FA_STATUS_OK)
+        st = naive_download(n, d->ref.data, why, why_size);
+    if (st != FA_STATUS_OK || !backward)
+        return st;
+    st = naive_upload_do(n, d->d_o.data, why, why_size);
+    if (st == FA_STATUS_OK)
+        st = naive_backward(n, why, why_size);
+    return st == FA_STATUS_OK ? naive_download_grads(n, d->ref_dq.data, d->ref_dk.data,
+                                                     d->ref_dv.data, why, why_size)
+                              : st;
+}
+
+/*
+ * A run on the cpu backend is the golden itself, so its --check takes the naive attention of
+ * tools/baselines (the bench's: S and P materialized, f32 arithmetic) as the reference, which
+ * shares no code with it. Returns 0, -1 with the reason in why when the naive attention cannot
+ * serve (the caller falls back to the golden), or CLI_EXIT_FAIL (printed).
+ */
+static int naive_reference(const run_args *a, const fa_problem *p, run_data *d, char *why,
+                           size_t why_size)
+{
+    const char *cannot = naive_cannot(a, p, d);
+    fa_context_options o = {FA_BACKEND_CPU, 0}; /* the golden's device: always there */
+    fa_context *ctx = NULL;
+    naive_attn *n = NULL;
+    naive_problem np;
+    fa_status st;
+    if (cannot) {
+        snprintf(why, why_size, "%s", cannot);
+        return -1;
+    }
+    if (cli_tensor_alloc(&d->ref, "reference o", p->batch, p->heads_q, p->seqlen_q, p->head_dim) ||
+        (a->backward && run_bwd_alloc_refs(p, d) != 0))
+        return CLI_EXIT_FAIL;
+    naive_problem_of(p, a->backward, &np);
+    st = fa_context_create(&ctx, &o, why, why_size);
+    if (st == FA_STATUS_OK)
+        st = naive_create_cpu(&n, ctx, &np, why, why_size);
+    if (st == FA_STATUS_OK)
+        st = naive_outputs(n, a->backward, d, why, why_size);
+    naive_destroy(n);
+    fa_context_destroy(ctx);
+    return st == FA_STATUS_OK ? 0 : -1;
+}
+
+/*
+ * --check's reference outputs in d->ref (and ref_dq, ref_dk, ref_dv, ref_dsinks): the CPU
+ * golden's; for a run on the golden itself the naive attention's, or where it cannot serve,
+ * the golden's again (the planner's tiles, unsplit), and the report says so plainly.
+ */
+static int reference_outputs(const run_args *a, const cli_session *s, run_data *d, fa_problem *p)
 {
     cli_session ref;
+    char why[512] = "", line[512];
+    int self = fa_context_backend(s->ctx) == FA_BACKEND_CPU, rc = -1;
+    if (self)
+        rc = naive_reference(a, p, d, why, sizeof why);
+    if (rc == 0)
+        printf(KEY "naive attention (tools/baselines: S and P materialized, f32 arithmetic), "
+                   "independent of the golden\n", "reference");
+    if (rc >= 0)
+        return rc;
+    cli_tensor_free(&d->ref);
+    run_bwd_free_refs(d);
+    memset(&ref, 0, sizeof ref);
+    rc = golden_forward(&ref, a, d, p);
+    if (rc == 0 && a->backward)
+        rc = run_bwd_golden(&ref, p, d);
+    cli_describe_context(ref.ctx, 0, line, sizeof line);
+    if (rc == 0 && self)
+        printf(KEY "%s, again: the golden checked against itself (with the planner's tiles, "
+                   "unsplit), as the naive reference cannot serve: %s\n", "reference", line, why);
+    else if (rc == 0)
+        printf(KEY "%s\n", "reference", line);
+    cli_session_close(&ref);
+    return rc;
+}
+
+/* --check: O, and with the backward dQ, dK and dV, against the reference. Every comparison is
+ * printed before the first failure's reason ends the run. */
+static int check_outputs_ref(const run_args *a, const cli_session *s, run_data *d)
+{
     fa_problem p = s->problem;
     char why[512] = "", why_o[512] = "";
-    int failed = 0, rc;
-    memset(&ref, 0, sizeof ref);
-    rc = golden_forward(&ref, a, d, &p);
-    if (rc == 0)
-        failed = run_compare("O", "", &d->o, &d->ref, p.dtype, why_o, sizeof why_o);
-    if (rc == 0 && a->backward) {
-        int bad = run_bwd_check(&ref, &p, d, why, sizeof why);
-        rc = bad < 0 ? CLI_EXIT_FAIL : 0;
-        failed += bad > 0 ? bad : 0;
-    }
-    cli_session_close(&ref);
-    if (rc != 0 || failed == 0)
+    int failed = 0, rc = reference_outputs(a, s, d, &p);
+    if (rc != 0)
         return rc;
+    failed = run_compare("O", "", &d->o, &d->ref, p.dtype, why_o, sizeof why_o);
+    if (a->backward)
+        failed += run_bwd_compare(&p, d, why, sizeof why);
+    if (failed == 0)
+        return 0;
     if (failed > 1)
         return cli_error("check failed: %s (and %d more)", *why_o ? why_o : why, failed - 1);
     return cli_error("check failed: %s", *why_o ? why_o : why);
@@ -503,7 +671,7 @@ static int prepare_inputs(const run_args *a, const cli_session *s, run_data *d)
     cli_tensor_round(&d->d_o, dtype);
     if (cli_seq_fill(&a->seq, &s->problem, a->seed, &d->k, &d->v, &d->seq) != 0)
         return CLI_EXIT_FAIL;
-    if (a->save_dir && save_inputs(a->save_dir, d, dtype) != 0)
+    if (a->save_dir && save_inputs(a->save_dir, a->pa.layout, d, dtype) != 0)
         return CLI_EXIT_FAIL;
     return 0;
 }
@@ -516,8 +684,12 @@ static int run_body(const cli_cmd *cmd, run_args *a, int dtype_given, run_data *
     double ms = 0.0;
     fa_problem p;
     int rc;
-    if (check_outputs(a) != 0 || (a->q_path && load_inputs(a, dtype_given, d) != 0) ||
-        cli_mod_load(&a->mods, &d->mod_files) != 0 || cli_problem_build(&a->pa, &p) != 0)
+    if (check_outputs(a) != 0)
+        return CLI_EXIT_FAIL;
+    rc = a->q_path ? load_inputs(cmd, a, dtype_given, d) : 0;
+    if (rc != 0)
+        return rc;
+    if (cli_mod_load(&a->mods, &d->mod_files) != 0 || cli_problem_build(&a->pa, &p) != 0)
         return CLI_EXIT_FAIL;
     rc = cli_mod_apply(cmd, &a->mods, &d->mod_files, &p);
     if (rc == 0)
@@ -545,7 +717,7 @@ static int run_body(const cli_cmd *cmd, run_args *a, int dtype_given, run_data *
     print_peak(s);
     if (write_outputs(a, s, d) != 0 || (a->backward && run_bwd_write(a, s, d) != 0))
         return CLI_EXIT_FAIL;
-    return a->check ? check_against_cpu(a, s, d) : 0;
+    return a->check ? check_outputs_ref(a, s, d) : 0;
 }
 
 int cli_cmd_run(int argc, char **argv)
@@ -554,13 +726,17 @@ int cli_cmd_run(int argc, char **argv)
         "run", "[options]",
         "Runs one attention forward pass O = softmax(Q K^T * scale) V and reports its time,\n"
         "throughput and peak device memory. Inputs are random (seeded) or --q/--k/--v .npy\n"
-        "files (float32 or float16, C order, [batch, heads, seq, head_dim]). --backward (or\n"
+        "files (float32 or float16, C order) in the order --layout names: [batch, heads, seq,\n"
+        "head_dim] for bhsd, [batch, seq, heads, head_dim] for bshd (PyTorch's); O, dQ, dK,\n"
+        "dV and --save-inputs are written in it too, LSE as [batch, heads, seq]. --backward (or\n"
         "--do FILE with the files) then runs the backward pass dO -> dQ, dK, dV on the same\n"
         "backend and reports it the same way (GFLOP/s counting 2.5x the forward's FLOPs); dO is\n"
         "random like the inputs, or --do. --check compares O (and dQ, dK, dV) with the CPU\n"
-        "golden backend and fails when max|x - ref| > atol + rtol * max|ref| (max|ref| of each\n"
-        "tensor on its own) or when they disagree on NaN or infinity (NaN where the reference\n"
-        "has NaN agrees).\n"
+        "golden backend (a cpu run, which is the golden, with the naive attention bench times,\n"
+        "where that serves: no modifiers, dropout, seqlens or pages, finite inputs; else with\n"
+        "the golden again, and the reference line says so) and fails when max|x - ref| > atol\n"
+        "+ rtol * max|ref| (max|ref| of each tensor on its own) or when they disagree on NaN or\n"
+        "infinity (NaN where the reference has NaN agrees).\n"
         "Score modifiers and dropout (fa_forward_ex, fa_backward_ex; the golden runs them too):\n"
         "--softcap, --alibi or --alibi-slopes, --bias, --window, --sinks (--dsinks writes their\n"
         "gradient), --dropout with --dropout-seed and --dropout-offset. --bias random ([1, 1,\n"

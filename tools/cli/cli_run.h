@@ -30,13 +30,14 @@ typedef struct run_args {
     cli_seq_args seq;                                  /* --seqlens-k, --paged, --kv-splits */
     int check;
     int backward; /* --backward, or implied by --do */
+    int verbose;  /* the AUTO note in full */
 } run_args;
 
 /* Host tensors of one run, all logical BHSD f32 (rounded to the run's dtype where inputs). */
 typedef struct run_data {
     cli_tensor q, k, v, o, ref;
     cli_tensor d_o, dq, dk, dv;        /* the backward: dO in, the gradients out */
-    cli_tensor ref_dq, ref_dk, ref_dv; /* --check of the backward: the golden's gradients */
+    cli_tensor ref_dq, ref_dk, ref_dv; /* --check of the backward: the reference gradients */
     float *lse;
     size_t lse_count;
     cli_mod_files mod_files;         /* --alibi-slopes, --bias, --sinks as read */
@@ -49,6 +50,8 @@ typedef struct run_data {
 
 /* "[2, 4, 33, 24]" into buf. */
 void run_shape_text(const int64_t s[4], char *buf, size_t size);
+/* The shape of t's file in `layout` (cli_layout_file_shape) as run_shape_text writes it. */
+void run_file_shape_text(fa_layout layout, const cli_tensor *t, char *buf, size_t size);
 /* One warm-up call of fn (kernel builds, caches), then the median of `repeat` timed ones. */
 int run_timed(int (*fn)(cli_session *), cli_session *s, int64_t repeat, double *median_ms);
 /* FLOPs of one forward: 4 * batch * heads_q * seqlen_q * seqlen_k * head_dim, half if causal. */
@@ -71,8 +74,9 @@ int run_compare(const char *name, const char *prefix, const cli_tensor *x, const
 
 /* The backward's options that make no sense together (a usage error, CLI_EXIT_USAGE). */
 int run_bwd_validate(const cli_cmd *cmd, const run_args *a);
-/* Loads --do; it must have Q's shape and Q's file dtype (q_dtype). */
-int run_bwd_load(const run_args *a, npy_dtype q_dtype, run_data *d);
+/* Loads --do in the run's layout; it must have Q's shape (a usage error, CLI_EXIT_USAGE, when
+ * not) and Q's file dtype (q_dtype). */
+int run_bwd_load(const cli_cmd *cmd, const run_args *a, npy_dtype q_dtype, run_data *d);
 /* Adds the backward's host floats and device bytes (its plan exists) to a run's estimate. */
 void run_bwd_need(const run_args *a, const cli_session *s, uint64_t *host_floats,
                   uint64_t *device);
@@ -87,14 +91,19 @@ int run_bwd_time(const run_args *a, cli_session *s, run_data *d);
 void run_bwd_print_memory(const cli_session *s, uint64_t measured);
 /* Writes --dq, --dk and --dv. */
 int run_bwd_write(const run_args *a, const cli_session *s, const run_data *d);
+/* The reference gradients' host tensors (ref_dq of Q's shape, ref_dk and ref_dv of K's). */
+int run_bwd_alloc_refs(const fa_problem *p, run_data *d);
+void run_bwd_free_refs(run_data *d);
 /*
- * --check of the backward: the golden session ref (its forward has run, with LSE) runs the
- * backward on the same dO, and each gradient is compared with run_compare. Returns 0 when all
- * pass, -1 when the golden could not run (printed), else the number that failed with the first
- * failure's reason in why.
+ * --check of the backward on the golden session ref (its forward has run, with LSE): the
+ * backward on the same dO, its gradients (and the sinks') into d's reference tensors.
  */
-int run_bwd_check(cli_session *ref, const fa_problem *p, run_data *d, char *why,
-                  size_t why_size);
+int run_bwd_golden(cli_session *ref, const fa_problem *p, run_data *d);
+/*
+ * Compares each gradient with its reference by run_compare. Returns the number that failed,
+ * the first failure's reason in why.
+ */
+int run_bwd_compare(const fa_problem *p, const run_data *d, char *why, size_t why_size);
 /* Frees the backward's host tensors. */
 void run_bwd_free(run_data *d);
 

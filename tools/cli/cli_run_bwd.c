@@ -1,8 +1,9 @@
 /*
  * cli_run_bwd.c - the backward half of `flashattn run` (see cli_run.h): after the forward, dO
  * (random from the seed, or --do) goes through fa_backward on the same backend, timed like the
- * forward, the gradients written with --dq/--dk/--dv, and with --check compared with the CPU
- * golden backend's gradients on the same inputs.
+ * forward, the gradients written with --dq/--dk/--dv (in --layout), and with --check compared
+ * with the reference's gradients on the same inputs (the CPU golden's, computed here, or on a
+ * cpu run the naive attention's, computed by cli_run.c).
  *
  * Nothing here names a backend: whichever backend has a backward pass runs it, and one that has
  * none says so through fa_plan_create_backward's status, before any tensor is allocated.
@@ -38,20 +39,22 @@ int run_bwd_validate(const cli_cmd *cmd, const run_args *a)
     return 0;
 }
 
-int run_bwd_load(const run_args *a, npy_dtype q_dtype, run_data *d)
+int run_bwd_load(const cli_cmd *cmd, const run_args *a, npy_dtype q_dtype, run_data *d)
 {
+    fa_layout l = a->pa.layout;
     char s1[96], s2[96];
     npy_dtype t;
-    if (cli_tensor_load(a->do_path, &d->d_o, &t) != 0)
+    if (cli_tensor_load(a->do_path, l, &d->d_o, &t) != 0)
         return CLI_EXIT_FAIL;
     if (t != q_dtype)
         return cli_error("%s: dtype '%s' does not match %s's '%s'", a->do_path,
                          npy_dtype_descr(t), a->q_path, npy_dtype_descr(q_dtype));
     if (memcmp(d->d_o.shape, d->q.shape, sizeof d->q.shape) != 0) {
-        run_shape_text(d->d_o.shape, s1, sizeof s1);
-        run_shape_text(d->q.shape, s2, sizeof s2);
-        return cli_error("%s: shape %s does not match %s's %s (dO has the shape of Q and O)",
-                         a->do_path, s1, a->q_path, s2);
+        run_file_shape_text(l, &d->d_o, s1, sizeof s1);
+        run_file_shape_text(l, &d->q, s2, sizeof s2);
+        return cli_usage_error(cmd, "%s: shape %s does not match %s's %s (dO has the shape of Q "
+                               "and O; --layout %s %s)", a->do_path, s1, a->q_path, s2,
+                               cli_layout_name(l), cli_layout_dims(l));
     }
     return 0;
 }
@@ -148,7 +151,7 @@ int run_bwd_write(const run_args *a, const cli_session *s, const run_data *d)
     for (i = 0; i < 3; i++) {
         if (!paths[i])
             continue;
-        if (cli_tensor_save(paths[i], t[i], dtype) != 0)
+        if (cli_tensor_save(paths[i], a->pa.layout, t[i], dtype) != 0)
             return CLI_EXIT_FAIL;
         printf(KEY "%s (%s)\n", keys[i], paths[i], npy_dtype_descr(cli_npy_dtype(dtype)));
     }
@@ -176,22 +179,37 @@ static int compare_dsinks(const fa_problem *p, const run_data *d, char *why, siz
     return run_compare("dsinks", "dsinks ", &x, &r, p->dtype, why, why_size);
 }
 
-int run_bwd_check(cli_session *ref, const fa_problem *p, run_data *d, char *why,
-                  size_t why_size)
+int run_bwd_alloc_refs(const fa_problem *p, run_data *d)
+{
+    return alloc_grads(p, "reference gradients", &d->ref_dq, &d->ref_dk, &d->ref_dv);
+}
+
+void run_bwd_free_refs(run_data *d)
+{
+    cli_tensor_free(&d->ref_dq);
+    cli_tensor_free(&d->ref_dk);
+    cli_tensor_free(&d->ref_dv);
+}
+
+int run_bwd_golden(cli_session *ref, const fa_problem *p, run_data *d)
+{
+    if (cli_session_plan_backward(ref, p) || cli_session_backward_buffers(ref) ||
+        cli_session_upload_do(ref, &d->d_o) || run_bwd_alloc_refs(p, d) ||
+        alloc_dsinks(p, &d->ref_dsinks) || cli_session_backward(ref) ||
+        cli_session_download_grads(ref, &d->ref_dq, &d->ref_dk, &d->ref_dv) ||
+        (d->ref_dsinks && cli_session_download_dsinks(ref, d->ref_dsinks)))
+        return CLI_EXIT_FAIL;
+    return 0;
+}
+
+int run_bwd_compare(const fa_problem *p, const run_data *d, char *why, size_t why_size)
 {
     static const char *const names[3] = {"dQ", "dK", "dV"};
     static const char *const prefixes[3] = {"dQ ", "dK ", "dV "};
     const cli_tensor *const x[3] = {&d->dq, &d->dk, &d->dv};
-    cli_tensor *const r[3] = {&d->ref_dq, &d->ref_dk, &d->ref_dv};
+    const cli_tensor *const r[3] = {&d->ref_dq, &d->ref_dk, &d->ref_dv};
     int failed = 0, i;
     char one[512] = "";
-    if (cli_session_plan_backward(ref, p) || cli_session_backward_buffers(ref) ||
-        cli_session_upload_do(ref, &d->d_o) ||
-        alloc_grads(p, "reference gradients", r[0], r[1], r[2]) ||
-        alloc_dsinks(p, &d->ref_dsinks) || cli_session_backward(ref) ||
-        cli_session_download_grads(ref, r[0], r[1], r[2]) ||
-        (d->ref_dsinks && cli_session_download_dsinks(ref, d->ref_dsinks)))
-        return -1;
     for (i = 0; i < 3; i++) {
         one[0] = '\0';
         if (run_compare(names[i], prefixes[i], x[i], r[i], p->dtype, one, sizeof one) &&

@@ -125,6 +125,13 @@ int cli_seq_apply(const cli_cmd *cmd, const cli_seq_args *a, fa_problem *p)
         pages += p->batch * per;
     for (b = 0; a->lens && b < p->batch; b++)
         pages += (seq_len(a, p, b) + a->page_size - 1) / a->page_size;
+    /* The library would refuse the pool by its field, num_pages, which the user never gave. */
+    if (pages > CLI_MAX_SIZE)
+        return cli_usage_error(cmd, "--paged %" PRId64 ": %" PRId64 " sequences (--batch) of %s"
+                               "%" PRId64 " keys (%s) need %" PRId64 " pages, more than the %d "
+                               "a pool may hold; give a larger --paged or fewer keys",
+                               a->page_size, p->batch, a->lens ? "up to " : "", p->seqlen_k,
+                               a->lens ? "--seqlens-k" : "--seq-k", pages, CLI_MAX_SIZE);
     fa_problem_set_paged(p, a->page_size, pages, per > 0 ? per : 1);
     return 0;
 }

@@ -136,37 +136,146 @@ npy_dtype cli_npy_dtype(fa_dtype dtype)
     return dtype == FA_DTYPE_F16 ? NPY_F16 : NPY_F32;
 }
 
-int cli_tensor_load(const char *path, cli_tensor *t, npy_dtype *file_dtype)
+void cli_layout_file_shape(fa_layout layout, const int64_t in[4], int64_t out[4])
 {
-    char err[256];
-    npy_array a;
-    int i;
-    memset(t, 0, sizeof *t);
-    if (npy_read(path, &a, err, sizeof err) != 0)
-        return cli_error("%s: %s", path, err);
-    if (a.rank != 4) {
-        npy_free(&a);
-        return cli_error("%s: rank %d, want 4 ([batch, heads, seq, head_dim])", path, a.rank);
-    }
-    for (i = 0; i < 4; i++) {
-        /* A zero elsewhere can make a huge shape hold no data; refuse such sizes anyway. */
-        if (a.shape[i] > CLI_MAX_SIZE) {
-            npy_free(&a);
-            return cli_error("%s: dimension %d is %" PRId64 ", more than %d", path, i, a.shape[i],
-                             CLI_MAX_SIZE);
-        }
-        t->shape[i] = a.shape[i];
-    }
-    t->count = a.count;
-    t->data = a.data;
-    *file_dtype = a.dtype;
+    int swap = layout == FA_LAYOUT_BSHD;
+    out[0] = in[0];
+    out[1] = in[swap ? 2 : 1];
+    out[2] = in[swap ? 1 : 2];
+    out[3] = in[3];
+}
+
+const char *cli_layout_dims(fa_layout layout)
+{
+    return layout == FA_LAYOUT_BSHD ? "[batch, seq, heads, head_dim]"
+                                    : "[batch, heads, seq, head_dim]";
+}
+
+/* The header's tensor against the host memory left; prints why it does not fit. */
+static int check_file_memory(const char *path, const npy_array *hdr)
+{
+    cli_memory_need need;
+    char why[256];
+    need.host = cli_mul_sat((uint64_t)hdr->count, sizeof(float));
+    need.device = 0;
+    if (cli_memory_fits(NULL, need, why, sizeof why) != 0)
+        return cli_error("%s: its data %s", path, why);
     return 0;
 }
 
-int cli_tensor_save(const char *path, const cli_tensor *t, fa_dtype dtype)
+int cli_npy_read(const char *path, npy_array *out)
 {
     char err[256];
-    if (npy_write(path, cli_npy_dtype(dtype), 4, t->shape, t->data, err, sizeof err) != 0)
+    npy_reader r;
+    npy_array a;
+    memset(out, 0, sizeof *out);
+    if (npy_open(path, &r, err, sizeof err) != 0)
+        return cli_error("%s: %s", path, err);
+    a = r.a;
+    if (check_file_memory(path, &a) != 0) {
+        npy_close(&r);
+        return CLI_EXIT_FAIL;
+    }
+    a.data = a.count ? malloc(a.count * sizeof(float)) : NULL; /* bounded by npy_open */
+    if (a.count && !a.data) {
+        npy_close(&r);
+        return cli_error("%s: out of host memory for %zu elements", path, a.count);
+    }
+    if (npy_read_values(&r, a.data, a.count, err, sizeof err) != 0 ||
+        npy_finish(&r, err, sizeof err) != 0) {
+        npy_close(&r);
+        free(a.data);
+        return cli_error("%s: %s", path, err);
+    }
+    *out = a;
+    return 0;
+}
+
+/* The file's rank and dimensions, before any data is read. */
+static int check_file_shape(const char *path, fa_layout layout, const npy_array *a)
+{
+    int i;
+    if (a->rank != 4)
+        return cli_error("%s: rank %d, want 4 (%s for --layout %s)", path, a->rank,
+                         cli_layout_dims(layout), cli_layout_name(layout));
+    for (i = 0; i < 4; i++)
+        /* A zero elsewhere can make a huge shape hold no data; refuse such sizes anyway. */
+        if (a->shape[i] > CLI_MAX_SIZE)
+            return cli_error("%s: dimension %d is %" PRId64 ", more than %d", path, i, a->shape[i],
+                             CLI_MAX_SIZE);
+    return 0;
+}
+
+/* The file's rows in its own order (b, then the layout's second and third dimensions), each
+ * placed where it belongs in the BHSD tensor t. */
+static int read_rows(npy_reader *r, fa_layout layout, cli_tensor *t, char *err, size_t size)
+{
+    const int64_t *s = t->shape;
+    int64_t b, i, j, d = s[3];
+    int swap = layout == FA_LAYOUT_BSHD;
+    if (!swap || t->count == 0)
+        return npy_read_values(r, t->data, t->count, err, size);
+    for (b = 0; b < s[0]; b++)
+        for (i = 0; i < s[2]; i++)     /* seq */
+            for (j = 0; j < s[1]; j++) /* heads */
+                if (npy_read_values(r, t->data + ((b * s[1] + j) * s[2] + i) * d, (size_t)d, err,
+                                    size) != 0)
+                    return -1;
+    return 0;
+}
+
+int cli_tensor_load(const char *path, fa_layout layout, cli_tensor *t, npy_dtype *file_dtype)
+{
+    char err[256];
+    npy_reader r;
+    memset(t, 0, sizeof *t);
+    if (npy_open(path, &r, err, sizeof err) != 0)
+        return cli_error("%s: %s", path, err);
+    if (check_file_shape(path, layout, &r.a) != 0 || check_file_memory(path, &r.a) != 0) {
+        npy_close(&r);
+        return CLI_EXIT_FAIL;
+    }
+    cli_layout_file_shape(layout, r.a.shape, t->shape);
+    t->count = r.a.count;
+    t->data = t->count ? malloc(t->count * sizeof(float)) : NULL; /* bounded by npy_open */
+    if (t->count && !t->data) {
+        npy_close(&r);
+        return cli_error("%s: out of host memory for %zu elements", path, t->count);
+    }
+    if (read_rows(&r, layout, t, err, sizeof err) != 0 || npy_finish(&r, err, sizeof err) != 0) {
+        npy_close(&r);
+        cli_tensor_free(t);
+        return cli_error("%s: %s", path, err);
+    }
+    *file_dtype = r.a.dtype;
+    return 0;
+}
+
+/* The tensor's rows in the file's order (see read_rows). */
+static int write_rows(npy_writer *w, fa_layout layout, const cli_tensor *t, char *err,
+                      size_t size)
+{
+    const int64_t *s = t->shape;
+    int64_t b, i, j, d = s[3];
+    if (layout != FA_LAYOUT_BSHD || t->count == 0)
+        return npy_write_values(w, t->data, t->count, err, size);
+    for (b = 0; b < s[0]; b++)
+        for (i = 0; i < s[2]; i++)
+            for (j = 0; j < s[1]; j++)
+                if (npy_write_values(w, t->data + ((b * s[1] + j) * s[2] + i) * d, (size_t)d, err,
+                                     size) != 0)
+                    return -1;
+    return 0;
+}
+
+int cli_tensor_save(const char *path, fa_layout layout, const cli_tensor *t, fa_dtype dtype)
+{
+    char err[256];
+    int64_t shape[4];
+    npy_writer w;
+    cli_layout_file_shape(layout, t->shape, shape);
+    if (npy_create(path, cli_npy_dtype(dtype), 4, shape, &w, err, sizeof err) != 0 ||
+        write_rows(&w, layout, t, err, sizeof err) != 0 || npy_commit(&w, err, sizeof err) != 0)
         return cli_error("%s: %s", path, err);
     return 0;
 }

@@ -68,12 +68,29 @@ void cli_check_tolerance(fa_dtype dtype, double *atol, double *rtol);
 /* The file element type used to store values of dtype: '<f2' for f16, '<f4' otherwise. */
 npy_dtype cli_npy_dtype(fa_dtype dtype);
 /*
- * Loads a rank-4 .npy file. Any problem prints "flashattn: PATH: reason" and returns
- * CLI_EXIT_FAIL. *file_dtype receives the file's element type.
+ * A tensor's files are in the layout of the run (--layout): [batch, heads, seq, head_dim] for
+ * bhsd, [batch, seq, heads, head_dim] for bshd (PyTorch's and flash-attn's order). These give
+ * the file's shape of a logical BHSD shape (the swap is its own inverse, so they also turn a
+ * file's shape into the logical one) and the layout's dimension names for messages.
  */
-int cli_tensor_load(const char *path, cli_tensor *t, npy_dtype *file_dtype);
-/* Saves as .npy in cli_npy_dtype(dtype); prints and returns CLI_EXIT_FAIL on failure. */
-int cli_tensor_save(const char *path, const cli_tensor *t, fa_dtype dtype);
+void cli_layout_file_shape(fa_layout layout, const int64_t in[4], int64_t out[4]);
+const char *cli_layout_dims(fa_layout layout);
+/*
+ * npy_read with the host-memory check between the header and the data: a file costs what its
+ * shape says, checked against the memory available before any is allocated. Prints
+ * "flashattn: PATH: reason" and returns CLI_EXIT_FAIL on any problem.
+ */
+int cli_npy_read(const char *path, npy_array *out);
+/*
+ * Loads a rank-4 .npy file holding a tensor in `layout` into the logical BHSD tensor t, the
+ * same way (header and memory first, then only the data the header announces). Any problem
+ * prints "flashattn: PATH: reason" and returns CLI_EXIT_FAIL. *file_dtype receives the file's
+ * element type.
+ */
+int cli_tensor_load(const char *path, fa_layout layout, cli_tensor *t, npy_dtype *file_dtype);
+/* Saves as .npy in `layout` and cli_npy_dtype(dtype); prints and returns CLI_EXIT_FAIL on
+ * failure. */
+int cli_tensor_save(const char *path, fa_layout layout, const cli_tensor *t, fa_dtype dtype);
 
 /*
  * Bytes a device buffer needs to hold a [batch, heads, seq, head_dim] tensor of the given shape

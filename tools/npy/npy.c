@@ -8,7 +8,16 @@
  * tokenizer rather than sscanf so that keys may come in any order and any malformed byte is
  * reported instead of read past. Elements are decoded byte by byte as little-endian, so the code
  * does not depend on the host's byte order or on the data being aligned.
+ *
+ * A file is read header first and then exactly the data its header announces, in chunks, so
+ * what a file costs is what its shape says (which the caller can weigh before reading), never
+ * what the file holds: a 1 GiB file behind a 4-element header, or /dev/zero, is refused after
+ * a few bytes instead of being read into memory.
  */
+#if !defined(_WIN32) && !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 200809L /* fileno, fstat */
+#endif
+
 #include "npy.h"
 
 #include "flashattn.h"
@@ -19,6 +28,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+#if defined(_WIN32)
+typedef struct _stat64 npy_stat_t;
+#define npy_fstat(f, st) _fstat64(_fileno(f), (st))
+#define NPY_IS_REG(m) (((m) & _S_IFMT) == _S_IFREG)
+#define NPY_IS_DIR(m) (((m) & _S_IFMT) == _S_IFDIR)
+#else
+typedef struct stat npy_stat_t;
+#define npy_fstat(f, st) fstat(fileno(f), (st))
+#define NPY_IS_REG(m) S_ISREG(m)
+#define NPY_IS_DIR(m) S_ISDIR(m)
+#endif
 
 #if defined(__GNUC__)
 #define NPY_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
@@ -33,8 +55,8 @@
 #define NPY_MAX_HEADER_LEN (1u << 20)
 /* Longest descr we accept to look at ('<f4' is 3); longer ones are reported as unsupported. */
 #define NPY_DESCR_CAP 32
-/* Elements encoded per fwrite when writing. */
-#define NPY_WRITE_CHUNK 4096
+/* Elements decoded per fread, or encoded per fwrite (a 16 KiB buffer on the stack). */
+#define NPY_CHUNK 4096
 
 static void set_err(char *err, size_t err_size, const char *fmt, ...) NPY_PRINTF(3, 4);
 
@@ -255,7 +277,8 @@ static void escape_text(const char *s, char *out, size_t cap)
 
 /* ---- parse ------------------------------------------------------------------------------- */
 
-/* Magic, version and header length: sets *header_start and *header_len within buf. */
+/* Magic, version and header length: sets *header_start (the preamble's size) and *header_len
+ * from the first len bytes of a file (the header itself need not be there yet). */
 static int parse_preamble(const unsigned char *buf, size_t len, size_t *header_start,
                           size_t *header_len, char *err, size_t err_size)
 {
@@ -290,11 +313,6 @@ static int parse_preamble(const unsigned char *buf, size_t len, size_t *header_s
                 NPY_MAX_HEADER_LEN);
         return -1;
     }
-    if (hlen > len - *header_start) {
-        set_err(err, err_size, "truncated header (says %" PRIu32 " bytes, %zu present)", hlen,
-                len - *header_start);
-        return -1;
-    }
     *header_len = hlen;
     return 0;
 }
@@ -321,31 +339,26 @@ static int shape_count(int rank, const int64_t *shape, size_t *count)
     return 0;
 }
 
-int npy_parse(const unsigned char *buf, size_t len, npy_array *out, size_t *data_offset, char *err,
-              size_t err_size)
+/* The header dict of hlen bytes: dtype, rank, shape and count into *a (data left NULL). */
+static int parse_dict(const char *text, size_t hlen, npy_array *a, char *err, size_t err_size)
 {
-    size_t hstart, hlen, count, need, have;
     char descr[NPY_DESCR_CAP] = "";
     int fortran = 0;
-    npy_array a;
     npy_cursor c;
     const char *e;
-
-    memset(&a, 0, sizeof a);
-    if (parse_preamble(buf, len, &hstart, &hlen, err, err_size) != 0)
-        return -1;
-    c.s = (const char *)buf + hstart;
+    memset(a, 0, sizeof *a);
+    c.s = text;
     c.n = hlen;
     c.i = 0;
-    e = cur_dict(&c, &a, descr, &fortran);
+    e = cur_dict(&c, a, descr, &fortran);
     if (e) {
         set_err(err, err_size, "bad header: %s", e);
         return -1;
     }
     if (strcmp(descr, "<f4") == 0) {
-        a.dtype = NPY_F32;
+        a->dtype = NPY_F32;
     } else if (strcmp(descr, "<f2") == 0) {
-        a.dtype = NPY_F16;
+        a->dtype = NPY_F16;
     } else {
         char shown[4 * NPY_DESCR_CAP];
         escape_text(descr, shown, sizeof shown);
@@ -356,19 +369,45 @@ int npy_parse(const unsigned char *buf, size_t len, npy_array *out, size_t *data
         set_err(err, err_size, "fortran_order is True (only C order is supported)");
         return -1;
     }
-    if (shape_count(a.rank, a.shape, &count) != 0) {
+    if (shape_count(a->rank, a->shape, &a->count) != 0) {
         set_err(err, err_size, "shape is too large (its size overflows)");
         return -1;
     }
-    need = count * npy_elem_size(a.dtype);
-    have = len - hstart - hlen;
-    if (have != need) {
-        set_err(err, err_size, "%s: the header's shape needs %zu data bytes, the file has %zu",
-                have < need ? "file is truncated" : "file is longer than its header says", need,
-                have);
+    return 0;
+}
+
+/* Data bytes the header's shape needs (count is bounded by SIZE_MAX / sizeof(float)). */
+static size_t data_bytes(const npy_array *a)
+{
+    return a->count * npy_elem_size(a->dtype);
+}
+
+/* The message of a file whose data is not the size its header says. */
+static int size_mismatch(uint64_t need, uint64_t have, char *err, size_t err_size)
+{
+    set_err(err, err_size,
+            "%s: the header's shape needs %" PRIu64 " data bytes, the file has %" PRIu64,
+            have < need ? "file is truncated" : "file is longer than its header says", need, have);
+    return -1;
+}
+
+int npy_parse(const unsigned char *buf, size_t len, npy_array *out, size_t *data_offset, char *err,
+              size_t err_size)
+{
+    size_t hstart, hlen, have;
+    npy_array a;
+    if (parse_preamble(buf, len, &hstart, &hlen, err, err_size) != 0)
+        return -1;
+    if (hlen > len - hstart) {
+        set_err(err, err_size, "truncated header (says %zu bytes, %zu present)", hlen,
+                len - hstart);
         return -1;
     }
-    a.count = count;
+    if (parse_dict((const char *)buf + hstart, hlen, &a, err, err_size) != 0)
+        return -1;
+    have = len - hstart - hlen;
+    if (have != data_bytes(&a))
+        return size_mismatch(data_bytes(&a), have, err, err_size);
     *out = a;
     *data_offset = hstart + hlen;
     return 0;
@@ -376,45 +415,82 @@ int npy_parse(const unsigned char *buf, size_t len, npy_array *out, size_t *data
 
 /* ---- read -------------------------------------------------------------------------------- */
 
-/* Reads all of a file into a malloc'd buffer (grown by doubling, so only what exists is held). */
-static int slurp(const char *path, unsigned char **out, size_t *out_len, char *err, size_t err_size)
+/* Why a read came up short: the stream's error, or the end of the file (`eof_msg`). */
+static int short_read(FILE *f, const char *eof_msg, char *err, size_t err_size)
 {
-    FILE *f = fopen(path, "rb");
-    unsigned char *buf = NULL;
-    size_t len = 0, cap = 0;
-    if (!f) {
+    if (ferror(f))
+        set_err(err, err_size, "read error: %s", strerror(errno));
+    else
+        set_err(err, err_size, "%s", eof_msg);
+    return -1;
+}
+
+/* The file's size when it is a regular file (*regular = 1); a directory is refused. */
+static int file_kind(FILE *f, int *regular, uint64_t *size, char *err, size_t err_size)
+{
+    npy_stat_t st;
+    if (npy_fstat(f, &st) != 0) {
+        set_err(err, err_size, "cannot stat: %s", strerror(errno));
+        return -1;
+    }
+    if (NPY_IS_DIR(st.st_mode)) {
+        set_err(err, err_size, "is a directory, not a .npy file");
+        return -1;
+    }
+    *regular = NPY_IS_REG(st.st_mode) && st.st_size >= 0;
+    *size = *regular ? (uint64_t)st.st_size : 0;
+    return 0;
+}
+
+/* Preamble and header dict from the stream; *end is where the data starts. */
+static int read_header(npy_reader *r, uint64_t *end, char *err, size_t err_size)
+{
+    unsigned char pre[12];
+    char *text, msg[96];
+    size_t got = fread(pre, 1, 8, r->f), hstart, hlen;
+    int rc;
+    if (got == 8) /* the length field: 2 bytes in version 1.0, 4 after */
+        got += fread(pre + 8, 1, pre[6] == 1 ? 2 : 4, r->f);
+    if (ferror(r->f))
+        return short_read(r->f, "", err, err_size);
+    if (parse_preamble(pre, got, &hstart, &hlen, err, err_size) != 0)
+        return -1;
+    text = malloc(hlen ? hlen : 1);
+    if (!text) {
+        set_err(err, err_size, "out of memory for a %zu-byte header", hlen);
+        return -1;
+    }
+    got = fread(text, 1, hlen, r->f);
+    snprintf(msg, sizeof msg, "truncated header (says %zu bytes, %zu present)", hlen, got);
+    rc = got < hlen ? short_read(r->f, msg, err, err_size)
+                    : parse_dict(text, hlen, &r->a, err, err_size);
+    free(text);
+    *end = hstart + hlen;
+    return rc;
+}
+
+int npy_open(const char *path, npy_reader *r, char *err, size_t err_size)
+{
+    uint64_t size = 0, end = 0;
+    memset(r, 0, sizeof *r);
+    r->f = fopen(path, "rb");
+    if (!r->f) {
         set_err(err, err_size, "cannot open: %s", strerror(errno));
         return -1;
     }
-    for (;;) {
-        size_t got;
-        if (len == cap) {
-            size_t ncap = cap ? cap * 2 : 65536;
-            unsigned char *nb = ncap > cap ? realloc(buf, ncap) : NULL;
-            if (!nb) {
-                set_err(err, err_size, "out of memory reading the file");
-                break;
-            }
-            buf = nb;
-            cap = ncap;
-        }
-        got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) {
-            if (ferror(f))
-                set_err(err, err_size, "read error: %s", strerror(errno));
-            else {
-                fclose(f);
-                *out = buf;
-                *out_len = len;
-                return 0;
-            }
-            break;
-        }
+    if (file_kind(r->f, &r->regular, &size, err, err_size) != 0 ||
+        read_header(r, &end, err, err_size) != 0) {
+        npy_close(r);
+        return -1;
     }
-    fclose(f);
-    free(buf);
-    return -1;
+    /* A regular file's size settles it before any data is read (end <= size: it was read). */
+    if (r->regular && size - end != data_bytes(&r->a)) {
+        size_mismatch(data_bytes(&r->a), size > end ? size - end : 0, err, err_size);
+        npy_close(r);
+        return -1;
+    }
+    r->left = r->a.count;
+    return 0;
 }
 
 static void decode(const unsigned char *src, npy_dtype dtype, size_t count, float *dst)
@@ -433,30 +509,76 @@ static void decode(const unsigned char *src, npy_dtype dtype, size_t count, floa
     }
 }
 
+int npy_read_values(npy_reader *r, float *dst, size_t n, char *err, size_t err_size)
+{
+    unsigned char chunk[NPY_CHUNK * 4];
+    size_t esz = npy_elem_size(r->a.dtype);
+    if (n > r->left) {
+        set_err(err, err_size, "asked for %zu elements, %zu are left", n, r->left);
+        return -1;
+    }
+    while (n > 0) {
+        size_t want = n < NPY_CHUNK ? n : NPY_CHUNK, got = fread(chunk, esz, want, r->f);
+        if (got < want) {
+            char msg[128];
+            uint64_t have = (uint64_t)(r->a.count - r->left + got) * esz;
+            size_mismatch(data_bytes(&r->a), have, msg, sizeof msg);
+            return short_read(r->f, msg, err, err_size);
+        }
+        decode(chunk, r->a.dtype, got, dst);
+        dst += got;
+        n -= got;
+        r->left -= got;
+    }
+    return 0;
+}
+
+int npy_finish(npy_reader *r, char *err, size_t err_size)
+{
+    int more = r->left == 0 && !r->regular && fgetc(r->f) != EOF;
+    int rc = 0;
+    if (r->left != 0) {
+        set_err(err, err_size, "%zu elements were not read", r->left);
+        rc = -1;
+    } else if (more) {
+        set_err(err, err_size, "file is longer than its header says: more than the %zu data "
+                "bytes its shape needs", data_bytes(&r->a));
+        rc = -1;
+    }
+    npy_close(r);
+    return rc;
+}
+
+void npy_close(npy_reader *r)
+{
+    if (r && r->f)
+        fclose(r->f);
+    if (r)
+        r->f = NULL;
+}
+
 int npy_read(const char *path, npy_array *out, char *err, size_t err_size)
 {
-    unsigned char *buf;
-    size_t len, off;
+    npy_reader r;
     npy_array a;
-
     memset(out, 0, sizeof *out);
-    if (slurp(path, &buf, &len, err, err_size) != 0)
+    if (npy_open(path, &r, err, err_size) != 0)
         return -1;
-    if (npy_parse(buf, len, &a, &off, err, err_size) != 0) {
-        free(buf);
-        return -1;
-    }
+    a = r.a;
     if (a.count > 0) {
-        /* npy_parse bounds count * elem_size, but f16 widened to float doubles it. */
-        a.data = a.count <= SIZE_MAX / sizeof(float) ? malloc(a.count * sizeof(float)) : NULL;
+        a.data = malloc(a.count * sizeof(float)); /* bounded by shape_count */
         if (!a.data) {
             set_err(err, err_size, "out of memory for %zu elements", a.count);
-            free(buf);
+            npy_close(&r);
             return -1;
         }
-        decode(buf + off, a.dtype, a.count, a.data);
     }
-    free(buf);
+    if (npy_read_values(&r, a.data, a.count, err, err_size) != 0 ||
+        npy_finish(&r, err, err_size) != 0) {
+        npy_close(&r);
+        free(a.data);
+        return -1;
+    }
     *out = a;
     return 0;
 }
@@ -504,10 +626,10 @@ static int build_header(npy_dtype dtype, int rank, const int64_t *shape, char *h
 /* Encodes and writes count values as little-endian elements of dtype. */
 static int write_values(FILE *f, npy_dtype dtype, const float *values, size_t count)
 {
-    unsigned char chunk[NPY_WRITE_CHUNK * 4];
+    unsigned char chunk[NPY_CHUNK * 4];
     size_t done = 0, esz = npy_elem_size(dtype);
     while (done < count) {
-        size_t i, n = count - done < NPY_WRITE_CHUNK ? count - done : NPY_WRITE_CHUNK;
+        size_t i, n = count - done < NPY_CHUNK ? count - done : NPY_CHUNK;
         for (i = 0; i < n; i++) {
             unsigned char *p = chunk + i * esz;
             if (dtype == NPY_F16) {
@@ -530,14 +652,20 @@ static int write_values(FILE *f, npy_dtype dtype, const float *values, size_t co
     return 0;
 }
 
-int npy_write(const char *path, npy_dtype dtype, int rank, const int64_t *shape,
-              const float *values, char *err, size_t err_size)
+/* "write error: reason" and the partial file removed. */
+static int write_failed(npy_writer *w, char *err, size_t err_size)
+{
+    set_err(err, err_size, "write error: %s", strerror(errno));
+    npy_abort(w);
+    return -1;
+}
+
+int npy_create(const char *path, npy_dtype dtype, int rank, const int64_t *shape, npy_writer *w,
+               char *err, size_t err_size)
 {
     char hdr[512];
     size_t hlen, count;
-    FILE *f;
-    int bad;
-
+    memset(w, 0, sizeof *w);
     if (rank < 0 || rank > NPY_MAX_RANK) {
         set_err(err, err_size, "cannot write rank %d", rank);
         return -1;
@@ -550,17 +678,62 @@ int npy_write(const char *path, npy_dtype dtype, int rank, const int64_t *shape,
         set_err(err, err_size, "cannot write: header too long");
         return -1;
     }
-    f = fopen(path, "wb");
-    if (!f) {
+    w->f = fopen(path, "wb");
+    if (!w->f) {
         set_err(err, err_size, "cannot create: %s", strerror(errno));
         return -1;
     }
-    bad = fwrite(hdr, 1, hlen, f) != hlen || write_values(f, dtype, values, count) != 0;
-    bad = fclose(f) != 0 || bad;
-    if (bad) {
+    w->path = path;
+    w->dtype = dtype;
+    w->left = count;
+    return fwrite(hdr, 1, hlen, w->f) == hlen ? 0 : write_failed(w, err, err_size);
+}
+
+int npy_write_values(npy_writer *w, const float *values, size_t n, char *err, size_t err_size)
+{
+    if (n > w->left) {
+        set_err(err, err_size, "%zu values given, the shape has room for %zu more", n, w->left);
+        npy_abort(w);
+        return -1;
+    }
+    if (write_values(w->f, w->dtype, values, n) != 0)
+        return write_failed(w, err, err_size);
+    w->left -= n;
+    return 0;
+}
+
+int npy_commit(npy_writer *w, char *err, size_t err_size)
+{
+    FILE *f = w->f;
+    if (w->left != 0) {
+        set_err(err, err_size, "%zu values were not written", w->left);
+        npy_abort(w);
+        return -1;
+    }
+    w->f = NULL;
+    if (fclose(f) != 0) {
         set_err(err, err_size, "write error: %s", strerror(errno));
-        remove(path);
+        remove(w->path);
         return -1;
     }
     return 0;
+}
+
+void npy_abort(npy_writer *w)
+{
+    if (!w || !w->f)
+        return;
+    fclose(w->f);
+    w->f = NULL;
+    remove(w->path);
+}
+
+int npy_write(const char *path, npy_dtype dtype, int rank, const int64_t *shape,
+              const float *values, char *err, size_t err_size)
+{
+    npy_writer w;
+    if (npy_create(path, dtype, rank, shape, &w, err, err_size) != 0 ||
+        npy_write_values(&w, values, w.left, err, err_size) != 0)
+        return -1;
+    return npy_commit(&w, err, err_size);
 }

@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* The most dimensions accepted on read (NumPy allows 64; the CLI needs at most 4). */
 #define NPY_MAX_RANK 8
@@ -44,8 +45,53 @@ const char *npy_dtype_descr(npy_dtype dtype);
 int npy_parse(const unsigned char *buf, size_t len, npy_array *out, size_t *data_offset, char *err,
               size_t err_size);
 
+/*
+ * A .npy file open for reading, header first: npy_open reads and checks the header (at most
+ * 1 MiB) and, for a regular file, the file's size against the shape, before a byte of data is
+ * read, so a caller can weigh a.count against its memory before it allocates anything. A file
+ * that is not regular (a pipe, a device) is read exactly as far as its header says, and
+ * npy_finish then refuses it if more follows; a directory is refused at once.
+ */
+typedef struct npy_reader {
+    FILE *f;
+    npy_array a; /* the header's description; data stays NULL */
+    size_t left; /* elements not yet read */
+    int regular; /* the file's size was checked against the header */
+} npy_reader;
+
+/* Opens path and reads its header. Returns 0, or -1 with a one-line reason in err (closed). */
+int npy_open(const char *path, npy_reader *r, char *err, size_t err_size);
+/* Reads the next n elements (n <= r->left) widened to float into dst. 0, or -1 with a reason. */
+int npy_read_values(npy_reader *r, float *dst, size_t n, char *err, size_t err_size);
+/* After every element was read: checks that nothing follows them, and closes. 0 or -1. */
+int npy_finish(npy_reader *r, char *err, size_t err_size);
+/* Closes without checking; safe on a closed or zeroed reader. */
+void npy_close(npy_reader *r);
+
 /* Reads a whole .npy file. Returns 0, or -1 with a one-line reason in err. Free with npy_free. */
 int npy_read(const char *path, npy_array *out, char *err, size_t err_size);
+
+/*
+ * A .npy file being written, values in C order in as many calls as the caller likes (so that a
+ * transposed tensor needs no second copy). npy_commit after the last value; a failed write or
+ * npy_abort removes the partial file. path must outlive the writer.
+ */
+typedef struct npy_writer {
+    FILE *f;
+    const char *path;
+    npy_dtype dtype;
+    size_t left; /* elements still to write */
+} npy_writer;
+
+/* Creates path and writes the version 1.0 header. 0, or -1 with a one-line reason in err. */
+int npy_create(const char *path, npy_dtype dtype, int rank, const int64_t *shape, npy_writer *w,
+               char *err, size_t err_size);
+/* Writes the next n values (n <= w->left; f16 rounded to nearest even). 0, or -1 (removed). */
+int npy_write_values(npy_writer *w, const float *values, size_t n, char *err, size_t err_size);
+/* Closes a file whose every value was written. 0, or -1 with a reason (the file removed). */
+int npy_commit(npy_writer *w, char *err, size_t err_size);
+/* Closes and removes the file; safe on a closed or zeroed writer. */
+void npy_abort(npy_writer *w);
 
 /*
  * Writes `values` (the product of shape of them, in C order) as a version 1.0 .npy file of the
