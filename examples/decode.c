@@ -2,7 +2,7 @@
  * decode.c - a generation loop over a paged KV cache, as an inference server runs it: two
  * sequences with prompts of different lengths, and at each step one new token per sequence
  * whose K and V are appended to the cache (a page is taken from a shuffled free list when a
- * sequence fills its last one), then one fa_forward_seq with Sq = 1 over the whole cache
+ * sequence fills its last one), then one fa_run with Sq = 1 over the whole cache
  * (seqlens_k = the current lengths, bottom-right causal, the block table on the device).
  * Each step's output is checked against attention recomputed from scratch over each
  * sequence's contiguous K/V history with a plain fa_forward on the same context.
@@ -232,12 +232,13 @@ static int generate(fa_context *ctx, kv_cache *c, int steps, double *err, int32_
                 goto done;
         }
         random_row(c->dtype, q_host, BATCH * HEADS_Q * DIM); /* Q [batch, heads_q, 1, dim] */
-        fa_seq_buffers seqs = {NULL, NULL, c->d_lens, c->d_table};
+        fa_tensors in = {.q = q, .k = c->k_pool, .v = c->v_pool, .o = o,
+                         .seqlens_k = c->d_lens, .block_table = c->d_table};
         fa_status st = cache_sync(ctx, c) ? FA_STATUS_DEVICE_ERROR : FA_STATUS_OK;
         if (st == FA_STATUS_OK)
             st = fa_buffer_write(q, 0, q_host, q_bytes);
         if (st == FA_STATUS_OK)
-            st = fa_forward_seq(ctx, plan, q, c->k_pool, c->v_pool, o, NULL, NULL, &seqs);
+            st = fa_run(ctx, plan, &in);
         if (st == FA_STATUS_OK)
             st = fa_buffer_read(o, 0, o_host, q_bytes);
         if (st != FA_STATUS_OK) {

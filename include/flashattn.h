@@ -553,27 +553,75 @@ FA_API const fa_problem *fa_plan_problem(const fa_plan *plan);
 FA_API const char *fa_plan_explain(const fa_plan *plan);
 
 /* ------------------------------------------------------------------------------------------ */
+/* Running a plan                                                                              */
+/* ------------------------------------------------------------------------------------------ */
+
+/*
+ * The tensors of one run, by name. A plan's op reads and writes some of them, and a member must
+ * be given exactly when the run uses it (FA_STATUS_NULL_POINTER naming a missing one,
+ * INVALID_ARGUMENT naming one given that the run does not use); zero-initialise the struct and
+ * set what the op needs:
+ *   forward (fa_plan_create):            q, k, v -> o, and lse when wanted (f32 [batch,
+ *                                         heads_q, seqlen_q]; varlen: [heads_q, total_q]).
+ *   backward (fa_plan_create_backward):  q, k, v, o, lse, d_o -> dq, dk, dv.
+ *   merge (fa_plan_create_merge):        o_parts, lse_parts -> o, and lse when wanted.
+ * and, for a forward or backward, what the problem turns on: alibi_slopes, bias, sinks (and
+ * d_sinks, written by a backward), cu_seqlens_q and cu_seqlens_k (varlen), seqlens_k,
+ * block_table (paged). Each tensor's layout and dtype are the problem's (see fa_problem).
+ */
+typedef struct fa_tensors {
+    const fa_buffer *q, *k, *v;
+    fa_buffer *o;   /* forward, merge: written; backward: the forward's O, read */
+    fa_buffer *lse; /* forward, merge: written when given; backward: the forward's LSE, read */
+    const fa_buffer *d_o;
+    fa_buffer *dq, *dk, *dv;
+    const fa_buffer *alibi_slopes; /* f32 [heads_q], when problem.alibi */
+    const fa_buffer *bias;         /* problem.bias_layout in problem.bias_dtype, when problem.bias */
+    const fa_buffer *sinks;        /* f32 [heads_q], when problem.sinks */
+    fa_buffer *d_sinks;            /* backward, when problem.sinks: f32 [heads_q], dL/dsink[h] =
+                                      -sum_{b,i} exp(sink[h] - LSE[b][h][i]) * D[b][h][i],
+                                      D = rowsum(dO * O) */
+    const fa_buffer *cu_seqlens_q; /* int32 [batch + 1], when problem.varlen */
+    const fa_buffer *cu_seqlens_k; /* int32 [batch + 1], when problem.varlen */
+    const fa_buffer *seqlens_k;    /* int32 [batch], when problem.seqlens_k */
+    const fa_buffer *block_table;  /* int32 [batch, pages_per_seq], when problem.page_size */
+    const fa_buffer *o_parts;      /* merge: the partial outputs (fa_merge) */
+    const fa_buffer *lse_parts;    /* merge: their f32 LSEs (fa_merge) */
+} fa_tensors;
+
+/*
+ * Runs a plan on the tensors: the plan's op (forward, backward or merge, as the plan was made)
+ * with every launch it planned. Each buffer is checked against the problem's layout before
+ * anything runs, and the sequence buffers' values are read and checked (on an accelerator, a
+ * device-to-host copy per run: see docs/api.md, "Sequences"); an error leaves every output
+ * untouched. Same inputs, plan and device give bitwise identical outputs.
+ * Returns FA_STATUS_NULL_POINTER, CONTEXT_MISMATCH (a plan or buffer of another context),
+ * BUFFER_TOO_SMALL (a buffer smaller than its tensor's layout needs), INVALID_ARGUMENT (a
+ * tensor the run does not use; an output overlapping another tensor, compared by memory, so two
+ * handles of one allocation count as one), INVALID_SEQLENS, INVALID_BLOCK_TABLE,
+ * DEVICE_ERROR, OUT_OF_MEMORY.
+ */
+FA_API fa_status fa_run(fa_context *ctx, const fa_plan *plan, const fa_tensors *tensors);
+
+/* ------------------------------------------------------------------------------------------ */
 /* Forward                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
 
 /*
- * O = softmax(Q K^T * scale + mask) V for the plan's problem, on the plan's context.
- * lse may be NULL; otherwise it receives f32 [batch, heads_q, seqlen_q] log-sum-exp values.
- * Buffers are checked against the problem's layout before anything runs.
- * Returns FA_STATUS_NULL_POINTER, CONTEXT_MISMATCH (a plan or buffer of another context),
- * INVALID_PLAN (a plan of fa_plan_create_backward), BUFFER_TOO_SMALL (a buffer smaller than
- * the plan's problem's layout needs), INVALID_ARGUMENT (O overlapping an input or LSE),
- * DEVICE_ERROR, OUT_OF_MEMORY.
- * Same inputs, plan and device give bitwise identical outputs.
+ * O = softmax(Q K^T * scale + mask) V for the plan's problem, on the plan's context: fa_run
+ * with q, k, v, o and lse (which may be NULL; otherwise it receives f32 [batch, heads_q,
+ * seqlen_q] log-sum-exp values), for a problem with no modifier and no sequence buffer.
+ * Returns what fa_run returns, and INVALID_PLAN for a plan that is not a forward's.
  */
 FA_API fa_status fa_forward(fa_context *ctx, const fa_plan *plan, const fa_buffer *q,
                             const fa_buffer *k, const fa_buffer *v, fa_buffer *o,
                             fa_buffer *lse);
 
 /*
- * The tensors the score modifiers read, and the sinks' gradient, for fa_forward_ex and
- * fa_backward_ex. A member must be given exactly when the problem turns its feature on
- * (FA_STATUS_NULL_POINTER when missing, INVALID_ARGUMENT when given for a feature that is off).
+ * The older forms below (fa_forward_ex, fa_forward_seq, fa_backward_ex, fa_backward_seq) are
+ * fa_run with these members of fa_tensors grouped; they stay for existing callers until 1.0,
+ * and new code calls fa_run. A member must be given exactly when the problem turns its feature
+ * on (FA_STATUS_NULL_POINTER when missing, INVALID_ARGUMENT when given for a feature that is off).
  */
 typedef struct fa_modifier_buffers {
     const fa_buffer *alibi_slopes; /* f32 [heads_q], when problem.alibi */

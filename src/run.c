@@ -1,14 +1,14 @@
 /*
- * run.c - the runs of a plan (fa_forward, fa_backward, fa_merge and their _ex / _seq forms):
- * buffer checks against the problem's layout, the sequence buffers read back and checked, and
- * the dispatch of the plan's launches with its scratch.
+ * run.c - the run of a plan (fa_run, and its shorthands fa_forward, fa_backward, fa_merge and
+ * the older _ex / _seq forms): which tensors the plan's op reads and writes, each buffer checked
+ * against the problem's layout, the sequence buffers read back and checked, and the dispatch of
+ * the plan's launches with its scratch.
  */
 #include "internal.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- forward ------------------------------------------------------------------------------ */
 
 typedef struct tensor_use {
     const char *name;
@@ -59,13 +59,6 @@ static tensor_use lse_use(const fa_buffer *buf, const fa_problem *p, const run_d
     tensor_use u = {"lse", buf, 0,
                     (uint64_t)rd->q.batch * (uint64_t)p->heads_q * (uint64_t)rd->q.seq * 4,
                     output};
-    return u;
-}
-
-/* An int32 vector of n values (the sequence buffers). */
-static tensor_use int_use(const char *name, const fa_buffer *buf, int64_t n)
-{
-    tensor_use u = {name, buf, 0, (uint64_t)n * 4, false};
     return u;
 }
 
@@ -138,14 +131,6 @@ static fa_status run_launches(fa_context *ctx, const fa_plan *plan, void **mem, 
     return st;
 }
 
-/* A per-head f32 vector [heads_q] (ALiBi slopes, sinks and their gradient). */
-static tensor_use head_vector_use(const char *name, const fa_buffer *buf, const fa_problem *p,
-                                  bool output)
-{
-    tensor_use u = {name, buf, 0, (uint64_t)p->heads_q * 4, output};
-    return u;
-}
-
 /* The bias over [batch, heads_q, seqlen_q, seqlen_k], keys contiguous, in its own dtype. */
 static tensor_use bias_use(const fa_buffer *buf, const fa_problem *p)
 {
@@ -157,96 +142,278 @@ static tensor_use bias_use(const fa_buffer *buf, const fa_problem *p)
     return u;
 }
 
-/*
- * The modifier buffers of a run: given exactly for the features the problem turns on (d_sinks
- * only by the backward), appended to u[*n] and bound in mem.
- */
-static fa_status modifier_uses(fa_context *ctx, const fa_problem *p,
-                               const fa_modifier_buffers *mods, bool backward, tensor_use *u,
-                               int *n, void **mem)
+/* ---- the tensors of a run ------------------------------------------------------------------ */
+
+/* Whether a run's op reads or writes a tensor. */
+typedef enum role {
+    ROLE_UNUSED = 0, /* must be NULL */
+    ROLE_IN,         /* required input */
+    ROLE_OUT,        /* required output */
+    ROLE_OUT_OPTIONAL
+} role;
+
+/* What a tensor of fa_tensors is: its name, where it sits, how its extent is measured. */
+typedef enum extent_kind {
+    EXTENT_Q,      /* a tensor like Q (Q, O, dO, dQ) in its own layout */
+    EXTENT_KV,     /* a tensor like K (K, V, dK, dV) in its own layout */
+    EXTENT_LSE,    /* f32 [batch, heads_q, seqlen_q] (varlen: [heads_q, total_q]) */
+    EXTENT_HEADS,  /* f32 [heads_q] (ALiBi slopes, sinks, d_sinks) */
+    EXTENT_BIAS,   /* the bias layout in the bias dtype */
+    EXTENT_INTS,   /* int32 [count] (the sequence buffers) */
+    EXTENT_PARTS,  /* fa_merge's partial O */
+    EXTENT_LSE_PARTS
+} extent_kind;
+
+typedef struct slot {
+    const char *name;
+    size_t offset; /* of the member in fa_tensors */
+    fa__tensor tensor;
+    extent_kind extent;
+} slot;
+
+#define SLOT(member, tensor, extent) {#member, offsetof(fa_tensors, member), tensor, extent}
+
+/* The sequence buffers first: their values give the packed rows the others are checked at. */
+static const slot slots[] = {
+    SLOT(cu_seqlens_q, FA__TENSOR_CU_SEQLENS_Q, EXTENT_INTS),
+    SLOT(cu_seqlens_k, FA__TENSOR_CU_SEQLENS_K, EXTENT_INTS),
+    SLOT(seqlens_k, FA__TENSOR_SEQLENS_K, EXTENT_INTS),
+    SLOT(block_table, FA__TENSOR_BLOCK_TABLE, EXTENT_INTS),
+    SLOT(q, FA__TENSOR_Q, EXTENT_Q),
+    SLOT(k, FA__TENSOR_K, EXTENT_KV),
+    SLOT(v, FA__TENSOR_V, EXTENT_KV),
+    SLOT(o, FA__TENSOR_O, EXTENT_Q),
+    SLOT(lse, FA__TENSOR_LSE, EXTENT_LSE),
+    SLOT(d_o, FA__TENSOR_DO, EXTENT_Q),
+    SLOT(dq, FA__TENSOR_DQ, EXTENT_Q),
+    SLOT(dk, FA__TENSOR_DK, EXTENT_KV),
+    SLOT(dv, FA__TENSOR_DV, EXTENT_KV),
+    SLOT(alibi_slopes, FA__TENSOR_ALIBI, EXTENT_HEADS),
+    SLOT(bias, FA__TENSOR_BIAS, EXTENT_BIAS),
+    SLOT(sinks, FA__TENSOR_SINKS, EXTENT_HEADS),
+    SLOT(d_sinks, FA__TENSOR_DSINKS, EXTENT_HEADS),
+    SLOT(o_parts, FA__TENSOR_O_PARTS, EXTENT_PARTS),
+    SLOT(lse_parts, FA__TENSOR_LSE_PARTS, EXTENT_LSE_PARTS),
+};
+enum { N_SLOTS = sizeof slots / sizeof slots[0] };
+
+static const fa_buffer *slot_buffer(const fa_tensors *t, const slot *s)
 {
-    const fa_modifier_buffers none = {NULL, NULL, NULL, NULL};
-    const fa_modifier_buffers *m = mods ? mods : &none;
-    const struct {
-        const char *name;
-        const fa_buffer *buf;
-        bool on;
-        fa__tensor tensor;
-    } t[4] = {{"alibi_slopes", m->alibi_slopes, p->alibi != 0, FA__TENSOR_ALIBI},
-              {"bias", m->bias, p->bias != 0, FA__TENSOR_BIAS},
-              {"sinks", m->sinks, p->sinks != 0, FA__TENSOR_SINKS},
-              {"d_sinks", m->d_sinks, backward && p->sinks != 0, FA__TENSOR_DSINKS}};
-    for (int i = 0; i < 4; i++) {
-        if (t[i].on && !t[i].buf)
+    return *(const fa_buffer *const *)((const char *)t + s->offset);
+}
+
+/* The role of a tensor in a run of plan: the op's own tensors, then those the problem's
+ * modifiers and sequences turn on. */
+static role role_of(const fa_plan *plan, fa__tensor tensor)
+{
+    const fa_problem *p = &plan->problem;
+    const bool fwd = plan->op == FA__OP_FORWARD, bwd = plan->op == FA__OP_BACKWARD;
+    switch (tensor) {
+    case FA__TENSOR_Q:
+    case FA__TENSOR_K:
+    case FA__TENSOR_V:
+        return fwd || bwd ? ROLE_IN : ROLE_UNUSED;
+    case FA__TENSOR_O:
+        return bwd ? ROLE_IN : ROLE_OUT;
+    case FA__TENSOR_LSE:
+        return bwd ? ROLE_IN : ROLE_OUT_OPTIONAL;
+    case FA__TENSOR_DO:
+        return bwd ? ROLE_IN : ROLE_UNUSED;
+    case FA__TENSOR_DQ:
+    case FA__TENSOR_DK:
+    case FA__TENSOR_DV:
+        return bwd ? ROLE_OUT : ROLE_UNUSED;
+    case FA__TENSOR_ALIBI:
+        return (fwd || bwd) && p->alibi ? ROLE_IN : ROLE_UNUSED;
+    case FA__TENSOR_BIAS:
+        return (fwd || bwd) && p->bias ? ROLE_IN : ROLE_UNUSED;
+    case FA__TENSOR_SINKS:
+        return (fwd || bwd) && p->sinks ? ROLE_IN : ROLE_UNUSED;
+    case FA__TENSOR_DSINKS:
+        return bwd && p->sinks ? ROLE_OUT : ROLE_UNUSED;
+    case FA__TENSOR_O_PARTS:
+    case FA__TENSOR_LSE_PARTS:
+        return plan->op == FA__OP_MERGE ? ROLE_IN : ROLE_UNUSED;
+    case FA__TENSOR_CU_SEQLENS_Q:
+    case FA__TENSOR_CU_SEQLENS_K:
+        return p->varlen ? ROLE_IN : ROLE_UNUSED;
+    case FA__TENSOR_SEQLENS_K:
+        return p->seqlens_k ? ROLE_IN : ROLE_UNUSED;
+    case FA__TENSOR_BLOCK_TABLE:
+        return p->page_size > 0 ? ROLE_IN : ROLE_UNUSED;
+    default:
+        return ROLE_UNUSED;
+    }
+}
+
+/* Why a tensor the run does not use was refused, for the message. */
+static const char *unused_why(const fa_plan *plan, fa__tensor tensor)
+{
+    if (tensor >= FA__TENSOR_ALIBI && tensor <= FA__TENSOR_SINKS)
+        return plan->op == FA__OP_MERGE ? "a merge reads no modifier"
+                                        : "the problem does not turn it on";
+    if (tensor == FA__TENSOR_DSINKS)
+        return plan->op == FA__OP_BACKWARD ? "the problem has no sinks"
+                                           : "only a backward computes gradients";
+    if (tensor >= FA__TENSOR_CU_SEQLENS_Q)
+        return "the problem does not use it";
+    return plan->op == FA__OP_FORWARD    ? "a forward plan does not use it"
+           : plan->op == FA__OP_BACKWARD ? "a backward plan does not use it"
+                                         : "a merge plan does not use it";
+}
+
+/* The bytes a tensor may touch at the run's dims. */
+static tensor_use use_at(const slot *s, const fa_buffer *buf, const fa_plan *plan,
+                         const run_dims *rd, bool output)
+{
+    const fa_problem *p = &plan->problem;
+    static const size_t layout_of[FA__TENSOR_COUNT] = {
+        [FA__TENSOR_Q] = offsetof(fa_problem, q),   [FA__TENSOR_K] = offsetof(fa_problem, k),
+        [FA__TENSOR_V] = offsetof(fa_problem, v),   [FA__TENSOR_O] = offsetof(fa_problem, o),
+        [FA__TENSOR_DO] = offsetof(fa_problem, d_o), [FA__TENSOR_DQ] = offsetof(fa_problem, dq),
+        [FA__TENSOR_DK] = offsetof(fa_problem, dk), [FA__TENSOR_DV] = offsetof(fa_problem, dv)};
+    const fa_tensor_layout *t =
+        (const fa_tensor_layout *)((const char *)p + layout_of[s->tensor]);
+    const fa_kernel_params *kp = &plan->launches[0].params;
+    const uint64_t elem = fa_dtype_size(p->dtype), parts = (uint64_t)plan->kv_splits;
+    tensor_use u = {s->name, buf, 0, 0, output};
+    switch (s->extent) {
+    case EXTENT_Q:
+    case EXTENT_KV:
+        return use_of(s->name, buf, t, p, rd, s->extent == EXTENT_KV, output);
+    case EXTENT_LSE:
+        return lse_use(buf, p, rd, output);
+    case EXTENT_HEADS:
+        u.end = (uint64_t)p->heads_q * 4;
+        return u;
+    case EXTENT_BIAS:
+        return bias_use(buf, p);
+    case EXTENT_INTS:
+        u.end = (uint64_t)(s->tensor == FA__TENSOR_SEQLENS_K ? p->batch
+                           : s->tensor == FA__TENSOR_BLOCK_TABLE
+                               ? p->batch * p->pages_per_seq
+                               : p->batch + 1) * 4;
+        return u;
+    case EXTENT_PARTS:
+        u.end = parts * (uint64_t)kp->parts_stride * elem;
+        return u;
+    case EXTENT_LSE_PARTS:
+    default:
+        u.end = parts * (uint64_t)kp->part_rows * 4;
+        return u;
+    }
+}
+
+/* Each tensor given exactly when the run uses it (an optional output may be NULL). */
+static fa_status check_given(fa_context *ctx, const fa_plan *plan, const fa_tensors *t)
+{
+    for (int i = 0; i < N_SLOTS; i++) {
+        const slot *s = &slots[i];
+        role r = role_of(plan, s->tensor);
+        const fa_buffer *buf = slot_buffer(t, s);
+        if ((r == ROLE_IN || r == ROLE_OUT) && !buf)
             return fa__error(ctx, FA_STATUS_NULL_POINTER,
-                             "the problem turns %s on but its buffer (mods->%s) is NULL",
-                             t[i].name, t[i].name);
-        if (!t[i].on && t[i].buf)
-            return fa__error(ctx, FA_STATUS_INVALID_ARGUMENT,
-                             "mods->%s is given but the problem %s", t[i].name,
-                             i == 3 && !backward ? "runs no backward (fa_forward_ex)"
-                                                 : "does not turn it on");
-        if (!t[i].on)
-            continue;
-        u[(*n)++] = i == 1 ? bias_use(t[i].buf, p) : head_vector_use(t[i].name, t[i].buf, p, i == 3);
-        mem[t[i].tensor] = t[i].buf->mem;
+                             "the %s tensor is NULL (the %s buffer of fa_tensors)", s->name,
+                             s->name);
+        if (r == ROLE_UNUSED && buf)
+            return fa__error(ctx, FA_STATUS_INVALID_ARGUMENT, "%s is given but %s", s->name,
+                             unused_why(plan, s->tensor));
     }
     return FA_STATUS_OK;
 }
 
-/*
- * The sequence buffers of a run: given exactly for what the problem uses, appended to u[*n] and
- * bound in mem; then read back and checked, giving the packed rows' dims (rd) for the tensors'
- * checks.
- */
-static fa_status seq_uses(fa_context *ctx, const fa_problem *p, const fa_seq_buffers *seqs,
-                          tensor_use *u, int *n, void **mem, run_dims *rd, int64_t *total_q)
+/* The sequence buffers' values, read and checked, give the packed rows (rd, *total_q). */
+static fa_status seq_dims(fa_context *ctx, const fa_plan *plan, const fa_tensors *t,
+                          run_dims *rd, int64_t *total_q)
 {
-    const fa_seq_buffers none = {NULL, NULL, NULL, NULL};
-    const fa_seq_buffers *s = seqs ? seqs : &none;
-    const struct {
-        const char *name;
-        const fa_buffer *buf;
-        bool on;
-        int64_t count;
-        fa__tensor tensor;
-    } t[4] = {{"cu_seqlens_q", s->cu_seqlens_q, p->varlen != 0, p->batch + 1,
-               FA__TENSOR_CU_SEQLENS_Q},
-              {"cu_seqlens_k", s->cu_seqlens_k, p->varlen != 0, p->batch + 1,
-               FA__TENSOR_CU_SEQLENS_K},
-              {"seqlens_k", s->seqlens_k, p->seqlens_k != 0, p->batch, FA__TENSOR_SEQLENS_K},
-              {"block_table", s->block_table, p->page_size > 0, p->batch * p->pages_per_seq,
-               FA__TENSOR_BLOCK_TABLE}};
-    for (int i = 0; i < 4; i++) {
-        if (t[i].on && !t[i].buf)
-            return fa__error(ctx, FA_STATUS_NULL_POINTER,
-                             "the problem uses %s but its buffer (seqs->%s) is NULL", t[i].name,
-                             t[i].name);
-        if (!t[i].on && t[i].buf)
-            return fa__error(ctx, FA_STATUS_INVALID_ARGUMENT,
-                             "seqs->%s is given but the problem does not use it", t[i].name);
-        if (!t[i].on)
-            continue;
-        u[*n] = int_use(t[i].name, t[i].buf, t[i].count);
-        fa_status st = check_uses(ctx, &u[*n], 1);
-        if (st != FA_STATUS_OK)
-            return st;
-        (*n)++;
-        mem[t[i].tensor] = t[i].buf->mem;
-    }
+    const fa_problem *p = &plan->problem;
+    const fa_seq_buffers seqs = {t->cu_seqlens_q, t->cu_seqlens_k, t->seqlens_k, t->block_table};
     int64_t total_k = p->seqlen_k;
-    fa_status st = fa__seq_check_run(ctx, p, s, total_q, &total_k);
+    fa_status st = fa__seq_check_run(ctx, p, &seqs, total_q, &total_k);
     rd->q = fa__q_dims(p, *total_q);
     rd->kv = fa__kv_dims(p, total_k);
     if (st == FA_STATUS_OK && p->varlen)
-        st = fa__tensors_validate(ctx, p, *total_q, total_k, false);
+        st = fa__tensors_validate(ctx, p, *total_q, total_k, plan->op == FA__OP_BACKWARD);
     return st;
 }
+
+/* Every tensor the run uses: its buffer checked (context, size; the sequence buffers before
+ * their values are read, which give the others' packed rows), no output overlapping another
+ * tensor, and bound in mem. */
+static fa_status bind_tensors(fa_context *ctx, const fa_plan *plan, const fa_tensors *t,
+                              void **mem, int64_t *total_q)
+{
+    const fa_problem *p = &plan->problem;
+    tensor_use u[N_SLOTS];
+    int n = 0;
+    run_dims rd = {fa__q_dims(p, p->seqlen_q), fa__kv_dims(p, p->seqlen_k)};
+    bool seqs_read = false;
+    fa_status st = FA_STATUS_OK;
+    for (int i = 0; i < N_SLOTS && st == FA_STATUS_OK; i++) {
+        const slot *s = &slots[i];
+        if (!seqs_read && s->extent != EXTENT_INTS) {
+            seqs_read = true;
+            if ((st = seq_dims(ctx, plan, t, &rd, total_q)) != FA_STATUS_OK)
+                break;
+        }
+        const fa_buffer *buf = slot_buffer(t, s);
+        role r = role_of(plan, s->tensor);
+        if (r == ROLE_UNUSED || !buf)
+            continue;
+        u[n] = use_at(s, buf, plan, &rd, r != ROLE_IN);
+        st = check_uses(ctx, &u[n], 1);
+        mem[s->tensor] = buf->mem;
+        n++;
+    }
+    return st == FA_STATUS_OK ? check_uses(ctx, u, n) : st;
+}
+
+/* A run of plan, which must be of op. */
+static fa_status run_op(fa_context *ctx, const fa_plan *plan, fa__op op, const fa_tensors *t)
+{
+    if (!ctx)
+        return FA_STATUS_NULL_POINTER;
+    if (!plan || !t)
+        return fa__error(ctx, FA_STATUS_NULL_POINTER, "the %s pointer is NULL",
+                         !plan ? "plan" : "tensors");
+    fa_status st = check_run(ctx, plan, op);
+    if (st == FA_STATUS_OK)
+        st = check_given(ctx, plan, t);
+    void *mem[FA__TENSOR_COUNT] = {NULL};
+    int64_t total_q = plan->problem.seqlen_q;
+    if (st == FA_STATUS_OK)
+        st = bind_tensors(ctx, plan, t, mem, &total_q);
+    if (st != FA_STATUS_OK)
+        return st;
+    const fa_problem *p = &plan->problem;
+    bool empty = op == FA__OP_BACKWARD ? p->batch == 0 && !p->sinks /* d_sinks = 0 is written */
+                                       : p->batch == 0 || p->seqlen_q == 0;
+    if (empty) {
+        fa__error_clear(ctx);
+        return FA_STATUS_OK; /* documented no-op: nothing to write */
+    }
+    /* Without LSE the kernels never touch that argument (has_lse = 0); O stands in for it. */
+    bool has_lse = t->lse != NULL;
+    if (!has_lse)
+        mem[FA__TENSOR_LSE] = mem[FA__TENSOR_O];
+    return run_launches(ctx, plan, mem, has_lse, total_q);
+}
+
+fa_status fa_run(fa_context *ctx, const fa_plan *plan, const fa_tensors *t)
+{
+    if (!ctx)
+        return FA_STATUS_NULL_POINTER;
+    if (!plan)
+        return fa__error(ctx, FA_STATUS_NULL_POINTER, "the plan pointer is NULL");
+    return run_op(ctx, plan, plan->op, t);
+}
+
+/* ---- the shorthands: fa_run with the tensors as arguments ---------------------------------- */
 
 fa_status fa_forward(fa_context *ctx, const fa_plan *plan, const fa_buffer *q, const fa_buffer *k,
                      const fa_buffer *v, fa_buffer *o, fa_buffer *lse)
 {
-    return fa_forward_ex(ctx, plan, q, k, v, o, lse, NULL);
+    return fa_forward_seq(ctx, plan, q, k, v, o, lse, NULL, NULL);
 }
 
 fa_status fa_forward_ex(fa_context *ctx, const fa_plan *plan, const fa_buffer *q,
@@ -256,49 +423,31 @@ fa_status fa_forward_ex(fa_context *ctx, const fa_plan *plan, const fa_buffer *q
     return fa_forward_seq(ctx, plan, q, k, v, o, lse, mods, NULL);
 }
 
+/* The modifier and sequence members of fa_tensors from their older structs (NULL: none). */
+static void add_mods_seqs(fa_tensors *t, const fa_modifier_buffers *mods,
+                          const fa_seq_buffers *seqs)
+{
+    if (mods) {
+        t->alibi_slopes = mods->alibi_slopes;
+        t->bias = mods->bias;
+        t->sinks = mods->sinks;
+        t->d_sinks = mods->d_sinks;
+    }
+    if (seqs) {
+        t->cu_seqlens_q = seqs->cu_seqlens_q;
+        t->cu_seqlens_k = seqs->cu_seqlens_k;
+        t->seqlens_k = seqs->seqlens_k;
+        t->block_table = seqs->block_table;
+    }
+}
+
 fa_status fa_forward_seq(fa_context *ctx, const fa_plan *plan, const fa_buffer *q,
                          const fa_buffer *k, const fa_buffer *v, fa_buffer *o, fa_buffer *lse,
                          const fa_modifier_buffers *mods, const fa_seq_buffers *seqs)
 {
-    if (!ctx)
-        return FA_STATUS_NULL_POINTER;
-    if (!plan || !q || !k || !v || !o)
-        return fa__error(ctx, FA_STATUS_NULL_POINTER, "the %s pointer is NULL",
-                         !plan ? "plan" : !q ? "q" : !k ? "k" : !v ? "v" : "o");
-    fa_status st = check_run(ctx, plan, FA__OP_FORWARD);
-    if (st != FA_STATUS_OK)
-        return st;
-    const fa_problem *p = &plan->problem;
-    void *mem[FA__TENSOR_COUNT] = {NULL};
-    tensor_use u[13];
-    int n = 0;
-    run_dims rd;
-    int64_t total_q = p->seqlen_q;
-    st = seq_uses(ctx, p, seqs, u, &n, mem, &rd, &total_q);
-    if (st != FA_STATUS_OK)
-        return st;
-    u[n++] = use_of("q", q, &p->q, p, &rd, false, false);
-    u[n++] = use_of("k", k, &p->k, p, &rd, true, false);
-    u[n++] = use_of("v", v, &p->v, p, &rd, true, false);
-    u[n++] = use_of("o", o, &p->o, p, &rd, false, true);
-    if (lse)
-        u[n++] = lse_use(lse, p, &rd, true);
-    st = modifier_uses(ctx, p, mods, false, u, &n, mem);
-    if (st == FA_STATUS_OK)
-        st = check_uses(ctx, u, n);
-    if (st != FA_STATUS_OK)
-        return st;
-    if (p->batch == 0 || p->seqlen_q == 0) {
-        fa__error_clear(ctx);
-        return FA_STATUS_OK; /* documented no-op: nothing to write */
-    }
-    /* Without LSE the kernel never touches that argument (has_lse = 0); O stands in for it. */
-    mem[FA__TENSOR_Q] = q->mem;
-    mem[FA__TENSOR_K] = k->mem;
-    mem[FA__TENSOR_V] = v->mem;
-    mem[FA__TENSOR_O] = o->mem;
-    mem[FA__TENSOR_LSE] = lse ? lse->mem : o->mem;
-    return run_launches(ctx, plan, mem, lse != NULL, total_q);
+    fa_tensors t = {.q = q, .k = k, .v = v, .o = o, .lse = lse};
+    add_mods_seqs(&t, mods, seqs);
+    return run_op(ctx, plan, FA__OP_FORWARD, &t);
 }
 
 fa_status fa_backward(fa_context *ctx, const fa_plan *plan, const fa_buffer *q,
@@ -306,7 +455,7 @@ fa_status fa_backward(fa_context *ctx, const fa_plan *plan, const fa_buffer *q,
                       const fa_buffer *lse, const fa_buffer *d_o, fa_buffer *dq, fa_buffer *dk,
                       fa_buffer *dv)
 {
-    return fa_backward_ex(ctx, plan, q, k, v, o, lse, d_o, dq, dk, dv, NULL);
+    return fa_backward_seq(ctx, plan, q, k, v, o, lse, d_o, dq, dk, dv, NULL, NULL);
 }
 
 fa_status fa_backward_ex(fa_context *ctx, const fa_plan *plan, const fa_buffer *q,
@@ -317,89 +466,22 @@ fa_status fa_backward_ex(fa_context *ctx, const fa_plan *plan, const fa_buffer *
     return fa_backward_seq(ctx, plan, q, k, v, o, lse, d_o, dq, dk, dv, mods, NULL);
 }
 
+/* The backward reads O and LSE; fa_tensors holds them as the forward's outputs. */
 fa_status fa_backward_seq(fa_context *ctx, const fa_plan *plan, const fa_buffer *q,
                           const fa_buffer *k, const fa_buffer *v, const fa_buffer *o,
                           const fa_buffer *lse, const fa_buffer *d_o, fa_buffer *dq,
                           fa_buffer *dk, fa_buffer *dv, const fa_modifier_buffers *mods,
                           const fa_seq_buffers *seqs)
 {
-    if (!ctx)
-        return FA_STATUS_NULL_POINTER;
-    const void *ptrs[10] = {plan, q, k, v, o, lse, d_o, dq, dk, dv};
-    static const char *const names[10] = {"plan", "q", "k", "v", "o", "lse", "d_o", "dq", "dk", "dv"};
-    for (int i = 0; i < 10; i++) {
-        if (!ptrs[i])
-            return fa__error(ctx, FA_STATUS_NULL_POINTER, "the %s pointer is NULL", names[i]);
-    }
-    fa_status st = check_run(ctx, plan, FA__OP_BACKWARD);
-    if (st != FA_STATUS_OK)
-        return st;
-    const fa_problem *p = &plan->problem;
-    void *mem[FA__TENSOR_COUNT] = {
-        [FA__TENSOR_Q] = q->mem,    [FA__TENSOR_K] = k->mem,   [FA__TENSOR_V] = v->mem,
-        [FA__TENSOR_O] = o->mem,    [FA__TENSOR_LSE] = lse->mem, [FA__TENSOR_DO] = d_o->mem,
-        [FA__TENSOR_DQ] = dq->mem,  [FA__TENSOR_DK] = dk->mem, [FA__TENSOR_DV] = dv->mem};
-    tensor_use u[17];
-    int n = 0;
-    run_dims rd;
-    int64_t total_q = p->seqlen_q;
-    st = seq_uses(ctx, p, seqs, u, &n, mem, &rd, &total_q);
-    if (st == FA_STATUS_OK && p->varlen)
-        st = fa__tensors_validate(ctx, p, rd.q.seq, rd.kv.seq, true);
-    if (st != FA_STATUS_OK)
-        return st;
-    u[n++] = use_of("q", q, &p->q, p, &rd, false, false);
-    u[n++] = use_of("k", k, &p->k, p, &rd, true, false);
-    u[n++] = use_of("v", v, &p->v, p, &rd, true, false);
-    u[n++] = use_of("o", o, &p->o, p, &rd, false, false);
-    u[n++] = lse_use(lse, p, &rd, false);
-    u[n++] = use_of("d_o", d_o, &p->d_o, p, &rd, false, false);
-    u[n++] = use_of("dq", dq, &p->dq, p, &rd, false, true);
-    u[n++] = use_of("dk", dk, &p->dk, p, &rd, true, true);
-    u[n++] = use_of("dv", dv, &p->dv, p, &rd, true, true);
-    st = modifier_uses(ctx, p, mods, true, u, &n, mem);
-    if (st == FA_STATUS_OK)
-        st = check_uses(ctx, u, n);
-    if (st != FA_STATUS_OK)
-        return st;
-    if (p->batch == 0 && !p->sinks) {
-        fa__error_clear(ctx);
-        return FA_STATUS_OK; /* nothing to write (with sinks, d_sinks = 0 is written) */
-    }
-    return run_launches(ctx, plan, mem, true, total_q);
+    fa_tensors t = {.q = q, .k = k, .v = v, .o = (fa_buffer *)o, .lse = (fa_buffer *)lse,
+                    .d_o = d_o, .dq = dq, .dk = dk, .dv = dv};
+    add_mods_seqs(&t, mods, seqs);
+    return run_op(ctx, plan, FA__OP_BACKWARD, &t);
 }
 
 fa_status fa_merge(fa_context *ctx, const fa_plan *plan, const fa_buffer *o_parts,
                    const fa_buffer *lse_parts, fa_buffer *o, fa_buffer *lse)
 {
-    if (!ctx)
-        return FA_STATUS_NULL_POINTER;
-    if (!plan || !o_parts || !lse_parts || !o)
-        return fa__error(ctx, FA_STATUS_NULL_POINTER, "the %s pointer is NULL",
-                         !plan ? "plan" : !o_parts ? "o_parts" : !lse_parts ? "lse_parts" : "o");
-    fa_status st = check_run(ctx, plan, FA__OP_MERGE);
-    if (st != FA_STATUS_OK)
-        return st;
-    const fa_problem *p = &plan->problem;
-    const fa_kernel_params *kp = &plan->launches[0].params;
-    const uint64_t parts = (uint64_t)plan->kv_splits, elem = fa_dtype_size(p->dtype);
-    run_dims rd = {fa__q_dims(p, p->seqlen_q), fa__kv_dims(p, p->seqlen_k)};
-    tensor_use u[4] = {{"o_parts", o_parts, 0, parts * (uint64_t)kp->parts_stride * elem, false},
-                       {"lse_parts", lse_parts, 0, parts * (uint64_t)kp->part_rows * 4, false},
-                       use_of("o", o, &p->o, p, &rd, false, true)};
-    int n = 3;
-    if (lse)
-        u[n++] = lse_use(lse, p, &rd, true);
-    st = check_uses(ctx, u, n);
-    if (st != FA_STATUS_OK)
-        return st;
-    void *mem[FA__TENSOR_COUNT] = {[FA__TENSOR_O_PARTS] = o_parts->mem,
-                                   [FA__TENSOR_LSE_PARTS] = lse_parts->mem,
-                                   [FA__TENSOR_O] = o->mem,
-                                   [FA__TENSOR_LSE] = lse ? lse->mem : o->mem};
-    if (p->batch == 0 || p->seqlen_q == 0) {
-        fa__error_clear(ctx);
-        return FA_STATUS_OK;
-    }
-    return run_launches(ctx, plan, mem, lse != NULL, p->seqlen_q);
+    fa_tensors t = {.o_parts = o_parts, .lse_parts = lse_parts, .o = o, .lse = lse};
+    return run_op(ctx, plan, FA__OP_MERGE, &t);
 }

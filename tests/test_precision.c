@@ -108,15 +108,20 @@ static void run_on(fa_context *ctx, prec_run *r, const char *name)
     fa_buffer *b[T_N], *slopes = upload(ctx, r->slopes, HEADS);
     for (int t = 0; t < T_N; t++)
         b[t] = upload(ctx, r->host[t], r->n[t]);
-    fa_modifier_buffers mods = {0};
-    mods.alibi_slopes = r->p.alibi ? slopes : NULL;
     fa_plan *fwd = NULL, *bwd = NULL;
     if (fa_plan_create(ctx, &r->p, &fwd) != OK || fa_plan_create_backward(ctx, &r->p, &bwd) != OK)
         fail_msg("%s on %s: plan: %s", name, fa_backend_name(fa_context_backend(ctx)),
                  fa_context_last_error(ctx));
-    if (fa_forward_ex(ctx, fwd, b[T_Q], b[T_K], b[T_V], b[T_O], b[T_LSE], &mods) != OK ||
-        fa_backward_ex(ctx, bwd, b[T_Q], b[T_K], b[T_V], b[T_O], b[T_LSE], b[T_DO], b[T_DQ],
-                       b[T_DK], b[T_DV], &mods) != OK)
+    fa_tensors run = {.q = b[T_Q], .k = b[T_K], .v = b[T_V], .o = b[T_O], .lse = b[T_LSE],
+                      .alibi_slopes = r->p.alibi ? slopes : NULL};
+    fa_status st = fa_run(ctx, fwd, &run);
+    run.d_o = b[T_DO];
+    run.dq = b[T_DQ];
+    run.dk = b[T_DK];
+    run.dv = b[T_DV];
+    if (st == OK)
+        st = fa_run(ctx, bwd, &run);
+    if (st != OK)
         fail_msg("%s on %s: %s", name, fa_backend_name(fa_context_backend(ctx)),
                  fa_context_last_error(ctx));
     for (int t = T_O; t < T_N; t++)

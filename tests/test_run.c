@@ -1,0 +1,221 @@
+/*
+ * test_run.c - fa_run, the one call that runs a plan, on one backend: each op (forward,
+ * backward, merge) through fa_run gives bitwise what its shorthand gives (fa_forward,
+ * fa_backward, fa_merge), and the tensors are bound by name: a missing one is NULL_POINTER
+ * naming it, one the run does not use is INVALID_ARGUMENT naming it, outputs untouched, and
+ * the context stays usable. Run: test_run cpu|opencl|cuda.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "flashattn.h"
+#include "harness.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define OK FA_STATUS_OK
+#define PATTERN 0xA5
+
+static fa_backend the_backend;
+static fa_context *ctx;
+
+/* One small causal GQA problem's buffers (f32, BSHD), inputs random, outputs the pattern. */
+typedef struct rig {
+    fa_problem p;
+    fa_buffer *q, *k, *v, *o, *lse, *d_o, *dq, *dk, *dv;
+    size_t q_bytes, kv_bytes, lse_bytes;
+} rig;
+
+static fa_buffer *buffer_of(size_t bytes, harness_rng *rng)
+{
+    fa_buffer *b = NULL;
+    assert_int_equal(fa_buffer_create(ctx, bytes, &b), OK);
+    unsigned char *host = malloc(bytes);
+    assert_non_null(host);
+    for (size_t i = 0; i < bytes / 4; i++) {
+        float x = rng ? (float)harness_rng_uniform(rng, -1.0, 1.0) : 0.0f;
+        memcpy(host + 4 * i, &x, 4);
+    }
+    if (!rng)
+        memset(host, PATTERN, bytes);
+    assert_int_equal(fa_buffer_write(b, 0, host, bytes), OK);
+    free(host);
+    return b;
+}
+
+static void rig_open(rig *r)
+{
+    memset(r, 0, sizeof *r);
+    assert_int_equal(fa_problem_init(&r->p, FA_DTYPE_F32, FA_LAYOUT_BSHD, 2, 4, 2, 19, 23, 16),
+                     OK);
+    r->p.mask = FA_MASK_CAUSAL_BOTTOM_RIGHT;
+    r->q_bytes = 2 * 19 * 4 * 16 * 4;
+    r->kv_bytes = 2 * 23 * 2 * 16 * 4;
+    r->lse_bytes = 2 * 4 * 19 * 4;
+    harness_rng rng;
+    harness_rng_seed(&rng, "test_run");
+    r->q = buffer_of(r->q_bytes, &rng);
+    r->k = buffer_of(r->kv_bytes, &rng);
+    r->v = buffer_of(r->kv_bytes, &rng);
+    r->d_o = buffer_of(r->q_bytes, &rng);
+    r->o = buffer_of(r->q_bytes, NULL);
+    r->lse = buffer_of(r->lse_bytes, NULL);
+    r->dq = buffer_of(r->q_bytes, NULL);
+    r->dk = buffer_of(r->kv_bytes, NULL);
+    r->dv = buffer_of(r->kv_bytes, NULL);
+}
+
+static void rig_close(rig *r)
+{
+    fa_buffer *all[] = {r->q, r->k, r->v, r->o, r->lse, r->d_o, r->dq, r->dk, r->dv};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        fa_buffer_destroy(all[i]);
+}
+
+static unsigned char *read_all(const fa_buffer *b, size_t bytes)
+{
+    unsigned char *host = malloc(bytes);
+    assert_non_null(host);
+    assert_int_equal(fa_buffer_read(b, 0, host, bytes), OK);
+    return host;
+}
+
+static void expect_same(const fa_buffer *a, const fa_buffer *b, size_t bytes, const char *what)
+{
+    unsigned char *x = read_all(a, bytes), *y = read_all(b, bytes);
+    if (memcmp(x, y, bytes) != 0)
+        fail_msg("%s: fa_run and the shorthand differ", what);
+    free(x);
+    free(y);
+}
+
+static bool untouched(const fa_buffer *b, size_t bytes)
+{
+    unsigned char *x = read_all(b, bytes);
+    bool same = true;
+    for (size_t i = 0; i < bytes; i++)
+        same = same && x[i] == PATTERN;
+    free(x);
+    return same;
+}
+
+/* The forward and the backward through fa_run, then again through their shorthands. */
+static void test_same_as_shorthands(void **state)
+{
+    (void)state;
+    rig r, s;
+    rig_open(&r);
+    rig_open(&s);
+    fa_plan *fwd = NULL, *bwd = NULL;
+    assert_int_equal(fa_plan_create(ctx, &r.p, &fwd), OK);
+    assert_int_equal(fa_plan_create_backward(ctx, &r.p, &bwd), OK);
+    fa_tensors t = {.q = r.q, .k = r.k, .v = r.v, .o = r.o, .lse = r.lse};
+    assert_int_equal(fa_run(ctx, fwd, &t), OK);
+    t.d_o = r.d_o;
+    t.dq = r.dq;
+    t.dk = r.dk;
+    t.dv = r.dv;
+    assert_int_equal(fa_run(ctx, bwd, &t), OK);
+    assert_int_equal(fa_forward(ctx, fwd, s.q, s.k, s.v, s.o, s.lse), OK);
+    assert_int_equal(fa_backward(ctx, bwd, s.q, s.k, s.v, s.o, s.lse, s.d_o, s.dq, s.dk, s.dv),
+                     OK);
+    expect_same(r.o, s.o, r.q_bytes, "o");
+    expect_same(r.lse, s.lse, r.lse_bytes, "lse");
+    expect_same(r.dq, s.dq, r.q_bytes, "dq");
+    expect_same(r.dk, s.dk, r.kv_bytes, "dk");
+    expect_same(r.dv, s.dv, r.kv_bytes, "dv");
+    /* A merge of one part is that part: fa_run against fa_merge, O and LSE. */
+    fa_plan *merge = NULL;
+    assert_int_equal(fa_plan_create_merge(ctx, &r.p, 1, &merge), OK);
+    fa_tensors m = {.o_parts = r.o, .lse_parts = r.lse, .o = s.dq, .lse = NULL};
+    assert_int_equal(fa_run(ctx, merge, &m), OK);
+    assert_int_equal(fa_merge(ctx, merge, r.o, r.lse, s.o, NULL), OK);
+    expect_same(s.dq, s.o, r.q_bytes, "merged o");
+    expect_same(s.o, r.o, r.q_bytes, "one part merged");
+    fa_plan_destroy(merge);
+    fa_plan_destroy(fwd);
+    fa_plan_destroy(bwd);
+    rig_close(&r);
+    rig_close(&s);
+}
+
+/* fa_run's status and message for t, with the forward's outputs left untouched. */
+static void expect_refused(fa_plan *plan, const fa_tensors *t, const rig *r, fa_status want,
+                           const char *name)
+{
+    fa_status st = fa_run(ctx, plan, t);
+    if (st != want || !strstr(fa_context_last_error(ctx), name))
+        fail_msg("fa_run (%s): %s \"%s\", want %s naming it", name, fa_status_name(st),
+                 fa_context_last_error(ctx), fa_status_name(want));
+    assert_true(untouched(r->o, r->q_bytes) && untouched(r->lse, r->lse_bytes));
+}
+
+static void test_tensors_by_name(void **state)
+{
+    (void)state;
+    rig r;
+    rig_open(&r);
+    fa_plan *fwd = NULL;
+    assert_int_equal(fa_plan_create(ctx, &r.p, &fwd), OK);
+    fa_tensors t = {.q = r.q, .k = r.k, .v = r.v, .o = r.o, .lse = r.lse};
+    assert_int_equal(fa_run(NULL, fwd, &t), FA_STATUS_NULL_POINTER);
+    assert_int_equal(fa_run(ctx, NULL, &t), FA_STATUS_NULL_POINTER);
+    assert_int_equal(fa_run(ctx, fwd, NULL), FA_STATUS_NULL_POINTER);
+    fa_tensors bad = t;
+    bad.v = NULL;
+    expect_refused(fwd, &bad, &r, FA_STATUS_NULL_POINTER, "v");
+    bad = t;
+    bad.dq = r.dq;
+    expect_refused(fwd, &bad, &r, FA_STATUS_INVALID_ARGUMENT, "dq");
+    bad = t;
+    bad.sinks = r.dq;
+    expect_refused(fwd, &bad, &r, FA_STATUS_INVALID_ARGUMENT, "sinks");
+    bad = t;
+    bad.block_table = r.dq;
+    expect_refused(fwd, &bad, &r, FA_STATUS_INVALID_ARGUMENT, "block_table");
+    bad = t;
+    bad.o_parts = r.dq;
+    expect_refused(fwd, &bad, &r, FA_STATUS_INVALID_ARGUMENT, "o_parts");
+    bad = t;
+    bad.o = r.q; /* O over Q */
+    expect_refused(fwd, &bad, &r, FA_STATUS_INVALID_ARGUMENT, "overlaps");
+    /* The context stays usable, and an optional LSE may be left out. */
+    t.lse = NULL;
+    assert_int_equal(fa_run(ctx, fwd, &t), OK);
+    assert_string_equal(fa_context_last_error(ctx), "");
+    fa_plan_destroy(fwd);
+    rig_close(&r);
+}
+
+static int open_context(void **state)
+{
+    (void)state;
+    char why[600] = "";
+    fa_context_options opts = {the_backend, 0};
+    return fa_context_create(&ctx, &opts, why, sizeof why) == OK ? 0 : -1;
+}
+
+static int close_context(void **state)
+{
+    (void)state;
+    fa_context_destroy(ctx);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int rc = harness_single_backend(argc, argv, "test_run", &the_backend);
+    if (rc >= 0)
+        return rc;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_same_as_shorthands),
+        cmocka_unit_test(test_tensors_by_name),
+    };
+    return cmocka_run_group_tests_name(fa_backend_name(the_backend), tests, open_context,
+                                       close_context);
+}
