@@ -589,6 +589,39 @@ typedef struct fa_tensors {
     const fa_buffer *lse_parts;    /* merge: their f32 LSEs (fa_merge) */
 } fa_tensors;
 
+/* The tensors of fa_tensors, for fa_problem_tensor_bytes. */
+typedef enum fa_tensor_id {
+    FA_TENSOR_Q = 0,
+    FA_TENSOR_K,
+    FA_TENSOR_V,
+    FA_TENSOR_O,
+    FA_TENSOR_LSE,
+    FA_TENSOR_DO,
+    FA_TENSOR_DQ,
+    FA_TENSOR_DK,
+    FA_TENSOR_DV,
+    FA_TENSOR_ALIBI_SLOPES,
+    FA_TENSOR_BIAS,
+    FA_TENSOR_SINKS,
+    FA_TENSOR_D_SINKS,
+    FA_TENSOR_CU_SEQLENS_Q,
+    FA_TENSOR_CU_SEQLENS_K,
+    FA_TENSOR_SEQLENS_K,
+    FA_TENSOR_BLOCK_TABLE
+} fa_tensor_id;
+
+/*
+ * The smallest buffer, in bytes, that holds a tensor of the problem: the end of its last element
+ * counted from byte 0 of the buffer (its layout's offset included), as fa_run checks it. For a
+ * varlen problem Q's side has packed_q rows and K's side packed_k (cu_seqlens_q[batch],
+ * cu_seqlens_k[batch]); otherwise both are ignored. A tensor the problem does not use still has
+ * its size (a bias of the problem's bias layout, ...). Returns FA_STATUS_NULL_POINTER,
+ * INVALID_ARGUMENT (an unknown tensor), INVALID_SEQLENS (negative packed rows) or the status
+ * fa_problem_check gives a bad problem.
+ */
+FA_API fa_status fa_problem_tensor_bytes(const fa_problem *p, fa_tensor_id tensor,
+                                         int64_t packed_q, int64_t packed_k, uint64_t *bytes);
+
 /*
  * Runs a plan on the tensors: the plan's op (forward, backward or merge, as the plan was made)
  * with every launch it planned. Each buffer is checked against the problem's layout before

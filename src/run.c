@@ -263,45 +263,58 @@ static const char *unused_why(const fa_plan *plan, fa__tensor tensor)
 }
 
 /* The bytes a tensor may touch at the run's dims. */
-static tensor_use use_at(const slot *s, const fa_buffer *buf, const fa_plan *plan,
-                         const run_dims *rd, bool output)
+/* The bytes [*begin, *end) a tensor of the problem touches at the run's dims (not the merge's
+ * parts, whose extent is the plan's). */
+static void span_of(const fa_problem *p, const slot *s, const run_dims *rd, uint64_t *begin,
+                    uint64_t *end)
 {
-    const fa_problem *p = &plan->problem;
     static const size_t layout_of[FA__TENSOR_COUNT] = {
         [FA__TENSOR_Q] = offsetof(fa_problem, q),   [FA__TENSOR_K] = offsetof(fa_problem, k),
         [FA__TENSOR_V] = offsetof(fa_problem, v),   [FA__TENSOR_O] = offsetof(fa_problem, o),
         [FA__TENSOR_DO] = offsetof(fa_problem, d_o), [FA__TENSOR_DQ] = offsetof(fa_problem, dq),
         [FA__TENSOR_DK] = offsetof(fa_problem, dk), [FA__TENSOR_DV] = offsetof(fa_problem, dv)};
-    const fa_tensor_layout *t =
-        (const fa_tensor_layout *)((const char *)p + layout_of[s->tensor]);
-    const fa_kernel_params *kp = &plan->launches[0].params;
-    const uint64_t elem = fa_dtype_size(p->dtype), parts = (uint64_t)plan->kv_splits;
-    tensor_use u = {s->name, buf, 0, 0, output};
+    tensor_use u = {s->name, NULL, 0, 0, false};
     switch (s->extent) {
     case EXTENT_Q:
     case EXTENT_KV:
-        return use_of(s->name, buf, t, p, rd, s->extent == EXTENT_KV, output);
+        u = use_of(s->name, NULL,
+                   (const fa_tensor_layout *)((const char *)p + layout_of[s->tensor]), p, rd,
+                   s->extent == EXTENT_KV, false);
+        break;
     case EXTENT_LSE:
-        return lse_use(buf, p, rd, output);
+        u = lse_use(NULL, p, rd, false);
+        break;
     case EXTENT_HEADS:
         u.end = (uint64_t)p->heads_q * 4;
-        return u;
+        break;
     case EXTENT_BIAS:
-        return bias_use(buf, p);
+        u = bias_use(NULL, p);
+        break;
     case EXTENT_INTS:
+    default:
         u.end = (uint64_t)(s->tensor == FA__TENSOR_SEQLENS_K ? p->batch
                            : s->tensor == FA__TENSOR_BLOCK_TABLE
                                ? p->batch * p->pages_per_seq
                                : p->batch + 1) * 4;
-        return u;
-    case EXTENT_PARTS:
-        u.end = parts * (uint64_t)kp->parts_stride * elem;
-        return u;
-    case EXTENT_LSE_PARTS:
-    default:
-        u.end = parts * (uint64_t)kp->part_rows * 4;
-        return u;
+        break;
     }
+    *begin = u.begin;
+    *end = u.end;
+}
+
+static tensor_use use_at(const slot *s, const fa_buffer *buf, const fa_plan *plan,
+                         const run_dims *rd, bool output)
+{
+    const fa_kernel_params *kp = &plan->launches[0].params;
+    const uint64_t parts = (uint64_t)plan->kv_splits;
+    tensor_use u = {s->name, buf, 0, 0, output};
+    if (s->extent == EXTENT_PARTS)
+        u.end = parts * (uint64_t)kp->parts_stride * fa_dtype_size(plan->problem.dtype);
+    else if (s->extent == EXTENT_LSE_PARTS)
+        u.end = parts * (uint64_t)kp->part_rows * 4;
+    else
+        span_of(&plan->problem, s, rd, &u.begin, &u.end);
+    return u;
 }
 
 /* Each tensor given exactly when the run uses it (an optional output may be NULL). */
@@ -484,4 +497,43 @@ fa_status fa_merge(fa_context *ctx, const fa_plan *plan, const fa_buffer *o_part
 {
     fa_tensors t = {.o_parts = o_parts, .lse_parts = lse_parts, .o = o, .lse = lse};
     return run_op(ctx, plan, FA__OP_MERGE, &t);
+}
+
+/* ---- the bytes a tensor needs -------------------------------------------------------------- */
+
+fa_status fa_problem_tensor_bytes(const fa_problem *p, fa_tensor_id tensor, int64_t packed_q,
+                                  int64_t packed_k, uint64_t *bytes)
+{
+    static const fa__tensor internal[] = {
+        [FA_TENSOR_Q] = FA__TENSOR_Q,       [FA_TENSOR_K] = FA__TENSOR_K,
+        [FA_TENSOR_V] = FA__TENSOR_V,       [FA_TENSOR_O] = FA__TENSOR_O,
+        [FA_TENSOR_LSE] = FA__TENSOR_LSE,   [FA_TENSOR_DO] = FA__TENSOR_DO,
+        [FA_TENSOR_DQ] = FA__TENSOR_DQ,     [FA_TENSOR_DK] = FA__TENSOR_DK,
+        [FA_TENSOR_DV] = FA__TENSOR_DV,     [FA_TENSOR_ALIBI_SLOPES] = FA__TENSOR_ALIBI,
+        [FA_TENSOR_BIAS] = FA__TENSOR_BIAS, [FA_TENSOR_SINKS] = FA__TENSOR_SINKS,
+        [FA_TENSOR_D_SINKS] = FA__TENSOR_DSINKS,
+        [FA_TENSOR_CU_SEQLENS_Q] = FA__TENSOR_CU_SEQLENS_Q,
+        [FA_TENSOR_CU_SEQLENS_K] = FA__TENSOR_CU_SEQLENS_K,
+        [FA_TENSOR_SEQLENS_K] = FA__TENSOR_SEQLENS_K,
+        [FA_TENSOR_BLOCK_TABLE] = FA__TENSOR_BLOCK_TABLE};
+    if (!p || !bytes)
+        return FA_STATUS_NULL_POINTER;
+    if ((unsigned)tensor >= sizeof internal / sizeof internal[0])
+        return FA_STATUS_INVALID_ARGUMENT;
+    fa_status st = fa__problem_validate(NULL, p);
+    if (st != FA_STATUS_OK)
+        return st;
+    if (p->varlen && (packed_q < 0 || packed_k < 0 || packed_q > FA__MAX_ELEMS ||
+                      packed_k > FA__MAX_ELEMS))
+        return FA_STATUS_INVALID_SEQLENS;
+    run_dims rd = {fa__q_dims(p, p->varlen ? packed_q : p->seqlen_q),
+                   fa__kv_dims(p, p->varlen ? packed_k : p->seqlen_k)};
+    for (int i = 0; i < N_SLOTS; i++) {
+        if (slots[i].tensor == internal[tensor]) {
+            uint64_t begin = 0;
+            span_of(p, &slots[i], &rd, &begin, bytes);
+            return FA_STATUS_OK;
+        }
+    }
+    return FA_STATUS_INVALID_ARGUMENT;
 }

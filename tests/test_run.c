@@ -3,7 +3,8 @@
  * backward, merge) through fa_run gives bitwise what its shorthand gives (fa_forward,
  * fa_backward, fa_merge), and the tensors are bound by name: a missing one is NULL_POINTER
  * naming it, one the run does not use is INVALID_ARGUMENT naming it, outputs untouched, and
- * the context stays usable. Run: test_run cpu|opencl|cuda.
+ * the context stays usable; fa_problem_tensor_bytes gives the sizes it checks. Run:
+ * test_run cpu|opencl|cuda.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -192,6 +193,54 @@ static void test_tensors_by_name(void **state)
     rig_close(&r);
 }
 
+/* fa_problem_tensor_bytes gives the sizes fa_run checks: the rig's exact buffers, one byte
+ * less refused; a varlen problem's packed rows; bad arguments. */
+static void test_tensor_bytes(void **state)
+{
+    (void)state;
+    rig r;
+    rig_open(&r);
+    const struct {
+        fa_tensor_id id;
+        size_t want;
+    } sizes[] = {{FA_TENSOR_Q, r.q_bytes}, {FA_TENSOR_K, r.kv_bytes}, {FA_TENSOR_V, r.kv_bytes},
+                 {FA_TENSOR_O, r.q_bytes}, {FA_TENSOR_LSE, r.lse_bytes},
+                 {FA_TENSOR_DO, r.q_bytes}, {FA_TENSOR_DK, r.kv_bytes},
+                 {FA_TENSOR_SINKS, 4 * 4}, {FA_TENSOR_CU_SEQLENS_Q, 3 * 4}};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        uint64_t bytes = 0;
+        assert_int_equal(fa_problem_tensor_bytes(&r.p, sizes[i].id, 0, 0, &bytes), OK);
+        assert_int_equal(bytes, sizes[i].want);
+    }
+    fa_plan *fwd = NULL;
+    assert_int_equal(fa_plan_create(ctx, &r.p, &fwd), OK);
+    fa_buffer *short_o = NULL;
+    assert_int_equal(fa_buffer_create(ctx, r.q_bytes - 1, &short_o), OK);
+    fa_tensors t = {.q = r.q, .k = r.k, .v = r.v, .o = short_o};
+    assert_int_equal(fa_run(ctx, fwd, &t), FA_STATUS_BUFFER_TOO_SMALL);
+    fa_buffer_destroy(short_o);
+    fa_plan_destroy(fwd);
+    /* varlen: Q [packed_q, heads_q, d], LSE [heads_q, packed_q] */
+    fa_problem v = r.p;
+    v.varlen = 1;
+    v.mask = FA_MASK_NONE;
+    uint64_t q = 0, lse = 0;
+    assert_int_equal(fa_problem_tensor_bytes(&v, FA_TENSOR_Q, 30, 40, &q), OK);
+    assert_int_equal(fa_problem_tensor_bytes(&v, FA_TENSOR_LSE, 30, 40, &lse), OK);
+    assert_int_equal(q, 30 * 4 * 16 * 4);
+    assert_int_equal(lse, 4 * 30 * 4);
+    assert_int_equal(fa_problem_tensor_bytes(&v, FA_TENSOR_Q, -1, 40, &q),
+                     FA_STATUS_INVALID_SEQLENS);
+    assert_int_equal(fa_problem_tensor_bytes(&r.p, (fa_tensor_id)99, 0, 0, &q),
+                     FA_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(fa_problem_tensor_bytes(NULL, FA_TENSOR_Q, 0, 0, &q),
+                     FA_STATUS_NULL_POINTER);
+    v.head_dim = 0;
+    assert_int_equal(fa_problem_tensor_bytes(&v, FA_TENSOR_Q, 30, 40, &q),
+                     FA_STATUS_INVALID_SHAPE);
+    rig_close(&r);
+}
+
 static int open_context(void **state)
 {
     (void)state;
@@ -215,6 +264,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_as_shorthands),
         cmocka_unit_test(test_tensors_by_name),
+        cmocka_unit_test(test_tensor_bytes),
     };
     return cmocka_run_group_tests_name(fa_backend_name(the_backend), tests, open_context,
                                        close_context);
