@@ -251,6 +251,17 @@ FA_API fa_status fa_context_create(fa_context **out, const fa_context_options *o
  */
 FA_API fa_status fa_context_create_planning(fa_context **out, fa_backend backend,
                                             const char *arch, char *why, size_t why_size);
+/*
+ * Whether runs check seqlens_k and the block table on an accelerator. on = 1: every run copies
+ * them to the host and checks them (INVALID_SEQLENS, INVALID_BLOCK_TABLE, nothing written), a
+ * device-to-host copy that waits for the device. on = 0 (a new context's setting): they are not
+ * copied, so a decode step does not wait for the device, and the kernels clamp each value into
+ * its range (a length into [0, seqlen_k], a page into [0, num_pages)): memory-safe, not
+ * reported. The cpu backend checks them on every run in place (they are host memory), and
+ * varlen's cu_seqlens are read and checked on every backend (their totals size the tensors).
+ * Returns FA_STATUS_NULL_POINTER or INVALID_ARGUMENT (on not 0 or 1).
+ */
+FA_API fa_status fa_context_set_check_sequences(fa_context *ctx, int on);
 /* Destroys a context. Buffers and plans made from it must be destroyed first. NULL is a no-op. */
 FA_API void fa_context_destroy(fa_context *ctx);
 /* The backend the context runs on (never FA_BACKEND_AUTO). */
@@ -625,9 +636,10 @@ FA_API fa_status fa_problem_tensor_bytes(const fa_problem *p, fa_tensor_id tenso
 /*
  * Runs a plan on the tensors: the plan's op (forward, backward or merge, as the plan was made)
  * with every launch it planned. Each buffer is checked against the problem's layout before
- * anything runs, and the sequence buffers' values are read and checked (on an accelerator, a
- * device-to-host copy per run: see docs/api.md, "Sequences"); an error leaves every output
- * untouched. Same inputs, plan and device give bitwise identical outputs.
+ * anything runs, and so are the sequence buffers' values where they are checked (varlen's
+ * always; seqlens_k and the block table on the cpu backend, or on an accelerator after
+ * fa_context_set_check_sequences); an error leaves every output untouched. Same inputs, plan
+ * and device give bitwise identical outputs.
  * Returns FA_STATUS_NULL_POINTER, CONTEXT_MISMATCH (a plan or buffer of another context),
  * BUFFER_TOO_SMALL (a buffer smaller than its tensor's layout needs), INVALID_ARGUMENT (a
  * tensor the run does not use; an output overlapping another tensor, compared by memory, so two

@@ -265,6 +265,17 @@ void fa_context_destroy(fa_context *ctx)
     free(ctx);
 }
 
+fa_status fa_context_set_check_sequences(fa_context *ctx, int on)
+{
+    if (!ctx)
+        return FA_STATUS_NULL_POINTER;
+    if (on != 0 && on != 1)
+        return fa__error(ctx, FA_STATUS_INVALID_ARGUMENT, "on = %d is not 0 or 1", on);
+    ctx->check_sequences = on == 1;
+    fa__error_clear(ctx);
+    return FA_STATUS_OK;
+}
+
 fa_backend fa_context_backend(const fa_context *ctx)
 {
     return ctx ? ctx->ops->backend : FA_BACKEND_AUTO;

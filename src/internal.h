@@ -281,8 +281,9 @@ unsigned fa__problem_seq(const fa_problem *p);
 fa_status fa__seq_validate(fa_context *ctx, const fa_problem *p);
 /* Fills the sequence fields of kernel params (LSE strides, varlen's zero batch strides, pages). */
 void fa__kernel_params_fill_seq(const fa_problem *p, fa_kernel_params *kp);
-/* Reads the int32 sequence buffers back and checks them (INVALID_SEQLENS,
- * INVALID_BLOCK_TABLE); *total_q, *total_k: varlen's packed rows, else seqlen_q, seqlen_k. */
+/* Checks the int32 sequence buffers a run must check (INVALID_SEQLENS, INVALID_BLOCK_TABLE):
+ * varlen's always, seqlens_k and the block table where they are host memory or the context
+ * asks; *total_q, *total_k: varlen's packed rows, else seqlen_q, seqlen_k. */
 fa_status fa__seq_check_run(fa_context *ctx, const fa_problem *p, const fa_seq_buffers *seqs,
                             int64_t *total_q, int64_t *total_k);
 
@@ -380,6 +381,7 @@ struct fa_context {
     char backend_note[FA__BACKEND_NOTE_SIZE];
     uint64_t mem_current;
     uint64_t mem_peak;
+    bool check_sequences; /* fa_context_set_check_sequences */
 };
 
 struct fa_buffer {

@@ -61,7 +61,8 @@ typedef struct fa_kernel_params {
     fa_kp_i32 has_lse;  /* 1: write LSE f32 [B, Hq, Sq] contiguous */
     float scale;        /* softmax scale, resolved (never 0) */
     float scale_log2;   /* scale * log2(e), for kernels that use exp2 */
-    fa_kp_i32 pad_;     /* keeps the size a multiple of 8 */
+    fa_kp_i32 num_pages; /* FA_SEQ_PAGED: the pool's pages; 0 otherwise (also keeps the size
+                            a multiple of 8) */
     /* The backward's tensors (zero in a forward's params). Appended: a struct that grows keeps
      * every earlier offset, and the 32-bit block above ends on a multiple of 8. */
     fa_kp_i64 do_offset, do_stride_b, do_stride_h, do_stride_s; /* dO [B, Hq, Sq, D] */
@@ -265,8 +266,10 @@ typedef struct fa_seq {
 /*
  * Sequence b under the `seq` bits (a kernel's SEQ, a compile-time constant there): varlen reads
  * cu_seqlens_q/k[b], [b + 1]; seqlens_k reads seqlens_k[b]; otherwise the params' lengths. The
- * core has checked the buffers (every length within the params' seqlen_q / seqlen_k), so no
- * bound here can pass them. Pointers a bit does not use may be NULL.
+ * core has checked cu_seqlens (every length within the params' seqlen_q / seqlen_k); seqlens_k
+ * may be unchecked on an accelerator (fa_context_set_check_sequences), so its value is
+ * clamped into [0, seqlen_k] here and no key past the tensors is read. Pointers a bit does not
+ * use may be NULL.
  */
 FA_KP_FN fa_seq fa_seq_of(const fa_kernel_params *p, fa_kp_i32 seq,
                           FA_KP_GLOBAL const fa_kp_i32 *cu_seqlens_q,
@@ -284,16 +287,19 @@ FA_KP_FN fa_seq fa_seq_of(const fa_kernel_params *p, fa_kp_i32 seq,
         s.k_start = cu_seqlens_k[b];
         s.seqlen_k = cu_seqlens_k[b + 1] - s.k_start;
     }
-    if (seq & FA_SEQ_SEQLENS_K)
-        s.seqlen_k = seqlens_k[b];
+    if (seq & FA_SEQ_SEQLENS_K) {
+        fa_kp_i64 n = seqlens_k[b];
+        s.seqlen_k = n < 0 ? 0 : n > p->seqlen_k ? p->seqlen_k : n;
+    }
     return s;
 }
 
 /*
  * The element offset of key j's row (without the head term and the tensor's offset) in K or V
  * (strides stride_b, stride_s) for sequence b starting at key k_start: paged, page
- * block_table[b][j / page_size] at slot j % page_size; else b * stride_b + (k_start + j) *
- * stride_s (varlen tensors have stride_b 0 in the params).
+ * block_table[b][j / page_size] at slot j % page_size, the page clamped into the pool (the
+ * table may be unchecked on an accelerator: fa_context_set_check_sequences); else
+ * b * stride_b + (k_start + j) * stride_s (varlen tensors have stride_b 0 in the params).
  */
 FA_KP_FN fa_kp_i64 fa_key_row(const fa_kernel_params *p, fa_kp_i32 seq,
                               FA_KP_GLOBAL const fa_kp_i32 *block_table, fa_kp_i64 b,
@@ -302,6 +308,7 @@ FA_KP_FN fa_kp_i64 fa_key_row(const fa_kernel_params *p, fa_kp_i32 seq,
 {
     if (seq & FA_SEQ_PAGED) {
         fa_kp_i64 page = block_table[b * p->pages_per_seq + j / p->page_size];
+        page = page < 0 ? 0 : page >= p->num_pages ? p->num_pages - 1 : page;
         return page * stride_b + (j % p->page_size) * stride_s;
     }
     return b * stride_b + (k_start + j) * stride_s;

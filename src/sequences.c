@@ -1,8 +1,9 @@
 /*
  * sequences.c - how a problem addresses its sequences: packed variable-length batches
  * (cu_seqlens), per-sequence key counts (seqlens_k) and paged K/V (a block table), their
- * validation at plan time and, since the lengths live in device buffers, at every run, and
- * their kernel params. The addressing rules every backend shares are in kernel_params.h.
+ * validation at plan time and, since the lengths live in buffers, at a run (where they are host
+ * memory, or varlen's, or the context asks; otherwise the kernels clamp them), and their kernel
+ * params. The addressing rules every backend shares are in kernel_params.h.
  */
 #include "internal.h"
 
@@ -119,25 +120,27 @@ void fa__kernel_params_fill_seq(const fa_problem *p, fa_kernel_params *kp)
     if (p->page_size > 0) {
         kp->page_size = p->page_size;
         kp->pages_per_seq = p->pages_per_seq;
+        kp->num_pages = (fa_kp_i32)p->num_pages; /* at most 2^31 - 1 (check_paged) */
     }
 }
 
 /* ---- run time: the int32 buffers, read back and checked -------------------------------- */
 
-/* Reads n int32 values of a buffer (already checked to hold them) into a new host array. */
-static fa_status read_ints(fa_context *ctx, const fa_buffer *buf, int64_t n, int32_t **out)
+/* n int32 values of a buffer (already checked to hold them) on the host: in place where the
+ * buffer is host memory (the cpu backend's), else copied into *owned (freed by the caller). */
+static fa_status host_ints(fa_context *ctx, const fa_buffer *buf, int64_t n, const int32_t **out,
+                           int32_t **owned)
 {
-    *out = malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
-    if (!*out)
+    *owned = NULL;
+    if (ctx->ops->backend == FA_BACKEND_CPU) {
+        *out = buf->mem;
+        return FA_STATUS_OK;
+    }
+    *out = *owned = malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
+    if (!*owned)
         return fa__error(ctx, FA_STATUS_OUT_OF_MEMORY, "cannot allocate %lld int32 values",
                          (long long)n);
-    fa_status st = n > 0 ? ctx->ops->buffer_read(ctx, buf->mem, 0, *out, (size_t)n * 4)
-                         : FA_STATUS_OK;
-    if (st != FA_STATUS_OK) {
-        free(*out);
-        *out = NULL;
-    }
-    return st;
+    return n > 0 ? ctx->ops->buffer_read(ctx, buf->mem, 0, *owned, (size_t)n * 4) : FA_STATUS_OK;
 }
 
 /* cu_seqlens: cu[0] >= 0, non-decreasing, each length at most `most`; *total = cu[batch]. */
@@ -185,32 +188,40 @@ static fa_status check_lengths(fa_context *ctx, const fa_problem *p, const int32
     return FA_STATUS_OK;
 }
 
+/* Whether a run reads seqlens_k and the block table to check them: always where they are host
+ * memory; on an accelerator only when the context asks (a copy that waits for the device; the
+ * kernels clamp unchecked values, fa_seq_of and fa_key_row). */
+static bool check_on_host(const fa_context *ctx)
+{
+    return ctx->ops->backend == FA_BACKEND_CPU || ctx->check_sequences;
+}
+
 fa_status fa__seq_check_run(fa_context *ctx, const fa_problem *p, const fa_seq_buffers *seqs,
                             int64_t *total_q, int64_t *total_k)
 {
-    int32_t *cu_q = NULL, *cu_k = NULL, *lens = NULL, *table = NULL;
+    const int32_t *cu_q = NULL, *cu_k = NULL, *lens = NULL, *table = NULL;
+    int32_t *owned[4] = {NULL, NULL, NULL, NULL};
     fa_status st = FA_STATUS_OK;
     *total_q = p->seqlen_q;
     *total_k = p->seqlen_k;
-    if (p->varlen) {
-        st = read_ints(ctx, seqs->cu_seqlens_q, p->batch + 1, &cu_q);
+    if (p->varlen) { /* always: the packed rows size the tensors and the LSE */
+        st = host_ints(ctx, seqs->cu_seqlens_q, p->batch + 1, &cu_q, &owned[0]);
         if (st == FA_STATUS_OK)
-            st = read_ints(ctx, seqs->cu_seqlens_k, p->batch + 1, &cu_k);
+            st = host_ints(ctx, seqs->cu_seqlens_k, p->batch + 1, &cu_k, &owned[1]);
         if (st == FA_STATUS_OK)
             st = check_cu(ctx, "cu_seqlens_q", cu_q, p->batch, p->seqlen_q, "seqlen_q", total_q);
         if (st == FA_STATUS_OK)
             st = check_cu(ctx, "cu_seqlens_k", cu_k, p->batch, p->seqlen_k, "seqlen_k", total_k);
-    } else if (p->seqlens_k || p->page_size > 0) {
+    } else if ((p->seqlens_k || p->page_size > 0) && check_on_host(ctx)) {
         if (p->seqlens_k)
-            st = read_ints(ctx, seqs->seqlens_k, p->batch, &lens);
+            st = host_ints(ctx, seqs->seqlens_k, p->batch, &lens, &owned[2]);
         if (st == FA_STATUS_OK && p->page_size > 0)
-            st = read_ints(ctx, seqs->block_table, p->batch * p->pages_per_seq, &table);
+            st = host_ints(ctx, seqs->block_table, p->batch * p->pages_per_seq, &table,
+                           &owned[3]);
         if (st == FA_STATUS_OK)
             st = check_lengths(ctx, p, lens, table);
     }
-    free(cu_q);
-    free(cu_k);
-    free(lens);
-    free(table);
+    for (int i = 0; i < 4; i++)
+        free(owned[i]);
     return st;
 }

@@ -210,16 +210,56 @@ static void expect_rejected(bad_run *r, const fa_seq_buffers *sb, fa_status want
     fa_plan_destroy(plan);
 }
 
+/* The run succeeds and every O element is 1 (or 0 for a sequence clamped to no key). */
+static void expect_ones(bad_run *r, const fa_seq_buffers *sb, const char *what)
+{
+    fa_plan *plan = NULL;
+    assert_int_equal(fa_plan_create(dc_ctx, &r->p, &plan), FA_STATUS_OK);
+    fa_status st = fa_forward_seq(dc_ctx, plan, r->q, r->k, r->v, r->o, NULL, NULL, sb);
+    if (st != FA_STATUS_OK)
+        fail_msg("%s unchecked: %s \"%s\"", what, fa_status_name(st),
+                 fa_context_last_error(dc_ctx));
+    float *now = malloc(r->o_bytes);
+    assert_non_null(now);
+    dc_read(r->o, now, r->o_bytes);
+    for (size_t i = 0; i < r->o_bytes / 4; i++)
+        if (now[i] != 1.0f && now[i] != 0.0f)
+            fail_msg("%s unchecked: O[%zu] = %g, want 1 (clamped reads of ones)", what, i,
+                     (double)now[i]);
+    free(now);
+    fa_plan_destroy(plan);
+}
+
+/* A bad block table or seqlens_k: the status a checked run returns, named in its message. */
+typedef struct bad_seq {
+    int32_t table[4], lens[2];
+    fa_status want;
+    const char *what;
+} bad_seq;
+
+/* Unchecked on an accelerator (the context's default) a bad table or length runs: the kernels
+ * clamp each page into the pool and each length into [0, seqlen_k], so O is the attention
+ * over ones (1, or 0 for a sequence clamped to no key) and nothing outside the tensors is read.
+ * The cpu backend checks them always. */
+static void expect_unchecked(bad_run *r, const bad_seq *bad)
+{
+    fa_buffer *t = dc_buffer(bad->table, 16), *l = dc_buffer(bad->lens, 8);
+    fa_seq_buffers sb = {NULL, NULL, l, t};
+    if (dc_backend == FA_BACKEND_CPU)
+        expect_rejected(r, &sb, bad->want, bad->what);
+    else
+        expect_ones(r, &sb, bad->what);
+    fa_buffer_destroy(t);
+    fa_buffer_destroy(l);
+}
+
 static void test_bad_block_table(void **state)
 {
     (void)state;
     bad_run r;
     bad_setup(&r, false);
-    const struct {
-        int32_t table[4], lens[2];
-        fa_status want;
-        const char *what;
-    } bad[] = {
+    assert_int_equal(fa_context_set_check_sequences(dc_ctx, 1), FA_STATUS_OK); /* accelerators */
+    const bad_seq bad[] = {
         {{0, 1, 2, 4}, {8, 8}, FA_STATUS_INVALID_BLOCK_TABLE, "block_table[1][1] = 4"},
         {{0, -1, 2, 3}, {8, 8}, FA_STATUS_INVALID_BLOCK_TABLE, "block_table[0][1] = -1"},
         {{0, 1, 2, 3}, {8, 9}, FA_STATUS_INVALID_SEQLENS, "seqlens_k[1] = 9"},
@@ -232,6 +272,10 @@ static void test_bad_block_table(void **state)
         fa_buffer_destroy(t);
         fa_buffer_destroy(l);
     }
+    assert_int_equal(fa_context_set_check_sequences(dc_ctx, 0), FA_STATUS_OK);
+    assert_int_equal(fa_context_set_check_sequences(dc_ctx, 2), FA_STATUS_INVALID_ARGUMENT);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_unchecked(&r, &bad[i]);
     /* A page the sequence's keys do not reach is not read: -7 past sequence 0's 4 keys. */
     int32_t table[4] = {3, -7, 2, 1}, lens[2] = {4, 8};
     fa_buffer *t = dc_buffer(table, 16), *l = dc_buffer(lens, 8);
