@@ -390,7 +390,7 @@ long keys_to_visit(const fa_kernel_params *p, long r0)
 /* Each is compiled in only under its FA_FEATURE_* bit, so a kernel without it keeps the plain
  * arithmetic exactly. Scores stay in log2 units: the natural-unit terms are scaled by log2(e). */
 
-/* The extra kernel arguments, in the host's order (src/ops.c, add_modifier_args): ALiBi slopes
+/* The extra kernel arguments, in the host's order (src/op_launches.c, add_modifier_args): ALiBi slopes
  * f32 [Hq], the bias, the sinks f32 [Hq] (the forward only). */
 #if FEATURES & FA_FEATURE_ALIBI
 #define ALIBI_ARG , __global const float *alibi_slopes
@@ -758,7 +758,7 @@ void share_range(__local long *range, long first, long end)
 
 /* ---- sequences and split-KV (SEQ, SPLIT; flashattn.h, "Sequences, pages and split-KV") ----- */
 
-/* The sequence buffers (int32) after the modifier tensors, in the host's order (src/ops.c,
+/* The sequence buffers (int32) after the modifier tensors, in the host's order (src/op_launches.c,
  * add_seq_args); those SEQ leaves out are null pointers for fa_seq_of and fa_key_row. */
 #if SEQ & FA_SEQ_VARLEN
 #define VARLEN_ARG , __global const int *cu_seqlens_q, __global const int *cu_seqlens_k

@@ -21,7 +21,7 @@
  * tanh^2(s / cap) (grad_element); tiles outside the window are skipped in both passes. The
  * sinks are carried by the LSE alone; with them a fourth launch, flash_bwd_dsinks, sums their
  * gradient per query head in a fixed order. ALiBi slopes and bias follow the dK/dV and dQ
- * launches' own tensors (src/ops.c). A kernel's BLOCK_R is always the rows its block owns (dK/dV
+ * launches' own tensors (src/op_launches.c). A kernel's BLOCK_R is always the rows its block owns (dK/dV
  * pass: keys, BLOCK_R = the plan's Bc) and BLOCK_C the tile it streams (there: query rows, the
  * plan's Br), so the forward's helpers and WG_SIZE rule serve both. Every block loops over its
  * grid's strides as the forward does. Varlen (-DSEQ with FA_SEQ_VARLEN): each work item takes its

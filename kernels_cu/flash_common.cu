@@ -163,7 +163,7 @@ __device__ void load_tile(store_t *tile, const store_t *src, i64 row0, i64 seq, 
 
 /* ---- sequences (SEQ: FA_SEQ_* bits; kernel_params.h's fa_seq_of, fa_key_row, fa_lse_index) - */
 
-/* The sequence buffers of a launch, in the host's order (src/ops.c add_seq_args) after its
+/* The sequence buffers of a launch, in the host's order (src/op_launches.c add_seq_args) after its
  * modifier tensors: those of the SEQ bits compiled in; absent ones are null here. */
 struct seq_args {
     const int *cu_seqlens_q, *cu_seqlens_k; /* FA_SEQ_VARLEN: int32 [B + 1] */

@@ -27,7 +27,7 @@
  * the mask (score_log2), the window narrows the mask and skips K tiles outside it, a sink is the
  * online softmax's initial state, and dropout scales or zeroes P after l has counted it, with
  * kernel_params.h's Philox words (one call per 4 keys) so every backend drops the same elements.
- * Their tensors follow the launch's own (ALiBi slopes, bias, sinks: src/ops.c).
+ * Their tensors follow the launch's own (ALiBi slopes, bias, sinks: src/op_launches.c).
  * Sequences (-DSEQ, FA_SEQ_* bits; their int32 buffers follow the modifiers'): each work item
  * takes its sequence's lengths (seq_of, SEQ_PARAMS), so masks and modifiers apply per sequence;
  * varlen rows and keys start at the sequence's tokens, paged keys are found through the block
@@ -142,7 +142,7 @@ typedef store_t bias_t;
 __device__ __forceinline__ float bias_to_f32(bias_t v) { return to_f32(v); }
 #endif
 
-/* The modifier tensors of a launch, in the host's order (src/ops.c add_modifier_args): those of
+/* The modifier tensors of a launch, in the host's order (src/op_launches.c add_modifier_args): those of
  * the features compiled in follow the launch's own tensors; absent ones are null here. */
 struct modifier_args {
     const float *alibi;  /* ALiBi slopes f32 [Hq] */

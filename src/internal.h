@@ -12,11 +12,11 @@
 #include <stdarg.h>
 #include <stdbool.h>
 
-/* ---- operations ------------------------------------------------------------------------- */
+/* ---- operations -------------------------------------------------------------------------- */
 
 /*
  * What a plan computes. Each op names its on-chip formula, its tensors and its launches
- * (src/ops.c); a backend supports an op by running its launches. New ops are appended (the
+ * (src/op_launches.c); a backend supports an op by running its launches. New ops are appended (the
  * backward, split-KV forward + combine, paged and varlen variants).
  */
 typedef enum fa__op {
@@ -157,7 +157,7 @@ int32_t fa__plan_kv_splits(const fa_device_props *dev, const fa__plan_rules *rul
 uint64_t fa__tile_bytes(const fa__onchip_formula *f, int64_t block_r, int64_t block_c,
                         int64_t head_dim, size_t elem);
 
-/* ---- launches (src/ops.c) ---------------------------------------------------------------- */
+/* ---- launches (src/op_launches.c) -------------------------------------------------------- */
 
 /*
  * How a launch's kernel is specialised. fa__variant_defines spells it as compiler definitions,
@@ -220,16 +220,44 @@ typedef struct fa__launch {
                                  CL_KERNEL_WORK_GROUP_SIZE): the core re-plans once within it */
 } fa__launch;
 
-/* ---- validation (src/problem.c) ---------------------------------------------------------- */
+/* ---- layouts (src/layout.c) -------------------------------------------------------------- */
 
-/* Checks every field of a problem; on failure sets ctx's error (ctx may be NULL) and returns it. */
-fa_status fa__problem_validate(fa_context *ctx, const fa_problem *p);
+/* (n - 1) * stride for a count n >= 1 and a stride in [0, 2^60], or UINT64_MAX when it passes
+ * 2^60: the product of a count below 2^31 and such a stride would not fit in 64 bits. */
+uint64_t fa__step_span(int64_t n, int64_t stride);
 /* Elements a tensor spans from element 0 of its buffer: offset + last index + 1 (0 if empty);
  * UINT64_MAX when that passes 2^60 (validation rejects such a layout: INVALID_STRIDE). */
 uint64_t fa__layout_extent(const fa_tensor_layout *t, int64_t batch, int64_t heads, int64_t seq,
                            int64_t head_dim);
-/* Fills the kernel params of a plan's problem (validated, scale resolved) for its Br. */
-void fa__kernel_params_fill(const fa_problem *p, int32_t block_r, fa_kernel_params *kp);
+/* The rows one side of a problem spans: batch (the pages when paged, 1 when varlen), heads and
+ * seq (page_size when paged, the packed tokens when varlen). */
+typedef struct fa__dims {
+    int64_t batch, heads, seq;
+} fa__dims;
+/* Q's side (Q, O, dO, dQ) and K's side (K, V, dK, dV); total_*: varlen's packed rows (the
+ * longest sequence stands in at plan time). */
+fa__dims fa__q_dims(const fa_problem *p, int64_t total_q);
+fa__dims fa__kv_dims(const fa_problem *p, int64_t total_k);
+/* A tensor layout as the kernels use it: varlen's stride_batch is 0. */
+fa_tensor_layout fa__layout_used(const fa_problem *p, const fa_tensor_layout *t);
+/* Elements a tensor spans at dims (fa__layout_extent of the layout used). */
+uint64_t fa__tensor_extent(const fa_problem *p, const fa_tensor_layout *t, fa__dims dims);
+
+/* ---- validation (src/problem.c) ---------------------------------------------------------- */
+
+/* Checks every field of a problem; on failure sets ctx's error (ctx may be NULL) and returns it. */
+fa_status fa__problem_validate(fa_context *ctx, const fa_problem *p);
+/* fa__problem_validate, then the dO, dQ, dK and dV layouts (dQ, dK, dV rows must not overlap). */
+fa_status fa__problem_validate_backward(fa_context *ctx, const fa_problem *p);
+/* The softmax scale the problem resolves to. */
+float fa__problem_scale(const fa_problem *p);
+
+/* The layouts of Q, K, V, O (and dO, dQ, dK, dV when backward) at the given packed rows. */
+fa_status fa__tensors_validate(fa_context *ctx, const fa_problem *p, int64_t total_q,
+                               int64_t total_k, bool backward);
+
+/* ---- packing (src/packing.c) ------------------------------------------------------------- */
+
 /*
  * GQA packing of a one-row decode: where every query head of a K/V head group sees the same keys
  * with the same scores' rules, the group's G query heads become G query rows of one head:
@@ -249,31 +277,15 @@ bool fa__gqa_pack(const fa_problem *p, fa_problem *out);
  * G >= 1) and Hq <= max_rows, writes the packed problem to `out` and returns G; else 0.
  */
 int64_t fa__heads_pack(const fa_problem *p, int64_t max_rows, fa_problem *out);
+
+/* ---- kernel params (src/kernel_params.c) ------------------------------------------------- */
+
+/* Fills the kernel params of a plan's problem (validated, scale resolved) for its Br. */
+void fa__kernel_params_fill(const fa_problem *p, int32_t block_r, fa_kernel_params *kp);
 /* Adds the backward's dO, dQ, dK and dV layouts to filled params. */
 void fa__kernel_params_fill_backward(const fa_problem *p, fa_kernel_params *kp);
-/* fa__problem_validate, then the dO, dQ, dK and dV layouts (dQ, dK, dV rows must not overlap). */
-fa_status fa__problem_validate_backward(fa_context *ctx, const fa_problem *p);
-/* The softmax scale the problem resolves to. */
-float fa__problem_scale(const fa_problem *p);
 
-/* The rows one side of a problem spans: batch (the pages when paged, 1 when varlen), heads and
- * seq (page_size when paged, the packed tokens when varlen). */
-typedef struct fa__dims {
-    int64_t batch, heads, seq;
-} fa__dims;
-/* Q's side (Q, O, dO, dQ) and K's side (K, V, dK, dV); total_*: varlen's packed rows (the
- * longest sequence stands in at plan time). */
-fa__dims fa__q_dims(const fa_problem *p, int64_t total_q);
-fa__dims fa__kv_dims(const fa_problem *p, int64_t total_k);
-/* A tensor layout as the kernels use it: varlen's stride_batch is 0. */
-fa_tensor_layout fa__layout_used(const fa_problem *p, const fa_tensor_layout *t);
-/* Elements a tensor spans at dims (fa__layout_extent of the layout used). */
-uint64_t fa__tensor_extent(const fa_problem *p, const fa_tensor_layout *t, fa__dims dims);
-/* The layouts of Q, K, V, O (and dO, dQ, dK, dV when backward) at the given packed rows. */
-fa_status fa__tensors_validate(fa_context *ctx, const fa_problem *p, int64_t total_q,
-                               int64_t total_k, bool backward);
-
-/* ---- sequences (src/sequences.c) ----------------------------------------------------------- */
+/* ---- sequences (src/sequences.c) --------------------------------------------------------- */
 
 /* The FA_SEQ_* bits a problem uses. */
 unsigned fa__problem_seq(const fa_problem *p);
@@ -287,7 +299,7 @@ void fa__kernel_params_fill_seq(const fa_problem *p, fa_kernel_params *kp);
 fa_status fa__seq_check_run(fa_context *ctx, const fa_problem *p, const fa_seq_buffers *seqs,
                             int64_t *total_q, int64_t *total_k);
 
-/* ---- score modifiers and dropout (src/modifiers.c) ----------------------------------------- */
+/* ---- score modifiers and dropout (src/modifiers.c) --------------------------------------- */
 
 /* The FA_FEATURE_* bits a problem turns on. */
 unsigned fa__problem_features(const fa_problem *p);
@@ -357,7 +369,7 @@ typedef struct fa__backend_ops {
     void (*buffer_region)(fa_context *ctx, void *mem, const void **space, uint64_t *addr);
 } fa__backend_ops;
 
-/* AUTO's device within a backend (src/api.c): its first GPU, else its first device whose
+/* AUTO's device within a backend (src/context.c): its first GPU, else its first device whose
  * properties can be read, else 0; appends the choice and any device passed over to note. */
 int fa__auto_device(const fa__backend_ops *ops, char *note, size_t note_size);
 
@@ -419,7 +431,7 @@ struct fa_plan {
     char explain[4096];
 };
 
-/* Builds the launches of plan->op from plan->problem and plan->tiles (src/ops.c). */
+/* Builds the launches of plan->op from plan->problem and plan->tiles (src/op_launches.c). */
 void fa__op_launches(fa_plan *plan, const fa__plan_rules *rules);
 /* A launch's params for one run: has_lse and, for varlen, the run's packed rows total_q (LSE's
  * head stride, and a split's partials laid out for its tokens). */
@@ -433,7 +445,7 @@ uint64_t fa__run_own_scratch_offset(const fa_plan *plan, const fa_kernel_params 
 /* The op's on-chip formula before a backend lowers it. */
 fa__onchip_formula fa__op_onchip(fa__op op);
 
-/* ---- errors and memory accounting (src/core.c) ------------------------------------------- */
+/* ---- errors (src/errors.c), memory accounting (src/context.c) ---------------------------- */
 
 /* Records "message" as the context's last error and returns status. ctx may be NULL. */
 fa_status fa__error(fa_context *ctx, fa_status status, const char *fmt, ...)

@@ -1,6 +1,7 @@
 /*
- * problem.c - filling and validating an fa_problem, the one place where user input is checked
- * before any backend sees it, and turning a valid problem into kernel params.
+ * problem.c - filling and validating an fa_problem: the one place where user input is checked
+ * before any backend sees it (sizes, layouts, the rows outputs write), the modifiers' and
+ * sequences' own checks called from here.
  */
 #include "internal.h"
 
@@ -9,48 +10,8 @@
 
 /* Sizes above this are rejected so that every product of sizes below stays inside int64. */
 #define FA__MAX_DIM (((int64_t)1 << 31) - 1)
+
 #define FA__MAX_TILE 65536
-
-/* a * b for sizes >= 0, saturated at INT64_MAX: fa_problem_init takes any sizes, and a product
- * that does not fit is reported by validation (INVALID_SHAPE) instead of wrapping here. */
-static int64_t mul_sat(int64_t a, int64_t b)
-{
-    if (a <= 0 || b <= 0)
-        return 0;
-    return a > INT64_MAX / b ? INT64_MAX : a * b;
-}
-
-static void layout_fill(fa_tensor_layout *t, fa_layout layout, int64_t heads, int64_t seq,
-                        int64_t d)
-{
-    t->offset = 0;
-    if (layout == FA_LAYOUT_BHSD) {
-        t->stride_seq = d;
-        t->stride_head = mul_sat(seq, d);
-        t->stride_batch = mul_sat(heads, t->stride_head);
-    } else {
-        t->stride_head = d;
-        t->stride_seq = mul_sat(heads, d);
-        t->stride_batch = mul_sat(seq, t->stride_seq);
-    }
-}
-
-fa_status fa_problem_set_layout(fa_problem *p, fa_layout layout)
-{
-    if (!p)
-        return FA_STATUS_NULL_POINTER;
-    if (layout != FA_LAYOUT_BHSD && layout != FA_LAYOUT_BSHD)
-        return FA_STATUS_INVALID_ARGUMENT;
-    layout_fill(&p->q, layout, p->heads_q, p->seqlen_q, p->head_dim);
-    layout_fill(&p->k, layout, p->heads_kv, p->seqlen_k, p->head_dim);
-    layout_fill(&p->v, layout, p->heads_kv, p->seqlen_k, p->head_dim);
-    layout_fill(&p->o, layout, p->heads_q, p->seqlen_q, p->head_dim);
-    p->d_o = p->o;
-    p->dq = p->q;
-    p->dk = p->k;
-    p->dv = p->v;
-    return FA_STATUS_OK;
-}
 
 fa_status fa_problem_init(fa_problem *p, fa_dtype dtype, fa_layout layout, int64_t batch,
                           int64_t heads_q, int64_t heads_kv, int64_t seqlen_q, int64_t seqlen_k,
@@ -113,69 +74,6 @@ static fa_status check_sizes(fa_context *ctx, const fa_problem *p)
     return FA_STATUS_OK;
 }
 
-/* (n - 1) * stride for a count n >= 1 and a stride in [0, 2^60], or UINT64_MAX when it passes
- * 2^60: the product of a count below 2^31 and such a stride would not fit in 64 bits. */
-static uint64_t step_span(int64_t n, int64_t stride)
-{
-    if (n <= 1 || stride == 0)
-        return 0;
-    if ((uint64_t)stride > (uint64_t)FA__MAX_ELEMS / (uint64_t)(n - 1))
-        return UINT64_MAX;
-    return (uint64_t)(n - 1) * (uint64_t)stride;
-}
-
-uint64_t fa__layout_extent(const fa_tensor_layout *t, int64_t batch, int64_t heads, int64_t seq,
-                           int64_t head_dim)
-{
-    if (batch == 0 || heads == 0 || seq == 0 || head_dim == 0)
-        return 0;
-    const uint64_t terms[5] = {(uint64_t)t->offset, step_span(batch, t->stride_batch),
-                               step_span(heads, t->stride_head), step_span(seq, t->stride_seq),
-                               (uint64_t)head_dim};
-    uint64_t sum = 0;
-    for (int i = 0; i < 5; i++) {
-        /* Each term is at most 2^60 (or the UINT64_MAX mark), so the sum saturates, never
-         * wraps. */
-        if (terms[i] > (uint64_t)FA__MAX_ELEMS || sum > (uint64_t)FA__MAX_ELEMS)
-            return UINT64_MAX;
-        sum += terms[i];
-    }
-    return sum;
-}
-
-fa__dims fa__q_dims(const fa_problem *p, int64_t total_q)
-{
-    fa__dims d = {p->varlen ? 1 : p->batch, p->heads_q, p->varlen ? total_q : p->seqlen_q};
-    return d;
-}
-
-fa__dims fa__kv_dims(const fa_problem *p, int64_t total_k)
-{
-    fa__dims d = {p->batch, p->heads_kv, p->seqlen_k};
-    if (p->varlen) {
-        d.batch = 1;
-        d.seq = total_k;
-    } else if (p->page_size > 0) {
-        d.batch = p->num_pages;
-        d.seq = p->page_size;
-    }
-    return d;
-}
-
-fa_tensor_layout fa__layout_used(const fa_problem *p, const fa_tensor_layout *t)
-{
-    fa_tensor_layout u = *t;
-    if (p->varlen)
-        u.stride_batch = 0; /* packed rows: the token index alone addresses a row */
-    return u;
-}
-
-uint64_t fa__tensor_extent(const fa_problem *p, const fa_tensor_layout *t, fa__dims dims)
-{
-    fa_tensor_layout u = fa__layout_used(p, t);
-    return fa__layout_extent(&u, dims.batch, dims.heads, dims.seq, p->head_dim);
-}
-
 /* Offsets and strides in [0, 2^60], and the elements the tensor spans at most 2^60, so that
  * every index and byte count a backend forms from them fits in int64. */
 static fa_status check_layout(fa_context *ctx, const fa_problem *p, const char *name,
@@ -233,7 +131,7 @@ static fa_status check_output_rows(fa_context *ctx, const fa_problem *p, const c
                              "rows of %s overlap: a stride of %lld is smaller than the %lld "
                              "elements it must step over",
                              name, (long long)d[i].stride, (long long)span);
-        span += (int64_t)step_span(d[i].count, d[i].stride);
+        span += (int64_t)fa__step_span(d[i].count, d[i].stride);
     }
     return FA_STATUS_OK;
 }
@@ -292,108 +190,4 @@ fa_status fa__problem_validate_backward(fa_context *ctx, const fa_problem *p)
     if (st == FA_STATUS_OK)
         st = fa__tensors_validate(ctx, p, p->seqlen_q, p->seqlen_k, true);
     return st;
-}
-
-static void copy_layout(const fa_tensor_layout *t, fa_kp_i64 *offset, fa_kp_i64 *sb,
-                        fa_kp_i64 *sh, fa_kp_i64 *ss)
-{
-    *offset = t->offset;
-    *sb = t->stride_batch;
-    *sh = t->stride_head;
-    *ss = t->stride_seq;
-}
-
-void fa__kernel_params_fill(const fa_problem *p, int32_t block_r, fa_kernel_params *kp)
-{
-    memset(kp, 0, sizeof *kp);
-    /* A tensor with no rows is never read or written, and validation leaves its strides free
-     * up to 2^60, where b * stride_b would overflow int64: such layouts reach no backend (the
-     * backward runs with seqlen_q = 0, to zero dK and dV). */
-    if (p->seqlen_q > 0) {
-        copy_layout(&p->q, &kp->q_offset, &kp->q_stride_b, &kp->q_stride_h, &kp->q_stride_s);
-        copy_layout(&p->o, &kp->o_offset, &kp->o_stride_b, &kp->o_stride_h, &kp->o_stride_s);
-    }
-    if (p->seqlen_k > 0) {
-        copy_layout(&p->k, &kp->k_offset, &kp->k_stride_b, &kp->k_stride_h, &kp->k_stride_s);
-        copy_layout(&p->v, &kp->v_offset, &kp->v_stride_b, &kp->v_stride_h, &kp->v_stride_s);
-    }
-    kp->batch = p->batch;
-    kp->seqlen_q = p->seqlen_q;
-    kp->seqlen_k = p->seqlen_k;
-    kp->q_tiles = block_r > 0 ? (p->seqlen_q + block_r - 1) / block_r : 0;
-    kp->heads_q = (fa_kp_i32)p->heads_q;
-    kp->heads_kv = (fa_kp_i32)p->heads_kv;
-    kp->head_dim = (fa_kp_i32)p->head_dim;
-    kp->mask = (fa_kp_i32)p->mask;
-    kp->has_lse = 0; /* set per run */
-    kp->scale = p->scale; /* resolved once, by fa_plan_create */
-    kp->scale_log2 = (float)((double)kp->scale * 1.4426950408889634);
-    fa__kernel_params_fill_modifiers(p, kp);
-    fa__kernel_params_fill_seq(p, kp);
-}
-
-/* Q or O [b][g][0][x] of a one-row problem seen as [b][h_kv][g][x], h = h_kv * G + g. */
-static fa_tensor_layout pack_layout(fa_tensor_layout t, int64_t group)
-{
-    t.stride_seq = t.stride_head;
-    t.stride_head *= group;
-    return t;
-}
-
-/* Whether the query heads of a one-row problem can be rows: dense (not varlen), seqlen_q 1, no
- * mask or causal bottom-right (row 0 sees every key either way), and no bias or dropout (they
- * address the head and row themselves); softcap, ALiBi, a window and sinks the packed kernel
- * applies per row (PACKED). */
-static bool heads_alike(const fa_problem *p)
-{
-    const unsigned allowed =
-        FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_WINDOW | FA_FEATURE_SINKS;
-    return p->seqlen_q == 1 && !p->varlen &&
-           (p->mask == FA_MASK_NONE || p->mask == FA_MASK_CAUSAL_BOTTOM_RIGHT) &&
-           !(fa__problem_features(p) & ~allowed);
-}
-
-bool fa__gqa_pack(const fa_problem *p, fa_problem *out)
-{
-    if (!heads_alike(p) || p->heads_q <= p->heads_kv)
-        return false;
-    const int64_t group = p->heads_q / p->heads_kv;
-    *out = *p;
-    out->heads_q = p->heads_kv;
-    out->seqlen_q = group;
-    out->mask = FA_MASK_NONE;
-    out->q = pack_layout(p->q, group);
-    out->o = pack_layout(p->o, group);
-    return true;
-}
-
-int64_t fa__heads_pack(const fa_problem *p, int64_t max_rows, fa_problem *out)
-{
-    if (!heads_alike(p) || p->heads_q > max_rows)
-        return 0;
-    *out = *p;
-    out->heads_q = out->heads_kv = 1;
-    out->seqlen_q = p->heads_q;
-    out->mask = FA_MASK_NONE;
-    out->q.stride_seq = p->q.stride_head; /* query head h is row h */
-    out->o.stride_seq = p->o.stride_head;
-    return p->heads_q / p->heads_kv;
-}
-
-void fa__kernel_params_fill_backward(const fa_problem *p, fa_kernel_params *kp)
-{
-    if (p->seqlen_q > 0) { /* as for Q and O: no rows, no strides */
-        copy_layout(&p->d_o, &kp->do_offset, &kp->do_stride_b, &kp->do_stride_h,
-                    &kp->do_stride_s);
-        copy_layout(&p->dq, &kp->dq_offset, &kp->dq_stride_b, &kp->dq_stride_h,
-                    &kp->dq_stride_s);
-    }
-    if (p->seqlen_k > 0) { /* as for K and V: no rows, no strides */
-        copy_layout(&p->dk, &kp->dk_offset, &kp->dk_stride_b, &kp->dk_stride_h,
-                    &kp->dk_stride_s);
-        copy_layout(&p->dv, &kp->dv_offset, &kp->dv_stride_b, &kp->dv_stride_h,
-                    &kp->dv_stride_s);
-    }
-    if (p->varlen) /* packed rows: the token index alone addresses a row */
-        kp->do_stride_b = kp->dq_stride_b = kp->dk_stride_b = kp->dv_stride_b = 0;
 }

@@ -449,7 +449,7 @@ static int run_case(const emu_case *c, float scale_error)
                                    [FA__TENSOR_V] = t[2],         [FA__TENSOR_O] = t[3],
                                    [FA__TENSOR_LSE] = lse,        [FA__TENSOR_ALIBI] = mi.alibi,
                                    [FA__TENSOR_BIAS] = mi.bias,   [FA__TENSOR_SINKS] = mi.sinks};
-    void *args[FA__MAX_LAUNCH_ARGS]; /* the launch's tensors in its order (src/ops.c) */
+    void *args[FA__MAX_LAUNCH_ARGS]; /* the launch's tensors in its order (src/op_launches.c) */
     for (int a = 0; a < launch->n_args; a++) {
         args[a] = mem[launch->args[a]];
         assert_non_null(args[a]);

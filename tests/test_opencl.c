@@ -339,7 +339,7 @@ static void test_vector_width_override(void **state)
     }
 }
 
-/* A one-row GQA decode of a BHSD cache packs (src/problem.c, fa__gqa_pack), also with softcap,
+/* A one-row GQA decode of a BHSD cache packs (src/packing.c, fa__gqa_pack), also with softcap,
  * ALiBi, a window and sinks, which the kernel applies per packed row (PACKED); not with
  * top-left causal (row 0 sees key 0 only), a bias or dropout (they address the head and row
  * themselves), varlen, several rows or no GQA. The suites' decode cases (tests/cases.c
@@ -402,7 +402,7 @@ static const char *planned_packing(fa_context *ctx, const fa_problem *p)
 
 /* Where local memory is global memory (DIRECT_KV's devices), a one-row decode whose K and V
  * hold a key's heads together (BSHD, a paged pool) packs all its query heads into one tile
- * (src/plan.c, heads_together), as long as its work-groups, batch x tiles x key chunks, fill the
+ * (src/plan_create.c, heads_together), as long as its work-groups, batch x tiles x key chunks, fill the
  * compute units and there are at most 64 heads; a BHSD cache keeps GQA packing (heads packing
  * measured slower there: docs/benchmarks.md). GPUs never heads-pack. test_decode's paged cases
  * check the results. */

@@ -12,7 +12,7 @@ extern "C" {
 #endif
 
 /* Calls one kernel entry point as one CUDA thread: args are its pointer arguments in order (as
- * the host's launch passes them, src/ops.c), params points at an fa_kernel_params. */
+ * the host's launch passes them, src/op_launches.c), params points at an fa_kernel_params. */
 typedef void (*fa_emu_entry)(void *const *args, const void *params);
 
 /* One entry point of one compiled configuration of kernels_cu/ (flash_bwd.cu, which includes

@@ -1,10 +1,10 @@
 /*
- * api.c - the public entry points: device enumeration, contexts, buffers, plans and forward.
- * Each checks its arguments completely before a backend is called, so backends may assume valid
- * input, and a rejected call changes nothing.
+ * context.c - devices and contexts: enumerating each backend's devices, FA_BACKEND_AUTO's
+ * choice (and the note saying why), opening and closing a context, its settings, and the
+ * memory counters of what it allocates. Each entry point checks its arguments completely
+ * before a backend is called, and a rejected call changes nothing.
  */
 #include "internal.h"
-#include "interop.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -299,107 +299,32 @@ fa_status fa_context_device_props(const fa_context *ctx, fa_device_props *out)
     return FA_STATUS_OK;
 }
 
-/* ---- buffers ------------------------------------------------------------------------------ */
+/* ---- memory counters ---------------------------------------------------------------------- */
 
-fa_status fa__buffer_adopt(fa_context *ctx, void *mem, size_t bytes, bool wrapped,
-                           fa_buffer **out)
+/* ---- memory counters ---------------------------------------------------------------------- */
+
+void fa__mem_add(fa_context *ctx, uint64_t bytes)
 {
-    fa_buffer *buf = calloc(1, sizeof *buf);
-    if (!buf)
-        return fa__error(ctx, FA_STATUS_OUT_OF_MEMORY, "cannot allocate a buffer handle");
-    buf->ctx = ctx;
-    buf->mem = mem;
-    buf->bytes = bytes;
-    buf->wrapped = wrapped;
-    buf->space = mem;
-    if (ctx->ops->buffer_region)
-        ctx->ops->buffer_region(ctx, mem, &buf->space, &buf->addr);
-    if (!wrapped)
-        fa__mem_add(ctx, bytes);
-    *out = buf;
-    fa__error_clear(ctx);
-    return FA_STATUS_OK;
+    ctx->mem_current += bytes;
+    if (ctx->mem_current > ctx->mem_peak)
+        ctx->mem_peak = ctx->mem_current;
 }
 
-fa_status fa_buffer_create(fa_context *ctx, size_t bytes, fa_buffer **out)
+void fa__mem_sub(fa_context *ctx, uint64_t bytes)
 {
-    if (!ctx)
-        return FA_STATUS_NULL_POINTER;
-    if (!out)
-        return fa__error(ctx, FA_STATUS_NULL_POINTER, "the output pointer is NULL");
-    if (bytes == 0)
-        return fa__error(ctx, FA_STATUS_INVALID_ARGUMENT, "a buffer needs at least one byte");
-    void *mem = NULL;
-    fa_status st = ctx->ops->buffer_alloc(ctx, bytes, &mem);
-    if (st != FA_STATUS_OK)
-        return st;
-    st = fa__buffer_adopt(ctx, mem, bytes, false, out);
-    if (st != FA_STATUS_OK)
-        ctx->ops->buffer_free(ctx, mem);
-    return st;
+    ctx->mem_current = bytes > ctx->mem_current ? 0 : ctx->mem_current - bytes;
 }
 
-fa_status fa_buffer_wrap_host(fa_context *ctx, void *ptr, size_t bytes, fa_buffer **out)
+void fa_context_memory(const fa_context *ctx, uint64_t *current_bytes, uint64_t *peak_bytes)
 {
-    static const fa__wrap_kind host = {FA_BACKEND_CPU, "host memory", "host memory", NULL};
-    fa_status st = fa__wrap_check(ctx, &host, ptr != NULL, out != NULL, bytes);
-    if (st != FA_STATUS_OK)
-        return st;
-    st = fa__buffer_adopt(ctx, ptr, bytes, true, out);
-    if (st == FA_STATUS_OK)
-        (*out)->borrowed = true;
-    return st;
+    if (current_bytes)
+        *current_bytes = ctx ? ctx->mem_current : 0;
+    if (peak_bytes)
+        *peak_bytes = ctx ? ctx->mem_peak : 0;
 }
 
-void fa_buffer_destroy(fa_buffer *buf)
+void fa_context_reset_peak(fa_context *ctx)
 {
-    if (!buf)
-        return;
-    if (!buf->borrowed)
-        buf->ctx->ops->buffer_free(buf->ctx, buf->mem);
-    if (!buf->wrapped)
-        fa__mem_sub(buf->ctx, buf->bytes);
-    free(buf);
-}
-
-size_t fa_buffer_size(const fa_buffer *buf)
-{
-    return buf ? buf->bytes : 0;
-}
-
-static fa_status check_range(const fa_buffer *buf, size_t offset, const void *host, size_t bytes)
-{
-    if (!buf)
-        return FA_STATUS_NULL_POINTER;
-    if (!host)
-        return fa__error(buf->ctx, FA_STATUS_NULL_POINTER, "the host pointer is NULL");
-    if (offset > buf->bytes || bytes > buf->bytes - offset)
-        return fa__error(buf->ctx, FA_STATUS_BUFFER_TOO_SMALL,
-                         "bytes [%zu, %zu + %zu) are outside the %zu-byte buffer", offset, offset,
-                         bytes, buf->bytes);
-    return FA_STATUS_OK;
-}
-
-fa_status fa_buffer_write(fa_buffer *buf, size_t offset, const void *src, size_t bytes)
-{
-    fa_status st = check_range(buf, offset, src, bytes);
-    if (st != FA_STATUS_OK)
-        return st;
-    if (bytes > 0)
-        st = buf->ctx->ops->buffer_write(buf->ctx, buf->mem, offset, src, bytes);
-    if (st == FA_STATUS_OK)
-        fa__error_clear(buf->ctx);
-    return st;
-}
-
-fa_status fa_buffer_read(const fa_buffer *buf, size_t offset, void *dst, size_t bytes)
-{
-    fa_status st = check_range(buf, offset, dst, bytes);
-    if (st != FA_STATUS_OK)
-        return st;
-    if (bytes > 0)
-        st = buf->ctx->ops->buffer_read(buf->ctx, buf->mem, offset, dst, bytes);
-    if (st == FA_STATUS_OK)
-        fa__error_clear(buf->ctx);
-    return st;
+    if (ctx)
+        ctx->mem_peak = ctx->mem_current;
 }

@@ -1,7 +1,8 @@
 /*
- * plan.c - fa_problem_check, the plan entry points (fa_plan_create, fa_plan_create_backward) and
- * the runs (fa_forward, fa_backward): validation, the planner's call with the backend's rules,
- * the op's launches, buffer checks against the problem's layout, and the dispatch.
+ * plan_create.c - making a plan: the op's validation and the backend's support check, the
+ * problem as the kernels run it (packed where allowed), the planner's tiles and key chunks under
+ * the backend's rules, the op's launches readied by the backend, and one re-plan within a
+ * compiled kernel's work-group limit. fa_plan_destroy too; the queries are in plan_query.c.
  */
 #include "internal.h"
 
@@ -312,79 +313,8 @@ fa_status fa_plan_create_merge(fa_context *ctx, const fa_problem *p, int32_t par
     return plan_entry(ctx, p, FA__OP_MERGE, parts, out);
 }
 
-int32_t fa_plan_kv_splits(const fa_plan *plan)
-{
-    return plan && plan->op == FA__OP_FORWARD ? plan->kv_splits : plan ? 1 : 0;
-}
-
 /* Kernels belong to the context's cache; a plan only points at them. */
 void fa_plan_destroy(fa_plan *plan)
 {
     free(plan);
-}
-
-int32_t fa_plan_block_r(const fa_plan *plan)
-{
-    return plan ? plan->tiles.block_r : 0;
-}
-
-int32_t fa_plan_block_c(const fa_plan *plan)
-{
-    return plan ? plan->tiles.block_c : 0;
-}
-
-int32_t fa_plan_work_group_size(const fa_plan *plan)
-{
-    return plan ? plan->tiles.work_group_size : 0;
-}
-
-uint64_t fa_plan_sram_bytes(const fa_plan *plan)
-{
-    return plan ? plan->tiles.sram_bytes : 0;
-}
-
-uint64_t fa_plan_work_groups(const fa_plan *plan)
-{
-    uint64_t n = 0;
-    for (int i = 0; plan && i < plan->n_launches; i++) {
-        const uint64_t *g = plan->launches[i].grid;
-        n += g[0] * g[1] * g[2];
-    }
-    return n;
-}
-
-int32_t fa_plan_launch_count(const fa_plan *plan)
-{
-    return plan ? plan->n_launches : 0;
-}
-
-fa_status fa_plan_launch(const fa_plan *plan, int32_t index, fa_plan_launch_info *out)
-{
-    if (!plan || !out)
-        return FA_STATUS_NULL_POINTER;
-    if (index < 0 || index >= plan->n_launches)
-        return fa__error(plan->ctx, FA_STATUS_INVALID_ARGUMENT,
-                         "launch %d: the plan has launches 0 .. %d", (int)index,
-                         plan->n_launches - 1);
-    const fa__launch *l = &plan->launches[index];
-    fa_plan_launch_info info = {l->variant.entry, {l->grid[0], l->grid[1], l->grid[2]},
-                                l->onchip_bytes, l->variant.work_group_size,
-                                l->variant.block_r, l->variant.block_c};
-    *out = info;
-    return FA_STATUS_OK;
-}
-
-uint64_t fa_plan_scratch_bytes(const fa_plan *plan)
-{
-    return plan ? plan->scratch_bytes : 0;
-}
-
-const fa_problem *fa_plan_problem(const fa_plan *plan)
-{
-    return plan ? &plan->problem : NULL;
-}
-
-const char *fa_plan_explain(const fa_plan *plan)
-{
-    return plan ? plan->explain : "";
 }

@@ -1,7 +1,8 @@
 /*
- * ops.c - what each operation is made of: its on-chip formula for the planner, its tensors and
- * its launches, built once by fa_plan_create so that running a plan only binds buffers. The
- * forward is the first op; docs/extending.md says how to add the next.
+ * op_launches.c - what each operation is made of: its on-chip formula for the planner, its
+ * tensors and its launches (the forward, split-KV's chunks and merge, the backward's passes, the
+ * public merge), built once by fa_plan_create so that running a plan only binds buffers; and a
+ * run's scratch and per-run params. docs/extending.md says how to add an operation.
  */
 #include "internal.h"
 
