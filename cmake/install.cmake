@@ -24,7 +24,7 @@ install(EXPORT flashattnTargets NAMESPACE flashattn:: DESTINATION ${FLASHATTN_CM
 # The static library's private dependencies become the consumer's link dependencies.
 set(FLASHATTN_STATIC_DEPS "")
 if(FLASHATTN_WITH_OPENCL)
-  string(APPEND FLASHATTN_STATIC_DEPS "find_dependency(OpenCL)\n")
+  string(APPEND FLASHATTN_STATIC_DEPS "find_dependency(Threads)\n")
 endif()
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/flashattnConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/flashattnConfig.cmake INSTALL_DESTINATION ${FLASHATTN_CMAKE_DIR})
@@ -40,15 +40,9 @@ set(FLASHATTN_PC_PRIVATE_LIBS "-lm")
 if(CMAKE_DL_LIBS)
   string(APPEND FLASHATTN_PC_PRIVATE_LIBS " -l${CMAKE_DL_LIBS}")
 endif()
-if(FLASHATTN_WITH_OPENCL)
-  # The loader's folder too where the linker would not search it (an unpacked prefix, as
-  # tools/gpu_bundle.sh makes on a machine without one).
-  get_filename_component(FLASHATTN_PC_OPENCL_DIR "${OpenCL_LIBRARY}" DIRECTORY)
-  if(FLASHATTN_PC_OPENCL_DIR AND NOT FLASHATTN_PC_OPENCL_DIR IN_LIST
-     CMAKE_C_IMPLICIT_LINK_DIRECTORIES)
-    string(APPEND FLASHATTN_PC_PRIVATE_LIBS " -L${FLASHATTN_PC_OPENCL_DIR}")
-  endif()
-  string(APPEND FLASHATTN_PC_PRIVATE_LIBS " -lOpenCL")
+# No -lOpenCL: the OpenCL ICD loader is loaded with dlopen at run time.
+if(FLASHATTN_WITH_OPENCL AND CMAKE_THREAD_LIBS_INIT)
+  string(APPEND FLASHATTN_PC_PRIVATE_LIBS " ${CMAKE_THREAD_LIBS_INIT}")
 endif()
 # The prefix is found relative to the .pc file, so `cmake --install --prefix` anywhere works.
 file(RELATIVE_PATH FLASHATTN_PC_TO_PREFIX /p/${CMAKE_INSTALL_LIBDIR}/pkgconfig /p)

@@ -2,14 +2,16 @@
 #
 # flashattn_opencl_configure(target) adds backends/opencl/*.c and generated C files holding
 # kernels_cl/*.cl and src/kernel_params.h as byte arrays (flashattn_embed_text from
-# cmake/embed_text.cmake, run at build time, so editing a kernel rebuilds the library). The
-# caller links OpenCL::OpenCL.
+# cmake/embed_text.cmake, run at build time, so editing a kernel rebuilds the library).
+# Only OpenCL's headers are used: the ICD loader is loaded with dlopen at run time
+# (backends/opencl/cl_loader.c), so the library links no OpenCL and runs without one.
 
 set(FLASHATTN_OPENCL_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/../backends/opencl/opencl.c
   ${CMAKE_CURRENT_LIST_DIR}/../backends/opencl/cl_device.c
   ${CMAKE_CURRENT_LIST_DIR}/../backends/opencl/cl_program.c
   ${CMAKE_CURRENT_LIST_DIR}/../backends/opencl/cl_interop.c
+  ${CMAKE_CURRENT_LIST_DIR}/../backends/opencl/cl_loader.c
   ${CMAKE_CURRENT_LIST_DIR}/../backends/opencl/cl_profiles.c)
 
 include(${CMAKE_CURRENT_LIST_DIR}/embed_text.cmake)
@@ -27,6 +29,7 @@ function(flashattn_opencl_configure target)
   target_sources(${target} PRIVATE ${FLASHATTN_OPENCL_SOURCES} ${kernels_c} ${params_c})
   target_include_directories(${target} PRIVATE
     ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/backends/opencl)
-  target_link_libraries(${target} PRIVATE OpenCL::OpenCL)
+  # SYSTEM: the headers are not held to the project's warnings (as an imported target's).
+  target_include_directories(${target} SYSTEM PRIVATE ${OpenCL_INCLUDE_DIRS})
   target_compile_definitions(${target} PRIVATE CL_TARGET_OPENCL_VERSION=120)
 endfunction()

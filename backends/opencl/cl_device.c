@@ -151,7 +151,7 @@ static void pocl_cache_hint(char *why, size_t why_size)
 /* All platform ids, malloc'ed; BACKEND_UNAVAILABLE when there are none. */
 static fa_status list_platforms(cl_platform_id **out, cl_uint *n, char *why, size_t why_size)
 {
-    cl_int err = clGetPlatformIDs(0, NULL, n);
+    cl_int err = fa__cl.GetPlatformIDs(0, NULL, n);
     if (err != CL_SUCCESS || *n == 0) {
         fa__format(why, why_size,
                    "no OpenCL platform found (clGetPlatformIDs returned %s, %d): no OpenCL "
@@ -165,7 +165,7 @@ static fa_status list_platforms(cl_platform_id **out, cl_uint *n, char *why, siz
         fa__format(why, why_size, "cannot allocate the OpenCL platform list");
         return FA_STATUS_OUT_OF_MEMORY;
     }
-    err = clGetPlatformIDs(*n, *out, NULL);
+    err = fa__cl.GetPlatformIDs(*n, *out, NULL);
     if (err != CL_SUCCESS) {
         free(*out);
         fa__format(why, why_size, "no OpenCL platform found (clGetPlatformIDs returned %s, %d)",
@@ -181,7 +181,7 @@ static cl_device_id *platform_devices(cl_platform_id platform, cl_uint *n, cl_in
 {
     *n = 0;
     cl_uint count = 0;
-    *err = clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 0, NULL, &count);
+    *err = fa__cl.GetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 0, NULL, &count);
     if (*err != CL_SUCCESS || !count)
         return NULL; /* a platform with no device is not an error while another has one */
     cl_device_id *ids = malloc(count * sizeof *ids);
@@ -189,7 +189,7 @@ static cl_device_id *platform_devices(cl_platform_id platform, cl_uint *n, cl_in
         *err = CL_OUT_OF_HOST_MEMORY;
         return NULL;
     }
-    *err = clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, count, ids, NULL);
+    *err = fa__cl.GetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, count, ids, NULL);
     if (*err != CL_SUCCESS) {
         free(ids);
         return NULL;
@@ -208,7 +208,7 @@ static void explain_no_device(const cl_platform_id *platforms, const cl_int *err
     bool pocl = false;
     for (cl_uint i = 0; i < np; i++) {
         char name[128] = "";
-        if (clGetPlatformInfo(platforms[i], CL_PLATFORM_NAME, sizeof name, name, NULL) !=
+        if (fa__cl.GetPlatformInfo(platforms[i], CL_PLATFORM_NAME, sizeof name, name, NULL) !=
             CL_SUCCESS)
             fa__format(name, sizeof name, "%s", "(no name)");
         name[sizeof name - 1] = '\0';
@@ -243,9 +243,14 @@ fa_status fa__cl_find_device(int index, cl_device_id *out, int *count, char *why
         fa__format(why, why_size, "no OpenCL device %d: device indices start at 0", index);
         return FA_STATUS_DEVICE_NOT_FOUND;
     }
+    if (count)
+        *count = 0;
+    fa_status st = fa__cl_load(why, why_size);
+    if (st != FA_STATUS_OK)
+        return st;
     cl_platform_id *platforms = NULL;
     cl_uint np = 0;
-    fa_status st = list_platforms(&platforms, &np, why, why_size);
+    st = list_platforms(&platforms, &np, why, why_size);
     if (st != FA_STATUS_OK)
         return st;
     cl_int *errs = calloc(np, sizeof *errs);
@@ -291,7 +296,7 @@ int fa__cl_device_index(cl_device_id device)
 static char *device_string(cl_device_id device, cl_device_info what, cl_int *err)
 {
     size_t n = 0;
-    *err = clGetDeviceInfo(device, what, 0, NULL, &n);
+    *err = fa__cl.GetDeviceInfo(device, what, 0, NULL, &n);
     if (*err != CL_SUCCESS)
         return NULL;
     char *s = malloc(n + 1);
@@ -299,7 +304,7 @@ static char *device_string(cl_device_id device, cl_device_info what, cl_int *err
         *err = CL_OUT_OF_HOST_MEMORY;
         return NULL;
     }
-    *err = clGetDeviceInfo(device, what, n, s, NULL);
+    *err = fa__cl.GetDeviceInfo(device, what, n, s, NULL);
     if (*err != CL_SUCCESS) {
         free(s);
         return NULL;
@@ -334,7 +339,7 @@ static cl_int run_queries(cl_device_id device, const device_query *q, size_t n,
                           const char **failed)
 {
     for (size_t i = 0; i < n; i++) {
-        cl_int err = clGetDeviceInfo(device, q[i].what, q[i].size, q[i].dst, NULL);
+        cl_int err = fa__cl.GetDeviceInfo(device, q[i].what, q[i].size, q[i].dst, NULL);
         if (err != CL_SUCCESS) {
             *failed = q[i].name;
             return err;
@@ -395,7 +400,7 @@ static uint32_t lockstep_width(cl_device_id device, const char *extensions)
         what = FA_CL_DEVICE_WARP_SIZE_NV;
     else if (has_extension(extensions, "cl_amd_device_attribute_query"))
         what = FA_CL_DEVICE_WAVEFRONT_WIDTH_AMD;
-    if (what && clGetDeviceInfo(device, what, sizeof width, &width, NULL) != CL_SUCCESS)
+    if (what && fa__cl.GetDeviceInfo(device, what, sizeof width, &width, NULL) != CL_SUCCESS)
         width = 0;
     return width;
 }
@@ -409,7 +414,8 @@ static uint32_t lockstep_width(cl_device_id device, const char *extensions)
 static fa_status device_usable(cl_device_id device, char *why, size_t why_size)
 {
     cl_bool available = CL_FALSE;
-    cl_int err = clGetDeviceInfo(device, CL_DEVICE_AVAILABLE, sizeof available, &available, NULL);
+    cl_int err =
+        fa__cl.GetDeviceInfo(device, CL_DEVICE_AVAILABLE, sizeof available, &available, NULL);
     if (err != CL_SUCCESS) {
         fa__format(why, why_size, "OpenCL: clGetDeviceInfo(CL_DEVICE_AVAILABLE) failed (%s, %d)",
                    fa__cl_error_name(err), (int)err);

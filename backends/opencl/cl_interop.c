@@ -20,11 +20,11 @@ static fa_status check_queue(cl_context context, cl_device_id device, cl_command
     cl_context qctx = NULL;
     cl_device_id qdev = NULL;
     cl_command_queue_properties props = 0;
-    cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof qctx, &qctx, NULL);
+    cl_int err = fa__cl.GetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof qctx, &qctx, NULL);
     if (err == CL_SUCCESS)
-        err = clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof qdev, &qdev, NULL);
+        err = fa__cl.GetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof qdev, &qdev, NULL);
     if (err == CL_SUCCESS)
-        err = clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL);
+        err = fa__cl.GetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL);
     if (err != CL_SUCCESS) {
         fa__format(why, why_size, "the queue is not a valid cl_command_queue "
                    "(clGetCommandQueueInfo returned %s, %d)", fa__cl_error_name(err), (int)err);
@@ -51,14 +51,14 @@ static fa_status adopt_state(cl_context context, cl_device_id device, cl_command
         fa__format(why, why_size, "cannot allocate the OpenCL state");
         return FA_STATUS_OUT_OF_MEMORY;
     }
-    cl_int err = clRetainContext(context);
+    cl_int err = fa__cl.RetainContext(context);
     if (err == CL_SUCCESS) {
         s->context = context;
-        err = clRetainCommandQueue(queue);
+        err = fa__cl.RetainCommandQueue(queue);
     }
     if (err == CL_SUCCESS) {
         s->queue = queue;
-        err = clRetainDevice(device);
+        err = fa__cl.RetainDevice(device);
     }
     if (err == CL_SUCCESS)
         s->device = device;
@@ -90,7 +90,10 @@ fa_status fa_context_create_opencl(fa_context **out, cl_context context, cl_devi
                    !context ? "cl_context" : !device ? "cl_device_id" : "cl_command_queue");
         return FA_STATUS_NULL_POINTER;
     }
-    fa_status st = check_queue(context, device, queue, why, why_size);
+    /* The caller links OpenCL itself: the table takes those entry points (cl_loader.c). */
+    fa_status st = fa__cl_load(why, why_size);
+    if (st == FA_STATUS_OK)
+        st = check_queue(context, device, queue, why, why_size);
     fa_device_props props;
     int index = -1;
     fa__cl_lock();
@@ -113,20 +116,20 @@ static fa_status wrap_mem(fa_context *ctx, cl_mem mem, size_t offset, size_t byt
 {
     cl_int err = CL_SUCCESS;
     if (offset == 0) {
-        err = clRetainMemObject(mem);
+        err = fa__cl.RetainMemObject(mem);
         *out = mem;
         return err == CL_SUCCESS ? FA_STATUS_OK : fa__cl_fail(ctx, err, "clRetainMemObject");
     }
     cl_mem parent = NULL;
     size_t base = 0;
-    err = clGetMemObjectInfo(mem, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL);
+    err = fa__cl.GetMemObjectInfo(mem, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL);
     if (err == CL_SUCCESS && parent)
-        err = clGetMemObjectInfo(mem, CL_MEM_OFFSET, sizeof base, &base, NULL);
+        err = fa__cl.GetMemObjectInfo(mem, CL_MEM_OFFSET, sizeof base, &base, NULL);
     if (err != CL_SUCCESS)
         return fa__cl_fail(ctx, err, "clGetMemObjectInfo");
     cl_buffer_region region = {base + offset, bytes};
-    *out = clCreateSubBuffer(parent ? parent : mem, 0, CL_BUFFER_CREATE_TYPE_REGION, &region,
-                             &err);
+    *out = fa__cl.CreateSubBuffer(parent ? parent : mem, 0, CL_BUFFER_CREATE_TYPE_REGION, &region,
+                                  &err);
     return err == CL_SUCCESS ? FA_STATUS_OK : fa__cl_fail(ctx, err, "clCreateSubBuffer");
 }
 
@@ -139,11 +142,11 @@ static fa_status check_mem(fa_context *ctx, cl_mem mem, size_t offset, size_t by
     cl_context mctx = NULL;
     cl_mem_object_type type = 0;
     size_t size = 0;
-    cl_int err = clGetMemObjectInfo(mem, CL_MEM_CONTEXT, sizeof mctx, &mctx, NULL);
+    cl_int err = fa__cl.GetMemObjectInfo(mem, CL_MEM_CONTEXT, sizeof mctx, &mctx, NULL);
     if (err == CL_SUCCESS)
-        err = clGetMemObjectInfo(mem, CL_MEM_TYPE, sizeof type, &type, NULL);
+        err = fa__cl.GetMemObjectInfo(mem, CL_MEM_TYPE, sizeof type, &type, NULL);
     if (err == CL_SUCCESS)
-        err = clGetMemObjectInfo(mem, CL_MEM_SIZE, sizeof size, &size, NULL);
+        err = fa__cl.GetMemObjectInfo(mem, CL_MEM_SIZE, sizeof size, &size, NULL);
     if (err != CL_SUCCESS || type != CL_MEM_OBJECT_BUFFER)
         return fa__error(ctx, FA_STATUS_INVALID_ARGUMENT,
                          "mem is not a valid OpenCL buffer (clGetMemObjectInfo returned %s, %d)",
@@ -179,7 +182,7 @@ fa_status fa_buffer_wrap_opencl(fa_context *ctx, cl_mem mem, size_t offset_bytes
     if (st == FA_STATUS_OK) {
         st = fa__buffer_adopt(ctx, wrapped, bytes, true, out);
         if (st != FA_STATUS_OK)
-            clReleaseMemObject(wrapped);
+            fa__cl.ReleaseMemObject(wrapped);
     }
     return st;
 }

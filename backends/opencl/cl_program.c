@@ -59,10 +59,10 @@ static fa_status build_failure(fa_context *ctx, fa__cl_state *s, cl_program prog
 {
     size_t n = 0;
     char *log = NULL;
-    if (clGetProgramBuildInfo(program, s->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &n) ==
+    if (fa__cl.GetProgramBuildInfo(program, s->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &n) ==
             CL_SUCCESS &&
         (log = malloc(n + 1)) != NULL) {
-        if (clGetProgramBuildInfo(program, s->device, CL_PROGRAM_BUILD_LOG, n, log, NULL) !=
+        if (fa__cl.GetProgramBuildInfo(program, s->device, CL_PROGRAM_BUILD_LOG, n, log, NULL) !=
             CL_SUCCESS)
             n = 0;
         log[n] = '\0';
@@ -93,7 +93,7 @@ static fa_status get_kernel(fa_context *ctx, fa__cl_state *s, const char *entry,
                             fa__cl_program *e)
 {
     cl_int err = CL_SUCCESS;
-    e->kernel = clCreateKernel(e->program, entry, &err);
+    e->kernel = fa__cl.CreateKernel(e->program, entry, &err);
     const fa__kernel_text *k = program_of(entry);
     const char *file = k->files[k->n_files - 1]; /* the file that defines the entry point */
     if (err == CL_INVALID_KERNEL_NAME) /* a source without the kernel builds, and is still wrong */
@@ -107,11 +107,11 @@ static fa_status get_kernel(fa_context *ctx, fa__cl_state *s, const char *entry,
         fa__format(call, sizeof call, "clCreateKernel(%s)", entry);
         return fa__cl_fail(ctx, err, call);
     }
-    err = clGetKernelWorkGroupInfo(e->kernel, s->device, CL_KERNEL_WORK_GROUP_SIZE,
-                                   sizeof e->kernel_wg, &e->kernel_wg, NULL);
+    err = fa__cl.GetKernelWorkGroupInfo(e->kernel, s->device, CL_KERNEL_WORK_GROUP_SIZE,
+                                        sizeof e->kernel_wg, &e->kernel_wg, NULL);
     if (err == CL_SUCCESS)
-        err = clGetKernelWorkGroupInfo(e->kernel, s->device, CL_KERNEL_LOCAL_MEM_SIZE,
-                                       sizeof e->kernel_local, &e->kernel_local, NULL);
+        err = fa__cl.GetKernelWorkGroupInfo(e->kernel, s->device, CL_KERNEL_LOCAL_MEM_SIZE,
+                                            sizeof e->kernel_local, &e->kernel_local, NULL);
     if (err != CL_SUCCESS)
         return fa__cl_fail(ctx, err, "clGetKernelWorkGroupInfo");
     return FA_STATUS_OK;
@@ -133,7 +133,7 @@ static fa_status build(fa_context *ctx, void *backend, const char *entry, const 
     const fa__cl_program *built = fa__kernel_cache_sibling(&s->programs, entry, options,
                                                            same_program);
     if (built) {
-        cl_int err = clRetainProgram(built->program);
+        cl_int err = fa__cl.RetainProgram(built->program);
         if (err != CL_SUCCESS)
             return fa__cl_fail(ctx, err, "clRetainProgram");
         e->program = built->program;
@@ -146,11 +146,11 @@ static fa_status build(fa_context *ctx, void *backend, const char *entry, const 
         return fa__error(ctx, st, "%s", why);
     cl_int err = CL_SUCCESS;
     const char *text = src;
-    e->program = clCreateProgramWithSource(s->context, 1, &text, NULL, &err);
+    e->program = fa__cl.CreateProgramWithSource(s->context, 1, &text, NULL, &err);
     free(src);
     if (err != CL_SUCCESS)
         return fa__cl_fail(ctx, err, "clCreateProgramWithSource");
-    err = clBuildProgram(e->program, 1, &s->device, options, NULL, NULL);
+    err = fa__cl.BuildProgram(e->program, 1, &s->device, options, NULL, NULL);
     if (err != CL_SUCCESS)
         return is_build_error(err) ? build_failure(ctx, s, e->program, err, options)
                                    : fa__cl_fail(ctx, err, "clBuildProgram");
@@ -163,9 +163,9 @@ static void release(void *backend, void *object)
     fa__cl_program *e = object;
     (void)backend;
     if (e->kernel)
-        clReleaseKernel(e->kernel);
+        fa__cl.ReleaseKernel(e->kernel);
     if (e->program)
-        clReleaseProgram(e->program);
+        fa__cl.ReleaseProgram(e->program);
 }
 
 static const fa__kernel_builder programs = {"program", sizeof(fa__cl_program), build, release};

@@ -1,8 +1,9 @@
 /*
  * opencl.c - the OpenCL backend's ops table: devices, contexts (a cl_context and an in-order
  * queue), buffers (cl_mem), the kernel's plan rules, per-plan program lookup and the launch.
- * OpenCL 1.2 through the ICD loader; every call's result is checked and reported through the
- * context's error, never printed.
+ * OpenCL 1.2 through the ICD loader, loaded at run time (cl_loader.c: every call goes through
+ * the fa__cl table); every call's result is checked and reported through the context's error,
+ * never printed.
  */
 #include "opencl_internal.h"
 
@@ -204,11 +205,11 @@ static void cl_context_close(void *state)
     fa__cl_programs_release(s);
     fa__cl_lock();
     if (s->queue)
-        clReleaseCommandQueue(s->queue);
+        fa__cl.ReleaseCommandQueue(s->queue);
     if (s->context)
-        clReleaseContext(s->context);
+        fa__cl.ReleaseContext(s->context);
     if (s->device)
-        clReleaseDevice(s->device); /* balances the retain; a no-op for root devices */
+        fa__cl.ReleaseDevice(s->device); /* balances the retain; a no-op for root devices */
     fa__cl_unlock();
     free(s);
 }
@@ -222,14 +223,14 @@ static fa_status open_locked(fa_context *ctx, fa__cl_state *s, int device)
         s->device = NULL;
         return fa__error(ctx, st, "%s", why);
     }
-    cl_int err = clRetainDevice(s->device);
+    cl_int err = fa__cl.RetainDevice(s->device);
     if (err != CL_SUCCESS) {
         s->device = NULL;
         return fa__cl_fail(ctx, err, "clRetainDevice");
     }
-    s->context = clCreateContext(NULL, 1, &s->device, NULL, NULL, &err);
+    s->context = fa__cl.CreateContext(NULL, 1, &s->device, NULL, NULL, &err);
     if (err == CL_SUCCESS)
-        s->queue = clCreateCommandQueue(s->context, s->device, 0, &err);
+        s->queue = fa__cl.CreateCommandQueue(s->context, s->device, 0, &err);
     if (err != CL_SUCCESS)
         return fa__cl_fail(ctx, err, s->context ? "clCreateCommandQueue" : "clCreateContext");
     return fa__cl_state_limits(ctx, s);
@@ -265,9 +266,9 @@ static fa_status touch(fa_context *ctx, fa__cl_state *s, cl_mem m, size_t bytes)
     size_t pattern = 128;
     while (bytes % pattern != 0)
         pattern /= 2;
-    cl_int err = clEnqueueFillBuffer(s->queue, m, zeros, pattern, 0, bytes, 0, NULL, NULL);
+    cl_int err = fa__cl.EnqueueFillBuffer(s->queue, m, zeros, pattern, 0, bytes, 0, NULL, NULL);
     if (err == CL_SUCCESS)
-        err = clFinish(s->queue);
+        err = fa__cl.Finish(s->queue);
     if (err == CL_SUCCESS)
         return FA_STATUS_OK;
     bool memory = err == CL_OUT_OF_RESOURCES || fa__cl_status(err) == FA_STATUS_OUT_OF_MEMORY;
@@ -288,12 +289,13 @@ static fa_status cl_buffer_alloc(fa_context *ctx, size_t bytes, void **mem)
                          "(CL_DEVICE_MAX_MEM_ALLOC_SIZE = %llu)",
                          bytes, (unsigned long long)s->max_alloc);
     cl_int err = CL_SUCCESS;
-    cl_mem m = clCreateBuffer(s->context, CL_MEM_READ_WRITE | s->alloc_flags, bytes, NULL, &err);
+    cl_mem m =
+        fa__cl.CreateBuffer(s->context, CL_MEM_READ_WRITE | s->alloc_flags, bytes, NULL, &err);
     if (err != CL_SUCCESS)
         return fa__cl_fail(ctx, err, "clCreateBuffer");
     fa_status st = s->alloc_flags & CL_MEM_ALLOC_HOST_PTR ? FA_STATUS_OK : touch(ctx, s, m, bytes);
     if (st != FA_STATUS_OK) {
-        clReleaseMemObject(m);
+        fa__cl.ReleaseMemObject(m);
         return st;
     }
     *mem = m;
@@ -305,7 +307,7 @@ static void cl_buffer_free(fa_context *ctx, void *mem)
 {
     (void)ctx;
     if (mem)
-        clReleaseMemObject((cl_mem)mem);
+        fa__cl.ReleaseMemObject((cl_mem)mem);
 }
 
 static fa_status cl_buffer_write(fa_context *ctx, void *mem, size_t offset, const void *src,
@@ -314,8 +316,8 @@ static fa_status cl_buffer_write(fa_context *ctx, void *mem, size_t offset, cons
     fa__cl_state *s = ctx->state;
     if (!s)
         return fa__cl_no_device(ctx);
-    cl_int err = clEnqueueWriteBuffer(s->queue, (cl_mem)mem, CL_TRUE, offset, bytes, src, 0,
-                                      NULL, NULL);
+    cl_int err = fa__cl.EnqueueWriteBuffer(s->queue, (cl_mem)mem, CL_TRUE, offset, bytes, src, 0,
+                                           NULL, NULL);
     return err == CL_SUCCESS ? FA_STATUS_OK : fa__cl_fail(ctx, err, "clEnqueueWriteBuffer");
 }
 
@@ -325,8 +327,8 @@ static fa_status cl_buffer_read(fa_context *ctx, void *mem, size_t offset, void 
     fa__cl_state *s = ctx->state;
     if (!s)
         return fa__cl_no_device(ctx);
-    cl_int err = clEnqueueReadBuffer(s->queue, (cl_mem)mem, CL_TRUE, offset, bytes, dst, 0,
-                                     NULL, NULL);
+    cl_int err = fa__cl.EnqueueReadBuffer(s->queue, (cl_mem)mem, CL_TRUE, offset, bytes, dst, 0,
+                                          NULL, NULL);
     return err == CL_SUCCESS ? FA_STATUS_OK : fa__cl_fail(ctx, err, "clEnqueueReadBuffer");
 }
 
@@ -434,9 +436,9 @@ static fa_status cl_launch(fa_context *ctx, const fa_plan *plan, const fa__launc
     cl_int err = CL_SUCCESS;
     cl_uint n = (cl_uint)launch->n_args;
     for (cl_uint i = 0; i < n && err == CL_SUCCESS; i++)
-        err = clSetKernelArg(e->kernel, i, sizeof(cl_mem), &mem[launch->args[i]]);
+        err = fa__cl.SetKernelArg(e->kernel, i, sizeof(cl_mem), &mem[launch->args[i]]);
     if (err == CL_SUCCESS)
-        err = clSetKernelArg(e->kernel, n, sizeof *kp, kp);
+        err = fa__cl.SetKernelArg(e->kernel, n, sizeof *kp, kp);
     if (err != CL_SUCCESS)
         return fa__cl_fail(ctx, err, "clSetKernelArg");
     /* The plan's grid in work-groups; OpenCL counts work-items. */
@@ -444,14 +446,14 @@ static fa_status cl_launch(fa_context *ctx, const fa_plan *plan, const fa__launc
     size_t global[3] = {(size_t)launch->grid[0] * wg, (size_t)launch->grid[1],
                         (size_t)launch->grid[2]};
     size_t local[3] = {wg, 1, 1};
-    err = clEnqueueNDRangeKernel(s->queue, e->kernel, 3, NULL, global, local, 0, NULL, NULL);
+    err = fa__cl.EnqueueNDRangeKernel(s->queue, e->kernel, 3, NULL, global, local, 0, NULL, NULL);
     if (err != CL_SUCCESS) {
         char call[96];
         fa__format(call, sizeof call, "clEnqueueNDRangeKernel(%s)", launch->variant.entry);
         return fa__cl_fail(ctx, err, call);
     }
     /* Runs are synchronous: errors of the run are reported here, and timings are real. */
-    err = clFinish(s->queue);
+    err = fa__cl.Finish(s->queue);
     return err == CL_SUCCESS ? FA_STATUS_OK : fa__cl_fail(ctx, err, "clFinish");
 }
 

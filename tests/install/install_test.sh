@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # install_test.sh - installs the build tree into a temporary prefix and builds a consumer
 # project against it twice: with find_package(flashattn) (shared and static targets) and with
-# pkg-config (shared, and static with --static). Every program must run and pass.
+# pkg-config (shared, and static with --static). Every program must run and pass, and neither
+# the installed library nor `pkg-config --static` may name OpenCL (it is loaded at run time).
 #
 #   install_test.sh BUILD_DIR SOURCE_DIR C_COMPILER
 set -eu
@@ -29,6 +30,13 @@ echo "-- pkg-config flashattn"
 libdir=$(find "$prefix" -name flashattn.pc -printf '%h\n' | head -n 1)
 [ -n "$libdir" ] || { echo "FAIL: flashattn.pc is not installed"; exit 1; }
 export PKG_CONFIG_PATH=$libdir
+# The OpenCL ICD loader is loaded at run time: neither the flags nor the library name it.
+if pkg-config --static --libs flashattn | grep -qi opencl ||
+    readelf -d "$(pkg-config --variable=libdir flashattn)/libflashattn.so" | grep NEEDED |
+    grep -qi libOpenCL; then
+    echo "FAIL: the installed library links OpenCL ($(pkg-config --static --libs flashattn))"
+    exit 1
+fi
 # shellcheck disable=SC2046 # pkg-config's output is a list of flags
 "$cc" -std=c11 -o "$tmp/pc_shared" "$src/tests/install/consumer/consumer.c" \
     $(pkg-config --cflags --libs flashattn) -lm -Wl,-rpath,"$(pkg-config --variable=libdir flashattn)"
