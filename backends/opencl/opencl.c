@@ -332,6 +332,36 @@ static fa_status cl_buffer_read(fa_context *ctx, void *mem, size_t offset, void 
     return err == CL_SUCCESS ? FA_STATUS_OK : fa__cl_fail(ctx, err, "clEnqueueReadBuffer");
 }
 
+/*
+ * Where a cl_mem's bytes live, for the runs' overlap check: a sub-buffer (what
+ * fa_buffer_wrap_opencl makes at an offset) is its parent's bytes from its origin; a buffer over
+ * the caller's host memory (CL_MEM_USE_HOST_PTR, its sub-buffers too) is that host memory. A
+ * query that fails leaves the buffer its own space: never an overlap reported that is not one.
+ */
+static void cl_buffer_place(fa_context *ctx, void *mem, const void **space, uint64_t *addr)
+{
+    (void)ctx;
+    cl_mem m = mem, parent = NULL;
+    size_t origin = 0;
+    cl_mem_flags flags = 0;
+    void *host = NULL;
+    cl_int err = fa__cl.GetMemObjectInfo(m, CL_MEM_FLAGS, sizeof flags, &flags, NULL);
+    if (err == CL_SUCCESS && (flags & CL_MEM_USE_HOST_PTR) &&
+        fa__cl.GetMemObjectInfo(m, CL_MEM_HOST_PTR, sizeof host, &host, NULL) == CL_SUCCESS &&
+        host) {
+        *space = NULL;
+        *addr = (uint64_t)(uintptr_t)host;
+        return;
+    }
+    err = fa__cl.GetMemObjectInfo(m, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL);
+    if (err == CL_SUCCESS && parent)
+        err = fa__cl.GetMemObjectInfo(m, CL_MEM_OFFSET, sizeof origin, &origin, NULL);
+    if (err == CL_SUCCESS && parent) {
+        *space = parent;
+        *addr = origin;
+    }
+}
+
 /* ---- plans and the launch ----------------------------------------------------------------- */
 
 static fa_status cl_problem_check(fa_context *ctx, const fa_problem *p)
@@ -478,4 +508,5 @@ const fa__backend_ops fa__opencl_ops = {
     .launch_prepare = cl_launch_prepare,
     .launch = cl_launch,
     .arch_props = fa__cl_profile_props,
+    .buffer_region = cl_buffer_place,
 };
