@@ -157,7 +157,7 @@ int32_t fa__plan_kv_splits(const fa_device_props *dev, const fa__plan_rules *rul
 uint64_t fa__tile_bytes(const fa__onchip_formula *f, int64_t block_r, int64_t block_c,
                         int64_t head_dim, size_t elem);
 
-/* ---- launches (src/op_launches.c) -------------------------------------------------------- */
+/* ---- kernels and launches (src/op_launches.c) -------------------------------------------------------- */
 
 /*
  * How a launch's kernel is specialised. fa__variant_defines spells it as compiler definitions,
@@ -165,8 +165,24 @@ uint64_t fa__tile_bytes(const fa__onchip_formula *f, int64_t block_r, int64_t bl
  * caches. Shape fields are copied from the launch's params, so the kernel's constants and its
  * params cannot disagree.
  */
+/* The kernels, by identity: each backend maps one to its program and function; the name is
+ * the kernel function's in every kernel language (fa__kernel_entry). */
+typedef enum fa__kernel {
+    FA__KERNEL_FWD = 0,     /* flash_fwd: the forward, or a split forward's chunks */
+    FA__KERNEL_MERGE,       /* flash_merge: partial results by LSE */
+    FA__KERNEL_BWD_PRE,     /* flash_bwd_pre: D = rowsum(dO * O) */
+    FA__KERNEL_BWD_DKDV,    /* flash_bwd_dkdv: the dK/dV pass */
+    FA__KERNEL_BWD_DQ,      /* flash_bwd_dq: the dQ pass */
+    FA__KERNEL_BWD_DSINKS,  /* flash_bwd_dsinks: the sinks' gradient */
+    FA__KERNEL_BWD_GOLDEN,  /* flash_bwd: the cpu golden's whole backward */
+    FA__KERNEL_COUNT
+} fa__kernel;
+
+/* The kernel function's name: "flash_fwd", ... */
+const char *fa__kernel_entry(fa__kernel kernel);
+
 typedef struct fa__kernel_variant {
-    const char *entry;       /* the kernel function: "flash_fwd" */
+    fa__kernel kernel;       /* which kernel (its function: fa__kernel_entry) */
     int32_t head_dim;        /* HEAD_DIM */
     int32_t block_r;         /* BLOCK_R: Br */
     int32_t block_c;         /* BLOCK_C: Bc */

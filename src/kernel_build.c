@@ -76,7 +76,7 @@ fa_status fa__kernel_source(const fa__kernel_text *k, int n_files, char **out, c
 
 /* ---- the cache ----------------------------------------------------------------------------- */
 
-static void entry_free(fa__kernel_entry *e, const fa__kernel_builder *builder, void *backend)
+static void entry_free(fa__kernel_cached *e, const fa__kernel_builder *builder, void *backend)
 {
     if (e->object) {
         builder->release(backend, e->object);
@@ -85,15 +85,16 @@ static void entry_free(fa__kernel_entry *e, const fa__kernel_builder *builder, v
     free(e);
 }
 
-/* An entry keyed "<entry point> <options>" with a zeroed object; NULL when out of memory. */
-static fa__kernel_entry *entry_new(const char *entry, const char *options, size_t object_size)
+/* An entry for (kernel, options) with a zeroed object; NULL when out of memory. */
+static fa__kernel_cached *entry_new(fa__kernel kernel, const char *options, size_t object_size)
 {
-    size_t n = strlen(entry) + 1 + strlen(options) + 1;
-    fa__kernel_entry *e = malloc(sizeof *e + n);
+    size_t n = strlen(options) + 1;
+    fa__kernel_cached *e = malloc(sizeof *e + n);
     if (!e)
         return NULL;
     e->next = NULL;
-    snprintf(e->key, n, "%s %s", entry, options);
+    e->kernel = kernel;
+    memcpy(e->options, options, n);
     e->object = calloc(1, object_size);
     if (!e->object) {
         free(e);
@@ -104,21 +105,19 @@ static fa__kernel_entry *entry_new(const char *entry, const char *options, size_
 
 fa_status fa__kernel_cache_get(fa_context *ctx, fa__kernel_cache *cache,
                                const fa__kernel_builder *builder, void *backend,
-                               const char *entry, const char *options, void **out)
+                               fa__kernel kernel, const char *options, void **out)
 {
-    size_t n = strlen(entry);
-    for (fa__kernel_entry *e = cache->head; e; e = e->next) {
-        if (strncmp(e->key, entry, n) == 0 && e->key[n] == ' ' &&
-            strcmp(e->key + n + 1, options) == 0) {
+    for (fa__kernel_cached *e = cache->head; e; e = e->next) {
+        if (e->kernel == kernel && strcmp(e->options, options) == 0) {
             *out = e->object;
             return FA_STATUS_OK;
         }
     }
-    fa__kernel_entry *e = entry_new(entry, options, builder->object_size);
+    fa__kernel_cached *e = entry_new(kernel, options, builder->object_size);
     if (!e)
         return fa__error(ctx, FA_STATUS_OUT_OF_MEMORY, "cannot allocate a %s cache entry",
                          builder->noun);
-    fa_status st = builder->build(ctx, backend, entry, options, e->object);
+    fa_status st = builder->build(ctx, backend, kernel, options, e->object);
     if (st != FA_STATUS_OK) {
         entry_free(e, builder, backend);
         return st;
@@ -129,19 +128,11 @@ fa_status fa__kernel_cache_get(fa_context *ctx, fa__kernel_cache *cache,
     return FA_STATUS_OK;
 }
 
-void *fa__kernel_cache_sibling(const fa__kernel_cache *cache, const char *entry,
-                               const char *options,
-                               bool (*same_source)(const char *a, const char *b))
+void *fa__kernel_cache_sibling(const fa__kernel_cache *cache, fa__kernel kernel,
+                               const char *options, bool (*same_source)(fa__kernel a, fa__kernel b))
 {
-    for (const fa__kernel_entry *e = cache->head; e; e = e->next) {
-        const char *space = strchr(e->key, ' ');
-        char name[64];
-        size_t n = (size_t)(space - e->key);
-        if (n >= sizeof name || strcmp(space + 1, options) != 0)
-            continue;
-        memcpy(name, e->key, n);
-        name[n] = '\0';
-        if (same_source(name, entry))
+    for (const fa__kernel_cached *e = cache->head; e; e = e->next) {
+        if (strcmp(e->options, options) == 0 && same_source(e->kernel, kernel))
             return e->object;
     }
     return NULL;
@@ -151,7 +142,7 @@ void fa__kernel_cache_clear(fa__kernel_cache *cache, const fa__kernel_builder *b
                             void *backend)
 {
     while (cache->head) {
-        fa__kernel_entry *e = cache->head;
+        fa__kernel_cached *e = cache->head;
         cache->head = e->next;
         entry_free(e, builder, backend);
     }

@@ -42,40 +42,40 @@ fa_status fa__kernel_source(const fa__kernel_text *k, int n_files, char **out, c
 
 /* One compiled object (an OpenCL program and kernel, a CUDA module and function) and what it was
  * built for. */
-typedef struct fa__kernel_entry {
-    struct fa__kernel_entry *next;
+typedef struct fa__kernel_cached {
+    struct fa__kernel_cached *next;
     void *object; /* the backend's struct, builder->object_size bytes */
-    char key[];   /* "<entry point> <options>" */
-} fa__kernel_entry;
+    fa__kernel kernel;
+    char options[]; /* the -D options it was built with */
+} fa__kernel_cached;
 
 /* A context's compiled objects; all zero is empty. Objects live until fa__kernel_cache_clear. */
 typedef struct fa__kernel_cache {
-    fa__kernel_entry *head;
+    fa__kernel_cached *head;
 } fa__kernel_cache;
 
 /* What a backend compiles; `backend` is its per-context state. */
 typedef struct fa__kernel_builder {
     const char *noun;   /* "program", "module": "cannot allocate a <noun> cache entry" */
     size_t object_size; /* the backend's struct, handed to build zeroed */
-    /* Compiles the entry point (a kernel function) with the options into object; errors go to
-     * ctx. A failure may leave object half built. */
-    fa_status (*build)(fa_context *ctx, void *backend, const char *entry, const char *options,
+    /* Compiles the kernel with the options into object; errors go to ctx. A failure may leave
+     * object half built. */
+    fa_status (*build)(fa_context *ctx, void *backend, fa__kernel kernel, const char *options,
                        void *object);
     /* Releases what build made in object, built fully or half (the cache frees the memory). */
     void (*release)(void *backend, void *object);
 } fa__kernel_builder;
 
-/* The object built for (entry, options): from the cache, or built now and kept. Returns OK,
+/* The object built for (kernel, options): from the cache, or built now and kept. Returns OK,
  * OUT_OF_MEMORY or build's status (a failed build is not kept, so a later call tries again). */
 fa_status fa__kernel_cache_get(fa_context *ctx, fa__kernel_cache *cache,
                                const fa__kernel_builder *builder, void *backend,
-                               const char *entry, const char *options, void **out);
-/* The object of a cached entry point that was built with these options from the same source as
- * entry (same_source(cached entry, entry) is true), so that a build can share its program or
- * module; NULL when there is none. */
-void *fa__kernel_cache_sibling(const fa__kernel_cache *cache, const char *entry,
-                               const char *options,
-                               bool (*same_source)(const char *a, const char *b));
+                               fa__kernel kernel, const char *options, void **out);
+/* The object of a cached kernel that was built with these options from the same source as
+ * `kernel` (same_source(cached kernel, kernel) is true), so that a build can share its program
+ * or module; NULL when there is none. */
+void *fa__kernel_cache_sibling(const fa__kernel_cache *cache, fa__kernel kernel,
+                               const char *options, bool (*same_source)(fa__kernel a, fa__kernel b));
 /* Releases and frees every object; the cache is empty afterwards. */
 void fa__kernel_cache_clear(fa__kernel_cache *cache, const fa__kernel_builder *builder,
                             void *backend);

@@ -102,11 +102,21 @@ static void add_seq_args(fa__launch *l)
         l->args[l->n_args++] = FA__TENSOR_BLOCK_TABLE;
 }
 
-/* A launch's grid, entry and tensor arguments (the variant and params are set by the caller). */
-static void set_launch(fa__launch *l, const char *entry, uint64_t gx, uint64_t gy, uint64_t gz,
+const char *fa__kernel_entry(fa__kernel kernel)
+{
+    static const char *const names[FA__KERNEL_COUNT] = {
+        [FA__KERNEL_FWD] = "flash_fwd",           [FA__KERNEL_MERGE] = "flash_merge",
+        [FA__KERNEL_BWD_PRE] = "flash_bwd_pre",   [FA__KERNEL_BWD_DKDV] = "flash_bwd_dkdv",
+        [FA__KERNEL_BWD_DQ] = "flash_bwd_dq",     [FA__KERNEL_BWD_DSINKS] = "flash_bwd_dsinks",
+        [FA__KERNEL_BWD_GOLDEN] = "flash_bwd"};
+    return (unsigned)kernel < FA__KERNEL_COUNT ? names[kernel] : "?";
+}
+
+/* A launch's grid, kernel and tensor arguments (the variant and params are set by the caller). */
+static void set_launch(fa__launch *l, fa__kernel kernel, uint64_t gx, uint64_t gy, uint64_t gz,
                        const fa__tensor *args, int n_args)
 {
-    l->variant.entry = entry;
+    l->variant.kernel = kernel;
     l->grid[0] = gx;
     l->grid[1] = gy;
     l->grid[2] = gz;
@@ -124,7 +134,7 @@ static void merge_launch(fa__launch *l, fa__tensor o_parts, fa__tensor lse_parts
 {
     const fa__tensor args[] = {o_parts, lse_parts, FA__TENSOR_O, FA__TENSOR_LSE};
     const fa_kernel_params *kp = &l->params;
-    set_launch(l, "flash_merge", (uint64_t)kp->q_tiles, (uint64_t)kp->heads_q,
+    set_launch(l, FA__KERNEL_MERGE, (uint64_t)kp->q_tiles, (uint64_t)kp->heads_q,
                (uint64_t)kp->batch, args, 4);
     l->variant.features = 0;
     l->variant.bias_dtype = 0;
@@ -194,7 +204,7 @@ static void forward_launches(fa_plan *plan, const fa__plan_rules *rules)
     fa__kernel_params_fill(&plan->kernel_problem, t->block_r, &l->params);
     const fa_kernel_params *kp = &l->params;
     l->variant = (fa__kernel_variant){
-        .entry = "flash_fwd",
+        .kernel = FA__KERNEL_FWD,
         .head_dim = kp->head_dim,
         .block_r = t->block_r,
         .block_c = t->block_c,
@@ -254,7 +264,7 @@ static void backward_golden(fa_plan *plan)
                                       FA__TENSOR_SCRATCH};
     fa__launch *l = &plan->launches[0];
     const fa_kernel_params *kp = &l->params;
-    set_launch(l, "flash_bwd", 1, (uint64_t)kp->heads_kv, (uint64_t)kp->batch, args,
+    set_launch(l, FA__KERNEL_BWD_GOLDEN, 1, (uint64_t)kp->heads_kv, (uint64_t)kp->batch, args,
                (int)(sizeof args / sizeof args[0]));
     add_modifier_args(l, false);
     add_seq_args(l);
@@ -263,7 +273,7 @@ static void backward_golden(fa_plan *plan)
         static const fa__tensor dsinks[] = {FA__TENSOR_LSE, FA__TENSOR_O, FA__TENSOR_DO,
                                             FA__TENSOR_SINKS, FA__TENSOR_DSINKS};
         l[1] = l[0];
-        set_launch(&l[1], "flash_bwd_dsinks", 1, (uint64_t)kp->heads_q, 1, dsinks, 5);
+        set_launch(&l[1], FA__KERNEL_BWD_DSINKS, 1, (uint64_t)kp->heads_q, 1, dsinks, 5);
         add_seq_args(&l[1]);
         plan->n_launches = 2;
     }
@@ -303,13 +313,13 @@ static void backward_kernels(fa_plan *plan, const fa__plan_rules *rules)
     }
     uint64_t sk = (uint64_t)kp->seqlen_k, q_tiles = (uint64_t)kp->q_tiles;
     uint64_t hq = (uint64_t)kp->heads_q, b = (uint64_t)kp->batch;
-    set_launch(&l[0], "flash_bwd_pre", q_tiles, hq, b, pre, 3);
-    set_launch(&l[1], "flash_bwd_dkdv", (sk + (uint64_t)keys - 1) / (uint64_t)keys,
+    set_launch(&l[0], FA__KERNEL_BWD_PRE, q_tiles, hq, b, pre, 3);
+    set_launch(&l[1], FA__KERNEL_BWD_DKDV, (sk + (uint64_t)keys - 1) / (uint64_t)keys,
                (uint64_t)kp->heads_kv, b, dkdv, 8);
     l[1].variant.block_r = keys;
     l[1].variant.block_c = rows;
     l[1].variant.work_group_size = keys * (plan->tiles.row_lanes > 0 ? plan->tiles.row_lanes : 1);
-    set_launch(&l[2], "flash_bwd_dq", q_tiles, hq, b, dq, 7);
+    set_launch(&l[2], FA__KERNEL_BWD_DQ, q_tiles, hq, b, dq, 7);
     add_modifier_args(&l[1], false); /* P = exp(S - LSE): LSE already holds the sinks */
     add_modifier_args(&l[2], false);
     for (int i = 0; i < 3; i++)
@@ -323,7 +333,7 @@ static void backward_kernels(fa_plan *plan, const fa__plan_rules *rules)
         static const fa__tensor dsinks[] = {FA__TENSOR_LSE, FA__TENSOR_SCRATCH, FA__TENSOR_SINKS,
                                             FA__TENSOR_DSINKS};
         l[3] = l[0];
-        set_launch(&l[3], "flash_bwd_dsinks", 1, hq, 1, dsinks, 4);
+        set_launch(&l[3], FA__KERNEL_BWD_DSINKS, 1, hq, 1, dsinks, 4);
         add_seq_args(&l[3]);
         plan->n_launches = 4;
     }

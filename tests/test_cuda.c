@@ -46,7 +46,7 @@
  * results. */
 typedef struct compile_jobs {
     const char *arch;
-    const char *entry[MAX_KEYS];
+    fa__kernel kernel[MAX_KEYS];
     char keys[MAX_KEYS][256];
     const char *case_name[MAX_KEYS];
     fa_status status[MAX_KEYS];
@@ -59,30 +59,37 @@ typedef struct compile_jobs {
 /* The program an entry point is compiled in (backends/cuda/cuda_module.c): 0 the forward's
  * (flash_common.cu, flash_fwd.cu), 1 the backward's passes (and flash_bwd.cu), 2 its per-row
  * kernels (flash_bwd_rows.cu), 3 the merge's (flash_merge.cu). */
-static int program_of(const char *entry)
+static int program_of(fa__kernel kernel)
 {
-    if (strcmp(entry, "flash_bwd_pre") == 0 || strcmp(entry, "flash_bwd_dsinks") == 0)
+    switch (kernel) {
+    case FA__KERNEL_BWD_PRE:
+    case FA__KERNEL_BWD_DSINKS:
         return 2;
-    if (strncmp(entry, "flash_bwd", 9) == 0)
+    case FA__KERNEL_BWD_DKDV:
+    case FA__KERNEL_BWD_DQ:
         return 1;
-    return strcmp(entry, "flash_merge") == 0 ? 3 : 0;
+    case FA__KERNEL_MERGE:
+        return 3;
+    default:
+        return 0;
+    }
 }
 
 /* Entry points compiled from the same files: an NVRTC compile checks all of a program's
  * entries, so one job per program and options does. */
-static bool same_source(const char *a, const char *b)
+static bool same_source(fa__kernel a, fa__kernel b)
 {
     return program_of(a) == program_of(b);
 }
 
-static void jobs_add(compile_jobs *jobs, const char *entry, const char *options,
+static void jobs_add(compile_jobs *jobs, fa__kernel kernel, const char *options,
                      const char *case_name)
 {
     for (int i = 0; i < jobs->count; i++)
-        if (same_source(jobs->entry[i], entry) && strcmp(jobs->keys[i], options) == 0)
+        if (same_source(jobs->kernel[i], kernel) && strcmp(jobs->keys[i], options) == 0)
             return;
     assert_true(jobs->count < MAX_KEYS);
-    jobs->entry[jobs->count] = entry;
+    jobs->kernel[jobs->count] = kernel;
     fa__format(jobs->keys[jobs->count], sizeof jobs->keys[0], "%s", options);
     jobs->case_name[jobs->count++] = case_name;
 }
@@ -98,7 +105,7 @@ static void *compile_worker(void *arg)
         pthread_mutex_unlock(&jobs->lock);
         if (i < 0)
             return NULL;
-        jobs->status[i] = fa__cuda_compile_check(jobs->arch, jobs->entry[i], jobs->keys[i], log,
+        jobs->status[i] = fa__cuda_compile_check(jobs->arch, jobs->kernel[i], jobs->keys[i], log,
                                                  sizeof log);
         if (jobs->status[i] != OK)
             jobs->log[i] = strdup(log);
@@ -126,7 +133,7 @@ static void add_plan_jobs(compile_jobs *jobs, const fa_plan *plan, const char *n
     for (int i = 0; i < plan->n_launches; i++) {
         char options[256];
         fa__variant_defines(&plan->launches[i].variant, "-D", options, sizeof options);
-        jobs_add(jobs, plan->launches[i].variant.entry, options, name);
+        jobs_add(jobs, plan->launches[i].variant.kernel, options, name);
     }
 }
 
@@ -262,7 +269,7 @@ static void add_backward_modifier_jobs(fa_context *ctx, compile_jobs *jobs, cons
         char options[256];
         fa__variant_defines(&plan->launches[i].variant, "-D", options, sizeof options);
         assert_non_null(strstr(options, "-DFEATURES="));
-        jobs_add(jobs, plan->launches[i].variant.entry, options, m->name);
+        jobs_add(jobs, plan->launches[i].variant.kernel, options, m->name);
     }
     fa_plan_destroy(plan);
 }
@@ -375,18 +382,18 @@ static struct {
     int count;
 } compiled;
 
-static bool compiled_before(const char *entry, const char *keys)
+static bool compiled_before(fa__kernel kernel, const char *keys)
 {
     for (int i = 0; i < compiled.count; i++)
-        if (compiled.program[i] == program_of(entry) && strcmp(compiled.keys[i], keys) == 0)
+        if (compiled.program[i] == program_of(kernel) && strcmp(compiled.keys[i], keys) == 0)
             return true;
     return false;
 }
 
-static void remember_compiled(const char *entry, const char *keys)
+static void remember_compiled(fa__kernel kernel, const char *keys)
 {
     assert_true(compiled.count < 1024);
-    compiled.program[compiled.count] = program_of(entry);
+    compiled.program[compiled.count] = program_of(kernel);
     fa__format(compiled.keys[compiled.count++], sizeof compiled.keys[0], "%s", keys);
 }
 
@@ -420,7 +427,7 @@ static bool sampled_out(const compile_jobs *jobs, int kept, int i)
         return false;
     const bool mma = strstr(jobs->keys[i], "-DMMA=1") != NULL;
     for (int k = 0; k < kept; k++)
-        if (same_source(jobs->entry[k], jobs->entry[i]) &&
+        if (same_source(jobs->kernel[k], jobs->kernel[i]) &&
             (strstr(jobs->keys[k], "-DMMA=1") != NULL) == mma)
             return true;
     return false;
@@ -461,15 +468,15 @@ static void compile_arch(const char *arch)
     const int planned = jobs.count;
     int kept = 0, earlier = 0, sampled = 0;
     for (int i = 0; i < planned; i++) {
-        if (compiled_before(jobs.entry[i], jobs.keys[i])) {
+        if (compiled_before(jobs.kernel[i], jobs.keys[i])) {
             earlier++;
         } else if (sampled_out(&jobs, kept, i)) {
             sampled++;
         } else {
-            jobs.entry[kept] = jobs.entry[i];
+            jobs.kernel[kept] = jobs.kernel[i];
             jobs.case_name[kept] = jobs.case_name[i];
             memmove(jobs.keys[kept++], jobs.keys[i], sizeof jobs.keys[0]);
-            remember_compiled(jobs.entry[i], jobs.keys[i]);
+            remember_compiled(jobs.kernel[i], jobs.keys[i]);
         }
     }
     jobs.count = kept;
@@ -478,7 +485,7 @@ static void compile_arch(const char *arch)
     int failed = 0;
     for (int i = 0; i < jobs.count; i++) {
         if (jobs.status[i] != OK) {
-            print_error("%s %s %s (case %s): %s\n%s\n", arch, jobs.entry[i], jobs.keys[i],
+            print_error("%s %s %s (case %s): %s\n%s\n", arch, fa__kernel_entry(jobs.kernel[i]), jobs.keys[i],
                         jobs.case_name[i], fa_status_name(jobs.status[i]),
                         jobs.log[i] ? jobs.log[i] : "");
             failed++;
@@ -545,11 +552,11 @@ static void test_compile_error_log(void **state)
     harness_env saved;
     harness_env_save(&saved, "FLASHATTN_KERNEL_DIR");
     setenv("FLASHATTN_KERNEL_DIR", dir, 1);
-    fa_status st = fa__cuda_compile_check("sm_80", "flash_fwd", "-DHEAD_DIM=64", log, sizeof log);
+    fa_status st = fa__cuda_compile_check("sm_80", FA__KERNEL_FWD, "-DHEAD_DIM=64", log, sizeof log);
     fa_status st_missing = FA_STATUS_OK;
     unlink(path);
     if (st == FA_STATUS_KERNEL_BUILD_ERROR) /* the folder now has no kernel file */
-        st_missing = fa__cuda_compile_check("sm_80", "flash_fwd", "-DHEAD_DIM=64", NULL, 0);
+        st_missing = fa__cuda_compile_check("sm_80", FA__KERNEL_FWD, "-DHEAD_DIM=64", NULL, 0);
     unlink(common);
     rmdir(dir);
     harness_env_restore(&saved);
@@ -557,7 +564,7 @@ static void test_compile_error_log(void **state)
     assert_non_null(strstr(log, "this_is_not_defined"));
     assert_non_null(strstr(log, "flash_fwd.cu"));
     assert_int_equal(st_missing, FA_STATUS_KERNEL_BUILD_ERROR);
-    assert_int_equal(fa__cuda_compile_check("sm_1x", "flash_fwd", "", log, sizeof log),
+    assert_int_equal(fa__cuda_compile_check("sm_1x", FA__KERNEL_FWD, "", log, sizeof log),
                      FA_STATUS_INVALID_ARGUMENT);
 }
 
@@ -702,9 +709,9 @@ static void test_backward_plan(void **state)
             const bool mma = a > 0 && dims[i] <= 128;
             const int32_t br = plan->tiles.block_r, bc = plan->tiles.block_c, per = mma ? 2 : 4;
             assert_int_equal(plan->n_launches, 3);
-            assert_string_equal(l[0].variant.entry, "flash_bwd_pre");
-            assert_string_equal(l[1].variant.entry, "flash_bwd_dkdv");
-            assert_string_equal(l[2].variant.entry, "flash_bwd_dq");
+            assert_int_equal(l[0].variant.kernel, FA__KERNEL_BWD_PRE);
+            assert_int_equal(l[1].variant.kernel, FA__KERNEL_BWD_DKDV);
+            assert_int_equal(l[2].variant.kernel, FA__KERNEL_BWD_DQ);
             assert_int_equal(l[1].variant.block_r, bc);
             assert_int_equal(l[1].variant.block_c, br);
             assert_int_equal(l[1].variant.work_group_size, per * bc);

@@ -264,16 +264,16 @@ static void test_programs_shared(void **state)
     fa_plan *plan = NULL;
     assert_int_equal(fa_plan_create_backward(ctx, &p, &plan), OK);
     const fa__cl_state *s = ctx->state;
-    const fa__kernel_entry *pre = NULL, *dq = NULL;
-    for (const fa__kernel_entry *e = s->programs.head; e; e = e->next) {
-        if (strncmp(e->key, "flash_bwd_pre ", 14) == 0)
+    const fa__kernel_cached *pre = NULL, *dq = NULL;
+    for (const fa__kernel_cached *e = s->programs.head; e; e = e->next) {
+        if (e->kernel == FA__KERNEL_BWD_PRE)
             pre = e;
-        if (strncmp(e->key, "flash_bwd_dq ", 13) == 0)
+        if (e->kernel == FA__KERNEL_BWD_DQ)
             dq = e;
     }
     assert_non_null(pre);
     assert_non_null(dq);
-    assert_string_equal(pre->key + 14, dq->key + 13); /* the same options */
+    assert_string_equal(pre->options, dq->options);
     const fa__cl_program *a = pre->object, *b = dq->object;
     assert_ptr_equal(a->program, b->program);
     assert_ptr_not_equal(a->kernel, b->kernel);
@@ -303,9 +303,9 @@ static int built_vec_max(const char *width, fa_status *st, char *why, size_t why
     assert_int_equal(fa_plan_create(ctx, &p, &plan), OK);
     int vec_max = -1;
     const fa__cl_state *s = ctx->state;
-    for (const fa__kernel_entry *e = s->programs.head; e; e = e->next) {
-        const char *at = strstr(e->key, "VEC_MAX=");
-        if (strncmp(e->key, "flash_fwd ", 10) == 0 && at)
+    for (const fa__kernel_cached *e = s->programs.head; e; e = e->next) {
+        const char *at = strstr(e->options, "VEC_MAX=");
+        if (e->kernel == FA__KERNEL_FWD && at)
             vec_max = atoi(at + 8);
     }
     fa_plan_destroy(plan);

@@ -38,7 +38,7 @@ static bool add_plan(variant_set *set, const fa_plan *plan)
         char options[FA__CL_OPTIONS_SIZE];
         fa__cl_build_options(v, options, sizeof options);
         char line[sizeof set->line[0]];
-        fa__format(line, sizeof line, "%s\t%s", v->entry, options);
+        fa__format(line, sizeof line, "%s\t%s", fa__kernel_entry(v->kernel), options);
         bool seen = false;
         for (int j = 0; j < set->count && !seen; j++)
             seen = strcmp(set->line[j], line) == 0;

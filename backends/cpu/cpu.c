@@ -576,7 +576,7 @@ static fa_status cpu_launch_prepare(fa_context *ctx, fa_plan *plan, fa__launch *
     const uint64_t d = (uint64_t)launch->params.head_dim;
     const uint64_t br = (uint64_t)launch->variant.block_r, bc = (uint64_t)launch->variant.block_c;
     uint64_t own = plan->op == FA__OP_BACKWARD ? (2 * (uint64_t)launch->params.seqlen_k + 1) * d * 8
-                   : launch->variant.merge           ? (uint64_t)launch->params.splits * 8
+                   : launch->variant.kernel == FA__KERNEL_MERGE ? (uint64_t)launch->params.splits * 8
                                                      : (br * d + 2 * br + bc) * 8;
     uint64_t base = (plan->scratch_base + 7) & ~(uint64_t)7; /* f64 aligned */
     if (base + own > plan->scratch_bytes)
@@ -743,12 +743,16 @@ static fa_status cpu_launch(fa_context *ctx, const fa_plan *plan, const fa__laun
     (void)ctx;
     double *state =
         (double *)((char *)mem[FA__TENSOR_SCRATCH] + fa__run_own_scratch_offset(plan, kp));
-    if (plan->op == FA__OP_BACKWARD)
-        return launch == &plan->launches[0] ? cpu_backward(launch, kp, mem)
-                                            : cpu_backward_dsinks(launch, kp, mem);
-    if (launch->variant.merge)
+    switch (launch->variant.kernel) {
+    case FA__KERNEL_BWD_GOLDEN:
+        return cpu_backward(launch, kp, mem);
+    case FA__KERNEL_BWD_DSINKS:
+        return cpu_backward_dsinks(launch, kp, mem);
+    case FA__KERNEL_MERGE:
         return cpu_merge(launch, kp, mem, state);
-    return cpu_forward(launch, kp, mem, state);
+    default:
+        return cpu_forward(launch, kp, mem, state);
+    }
 }
 
 /* Every buffer is host memory: one address space. */

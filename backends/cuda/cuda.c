@@ -191,13 +191,16 @@ static fa_status cu_buffer_read(fa_context *ctx, void *mem, size_t offset, void 
  * floats per row of its tile. */
 static uint64_t launch_shared(const fa__launch *launch)
 {
-    if (strcmp(launch->variant.entry, "flash_bwd_pre") == 0)
+    switch (launch->variant.kernel) {
+    case FA__KERNEL_BWD_PRE:
         return 0;
-    if (strcmp(launch->variant.entry, "flash_bwd_dsinks") == 0)
+    case FA__KERNEL_BWD_DSINKS:
         return (uint64_t)launch->variant.work_group_size * sizeof(float);
-    if (strcmp(launch->variant.entry, "flash_merge") == 0)
+    case FA__KERNEL_MERGE:
         return 2 * (uint64_t)launch->variant.block_r * sizeof(float);
-    return launch->onchip_bytes;
+    default:
+        return launch->onchip_bytes;
+    }
 }
 
 /* Check before launch: what the compiled kernel can do, and the shared memory opt-in. */
@@ -210,9 +213,9 @@ static fa_status check_module(fa_context *ctx, fa__cu_state *s, fa__cu_module *e
         return fa__error(ctx, FA_STATUS_UNSUPPORTED,
                          "CUDA: the compiled kernel %s allows %d threads per block on \"%s\", "
                          "the plan needs %d (try a smaller %s)",
-                         launch->variant.entry, e->max_threads, ctx->props.name, wg,
-                         strcmp(launch->variant.entry, "flash_bwd_dkdv") == 0 ? "block_c"
-                                                                               : "block_r");
+                         fa__kernel_entry(launch->variant.kernel), e->max_threads,
+                         ctx->props.name, wg,
+                         launch->variant.kernel == FA__KERNEL_BWD_DKDV ? "block_c" : "block_r");
     if (dyn + (uint64_t)e->static_shared > ctx->props.sram_bytes)
         return fa__error(ctx, FA_STATUS_SRAM_TOO_SMALL,
                          "CUDA: the kernel needs %llu bytes of shared memory, \"%s\" allows %llu "
@@ -244,7 +247,7 @@ static fa_status cu_launch_prepare(fa_context *ctx, fa_plan *plan, fa__launch *l
     if (st != FA_STATUS_OK)
         return st;
     fa__cu_module *e = NULL;
-    st = fa__cu_module_get(ctx, s, launch->variant.entry, options, &e);
+    st = fa__cu_module_get(ctx, s, launch->variant.kernel, options, &e);
     if (st == FA_STATUS_OK)
         st = check_module(ctx, s, e, launch);
     fa__cu_pop(s);
@@ -289,11 +292,12 @@ static fa_status cu_launch(fa_context *ctx, const fa_plan *plan, const fa__launc
                                        (unsigned int)launch_shared(launch), s->stream, args,
                                        NULL);
     char call[96];
-    fa__format(call, sizeof call, "cuLaunchKernel(%s)", launch->variant.entry);
+    fa__format(call, sizeof call, "cuLaunchKernel(%s)", fa__kernel_entry(launch->variant.kernel));
     /* Runs are synchronous: errors of the run are reported here, and timings are real. */
     if (err == CUDA_SUCCESS) {
         err = s->api.StreamSynchronize(s->stream);
-        fa__format(call, sizeof call, "cuStreamSynchronize after %s", launch->variant.entry);
+        fa__format(call, sizeof call, "cuStreamSynchronize after %s",
+                   fa__kernel_entry(launch->variant.kernel));
     }
     fa__cu_pop(s);
     return err == CUDA_SUCCESS ? FA_STATUS_OK : fa__cu_fail(ctx, &s->api, err, call);

@@ -147,16 +147,16 @@ void fa__cu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op o
                        fa__plan_rules *rules);
 
 /*
- * Compiles the kernel file(s) of an entry point ("flash_fwd", "flash_bwd_dq", ...) with NVRTC
+ * Compiles the kernel file(s) of a kernel (FA__KERNEL_FWD, ...) with NVRTC
  * for `arch` ("sm_90") and `options` (space-separated -D options). On success *image /
  * *image_size hold a CUBIN (or PTX when NVRTC does not know the arch but an older one: the
  * driver JIT-compiles it), malloc'ed. On failure returns KERNEL_BUILD_ERROR (or OUT_OF_MEMORY)
  * with a heap message in *msg holding the full log.
  */
-fa_status fa__cu_compile(const fa__nvrtc_api *nv, const char *arch, const char *entry,
+fa_status fa__cu_compile(const fa__nvrtc_api *nv, const char *arch, fa__kernel kernel,
                          const char *options, char **image, size_t *image_size, char **msg);
 /* Finds or compiles and loads the module of an entry point for a set of -D options. */
-fa_status fa__cu_module_get(fa_context *ctx, fa__cu_state *s, const char *entry,
+fa_status fa__cu_module_get(fa_context *ctx, fa__cu_state *s, fa__kernel kernel,
                             const char *options, fa__cu_module **out);
 /* Unloads every cached module (the context must be current). */
 void fa__cu_modules_release(fa__cu_state *s);
@@ -166,11 +166,11 @@ void fa__cu_modules_release(fa__cu_state *s);
 fa_status fa__cuda_arch_props(const char *arch, fa_device_props *out, char *why,
                               size_t why_size);
 /*
- * Compiles an entry point's kernel file(s) with NVRTC only (no driver needed). Returns OK,
+ * Compiles a kernel's file(s) with NVRTC only (no driver needed). Returns OK,
  * BACKEND_UNAVAILABLE (no NVRTC: the reason), KERNEL_BUILD_ERROR (the full log) or
  * OUT_OF_MEMORY, with the message in log (may be NULL; truncated, always terminated).
  */
-fa_status fa__cuda_compile_check(const char *arch, const char *entry, const char *options,
+fa_status fa__cuda_compile_check(const char *arch, fa__kernel kernel, const char *options,
                                  char *log, size_t log_size);
 
 /* The backend's ops (backends/cuda/cuda.c); the interop entry points need them. */

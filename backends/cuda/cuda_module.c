@@ -55,33 +55,31 @@ static const fa__kernel_text merge = {
     .files = {"flash_common.cu", "flash_merge.cu"},
     .bodies = {FA_CU_COMMON, (const char *)fa__cu_embed_flash_merge}};
 
-/* The program of an entry point: flash_bwd_pre and flash_bwd_dsinks read rows only;
- * flash_bwd_dq and flash_bwd_dkdv build on the forward; flash_merge; else the forward. */
-static const fa__kernel_text *program_of(const char *entry)
+/* The program of each kernel: flash_bwd_pre and flash_bwd_dsinks read rows only; flash_bwd_dq
+ * and flash_bwd_dkdv build on the forward; the merge's; the forward's. */
+static const fa__kernel_text *program_of(fa__kernel kernel)
 {
-    if (strcmp(entry, "flash_bwd_pre") == 0 || strcmp(entry, "flash_bwd_dsinks") == 0)
-        return &backward_rows;
-    if (strncmp(entry, "flash_bwd", 9) == 0)
-        return &backward;
-    if (strcmp(entry, "flash_merge") == 0)
-        return &merge;
-    return &forward;
+    static const fa__kernel_text *const programs[FA__KERNEL_COUNT] = {
+        [FA__KERNEL_FWD] = &forward,            [FA__KERNEL_MERGE] = &merge,
+        [FA__KERNEL_BWD_PRE] = &backward_rows,  [FA__KERNEL_BWD_DKDV] = &backward,
+        [FA__KERNEL_BWD_DQ] = &backward,        [FA__KERNEL_BWD_DSINKS] = &backward_rows};
+    return programs[kernel] ? programs[kernel] : &forward;
 }
 
 /* The file that defines an entry point (its program's last): names the program in NVRTC's and
  * the driver's messages. */
-static const char *file_of(const char *entry)
+static const char *file_of(fa__kernel kernel)
 {
-    const fa__kernel_text *k = program_of(entry);
+    const fa__kernel_text *k = program_of(kernel);
     return k->files[k->n_files - 1];
 }
 
 /* The source to compile for an entry point, or the reason in a heap *msg (NULL when out of
  * memory). */
-static fa_status kernel_source(const char *entry, char **out, char **msg)
+static fa_status kernel_source(fa__kernel kernel, char **out, char **msg)
 {
     char why[1200];
-    const fa__kernel_text *k = program_of(entry);
+    const fa__kernel_text *k = program_of(kernel);
     fa_status st = fa__kernel_source(k, k->n_files, out, why, sizeof why);
     if (st != FA_STATUS_OK)
         *msg = fa__heap_format("%s", why);
@@ -172,7 +170,7 @@ static nvrtcResult program_image(const fa__nvrtc_api *nv, nvrtcProgram prog, boo
     return r;
 }
 
-fa_status fa__cu_compile(const fa__nvrtc_api *nv, const char *arch, const char *entry,
+fa_status fa__cu_compile(const fa__nvrtc_api *nv, const char *arch, fa__kernel kernel,
                          const char *options, char **image, size_t *image_size, char **msg)
 {
     char arch_opt[64], opts[512];
@@ -182,14 +180,14 @@ fa_status fa__cu_compile(const fa__nvrtc_api *nv, const char *arch, const char *
     fa_status st = arch_option(nv, arch, arch_opt, sizeof arch_opt, &ptx, msg);
     char *src = NULL;
     if (st == FA_STATUS_OK)
-        st = kernel_source(entry, &src, msg);
+        st = kernel_source(kernel, &src, msg);
     if (st != FA_STATUS_OK)
         return st;
     fa__format(opts, sizeof opts, "%s", options);
     argv[0] = arch_opt;
     int argc = split_options(opts, argv, FA_CU_MAX_OPTIONS);
     nvrtcProgram prog = NULL;
-    nvrtcResult r = nv->CreateProgram(&prog, src, file_of(entry), 0, NULL, NULL);
+    nvrtcResult r = nv->CreateProgram(&prog, src, file_of(kernel), 0, NULL, NULL);
     free(src);
     if (r == NVRTC_SUCCESS) {
         r = nv->CompileProgram(prog, argc, argv);
@@ -208,19 +206,21 @@ fa_status fa__cu_compile(const fa__nvrtc_api *nv, const char *arch, const char *
                                           : FA_STATUS_KERNEL_BUILD_ERROR;
 }
 
-fa_status fa__cuda_compile_check(const char *arch, const char *entry, const char *options,
+fa_status fa__cuda_compile_check(const char *arch, fa__kernel kernel, const char *options,
                                  char *log, size_t log_size)
 {
     fa__format(log, log_size, "%s", "");
-    if (!arch || !entry || !options)
+    if (!arch || !options)
         return FA_STATUS_NULL_POINTER;
+    if ((unsigned)kernel >= FA__KERNEL_COUNT)
+        return FA_STATUS_INVALID_ARGUMENT;
     fa__nvrtc_api nv;
     fa_status st = fa__nvrtc_load(&nv, log, log_size);
     if (st != FA_STATUS_OK)
         return st;
     char *image = NULL, *msg = NULL;
     size_t size = 0;
-    st = fa__cu_compile(&nv, arch, entry, options, &image, &size, &msg);
+    st = fa__cu_compile(&nv, arch, kernel, options, &image, &size, &msg);
     fa__format(log, log_size, "%s", msg ? msg : "");
     free(image);
     free(msg);
@@ -230,15 +230,16 @@ fa_status fa__cuda_compile_check(const char *arch, const char *entry, const char
 /* ---- the per-context cache ---------------------------------------------------------------- */
 
 /* Loads a compiled image and reads what the kernel can do on this device. */
-static fa_status load(fa_context *ctx, fa__cu_state *s, const char *entry, fa__cu_module *e,
+static fa_status load(fa_context *ctx, fa__cu_state *s, fa__kernel kernel, fa__cu_module *e,
                       const char *image)
 {
+    const char *entry = fa__kernel_entry(kernel);
     const fa__cu_api *api = &s->api;
     CUresult err = api->ModuleLoadData(&e->module, image);
     if (err != CUDA_SUCCESS) {
         char call[96];
         e->module = NULL;
-        fa__format(call, sizeof call, "cuModuleLoadData(%s)", file_of(entry));
+        fa__format(call, sizeof call, "cuModuleLoadData(%s)", file_of(kernel));
         return fa__cu_fail(ctx, api, err, call);
     }
     err = api->ModuleGetFunction(&e->kernel, e->module, entry);
@@ -256,7 +257,7 @@ static fa_status load(fa_context *ctx, fa__cu_state *s, const char *entry, fa__c
 }
 
 /* The cache's build callback: object is a zeroed fa__cu_module. */
-static fa_status build(fa_context *ctx, void *backend, const char *entry, const char *options,
+static fa_status build(fa_context *ctx, void *backend, fa__kernel kernel, const char *options,
                        void *object)
 {
     fa__cu_state *s = backend;
@@ -265,13 +266,13 @@ static fa_status build(fa_context *ctx, void *backend, const char *entry, const 
                          s->nvrtc_why);
     char *image = NULL, *msg = NULL;
     size_t size = 0;
-    fa_status st = fa__cu_compile(&s->nvrtc, s->arch, entry, options, &image, &size, &msg);
+    fa_status st = fa__cu_compile(&s->nvrtc, s->arch, kernel, options, &image, &size, &msg);
     if (st != FA_STATUS_OK) {
         fa__error_build_log(ctx, st, msg, "CUDA: NVRTC failed; no memory for the log");
         free(msg);
         return st;
     }
-    st = load(ctx, s, entry, object, image);
+    st = load(ctx, s, kernel, object, image);
     free(image);
     return st;
 }
@@ -287,11 +288,11 @@ static void release(void *backend, void *object)
 
 static const fa__kernel_builder modules = {"module", sizeof(fa__cu_module), build, release};
 
-fa_status fa__cu_module_get(fa_context *ctx, fa__cu_state *s, const char *entry,
+fa_status fa__cu_module_get(fa_context *ctx, fa__cu_state *s, fa__kernel kernel,
                             const char *options, fa__cu_module **out)
 {
     void *object = NULL;
-    fa_status st = fa__kernel_cache_get(ctx, &s->modules, &modules, s, entry, options, &object);
+    fa_status st = fa__kernel_cache_get(ctx, &s->modules, &modules, s, kernel, options, &object);
     if (st == FA_STATUS_OK)
         *out = object;
     return st;

@@ -43,14 +43,14 @@ static const fa__kernel_text backward = {
     .files = {"flash_common.cl", "flash_bwd.cl"},
     .bodies = {FA_CL_COMMON, (const char *)fa__cl_embed_flash_bwd}};
 
-/* The program of an entry point: the backward's four, flash_merge, else the forward. */
-static const fa__kernel_text *program_of(const char *entry)
+/* The program of each kernel: the forward's, the merge's, the backward's four. */
+static const fa__kernel_text *program_of(fa__kernel kernel)
 {
-    if (strncmp(entry, "flash_bwd", 9) == 0)
-        return &backward;
-    if (strcmp(entry, "flash_merge") == 0)
-        return &merge;
-    return &forward;
+    static const fa__kernel_text *const programs[FA__KERNEL_COUNT] = {
+        [FA__KERNEL_FWD] = &forward,          [FA__KERNEL_MERGE] = &merge,
+        [FA__KERNEL_BWD_PRE] = &backward,     [FA__KERNEL_BWD_DKDV] = &backward,
+        [FA__KERNEL_BWD_DQ] = &backward,      [FA__KERNEL_BWD_DSINKS] = &backward};
+    return programs[kernel];
 }
 
 /* The build log of a failed build, as KERNEL_BUILD_ERROR with the options and device. */
@@ -89,12 +89,13 @@ static bool is_build_error(cl_int err)
 }
 
 /* The kernel of a built program and what it can do on the device. */
-static fa_status get_kernel(fa_context *ctx, fa__cl_state *s, const char *entry,
+static fa_status get_kernel(fa_context *ctx, fa__cl_state *s, fa__kernel kernel,
                             fa__cl_program *e)
 {
     cl_int err = CL_SUCCESS;
+    const char *entry = fa__kernel_entry(kernel);
     e->kernel = fa__cl.CreateKernel(e->program, entry, &err);
-    const fa__kernel_text *k = program_of(entry);
+    const fa__kernel_text *k = program_of(kernel);
     const char *file = k->files[k->n_files - 1]; /* the file that defines the entry point */
     if (err == CL_INVALID_KERNEL_NAME) /* a source without the kernel builds, and is still wrong */
         return fa__error(ctx, FA_STATUS_KERNEL_BUILD_ERROR,
@@ -117,7 +118,7 @@ static fa_status get_kernel(fa_context *ctx, fa__cl_state *s, const char *entry,
     return FA_STATUS_OK;
 }
 
-static bool same_program(const char *a, const char *b)
+static bool same_program(fa__kernel a, fa__kernel b)
 {
     return program_of(a) == program_of(b);
 }
@@ -125,22 +126,22 @@ static bool same_program(const char *a, const char *b)
 /* The cache's build callback: object is a zeroed fa__cl_program. Entry points of one program
  * with the same options share one build (the backward's flash_bwd_pre and flash_bwd_dq often
  * do): the program is retained, and its kernel made for this entry. */
-static fa_status build(fa_context *ctx, void *backend, const char *entry, const char *options,
+static fa_status build(fa_context *ctx, void *backend, fa__kernel kernel, const char *options,
                        void *object)
 {
     fa__cl_state *s = backend;
     fa__cl_program *e = object;
-    const fa__cl_program *built = fa__kernel_cache_sibling(&s->programs, entry, options,
+    const fa__cl_program *built = fa__kernel_cache_sibling(&s->programs, kernel, options,
                                                            same_program);
     if (built) {
         cl_int err = fa__cl.RetainProgram(built->program);
         if (err != CL_SUCCESS)
             return fa__cl_fail(ctx, err, "clRetainProgram");
         e->program = built->program;
-        return get_kernel(ctx, s, entry, e);
+        return get_kernel(ctx, s, kernel, e);
     }
     char *src = NULL, why[1024];
-    const fa__kernel_text *k = program_of(entry);
+    const fa__kernel_text *k = program_of(kernel);
     fa_status st = fa__kernel_source(k, k->n_files, &src, why, sizeof why);
     if (st != FA_STATUS_OK)
         return fa__error(ctx, st, "%s", why);
@@ -154,7 +155,7 @@ static fa_status build(fa_context *ctx, void *backend, const char *entry, const 
     if (err != CL_SUCCESS)
         return is_build_error(err) ? build_failure(ctx, s, e->program, err, options)
                                    : fa__cl_fail(ctx, err, "clBuildProgram");
-    return get_kernel(ctx, s, entry, e);
+    return get_kernel(ctx, s, kernel, e);
 }
 
 /* The cache's release callback. */
@@ -170,11 +171,11 @@ static void release(void *backend, void *object)
 
 static const fa__kernel_builder programs = {"program", sizeof(fa__cl_program), build, release};
 
-fa_status fa__cl_program_get(fa_context *ctx, fa__cl_state *s, const char *entry,
+fa_status fa__cl_program_get(fa_context *ctx, fa__cl_state *s, fa__kernel kernel,
                              const char *options, fa__cl_program **out)
 {
     void *object = NULL;
-    fa_status st = fa__kernel_cache_get(ctx, &s->programs, &programs, s, entry, options, &object);
+    fa_status st = fa__kernel_cache_get(ctx, &s->programs, &programs, s, kernel, options, &object);
     if (st == FA_STATUS_OK)
         *out = object;
     return st;

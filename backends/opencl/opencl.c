@@ -397,7 +397,7 @@ static int32_t direct_kv(const fa_context *ctx, const fa__kernel_variant *v)
 {
     return ctx->props.local_mem_global && !ctx->props.gpu && v->row_lanes == 1 &&
            v->block_r <= DIRECT_KV_MAX_ROWS && v->work_group_size == v->block_r &&
-           strcmp(v->entry, "flash_fwd") == 0;
+           v->kernel == FA__KERNEL_FWD;
 }
 
 /* Finds or builds the launch's program (its -D options are the cache key) and checks what the
@@ -433,7 +433,7 @@ static fa_status cl_launch_prepare(fa_context *ctx, fa_plan *plan, fa__launch *l
     char options[FA__CL_OPTIONS_SIZE];
     fa__cl_build_options(&launch->variant, options, sizeof options);
     fa__cl_program *e = NULL;
-    fa_status st = fa__cl_program_get(ctx, s, launch->variant.entry, options, &e);
+    fa_status st = fa__cl_program_get(ctx, s, launch->variant.kernel, options, &e);
     if (st != FA_STATUS_OK)
         return st;
     int32_t wg = launch->variant.work_group_size;
@@ -443,7 +443,8 @@ static fa_status cl_launch_prepare(fa_context *ctx, fa_plan *plan, fa__launch *l
         return fa__error(ctx, FA_STATUS_UNSUPPORTED,
                          "OpenCL: the compiled %s kernel allows %zu work-items per work-group "
                          "on \"%s\", the plan needs %d (CL_KERNEL_WORK_GROUP_SIZE)",
-                         launch->variant.entry, e->kernel_wg, ctx->props.name, (int)wg);
+                         fa__kernel_entry(launch->variant.kernel), e->kernel_wg,
+                         ctx->props.name, (int)wg);
     }
     if (e->kernel_local > s->local_mem)
         return fa__error(ctx, FA_STATUS_SRAM_TOO_SMALL,
@@ -479,7 +480,8 @@ static fa_status cl_launch(fa_context *ctx, const fa_plan *plan, const fa__launc
     err = fa__cl.EnqueueNDRangeKernel(s->queue, e->kernel, 3, NULL, global, local, 0, NULL, NULL);
     if (err != CL_SUCCESS) {
         char call[96];
-        fa__format(call, sizeof call, "clEnqueueNDRangeKernel(%s)", launch->variant.entry);
+        fa__format(call, sizeof call, "clEnqueueNDRangeKernel(%s)",
+                   fa__kernel_entry(launch->variant.kernel));
         return fa__cl_fail(ctx, err, call);
     }
     /* Runs are synchronous: errors of the run are reported here, and timings are real. */

@@ -178,7 +178,7 @@ fa_status fa__cl_state_limits(fa_context *ctx, fa__cl_state *s);
 
 /* Finds or builds the program and kernel of an entry point for a set of -D options
  * (KERNEL_BUILD_ERROR with the log). */
-fa_status fa__cl_program_get(fa_context *ctx, fa__cl_state *s, const char *entry,
+fa_status fa__cl_program_get(fa_context *ctx, fa__cl_state *s, fa__kernel kernel,
                              const char *options, fa__cl_program **out);
 /* Releases every cached program. */
 void fa__cl_programs_release(fa__cl_state *s);

@@ -26,10 +26,10 @@ const fa_emu_kernel *emu_launch_kernel(const char *name, const fa__launch *launc
                                        size_t size)
 {
     fa__variant_defines(&launch->variant, "-D", options, size);
-    const fa_emu_kernel *kernel = kernel_for(launch->variant.entry, options);
+    const fa_emu_kernel *kernel = kernel_for(fa__kernel_entry(launch->variant.kernel), options);
     if (!kernel)
         fail_msg("%s: no emulated %s for \"%s\" (add the configuration in tests/CMakeLists.txt)",
-                 name, launch->variant.entry, options);
+                 name, fa__kernel_entry(launch->variant.kernel), options);
     assert_int_equal(kernel->wg_size, launch->variant.work_group_size);
     assert_int_equal(kernel->n_args, launch->n_args);
     assert_true(launch->onchip_bytes <= kernel->smem_bytes);
@@ -62,7 +62,7 @@ void emu_run_plan(const char *name, const fa_plan *plan, void *const mem_in[FA__
             args[a] = mem[l->args[a]];
             if (!args[a])
                 fail_msg("%s: %s's argument %d (tensor %d) has no memory", name,
-                         l->variant.entry, a, (int)l->args[a]);
+                         fa__kernel_entry(l->variant.kernel), a, (int)l->args[a]);
         }
         fa_kernel_params kp;
         fa__run_params(plan, l, has_lse, total_q, &kp);
