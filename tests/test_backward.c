@@ -158,26 +158,32 @@ static void own_problem(const bw_case *c, fa_problem *p)
                    is_kv(t) ? c->sk : c->sq, c->d);
 }
 
-/* The buffer element of every dense element, and the buffer's length. A broadcast K or V
-   (stride_batch 0) maps every batch onto the same elements. */
+/* The buffer element of every dense element, and the buffer's length: the tensor's extent
+   (fa_problem_tensor_bytes, which every mapped element lies inside) and a guard band. A
+   broadcast K or V (stride_batch 0) maps every batch onto the same elements. */
 static void build_map(run *r, int t)
 {
+    static const fa_tensor_id ids[NT] = {FA_TENSOR_Q,  FA_TENSOR_K,  FA_TENSOR_V,  FA_TENSOR_O,
+                                         FA_TENSOR_DO, FA_TENSOR_DQ, FA_TENSOR_DK, FA_TENSOR_DV};
     const fa_problem *p = &r->p;
     const fa_tensor_layout *l = layout_of(&r->p, t);
     int64_t heads = is_kv(t) ? p->heads_kv : p->heads_q, seq = is_kv(t) ? p->seqlen_k : p->seqlen_q;
+    uint64_t bytes = 0;
+    assert_int_equal(fa_problem_tensor_bytes(p, ids[t], 0, 0, &bytes), FA_STATUS_OK);
+    const int64_t extent = (int64_t)(bytes / r->elem);
     r->dense[t] = p->batch * heads * seq * p->head_dim;
     r->map[t] = malloc(sizeof(int64_t) * (size_t)(r->dense[t] ? r->dense[t] : 1));
     assert_non_null(r->map[t]);
-    int64_t i = 0, last = 0;
+    int64_t i = 0;
     for (int64_t b = 0; b < p->batch; b++)
         for (int64_t h = 0; h < heads; h++)
             for (int64_t s = 0; s < seq; s++)
                 for (int64_t x = 0; x < p->head_dim; x++, i++) {
                     r->map[t][i] = l->offset + b * l->stride_batch + h * l->stride_head +
                                    s * l->stride_seq + x;
-                    last = r->map[t][i] > last ? r->map[t][i] : last;
+                    assert_true(r->map[t][i] < extent);
                 }
-    r->n[t] = last + 1 + GUARD;
+    r->n[t] = extent + GUARD;
 }
 
 static fa_buffer *make_buffer(size_t bytes, const void *init)
@@ -195,7 +201,9 @@ static size_t bytes_of(const run *r, int t)
 
 static size_t lse_rows(const run *r)
 {
-    return (size_t)(r->p.batch * r->p.heads_q * r->p.seqlen_q);
+    uint64_t bytes = 0;
+    assert_int_equal(fa_problem_tensor_bytes(&r->p, FA_TENSOR_LSE, 0, 0, &bytes), FA_STATUS_OK);
+    return (size_t)bytes / sizeof(float);
 }
 
 /* Layouts, NaN-filled images, random Q, K, V, dO in [-1, 1) and the buffers; an empty tensor

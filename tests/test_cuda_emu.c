@@ -172,11 +172,13 @@ static void pad_layout(fa_tensor_layout *t, int64_t heads, int64_t seq, int64_t 
     t->stride_batch = heads * t->stride_head;
 }
 
-/* Elements a tensor spans: its last element's index + 1. */
-static size_t span(const fa_tensor_layout *t, int64_t b, int64_t h, int64_t s, int64_t d)
+/* Elements a tensor of p spans in its layout and dtype (the bias: in its own): the extent
+ * fa_run checks, its last element's index + 1. */
+static size_t span(const fa_problem *p, fa_tensor_id tensor)
 {
-    return (size_t)(t->offset + (b - 1) * t->stride_batch + (h - 1) * t->stride_head +
-                    (s - 1) * t->stride_seq + d);
+    uint64_t bytes = 0;
+    assert_int_equal(fa_problem_tensor_bytes(p, tensor, 0, 0, &bytes), FA_STATUS_OK);
+    return (size_t)bytes / fa_dtype_size(tensor == FA_TENSOR_BIAS ? p->bias_dtype : p->dtype);
 }
 
 /* The modifiers' host tensors of a case: NULL where off. */
@@ -225,10 +227,7 @@ static void mods_alloc(const emu_case *c, const fa_problem *p, mod_images *mi)
             mi->alibi[h] = exp2f(-8.0f * (float)(h + 1) / (float)c->heads_q);
     }
     if (p->bias) {
-        const fa_tensor_layout *l = &p->bias_layout;
-        size_t n = (size_t)(l->offset + (c->batch - 1) * l->stride_batch +
-                            (c->heads_q - 1) * l->stride_head +
-                            (c->seqlen_q - 1) * l->stride_seq + c->seqlen_k);
+        size_t n = span(p, FA_TENSOR_BIAS);
         emu_case as_bias = *c; /* fill_random writes the case's dtype */
         as_bias.dtype = p->bias_dtype;
         mi->bias_bytes = n * fa_dtype_size(p->bias_dtype);
@@ -412,11 +411,9 @@ static int run_case(const emu_case *c, float scale_error)
     kp.has_lse = 1;
     kp.scale_log2 *= scale_error;
 
-    size_t elem = fa_dtype_size(c->dtype), d = (size_t)c->head_dim;
-    size_t n[4] = {span(&p.q, c->batch, c->heads_q, c->seqlen_q, (int64_t)d),
-                   span(&p.k, c->batch, c->heads_kv, c->seqlen_k, (int64_t)d),
-                   span(&p.v, c->batch, c->heads_kv, c->seqlen_k, (int64_t)d),
-                   span(&p.o, c->batch, c->heads_q, c->seqlen_q, (int64_t)d)};
+    size_t elem = fa_dtype_size(c->dtype);
+    size_t n[4] = {span(&p, FA_TENSOR_Q), span(&p, FA_TENSOR_K), span(&p, FA_TENSOR_V),
+                   span(&p, FA_TENSOR_O)};
     size_t bytes[4], rows = (size_t)(c->batch * c->heads_q * c->seqlen_q);
     void *t[4], *o_ref = malloc(n[3] * elem);
     for (int i = 0; i < 4; i++) {
@@ -557,20 +554,17 @@ typedef struct bwd_images {
 static void bwd_alloc(const emu_case *c, const fa_problem *p, const fa_plan *plan,
                       bwd_images *im)
 {
-    const fa_tensor_layout *l[FA__TENSOR_COUNT] = {
-        [FA__TENSOR_Q] = &p->q,    [FA__TENSOR_K] = &p->k,   [FA__TENSOR_V] = &p->v,
-        [FA__TENSOR_O] = &p->o,    [FA__TENSOR_DO] = &p->d_o, [FA__TENSOR_DQ] = &p->dq,
-        [FA__TENSOR_DK] = &p->dk, [FA__TENSOR_DV] = &p->dv};
+    /* The eight tensors with a layout, by their public ids (+1: 0 is none). */
+    static const int public_id[FA__TENSOR_COUNT] = {
+        [FA__TENSOR_Q] = FA_TENSOR_Q + 1,   [FA__TENSOR_K] = FA_TENSOR_K + 1,
+        [FA__TENSOR_V] = FA_TENSOR_V + 1,   [FA__TENSOR_O] = FA_TENSOR_O + 1,
+        [FA__TENSOR_DO] = FA_TENSOR_DO + 1, [FA__TENSOR_DQ] = FA_TENSOR_DQ + 1,
+        [FA__TENSOR_DK] = FA_TENSOR_DK + 1, [FA__TENSOR_DV] = FA_TENSOR_DV + 1};
     size_t elem = fa_dtype_size(c->dtype), rows = (size_t)(c->batch * c->heads_q * c->seqlen_q);
     memset(im, 0, sizeof *im);
-    for (int i = 0; i < FA__TENSOR_COUNT; i++) {
-        if (l[i]) {
-            bool kv = l[i] == &p->k || l[i] == &p->v || l[i] == &p->dk || l[i] == &p->dv;
-            im->bytes[i] = (span(l[i], c->batch, kv ? c->heads_kv : c->heads_q,
-                                 kv ? c->seqlen_k : c->seqlen_q, c->head_dim) +
-                            GUARD_ELEMS) * elem;
-        }
-    }
+    for (int i = 0; i < FA__TENSOR_COUNT; i++)
+        if (public_id[i])
+            im->bytes[i] = (span(p, (fa_tensor_id)(public_id[i] - 1)) + GUARD_ELEMS) * elem;
     im->bytes[FA__TENSOR_LSE] = (rows + 1) * sizeof(float);
     im->bytes[FA__TENSOR_SCRATCH] = (size_t)plan->scratch_bytes + sizeof(float);
     if (p->sinks)

@@ -194,23 +194,29 @@ static void build_problem(seq_data *s, harness_rng *rng)
         s->cu_k[b + 1] = s->cu_k[b] + (int32_t)c->lk[b];
         s->lens[b] = (int32_t)c->lk[b];
     }
-    s->q_elems = c->batch * c->hq * sq * c->d;
-    s->kv_elems = c->batch * c->hkv * sk * c->d;
-    if (c->mode == DC_VARLEN) {
+    if (c->mode == DC_VARLEN)
         p->varlen = 1;
-        s->q_elems = s->cu_q[c->batch] * c->hq * c->d;
-        s->kv_elems = s->cu_k[c->batch] * c->hkv * c->d;
-    } else if (c->mode != DC_DENSE) {
+    else if (c->mode != DC_DENSE)
         p->seqlens_k = 1;
-    }
     if (c->mode == DC_PAGED) {
         int64_t per = (sk + c->page_size - 1) / c->page_size;
         /* a pool with spare pages, which stay NaN */
         assert_int_equal(fa_problem_set_paged(p, c->page_size, c->batch * per + 3, per),
                          FA_STATUS_OK);
-        s->kv_elems = p->num_pages * c->page_size * c->hkv * c->d;
         build_table(s, rng);
     }
+    /* The buffers' elements: the library's extents (varlen: the packed rows, the first_token
+     * rows before the first sequence included; paged: K and V are the pools). */
+    uint64_t qb = 0, kb = 0;
+    const int64_t elem = (int64_t)fa_dtype_size(p->dtype);
+    assert_int_equal(fa_problem_tensor_bytes(p, FA_TENSOR_Q, s->cu_q[c->batch], s->cu_k[c->batch],
+                                             &qb),
+                     FA_STATUS_OK);
+    assert_int_equal(fa_problem_tensor_bytes(p, FA_TENSOR_K, s->cu_q[c->batch], s->cu_k[c->batch],
+                                             &kb),
+                     FA_STATUS_OK);
+    s->q_elems = (int64_t)qb / elem;
+    s->kv_elems = (int64_t)kb / elem;
 }
 
 void dc_seq_build(const dc_case *c, seq_data **out)

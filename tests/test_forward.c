@@ -171,6 +171,14 @@ static void run_oracles(case_data *cd)
     free(lse);
 }
 
+/* Elements a tensor of p spans in its layout (0 when empty): the extent fa_run checks. */
+static int64_t tensor_elems(const fa_problem *p, fa_tensor_id tensor)
+{
+    uint64_t bytes = 0;
+    assert_int_equal(fa_problem_tensor_bytes(p, tensor, 0, 0, &bytes), FA_STATUS_OK);
+    return (int64_t)(bytes / fa_dtype_size(p->dtype));
+}
+
 static void case_prepare(case_data *cd, const fa_test_case *c)
 {
     memset(cd, 0, sizeof *cd);
@@ -180,10 +188,10 @@ static void case_prepare(case_data *cd, const fa_test_case *c)
     p->o.offset += GUARD;
     cd->elem = fa_dtype_size(p->dtype);
     cd->rows = p->batch * p->heads_q * p->seqlen_q;
-    cd->n_q = case_extent(&p->q, p->batch, p->heads_q, p->seqlen_q, p->head_dim);
-    cd->n_k = case_extent(&p->k, p->batch, p->heads_kv, p->seqlen_k, p->head_dim);
-    cd->n_v = case_extent(&p->v, p->batch, p->heads_kv, p->seqlen_k, p->head_dim);
-    int64_t o_end = case_extent(&p->o, p->batch, p->heads_q, p->seqlen_q, p->head_dim);
+    cd->n_q = tensor_elems(p, FA_TENSOR_Q);
+    cd->n_k = tensor_elems(p, FA_TENSOR_K);
+    cd->n_v = tensor_elems(p, FA_TENSOR_V);
+    int64_t o_end = tensor_elems(p, FA_TENSOR_O);
     cd->n_o = (o_end > GUARD ? o_end : GUARD) + GUARD;
     cd->n_lse = cd->rows + GUARD;
     /* Buffers cannot be empty: an empty tensor still gets one (unread) element. */

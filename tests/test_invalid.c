@@ -61,6 +61,9 @@ static void valid_problem(fa_problem *p)
     }
 }
 
+/* The bytes a tensor spans: its last element's offset + 1, computed here on purpose rather than
+ * asked of the library (fa_problem_tensor_bytes), so that the "one element too small" checks
+ * test the library's sizes against an independent count; rig_open checks that both agree. */
 static size_t extent_bytes(const fa_problem *p, const fa_tensor_layout *t, int64_t heads,
                            int64_t seq)
 {
@@ -91,6 +94,13 @@ static void rig_open(fa_context *ctx, rig *r, const fa_problem *p)
     r->bytes[2] = extent_bytes(p, &p->v, p->heads_kv, p->seqlen_k);
     r->bytes[3] = extent_bytes(p, &p->o, p->heads_q, p->seqlen_q);
     r->bytes[4] = (size_t)(p->batch * p->heads_q * p->seqlen_q) * 4;
+    static const fa_tensor_id ids[5] = {FA_TENSOR_Q, FA_TENSOR_K, FA_TENSOR_V, FA_TENSOR_O,
+                                        FA_TENSOR_LSE};
+    for (int i = 0; i < 5; i++) {
+        uint64_t lib = 0;
+        assert_int_equal(fa_problem_tensor_bytes(p, ids[i], 0, 0, &lib), OK);
+        assert_int_equal(lib, r->bytes[i]);
+    }
     /* Zero inputs are valid numbers in every dtype; outputs start as the pattern. */
     r->q = make_buffer(ctx, r->bytes[0], 0);
     r->k = make_buffer(ctx, r->bytes[1], 0);

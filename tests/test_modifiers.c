@@ -71,9 +71,14 @@ static bool is_input(int t)
     return t == TQ || t == TK || t == TV || t == TDO || t == TBIAS || t == TSLOPES || t == TSINKS;
 }
 
-/* The buffer element of every dense element and the buffer's length. */
+/* The buffer element of every dense element and the buffer's length: the tensor's extent
+   (fa_problem_tensor_bytes, which every mapped element lies inside) and a guard band. */
 static void build_map(mt_run *r, int t)
 {
+    static const fa_tensor_id ids[NT] = {
+        FA_TENSOR_Q,  FA_TENSOR_K,   FA_TENSOR_V,    FA_TENSOR_O,            FA_TENSOR_DO,
+        FA_TENSOR_DQ, FA_TENSOR_DK,  FA_TENSOR_DV,   FA_TENSOR_LSE,          FA_TENSOR_BIAS,
+        FA_TENSOR_ALIBI_SLOPES,      FA_TENSOR_SINKS, FA_TENSOR_D_SINKS};
     const fa_problem *p = &r->p;
     mt_tensor *x = &r->t[t];
     int64_t dims[4] = {p->batch, p->heads_q, p->seqlen_q, p->head_dim};
@@ -93,16 +98,19 @@ static void build_map(mt_run *r, int t)
     x->dense = dims[0] * dims[1] * dims[2] * dims[3];
     x->map = malloc(sizeof(int64_t) * (size_t)(x->dense ? x->dense : 1));
     assert_non_null(x->map);
-    int64_t i = 0, last = -1;
+    uint64_t bytes = 0;
+    assert_int_equal(fa_problem_tensor_bytes(p, ids[t], 0, 0, &bytes), FA_STATUS_OK);
+    const int64_t extent = (int64_t)(bytes / x->elem);
+    int64_t i = 0;
     for (int64_t b = 0; b < dims[0]; b++)
         for (int64_t h = 0; h < dims[1]; h++)
             for (int64_t s = 0; s < dims[2]; s++)
                 for (int64_t e = 0; e < dims[3]; e++, i++) {
                     x->map[i] = l.offset + b * l.stride_batch + h * l.stride_head +
                                 s * l.stride_seq + e;
-                    last = x->map[i] > last ? x->map[i] : last;
+                    assert_true(x->map[i] < extent);
                 }
-    x->n = last + 1 + MT_GUARD;
+    x->n = extent + MT_GUARD;
 }
 
 static bool tensor_on(const fa_problem *p, int t)

@@ -3,9 +3,13 @@
  * mask on one backend or all, and for each point times the flash path (fa_forward) against a
  * naive attention that materializes S and P on the same device (naive.h), records each path's
  * peak device bytes from the context's counters, and checks both outputs against the CPU golden
- * backend where the size allows. The reports are in cli_bench_report.c. --pass bwd and fwd+bwd
- * time the backward (fa_backward against a naive backward that materializes P and dP): the
- * sweep is this file's, the measurements of those passes are cli_bench_bwd.c's.
+ * backend where the size allows. --pass bwd and fwd+bwd time the backward (fa_backward against
+ * a naive backward that materializes P and dP).
+ *
+ * The top of the bench files, which call down only: this file (options, the sweep) calls the
+ * measurements (cli_bench_fwd.c, cli_bench_bwd.c: cli_bench_measure.h) and the reports
+ * (cli_bench_report.c, cli_bench_plot.c: cli_bench_report.h), and those call the shared helpers,
+ * devices and baselines (cli_bench_common.c, cli_bench_naive.c, cli_bench_mods.c: cli_bench.h).
  *
  * Sweeps are bounded two ways, so that `bench` with its defaults finishes on a slow machine:
  * a path whose time, extrapolated from the previous point by the FLOP ratio, would exceed
@@ -13,6 +17,8 @@
  * above --naive-max-bytes (or the device's limits) is reported as OOM without being allocated.
  */
 #include "cli_bench.h"
+#include "cli_bench_measure.h"
+#include "cli_bench_report.h"
 #include "cli_commands.h"
 #include "cli_common.h"
 #include "cli_memory.h"
@@ -26,8 +32,6 @@
 #include <string.h>
 #include <time.h>
 
-/* Most timed repetitions (as `run`). */
-#define BENCH_MAX_REPEAT 1000
 /* Default cap on the naive S/P buffer: 1 GiB. */
 #define BENCH_NAIVE_MAX_BYTES (1ull << 30)
 
@@ -203,195 +207,6 @@ static int parse_lists(bench_run *r)
     return 0;
 }
 
-/* ---- measuring --------------------------------------------------------------------------- */
-
-static int cmp_double(const void *x, const void *y)
-{
-    double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
-
-fa_status bench_timed(bench_fn fn, void *arg, int64_t repeat, double *median, char *why,
-                      size_t why_size)
-{
-    double t[BENCH_MAX_REPEAT];
-    fa_status st = fn(arg, why, why_size);
-    int64_t i;
-    for (i = 0; i < repeat && st == FA_STATUS_OK; i++) {
-        double t0 = cli_now_ms();
-        st = fn(arg, why, why_size);
-        t[i] = cli_now_ms() - t0;
-    }
-    if (st != FA_STATUS_OK)
-        return st;
-    qsort(t, (size_t)repeat, sizeof t[0], cmp_double);
-    *median = repeat % 2 ? t[repeat / 2] : 0.5 * (t[repeat / 2 - 1] + t[repeat / 2]);
-    return FA_STATUS_OK;
-}
-
-static fa_status flash_fn(void *arg, char *why, size_t why_size)
-{
-    cli_session *s = arg;
-    fa_modifier_buffers m = cli_session_mods(s, 0);
-    fa_status st = fa_forward_ex(s->ctx, s->plan, s->q, s->k, s->v, s->o, NULL, &m);
-    if (st != FA_STATUS_OK)
-        snprintf(why, why_size, "%s", fa_context_last_error(s->ctx));
-    return st;
-}
-
-static fa_status naive_fn(void *arg, char *why, size_t why_size)
-{
-    return naive_forward(arg, why, why_size);
-}
-
-fa_status bench_flash_setup(cli_session *s, fa_context *ctx, const bench_io *io, char *why,
-                            size_t why_size)
-{
-    size_t esz = fa_dtype_size(io->p.dtype), qb = io->q.count * esz, kb = io->k.count * esz;
-    char req[160] = "";
-    fa_status st;
-    s->ctx = ctx;
-    st = fa_plan_create(ctx, &io->p, &s->plan);
-    if (st == FA_STATUS_OK)
-        s->problem = *fa_plan_problem(s->plan);
-    else if (st == FA_STATUS_INVALID_TILE)
-        cli_tile_request(&io->p, req, sizeof req); /* FLASHATTN_BLOCK_R / _C */
-    st = st ? st : fa_buffer_create(ctx, qb ? qb : 1, &s->q);
-    st = st ? st : fa_buffer_create(ctx, kb ? kb : 1, &s->k);
-    st = st ? st : fa_buffer_create(ctx, kb ? kb : 1, &s->v);
-    st = st ? st : fa_buffer_create(ctx, qb ? qb : 1, &s->o);
-    if (st != FA_STATUS_OK)
-        snprintf(why, why_size, "%s%s%s", cli_status_detail(st, fa_context_last_error(ctx)),
-                 *req ? "; " : "", req);
-    else if (cli_session_upload(s, &io->q, &io->k, &io->v) != 0 ||
-             cli_session_mod_buffers(s, &io->mods) != 0)
-        st = FA_STATUS_DEVICE_ERROR; /* already printed */
-    return st;
-}
-
-/* The flash path: peak device bytes from the context, reset just before its buffers exist. */
-static fa_status run_flash(const bench_run *r, bench_device *d, bench_io *io, bench_path *out,
-                           char *why, size_t why_size)
-{
-    cli_session s;
-    fa_status st;
-    memset(&s, 0, sizeof s);
-    fa_context_reset_peak(d->ctx);
-    st = bench_flash_setup(&s, d->ctx, io, why, why_size);
-    st = st ? st : bench_timed(flash_fn, &s, r->a.repeat, &out->ms, why, why_size);
-    fa_context_memory(d->ctx, NULL, &out->peak);
-    if (st == FA_STATUS_OK && cli_session_download(&s, &io->o_flash, NULL) != 0)
-        st = FA_STATUS_DEVICE_ERROR;
-    s.ctx = NULL; /* the device's, not the session's */
-    cli_session_close(&s);
-    return st;
-}
-
-/* A naive path (make: the plain kernels or the CLBlast one), its output into o: context-counted
- * bytes (cpu) plus those the tool allocated itself (opencl). */
-static fa_status run_naive(const bench_run *r, bench_device *d, bench_io *io,
-                           bench_naive_maker make, int skip_if_fits, bench_path *out,
-                           cli_tensor *o, char *why, size_t why_size)
-{
-    naive_problem np = bench_naive_problem(r, &io->p);
-    naive_attn *n = NULL;
-    uint64_t peak = 0;
-    fa_status st;
-    out->need = naive_total_bytes(&np);
-    fa_context_reset_peak(d->ctx);
-    st = make(d, &np, &n, why, why_size);
-    if (st == FA_STATUS_OK && skip_if_fits) {
-        /* Too slow to run, but created first so that a point that cannot fit says OOM. */
-        out->state = BENCH_SKIPPED;
-        naive_destroy(n);
-        return FA_STATUS_OK;
-    }
-    st = st ? st : naive_upload(n, io->q.data, io->k.data, io->v.data, why, why_size);
-    st = st ? st : bench_timed(naive_fn, n, r->a.repeat, &out->ms, why, why_size);
-    fa_context_memory(d->ctx, NULL, &peak);
-    out->peak = peak + naive_uncounted_bytes(n);
-    st = st ? st : naive_download(n, o->data, why, why_size);
-    naive_destroy(n);
-    return st;
-}
-
-void bench_point_label(const bench_run *r, const bench_point *pt, const char *what, char *buf,
-                       size_t size)
-{
-    snprintf(buf, size, "%s%s%s %s %s dim %" PRId64 " seq %" PRId64, what, *what ? ", " : "",
-             fa_backend_name(r->devs[pt->dev].backend), fa_dtype_name(pt->dtype),
-             fa_mask_name(pt->mask), pt->dim, pt->seq);
-}
-
-/* ---- checking against the CPU golden ----------------------------------------------------- */
-
-/* The same problem and inputs on the CPU golden backend, into io->o_ref. */
-static int run_golden(bench_io *io)
-{
-    cli_session ref;
-    int rc;
-    memset(&ref, 0, sizeof ref);
-    rc = cli_session_open(&ref, FA_BACKEND_CPU, 0, &io->p);
-    rc = rc ? rc : cli_session_buffers(&ref, 0);
-    rc = rc ? rc : cli_session_upload(&ref, &io->q, &io->k, &io->v);
-    rc = rc ? rc : cli_session_mod_buffers(&ref, &io->mods);
-    rc = rc ? rc : cli_session_forward(&ref);
-    rc = rc ? rc : cli_session_download(&ref, &io->o_ref, NULL);
-    cli_session_close(&ref);
-    return rc;
-}
-
-int bench_compare(fa_dtype dtype, const char *name, const cli_tensor *x, const cli_tensor *ref,
-                  double *err, char *why, size_t why_size)
-{
-    cli_compare c;
-    double atol, rtol;
-    cli_tensor_compare(x, ref, &c);
-    cli_check_tolerance(dtype, &atol, &rtol);
-    *err = c.mismatches ? INFINITY : c.max_err;
-    if (c.mismatches)
-        cli_describe_mismatch(&c, ref, name, why, why_size);
-    else if (!(c.max_err <= atol + rtol * c.max_ref))
-        snprintf(why, why_size, "%s max abs error %.3e exceeds the tolerance %.3e", name,
-                 c.max_err, atol + rtol * c.max_ref);
-    else
-        return 0;
-    return 1;
-}
-
-/* err and fail of one path by `run --check`'s rule; a failure is explained on stderr. */
-static void check_path(const bench_run *r, const bench_point *pt, const char *what,
-                       bench_path *path, const cli_tensor *o, const cli_tensor *ref)
-{
-    char why[256], label[128];
-    path->check = BENCH_CHECK_DONE;
-    path->fail = bench_compare(pt->dtype, "O", o, ref, &path->err, why, sizeof why);
-    if (!path->fail)
-        return;
-    bench_point_label(r, pt, what, label, sizeof label);
-    fprintf(stderr, "flashattn bench: %s: check failed: %s\n", label, why);
-}
-
-static void check_point(const bench_run *r, const bench_device *d, bench_io *io,
-                        bench_point *pt)
-{
-    const cli_tensor *ref = &io->o_ref;
-    if (d->backend == FA_BACKEND_CPU && pt->flash.state == BENCH_OK) {
-        ref = &io->o_flash; /* the flash path on cpu is the golden itself */
-        pt->flash.check = BENCH_CHECK_IS_REF;
-    }
-    if (pt->seq > r->a.check_max_seq)
-        return;
-    if (pt->flash.check != BENCH_CHECK_IS_REF && run_golden(io) != 0)
-        return;
-    if (pt->flash.state == BENCH_OK && pt->flash.check != BENCH_CHECK_IS_REF)
-        check_path(r, pt, "flash", &pt->flash, &io->o_flash, ref);
-    if (pt->naive.state == BENCH_OK)
-        check_path(r, pt, "naive", &pt->naive, &io->o_naive, ref);
-    if (pt->gemm.state == BENCH_OK)
-        check_path(r, pt, "gemm", &pt->gemm, &io->o_gemm, ref);
-}
-
 /* ---- the sweep --------------------------------------------------------------------------- */
 
 /* The last measured point of one path in the current series, to extrapolate from. */
@@ -459,15 +274,19 @@ static int point_problem(const bench_run *r, const bench_point *pt, fa_problem *
 static int point_fits(const bench_run *r, const bench_device *d, const bench_point *pt,
                       const fa_problem *p, uint64_t *flash_bytes, char *why, size_t why_size)
 {
+    static const fa_tensor_id io[4] = {FA_TENSOR_Q, FA_TENSOR_K, FA_TENSOR_V, FA_TENSOR_O};
     uint64_t esz = fa_dtype_size(p->dtype), rows_q, rows_kv, nq, nkv;
     cli_memory_need need;
+    int i;
+    /* The host tensors' elements (f32, logical BHSD). */
     rows_q = cli_mul_sat(cli_mul_sat((uint64_t)p->batch, (uint64_t)p->heads_q),
                          (uint64_t)p->seqlen_q);
     rows_kv = cli_mul_sat(cli_mul_sat((uint64_t)p->batch, (uint64_t)p->heads_kv),
                           (uint64_t)p->seqlen_k);
     nq = cli_mul_sat(rows_q, (uint64_t)p->head_dim);
     nkv = cli_mul_sat(rows_kv, (uint64_t)p->head_dim);
-    *flash_bytes = cli_mul_sat(cli_add_sat(cli_mul_sat(nq, 2), cli_mul_sat(nkv, 2)), esz);
+    for (*flash_bytes = 0, i = 0; i < 4; i++) /* the flash path's buffers */
+        *flash_bytes = cli_add_sat(*flash_bytes, cli_tensor_bytes(p, io[i]));
     need.host = cli_mul_sat(cli_add_sat(cli_mul_sat(nq, 4), cli_mul_sat(nkv, 2)), sizeof(float));
     need.host = cli_add_sat(need.host, cli_mul_sat(cli_add_sat(nq, cli_mul_sat(nkv, 2)), esz));
     if (r->pass != BENCH_PASS_FWD)
@@ -533,14 +352,48 @@ static void free_io(bench_io *io)
     bench_bwd_free(io);
 }
 
-/* Measures both paths of one point; non-zero when something failed (a naive OOM is a result). */
+/* Measures the paths of one point whose tensors are ready; non-zero when something failed (a
+ * naive OOM is a result). */
+static int measure_paths(const bench_run *r, bench_device *d, bench_io *io, bench_point *pt,
+                         const bench_last last[3])
+{
+    int fwd = r->pass == BENCH_PASS_FWD, rc = 0;
+    char why[2048] = "";
+    fa_status st;
+    if (too_slow(r, &last[0], pt->flops)) {
+        pt->flash.state = BENCH_SKIPPED;
+    } else {
+        st = fwd ? bench_fwd_flash(r, d, io, &pt->flash, why, sizeof why)
+                 : bench_bwd_flash(r, d, io, &pt->flash, why, sizeof why);
+        rc |= record(&pt->flash, st, why, "flash", r, pt);
+    }
+    why[0] = '\0';
+    st = fwd ? bench_fwd_naive(r, d, io, bench_naive_create, too_slow(r, &last[1], pt->flops),
+                               &pt->naive, &io->o_naive, why, sizeof why)
+             : bench_bwd_naive(r, d, io, too_slow(r, &last[1], pt->flops), &pt->naive, why,
+                               sizeof why);
+    if (pt->naive.state != BENCH_SKIPPED)
+        rc |= record(&pt->naive, st, why, "naive", r, pt);
+    why[0] = '\0';
+    st = fwd ? bench_fwd_naive(r, d, io, bench_gemm_create, too_slow(r, &last[2], pt->flops),
+                               &pt->gemm, &io->o_gemm, why, sizeof why)
+             : naive_fail(FA_STATUS_UNSUPPORTED, why, sizeof why, "forward only");
+    if (pt->gemm.state != BENCH_SKIPPED)
+        rc |= record(&pt->gemm, st, why, "gemm", r, pt);
+    if (fwd)
+        bench_fwd_check(r, d, io, pt);
+    else
+        bench_bwd_check(r, d, io, pt);
+    return rc | pt->flash.fail;
+}
+
+/* Measures the paths of one point; non-zero when something failed (a naive OOM is a result). */
 static int run_point(bench_run *r, bench_point *pt, bench_last last[3])
 {
     bench_device *d = &r->devs[pt->dev];
     char why[2048] = "";
     bench_io io;
-    fa_status st;
-    int rc = 0;
+    int rc;
     memset(&io, 0, sizeof io);
     if (point_problem(r, pt, &io.p) != 0)
         return CLI_EXIT_FAIL;
@@ -550,34 +403,7 @@ static int run_point(bench_run *r, bench_point *pt, bench_last last[3])
         free_io(&io);
         return point_oom(r, pt, &io.p, ""); /* cli_tensor_alloc said why */
     }
-    if (too_slow(r, &last[0], pt->flops))
-        pt->flash.state = BENCH_SKIPPED;
-    else
-        rc |= record(&pt->flash,
-                     r->pass == BENCH_PASS_FWD
-                         ? run_flash(r, d, &io, &pt->flash, why, sizeof why)
-                         : bench_bwd_flash(r, d, &io, &pt->flash, why, sizeof why),
-                     why, "flash", r, pt);
-    why[0] = '\0';
-    st = r->pass == BENCH_PASS_FWD
-             ? run_naive(r, d, &io, bench_naive_create, too_slow(r, &last[1], pt->flops),
-                         &pt->naive, &io.o_naive, why, sizeof why)
-             : bench_bwd_naive(r, d, &io, too_slow(r, &last[1], pt->flops), &pt->naive, why,
-                               sizeof why);
-    if (pt->naive.state != BENCH_SKIPPED)
-        rc |= record(&pt->naive, st, why, "naive", r, pt);
-    why[0] = '\0';
-    st = r->pass == BENCH_PASS_FWD
-             ? run_naive(r, d, &io, bench_gemm_create, too_slow(r, &last[2], pt->flops),
-                         &pt->gemm, &io.o_gemm, why, sizeof why)
-             : naive_fail(FA_STATUS_UNSUPPORTED, why, sizeof why, "forward only");
-    if (pt->gemm.state != BENCH_SKIPPED)
-        rc |= record(&pt->gemm, st, why, "gemm", r, pt);
-    if (r->pass == BENCH_PASS_FWD)
-        check_point(r, d, &io, pt);
-    else
-        bench_bwd_check(r, d, &io, pt);
-    rc |= pt->flash.fail;
+    rc = measure_paths(r, d, &io, pt, last);
     if (pt->flash.state == BENCH_OK)
         last[0].flops = pt->flops, last[0].ms = pt->flash.ms;
     if (pt->naive.state == BENCH_OK)

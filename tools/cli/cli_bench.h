@@ -1,8 +1,11 @@
 /*
  * cli_bench.h - the `flashattn bench` subcommand's shared state: the options, the devices of a
- * sweep and one measured point (flash path and naive path), shared by the sweep (cli_bench.c,
- * and cli_bench_bwd.c for the passes with the backward) and the reports: the table and the CSV
- * (cli_bench_report.c), the gnuplot figure (cli_bench_plot.c).
+ * sweep and one measured point (flash path and naive paths), and the bottom layer of the bench
+ * files, which every other one may call and which calls none of them: the shared helpers
+ * (cli_bench_common.c), the devices and baselines (cli_bench_naive.c), the score modifiers
+ * (cli_bench_mods.c). Above it: the measurements (cli_bench_measure.h), the reports
+ * (cli_bench_report.h), and the sweep that calls both (cli_bench.c, cli_cmd_bench in
+ * cli_commands.h).
  */
 #ifndef FLASHATTN_TOOLS_CLI_BENCH_H
 #define FLASHATTN_TOOLS_CLI_BENCH_H
@@ -20,6 +23,8 @@
 #define BENCH_MAX_LIST 32
 /* cpu, opencl, cuda. */
 #define BENCH_MAX_DEVICES 3
+/* Most timed repetitions (--repeat). */
+#define BENCH_MAX_REPEAT 1000
 
 /* What one measurement times (--pass). */
 typedef enum bench_pass {
@@ -104,30 +109,6 @@ typedef struct bench_run {
     cli_mod_files mod_files; /* --alibi-slopes, --bias, --sinks as read */
 } bench_run;
 
-/*
- * `flashattn bench`: flash vs naive attention over a sweep (cli_bench.c). Declared here rather
- * than in cli_commands.h so that the bench files stay self-contained.
- */
-int cli_cmd_bench(int argc, char **argv);
-
-/* The aligned table on stdout: header (command line, date, devices, column names). */
-void bench_print_header(const bench_run *r);
-/* One row of the table. */
-void bench_print_row(const bench_run *r, const bench_point *pt);
-/* The notes under the table. */
-void bench_print_footer(const bench_run *r);
-/* --csv: one header line and one line per point. Prints and returns CLI_EXIT_FAIL on error. */
-int bench_write_csv(const bench_run *r, const char *path);
-/* 0 when gnuplot is on PATH; prints a one-line error and returns CLI_EXIT_FAIL otherwise
- * (cli_bench_plot.c). */
-int bench_find_gnuplot(void);
-/* --plot: time and memory against seq length, log axes, flash and naive per series. */
-int bench_write_plot(const bench_run *r, const char *path);
-/* Whether --plot writes an SVG (the name ends in ".svg") rather than a PNG. */
-int bench_plot_is_svg(const char *path);
-
-/* ---- shared by the sweep's two files (cli_bench.c and cli_bench_bwd.c) -------------------- */
-
 /* The tensors of one point. Index 0, 1, 2 of the gradients: flash, naive, the CPU golden. */
 typedef struct bench_io {
     fa_problem p;
@@ -136,16 +117,39 @@ typedef struct bench_io {
     cli_mod_data mods;                   /* the modifiers' tensors of the point */
 } bench_io;
 
+/* ---- the shared helpers (cli_bench_common.c) ----------------------------------------------- */
+
+/* "fwd", "bwd", "fwd+bwd". */
+const char *bench_pass_name(bench_pass pass);
+/* The pass's FLOPs in forwards: 1, 2.5 (FlashAttention-2's count of the backward), 3.5. */
+double bench_pass_factor(bench_pass pass);
+/* --pass NAME; -1 for an unknown name. */
+int bench_pass_from_name(const char *name, bench_pass *out);
+
 /* One timed operation: returns a status and, on failure, the reason in why. */
 typedef fa_status (*bench_fn)(void *arg, char *why, size_t why_size);
 
 /* One warm-up (kernel builds, first touch of the buffers), then the median of `repeat`. */
 fa_status bench_timed(bench_fn fn, void *arg, int64_t repeat, double *median, char *why,
                       size_t why_size);
+/* The device buffer of one tensor of the session's planned problem, of the bytes fa_run
+ * checks (cli_tensor_bytes); the status of fa_buffer_create. */
+fa_status bench_buffer(const cli_session *s, fa_tensor_id tensor, fa_buffer **out);
 /* The flash path's plan and Q, K, V, O buffers on ctx, Q, K and V uploaded; statuses kept
  * (an OOM is a result), the reason in why. */
 fa_status bench_flash_setup(cli_session *s, fa_context *ctx, const bench_io *io, char *why,
                             size_t why_size);
+/* "flash, opencl f32 top-left dim 64 seq 512": which path of which point, for messages. */
+void bench_point_label(const bench_run *r, const bench_point *pt, const char *what, char *buf,
+                       size_t size);
+/*
+ * Compares x with the golden ref by `run --check`'s rule. Returns 1 when it fails, with the
+ * reason (naming the tensor) in why; *err is max |x - ref|, infinite where they disagree on NaN
+ * or infinity.
+ */
+int bench_compare(fa_dtype dtype, const char *name, const cli_tensor *x, const cli_tensor *ref,
+                  double *err, char *why, size_t why_size);
+
 /* ---- the score modifiers and dropout (cli_bench_mods.c) ------------------------------------ */
 
 /*
@@ -185,39 +189,5 @@ fa_status bench_gemm_create(bench_device *d, naive_problem *np, naive_attn **out
                             size_t why_size);
 /* The table header's line about the gemm path: what it runs, or that it was not built. */
 const char *bench_gemm_note(void);
-/* "flash, opencl f32 top-left dim 64 seq 512": which path of which point, for messages. */
-void bench_point_label(const bench_run *r, const bench_point *pt, const char *what, char *buf,
-                       size_t size);
-/*
- * Compares x with the golden ref by `run --check`'s rule. Returns 1 when it fails, with the
- * reason (naming the tensor) in why; *err is max |x - ref|, infinite where they disagree on NaN
- * or infinity.
- */
-int bench_compare(fa_dtype dtype, const char *name, const cli_tensor *x, const cli_tensor *ref,
-                  double *err, char *why, size_t why_size);
-
-/* ---- the passes with the backward (cli_bench_bwd.c) ---------------------------------------- */
-
-/* "fwd", "bwd", "fwd+bwd". */
-const char *bench_pass_name(bench_pass pass);
-/* The pass's FLOPs in forwards: 1, 2.5 (FlashAttention-2's count of the backward), 3.5. */
-double bench_pass_factor(bench_pass pass);
-/* --pass NAME; -1 for an unknown name. */
-int bench_pass_from_name(const char *name, bench_pass *out);
-/* Adds the backward's tensors to a point's estimate: the flash path's device bytes (set to all
- * its tensors; scratch is not known before the plan) and the host tensors and images. */
-void bench_bwd_need(const fa_problem *p, uint64_t *flash_bytes, uint64_t *host);
-/* dO (drawn from the stream after Q, K and V, rounded to the dtype) and the gradients' tensors. */
-int bench_bwd_alloc(bench_io *io, uint64_t *state);
-void bench_bwd_free(bench_io *io);
-/* The flash path of a backward pass: the time of the pass, its peak device bytes, and its
- * outputs into io (dq[0].., and O for fwd+bwd). */
-fa_status bench_bwd_flash(const bench_run *r, bench_device *d, bench_io *io, bench_path *out,
-                          char *why, size_t why_size);
-/* The naive path likewise (P and dP materialized); skip_if_fits as in the forward's. */
-fa_status bench_bwd_naive(const bench_run *r, bench_device *d, bench_io *io, int skip_if_fits,
-                          bench_path *out, char *why, size_t why_size);
-/* Checks both paths' outputs against the CPU golden (up to --check-max-seq). */
-void bench_bwd_check(const bench_run *r, const bench_device *d, bench_io *io, bench_point *pt);
 
 #endif /* FLASHATTN_TOOLS_CLI_BENCH_H */

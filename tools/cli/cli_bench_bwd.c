@@ -1,7 +1,7 @@
 /*
- * cli_bench_bwd.c - the measurements of `flashattn bench --pass bwd` and `--pass fwd+bwd` (the
- * sweep, the table and the CSV are cli_bench.c's and cli_bench_report.c's, shared with --pass
- * fwd). Per point:
+ * cli_bench_bwd.c - the measurements of `flashattn bench --pass bwd` and `--pass fwd+bwd` (see
+ * cli_bench_measure.h; the sweep that calls them is cli_bench.c's, --pass fwd's are
+ * cli_bench_fwd.c's). Per point:
  *
  *   flash  fa_backward (bwd: after one untimed fa_forward that writes O and LSE; fwd+bwd: both,
  *          timed together) on the device's context; its peak device bytes are the context's
@@ -17,38 +17,13 @@
  * is "n/a" in the naive columns (bench_naive_create says which).
  */
 #include "cli_bench.h"
+#include "cli_bench_measure.h"
 #include "cli_common.h"
 #include "cli_memory.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-
-/* ---- the pass ---------------------------------------------------------------------------- */
-
-const char *bench_pass_name(bench_pass pass)
-{
-    return pass == BENCH_PASS_BWD ? "bwd" : pass == BENCH_PASS_FWD_BWD ? "fwd+bwd" : "fwd";
-}
-
-double bench_pass_factor(bench_pass pass)
-{
-    /* FlashAttention-2 counts the backward as 2.5 forwards: five matmuls of the forward's two. */
-    return pass == BENCH_PASS_BWD ? 2.5 : pass == BENCH_PASS_FWD_BWD ? 3.5 : 1.0;
-}
-
-int bench_pass_from_name(const char *name, bench_pass *out)
-{
-    static const bench_pass all[3] = {BENCH_PASS_FWD, BENCH_PASS_BWD, BENCH_PASS_FWD_BWD};
-    int i;
-    for (i = 0; i < 3; i++) {
-        if (strcmp(name, bench_pass_name(all[i])) == 0) {
-            *out = all[i];
-            return 0;
-        }
-    }
-    return -1;
-}
 
 /* ---- host tensors and the memory estimate ------------------------------------------------ */
 
@@ -132,19 +107,16 @@ static fa_status flash_bwd_fn(void *arg, char *why, size_t why_size)
 static fa_status flash_bwd_setup(bwd_flash *f, fa_context *ctx, const bench_io *io, char *why,
                                  size_t why_size)
 {
-    const fa_problem *p = &io->p;
-    size_t esz = fa_dtype_size(p->dtype), qb = io->q.count * esz, kb = io->k.count * esz;
-    size_t rows = (size_t)(p->batch * p->heads_q * p->seqlen_q);
     cli_session *s = &f->s;
     fa_status st = bench_flash_setup(s, ctx, io, why, why_size);
     if (st != FA_STATUS_OK)
         return st;
-    st = fa_plan_create_backward(ctx, p, &s->bwd_plan);
-    st = st ? st : fa_buffer_create(ctx, (rows ? rows : 1) * sizeof(float), &s->lse);
-    st = st ? st : fa_buffer_create(ctx, qb ? qb : 1, &s->d_o);
-    st = st ? st : fa_buffer_create(ctx, qb ? qb : 1, &s->dq);
-    st = st ? st : fa_buffer_create(ctx, kb ? kb : 1, &s->dk);
-    st = st ? st : fa_buffer_create(ctx, kb ? kb : 1, &s->dv);
+    st = fa_plan_create_backward(ctx, &io->p, &s->bwd_plan);
+    st = st ? st : bench_buffer(s, FA_TENSOR_LSE, &s->lse);
+    st = st ? st : bench_buffer(s, FA_TENSOR_DO, &s->d_o);
+    st = st ? st : bench_buffer(s, FA_TENSOR_DQ, &s->dq);
+    st = st ? st : bench_buffer(s, FA_TENSOR_DK, &s->dk);
+    st = st ? st : bench_buffer(s, FA_TENSOR_DV, &s->dv);
     if (st != FA_STATUS_OK) {
         snprintf(why, why_size, "%s", cli_status_detail(st, fa_context_last_error(ctx)));
         return st;

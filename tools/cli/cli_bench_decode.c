@@ -14,7 +14,6 @@
  * header says which. Inputs are a random 16 MiB block repeated (the values do not change the
  * time); no check against the golden here (`run --check` does that at any size).
  */
-#include "cli_bench.h"
 #include "cli_commands.h"
 #include "cli_common.h"
 #include "cli_memory.h"

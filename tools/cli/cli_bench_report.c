@@ -1,12 +1,12 @@
 /*
- * cli_bench_report.c - the reports of `flashattn bench` (see cli_bench.h): the aligned table on
- * stdout (streamed row by row, so a long sweep shows its results as they come) and the CSV file.
- * The PNG figure is in cli_bench_plot.c.
+ * cli_bench_report.c - the reports of `flashattn bench` (see cli_bench_report.h): the aligned
+ * table on stdout (streamed row by row, so a long sweep shows its results as they come) and the
+ * CSV file. The figure is in cli_bench_plot.c.
  *
  * Every number in the reports comes from a bench_point; nothing is recomputed here except the
  * derived ratios (GFLOP/s, speedup, memory ratio), so the table, the CSV and the figure agree.
  */
-#include "cli_bench.h"
+#include "cli_bench_report.h"
 #include "cli_common.h"
 
 #include <inttypes.h>

@@ -11,10 +11,12 @@ int cli_cmd_devices(int argc, char **argv);
  * --backward of the backward, with its memory formula), and why (cli_info.c). */
 int cli_cmd_plan(int argc, char **argv);
 /* `flashattn run`: time a forward pass (and with --backward its backward), optionally check it
- * against the CPU golden (cli_run.c, cli_run_bwd.c). */
+ * against the CPU golden (cli_run.c and the files below it, cli_run.h). */
 int cli_cmd_run(int argc, char **argv);
 /* `flashattn bench`: with --decode the decode sweep (cli_bench_decode.c), else the sweep of
- * cli_bench.c (cli_cmd_bench, cli_bench.h), whose --help then names --decode. */
+ * cli_bench.c (cli_cmd_bench), whose --help then names --decode. */
 int cli_cmd_bench_any(int argc, char **argv);
+/* `flashattn bench` without --decode: flash vs naive attention over a sweep (cli_bench.c). */
+int cli_cmd_bench(int argc, char **argv);
 
 #endif /* FLASHATTN_TOOLS_CLI_COMMANDS_H */

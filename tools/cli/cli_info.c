@@ -222,6 +222,24 @@ static int plan_and_print(fa_context *ctx, const fa_problem *p, const plan_print
     return r;
 }
 
+/* The problem of `plan`'s options: shape, modifiers (their files read for the shapes only) and
+ * sequences; 0, or the exit status (printed). */
+static int plan_problem(const cli_cmd *cmd, cli_problem_args *pa, const cli_mod_args *mods,
+                        const cli_seq_args *seq, const cli_opt *opts, size_t n, fa_problem *p)
+{
+    cli_mod_files files;
+    int r;
+    memset(&files, 0, sizeof files);
+    cli_problem_resolve(pa, opts, n);
+    if (cli_problem_build(pa, p) != 0 || cli_mod_load(mods, &files) != 0) {
+        cli_mod_files_free(&files);
+        return CLI_EXIT_FAIL;
+    }
+    r = cli_mod_apply(cmd, mods, &files, p);
+    cli_mod_files_free(&files); /* the plan needs the shapes only */
+    return r ? r : cli_seq_apply(cmd, seq, p);
+}
+
 int cli_cmd_plan(int argc, char **argv)
 {
     static const cli_cmd cmd = {
@@ -231,17 +249,16 @@ int cli_cmd_plan(int argc, char **argv)
         "--backward plans the backward pass instead (fa_plan_create_backward) and adds its\n"
         "memory formula: tensors (Q, K, V, O, dO, dQ, dK, dV and LSE) + scratch = peak device\n"
         "bytes. With --backend cuda --arch sm_XY, or --backend opencl --profile NAME, it\n"
-        "plans for a known GPU instead of a device, so it needs no GPU. The score modifier and dropout options are those of\n"
-        "`run` (see flashattn run --help); the plan prints which are on. So are the decoding\n"
-        "options --seqlens-k, --paged and --kv-splits: the plan prints its kv splits\n"
-        "(fa_plan_kv_splits) and the explanation says why."};
+        "plans for a known GPU instead of a device, so it needs no GPU. The score modifier\n"
+        "and dropout options are those of `run` (see flashattn run --help); the plan prints\n"
+        "which are on. So are the decoding options --seqlens-k, --paged and --kv-splits: the\n"
+        "plan prints its kv splits (fa_plan_kv_splits) and the explanation says why."};
     cli_problem_args pa;
     fa_backend backend = FA_BACKEND_AUTO;
     int64_t device = 0;
     const char *arch = NULL, *profile = NULL;
     plan_print pp = {0, 0, 0, FA_LAYOUT_BHSD};
     cli_mod_args mods;
-    cli_mod_files files;
     cli_seq_args seq;
     cli_opt opts[CLI_PROBLEM_NOPTS + 6 + CLI_SEQ_NOPTS + CLI_MOD_NOPTS] = {
         {"backend", CLI_BACKEND, &backend, 0, 0, "B", "auto, cpu, opencl or cuda (default auto)",
@@ -268,7 +285,6 @@ int cli_cmd_plan(int argc, char **argv)
     cli_seq_defaults(&seq);
     cli_seq_opts(&seq, opts + 6 + CLI_PROBLEM_NOPTS);
     cli_mod_opts(&mods, opts + 6 + CLI_PROBLEM_NOPTS + CLI_SEQ_NOPTS);
-    memset(&files, 0, sizeof files);
     r = cli_parse(&cmd, argc, argv, opts, n);
     if (r == CLI_PARSE_HELP) {
         cli_print_help(&cmd, opts, n);
@@ -279,16 +295,7 @@ int cli_cmd_plan(int argc, char **argv)
         cli_seq_args_free(&seq);
         return CLI_EXIT_USAGE;
     }
-    cli_problem_resolve(&pa, opts, n);
-    if (cli_problem_build(&pa, &p) != 0 || cli_mod_load(&mods, &files) != 0) {
-        cli_mod_files_free(&files);
-        cli_seq_args_free(&seq);
-        return CLI_EXIT_FAIL;
-    }
-    r = cli_mod_apply(&cmd, &mods, &files, &p);
-    cli_mod_files_free(&files); /* the plan needs the shapes only */
-    if (r == 0)
-        r = cli_seq_apply(&cmd, &seq, &p);
+    r = plan_problem(&cmd, &pa, &mods, &seq, opts, n, &p);
     if (r == 0)
         r = arch || profile ? open_arch_context(&cmd, backend, arch, profile, &ctx)
                  : cli_context_open(backend, (int)device, &ctx);

@@ -30,40 +30,25 @@ uint64_t cli_add_sat(uint64_t a, uint64_t b)
     return a > UINT64_MAX - b ? UINT64_MAX : a + b;
 }
 
-uint64_t cli_layout_bytes(const int64_t shape[4], const fa_tensor_layout *l, fa_dtype dtype)
+uint64_t cli_tensor_bytes(const fa_problem *p, fa_tensor_id tensor)
 {
-    const int64_t strides[3] = {l->stride_batch, l->stride_head, l->stride_seq};
-    uint64_t elems = 1;
-    int i;
-    if (l->offset < 0 || shape[0] < 0 || shape[1] < 0 || shape[2] < 0 || shape[3] < 0)
-        return UINT64_MAX;
-    if (shape[0] > 0 && shape[1] > 0 && shape[2] > 0 && shape[3] > 0) {
-        /* One past the last element: offset + sum (n - 1) * stride + head_dim. */
-        elems = cli_add_sat((uint64_t)shape[3], (uint64_t)l->offset);
-        for (i = 0; i < 3; i++) {
-            if (strides[i] < 0)
-                return UINT64_MAX;
-            elems = cli_add_sat(elems, cli_mul_sat((uint64_t)(shape[i] - 1), (uint64_t)strides[i]));
-        }
-    }
-    return fa_dtype_size(dtype) ? cli_mul_sat(elems, fa_dtype_size(dtype)) : UINT64_MAX;
+    uint64_t bytes = 0;
+    if (fa_problem_tensor_bytes(p, tensor, 0, 0, &bytes) != FA_STATUS_OK)
+        return 0;
+    return bytes > 0 ? bytes : 1;
 }
 
 void cli_backward_memory_of(const fa_problem *p, uint64_t scratch, cli_backward_memory *m)
 {
-    const int64_t qs[4] = {p->batch, p->heads_q, p->seqlen_q, p->head_dim};
-    const int64_t kvs[4] = {p->batch, p->heads_kv, p->seqlen_k, p->head_dim};
-    uint64_t rows = cli_mul_sat(cli_mul_sat((uint64_t)p->batch, (uint64_t)p->heads_q),
-                                (uint64_t)p->seqlen_q);
-    m->q = cli_layout_bytes(qs, &p->q, p->dtype);
-    m->k = cli_layout_bytes(kvs, &p->k, p->dtype);
-    m->v = cli_layout_bytes(kvs, &p->v, p->dtype);
-    m->o = cli_layout_bytes(qs, &p->o, p->dtype);
-    m->d_o = cli_layout_bytes(qs, &p->d_o, p->dtype);
-    m->dq = cli_layout_bytes(qs, &p->dq, p->dtype);
-    m->dk = cli_layout_bytes(kvs, &p->dk, p->dtype);
-    m->dv = cli_layout_bytes(kvs, &p->dv, p->dtype);
-    m->lse = cli_mul_sat(rows ? rows : 1, sizeof(float)); /* as cli_session_buffers makes it */
+    m->q = cli_tensor_bytes(p, FA_TENSOR_Q);
+    m->k = cli_tensor_bytes(p, FA_TENSOR_K);
+    m->v = cli_tensor_bytes(p, FA_TENSOR_V);
+    m->o = cli_tensor_bytes(p, FA_TENSOR_O);
+    m->d_o = cli_tensor_bytes(p, FA_TENSOR_DO);
+    m->dq = cli_tensor_bytes(p, FA_TENSOR_DQ);
+    m->dk = cli_tensor_bytes(p, FA_TENSOR_DK);
+    m->dv = cli_tensor_bytes(p, FA_TENSOR_DV);
+    m->lse = cli_tensor_bytes(p, FA_TENSOR_LSE); /* as cli_session_buffers makes it */
     m->tensors = cli_add_sat(cli_add_sat(cli_add_sat(m->q, m->k), cli_add_sat(m->v, m->o)),
                              cli_add_sat(cli_add_sat(m->d_o, m->dq), cli_add_sat(m->dk, m->dv)));
     m->tensors = cli_add_sat(m->tensors, m->lse);

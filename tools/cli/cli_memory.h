@@ -27,18 +27,20 @@ uint64_t cli_add_sat(uint64_t a, uint64_t b);
 uint64_t cli_host_memory_available(const char **source);
 
 /*
- * Bytes of the device buffer that holds a [batch, heads, seq, head_dim] tensor of this shape in
- * layout l (the last element's extent; at least one element, since buffers cannot be empty).
- * UINT64_MAX when a stride or offset is negative or the size passes 64 bits.
+ * Bytes of the device buffer the program makes for a tensor of p: the library's
+ * fa_problem_tensor_bytes (the extent fa_run checks, in the tensor's layout and dtype; K and V
+ * of a paged problem are its pools), at least 1 since a buffer cannot be empty. 0 when the
+ * library refuses the problem: an estimate made before the plan then leaves it out, and the
+ * plan says what is wrong.
  */
-uint64_t cli_layout_bytes(const int64_t shape[4], const fa_tensor_layout *l, fa_dtype dtype);
+uint64_t cli_tensor_bytes(const fa_problem *p, fa_tensor_id tensor);
 
 /*
  * The device bytes of a backward run, by tensor: what `plan --backward` prints, and what `run`
  * and `bench` allocate (and check before allocating). Saturating at UINT64_MAX.
  */
 typedef struct cli_backward_memory {
-    uint64_t q, k, v, o, d_o, dq, dk, dv; /* each tensor's buffer, in its layout and the dtype */
+    uint64_t q, k, v, o, d_o, dq, dk, dv; /* each tensor's buffer (cli_tensor_bytes) */
     uint64_t lse;                         /* f32 [batch, heads_q, seqlen_q]: 4 bytes a row */
     uint64_t tensors;                     /* the sum of the nine above */
     uint64_t scratch;                     /* fa_plan_scratch_bytes of the backward plan */

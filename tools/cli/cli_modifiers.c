@@ -8,6 +8,7 @@
  * context is opened, rather than a library status about a field the user never named.
  */
 #include "cli_modifiers.h"
+#include "cli_memory.h"
 #include "cli_tensor.h"
 
 #include <errno.h>
@@ -272,39 +273,13 @@ int cli_mod_fill(const cli_mod_args *a, const cli_mod_files *f, const fa_problem
     return 0;
 }
 
-/* Elements of a layout's extent over [batch, heads_q, seqlen_q, seqlen_k], saturating. */
-static uint64_t bias_elems(const fa_problem *p)
-{
-    const fa_tensor_layout *l = &p->bias_layout;
-    uint64_t last = (uint64_t)l->offset + (uint64_t)p->seqlen_k, dims[3], strides[3];
-    int r;
-    if (p->batch == 0 || p->heads_q == 0 || p->seqlen_q == 0 || p->seqlen_k == 0)
-        return 1;
-    dims[0] = (uint64_t)p->batch - 1;
-    dims[1] = (uint64_t)p->heads_q - 1;
-    dims[2] = (uint64_t)p->seqlen_q - 1;
-    strides[0] = (uint64_t)l->stride_batch;
-    strides[1] = (uint64_t)l->stride_head;
-    strides[2] = (uint64_t)l->stride_seq;
-    for (r = 0; r < 3; r++) {
-        uint64_t step = dims[r] && strides[r] > UINT64_MAX / dims[r] ? UINT64_MAX
-                                                                      : dims[r] * strides[r];
-        last = last > UINT64_MAX - step ? UINT64_MAX : last + step;
-    }
-    return last;
-}
-
 uint64_t cli_mod_bytes(const fa_problem *p)
 {
-    uint64_t heads = (uint64_t)p->heads_q * sizeof(float), n = 0, b;
-    n += p->alibi ? heads : 0;
-    n += p->sinks ? 2 * heads : 0; /* sinks and their gradient */
-    if (p->bias) {
-        b = bias_elems(p);
-        b = b > UINT64_MAX / 4 ? UINT64_MAX : b * fa_dtype_size(p->bias_dtype);
-        n = n > UINT64_MAX - b ? UINT64_MAX : n + b;
-    }
-    return n;
+    uint64_t n = 0;
+    n = cli_add_sat(n, p->alibi ? cli_tensor_bytes(p, FA_TENSOR_ALIBI_SLOPES) : 0);
+    n = cli_add_sat(n, p->sinks ? cli_tensor_bytes(p, FA_TENSOR_SINKS) : 0);
+    n = cli_add_sat(n, p->sinks ? cli_tensor_bytes(p, FA_TENSOR_D_SINKS) : 0); /* the gradient */
+    return cli_add_sat(n, p->bias ? cli_tensor_bytes(p, FA_TENSOR_BIAS) : 0);
 }
 
 /* Appends to buf after a ", " when something is there already. */

@@ -82,7 +82,8 @@ int cli_mod_apply(const cli_cmd *cmd, const cli_mod_args *a, const cli_mod_files
  */
 int cli_mod_fill(const cli_mod_args *a, const cli_mod_files *f, const fa_problem *p,
                  uint64_t seed, cli_mod_data *d);
-/* Device (and host image) bytes of the modifier tensors of p, saturating. */
+/* Device (and host image) bytes of the modifier tensors of p (cli_tensor_bytes of the slopes,
+ * the sinks and their gradient, the bias), saturating. */
 uint64_t cli_mod_bytes(const fa_problem *p);
 /* "softcap 30, alibi, bias f32 [1, 8, 256, 256], window (128, 0), sinks, dropout 0.1 (seed 0,
  * offset 0)", or "none". */

@@ -3,8 +3,8 @@
  * timed, with inputs either random (seeded, so runs are repeatable) or read from .npy files
  * in the order --layout names, optional .npy outputs in that order, and --check against the
  * CPU golden backend on the same inputs (a cpu run, the golden itself, against the naive
- * attention of tools/baselines). With --backward (or --do) the backward pass follows the
- * forward: cli_run_bwd.c.
+ * attention of tools/baselines: cli_run_check.c). With --backward (or --do) the backward pass
+ * follows the forward: cli_run_bwd.c. This file is the top of the run files (see cli_run.h).
  *
  * Order of work: resolve the shape (from the options or the files), let the library validate
  * and plan it, check what the run will allocate against the host's and the device's memory, and
@@ -21,9 +21,10 @@
 #include "cli_memory.h"
 #include "cli_modifiers.h"
 #include "cli_run.h"
+#include "cli_run_bwd.h"
+#include "cli_run_check.h"
 #include "cli_session.h"
 #include "cli_tensor.h"
-#include "naive.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -111,12 +112,6 @@ static int run_validate(const cli_cmd *cmd, run_args *a, const cli_opt *opts, si
     return run_bwd_validate(cmd, a);
 }
 
-void run_shape_text(const int64_t s[4], char *buf, size_t size)
-{
-    snprintf(buf, size, "[%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "]", s[0], s[1], s[2],
-             s[3]);
-}
-
 /* What keeps K (logical shape k) from going with Q: "batch" or "head_dim" (not Q's), "heads"
  * (not dividing Q's: GQA), or NULL; *dim is that dimension. */
 static const char *kq_problem(const int64_t q[4], const int64_t k[4], int *dim)
@@ -127,13 +122,6 @@ static const char *kq_problem(const int64_t q[4], const int64_t k[4], int *dim)
     if (k[3] != q[3])
         return "head_dim";
     return k[1] == 0 || q[1] % k[1] != 0 ? "heads" : NULL;
-}
-
-void run_file_shape_text(fa_layout layout, const cli_tensor *t, char *buf, size_t size)
-{
-    int64_t f[4];
-    cli_layout_file_shape(layout, t->shape, f);
-    run_shape_text(f, buf, size);
 }
 
 /*
@@ -248,33 +236,6 @@ static int save_inputs(const char *dir, fa_layout l, const run_data *d, fa_dtype
     return 0;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-int run_timed(int (*fn)(cli_session *), cli_session *s, int64_t repeat, double *median_ms)
-{
-    double *t = malloc((size_t)repeat * sizeof *t);
-    int64_t i;
-    int rc = 0;
-    if (!t)
-        return cli_error("out of host memory");
-    rc = fn(s);
-    for (i = 0; i < repeat && rc == 0; i++) {
-        double t0 = cli_now_ms();
-        rc = fn(s);
-        t[i] = cli_now_ms() - t0;
-    }
-    if (rc == 0) {
-        qsort(t, (size_t)repeat, sizeof *t, cmp_double);
-        *median_ms = repeat % 2 ? t[repeat / 2] : 0.5 * (t[repeat / 2 - 1] + t[repeat / 2]);
-    }
-    free(t);
-    return rc;
-}
-
 static void print_setup(const run_args *a, const cli_session *s)
 {
     char line[512], sram[64];
@@ -302,26 +263,6 @@ static void print_setup(const run_args *a, const cli_session *s)
            fa_plan_work_group_size(s->plan), sram, fa_plan_work_groups(s->plan));
     if (s->bwd_plan)
         run_bwd_print_plan(s);
-}
-
-double run_forward_flops(const fa_problem *p)
-{
-    double flops = 4.0 * (double)p->batch * (double)p->heads_q * (double)p->seqlen_q *
-                   (double)p->seqlen_k * (double)p->head_dim;
-    return p->mask != FA_MASK_NONE ? 0.5 * flops : flops;
-}
-
-void run_print_time(const char *prefix, double ms, int64_t repeat, double flops,
-                    const char *note)
-{
-    char key[32];
-    snprintf(key, sizeof key, "%stime", prefix);
-    printf(KEY "%.3f ms (median of %" PRId64 " after 1 warm-up)\n", key, ms, repeat);
-    snprintf(key, sizeof key, "%sthroughput", prefix);
-    if (ms > 0.0)
-        printf(KEY "%.2f GFLOP/s%s\n", key, flops / (ms * 1e6), note);
-    else
-        printf(KEY "n/a (too fast to time)\n", key);
 }
 
 /* The forward's FLOPs over the keys the sequences have (--seqlens-k may give fewer). */
@@ -375,214 +316,6 @@ static int write_outputs(const run_args *a, const cli_session *s, const run_data
     return 0;
 }
 
-/* One "KEY %.3e" line of a comparison's report, the key after its prefix. */
-static void compare_line(const char *prefix, const char *key, double value)
-{
-    char k[32];
-    snprintf(k, sizeof k, "%s%s", prefix, key);
-    printf(KEY "%.3e\n", k, value);
-}
-
-int run_compare(const char *name, const char *prefix, const cli_tensor *x, const cli_tensor *ref,
-                fa_dtype dtype, char *why, size_t why_size)
-{
-    cli_compare c;
-    double atol, rtol, tol;
-    char k[32];
-    cli_tensor_compare(x, ref, &c);
-    cli_check_tolerance(dtype, &atol, &rtol);
-    tol = atol + rtol * c.max_ref;
-    compare_line(prefix, "max abs err", c.max_err);
-    compare_line(prefix, "NMSE", c.nmse);
-    snprintf(k, sizeof k, "%stolerance", prefix);
-    printf(KEY "%.3e = %g + %g * max|ref| %.4g (%s)\n", k, tol, atol, rtol, c.max_ref,
-           fa_dtype_name(dtype));
-    snprintf(k, sizeof k, "%scheck", prefix);
-    if (c.mismatches)
-        cli_describe_mismatch(&c, ref, name, why, why_size);
-    else if (c.max_err > tol)
-        snprintf(why, why_size, "%s max abs error %.3e exceeds the tolerance %.3e (%g + %g * "
-                 "max|%s ref| %.4g)", name, c.max_err, tol, atol, rtol, name, c.max_ref);
-    printf(KEY "%s\n", k, c.mismatches || c.max_err > tol ? "FAIL" : "PASS");
-    return c.mismatches || c.max_err > tol;
-}
-
-/* Q, K and V (a paged problem's K and V pools) and the sequence buffers into a session. */
-static int upload_inputs(cli_session *s, const run_data *d)
-{
-    int paged = s->problem.page_size > 0;
-    if (cli_session_upload(s, &d->q, paged ? &d->seq.k_pool : &d->k,
-                           paged ? &d->seq.v_pool : &d->v) ||
-        cli_session_seq_buffers(s, d->seq.lens, d->seq.table))
-        return CLI_EXIT_FAIL;
-    return 0;
-}
-
-/* The golden session: the same problem on the CPU backend with the planner's own tiles and
- * no split of the keys (a reference independent of the split being checked), its forward run
- * on the same inputs (the same pools and block table), with LSE when the backward follows. */
-static int golden_forward(cli_session *ref, const run_args *a, run_data *d, fa_problem *p)
-{
-    p->block_r = 0;
-    p->block_c = 0;
-    p->kv_splits = 1;
-    if (cli_session_open(ref, FA_BACKEND_CPU, 0, p) || cli_session_buffers(ref, a->backward) ||
-        upload_inputs(ref, d) || cli_session_mod_buffers(ref, &d->mods) ||
-        cli_session_forward(ref) ||
-        cli_tensor_alloc(&d->ref, "reference o", p->batch, p->heads_q, p->seqlen_q,
-                         p->head_dim) ||
-        cli_session_download(ref, &d->ref, NULL))
-        return CLI_EXIT_FAIL;
-    return 0;
-}
-
-static int all_finite(const cli_tensor *t)
-{
-    size_t i;
-    for (i = 0; i < t->count; i++)
-        if (!isfinite(t->data[i]))
-            return 0;
-    return 1;
-}
-
-/* Why the naive attention cannot be this run's reference, or NULL: it computes plain attention
- * of finite inputs (a row of NaN scores is 0 there, NaN in the library). */
-static const char *naive_cannot(const run_args *a, const fa_problem *p, const run_data *d)
-{
-    if (cli_mod_any(&a->mods))
-        return "it has no score modifiers or dropout";
-    if (cli_seq_used(p))
-        return "it has no seqlens_k or pages";
-    if (!all_finite(&d->q) || !all_finite(&d->k) || !all_finite(&d->v) ||
-        (a->backward && !all_finite(&d->d_o)))
-        return "the inputs hold NaN or infinity, which it does not carry as the library does";
-    return NULL;
-}
-
-/* The naive attention of p, its S/P matrix bounded by the host memory only. */
-static void naive_problem_of(const fa_problem *p, int backward, naive_problem *np)
-{
-    memset(np, 0, sizeof *np);
-    np->dtype = p->dtype;
-    np->mask = p->mask;
-    np->batch = p->batch;
-    np->heads_q = p->heads_q;
-    np->heads_kv = p->heads_kv;
-    np->seq_q = p->seqlen_q;
-    np->seq_k = p->seqlen_k;
-    np->dim = p->head_dim;
-    /* The library's default scale (0 means 1/sqrt(head_dim)). */
-    np->scale = p->scale != 0.0f ? p->scale : (float)(1.0 / sqrt((double)p->head_dim));
-    np->max_sp_bytes = UINT64_MAX;
-    np->host_available = cli_host_memory_available(&np->host_source);
-    np->backward = backward;
-}
-
-/* The naive attention's O into d->ref and, with the backward, its gradients into ref_dq,
- * ref_dk and ref_dv. A failure (its S/P matrix too large, say) is a reason in why. */
-static fa_status naive_outputs(naive_attn *n, int backward, run_data *d, char *why,
-                               size_t why_size)
-{
-    fa_status st = naive_upload(n, d->q.data, d->k.data, d->v.data, why, why_size);
-    if (st == FA_STATUS_OK)
-        st = naive_forward(n, why, why_size);
-    if (st == FA_STATUS_OK)
-        st = naive_download(n, d->ref.data, why, why_size);
-    if (st != FA_STATUS_OK || !backward)
-        return st;
-    st = naive_upload_do(n, d->d_o.data, why, why_size);
-    if (st == FA_STATUS_OK)
-        st = naive_backward(n, why, why_size);
-    return st == FA_STATUS_OK ? naive_download_grads(n, d->ref_dq.data, d->ref_dk.data,
-                                                     d->ref_dv.data, why, why_size)
-                              : st;
-}
-
-/*
- * A run on the cpu backend is the golden itself, so its --check takes the naive attention of
- * tools/baselines (the bench's: S and P materialized, f32 arithmetic) as the reference, which
- * shares no code with it. Returns 0, -1 with the reason in why when the naive attention cannot
- * serve (the caller falls back to the golden), or CLI_EXIT_FAIL (printed).
- */
-static int naive_reference(const run_args *a, const fa_problem *p, run_data *d, char *why,
-                           size_t why_size)
-{
-    const char *cannot = naive_cannot(a, p, d);
-    fa_context_options o = {FA_BACKEND_CPU, 0}; /* the golden's device: always there */
-    fa_context *ctx = NULL;
-    naive_attn *n = NULL;
-    naive_problem np;
-    fa_status st;
-    if (cannot) {
-        snprintf(why, why_size, "%s", cannot);
-        return -1;
-    }
-    if (cli_tensor_alloc(&d->ref, "reference o", p->batch, p->heads_q, p->seqlen_q, p->head_dim) ||
-        (a->backward && run_bwd_alloc_refs(p, d) != 0))
-        return CLI_EXIT_FAIL;
-    naive_problem_of(p, a->backward, &np);
-    st = fa_context_create(&ctx, &o, why, why_size);
-    if (st == FA_STATUS_OK)
-        st = naive_create_cpu(&n, ctx, &np, why, why_size);
-    if (st == FA_STATUS_OK)
-        st = naive_outputs(n, a->backward, d, why, why_size);
-    naive_destroy(n);
-    fa_context_destroy(ctx);
-    return st == FA_STATUS_OK ? 0 : -1;
-}
-
-/*
- * --check's reference outputs in d->ref (and ref_dq, ref_dk, ref_dv, ref_dsinks): the CPU
- * golden's; for a run on the golden itself the naive attention's, or where it cannot serve,
- * the golden's again (the planner's tiles, unsplit), and the report says so plainly.
- */
-static int reference_outputs(const run_args *a, const cli_session *s, run_data *d, fa_problem *p)
-{
-    cli_session ref;
-    char why[512] = "", line[512];
-    int self = fa_context_backend(s->ctx) == FA_BACKEND_CPU, rc = -1;
-    if (self)
-        rc = naive_reference(a, p, d, why, sizeof why);
-    if (rc == 0)
-        printf(KEY "naive attention (tools/baselines: S and P materialized, f32 arithmetic), "
-                   "independent of the golden\n", "reference");
-    if (rc >= 0)
-        return rc;
-    cli_tensor_free(&d->ref);
-    run_bwd_free_refs(d);
-    memset(&ref, 0, sizeof ref);
-    rc = golden_forward(&ref, a, d, p);
-    if (rc == 0 && a->backward)
-        rc = run_bwd_golden(&ref, p, d);
-    cli_describe_context(ref.ctx, 0, line, sizeof line);
-    if (rc == 0 && self)
-        printf(KEY "%s, again: the golden checked against itself (with the planner's tiles, "
-                   "unsplit), as the naive reference cannot serve: %s\n", "reference", line, why);
-    else if (rc == 0)
-        printf(KEY "%s\n", "reference", line);
-    cli_session_close(&ref);
-    return rc;
-}
-
-/* --check: O, and with the backward dQ, dK and dV, against the reference. Every comparison is
- * printed before the first failure's reason ends the run. */
-static int check_outputs_ref(const run_args *a, const cli_session *s, run_data *d)
-{
-    fa_problem p = s->problem;
-    char why[512] = "", why_o[512] = "";
-    int failed = 0, rc = reference_outputs(a, s, d, &p);
-    if (rc != 0)
-        return rc;
-    failed = run_compare("O", "", &d->o, &d->ref, p.dtype, why_o, sizeof why_o);
-    if (a->backward)
-        failed += run_bwd_compare(&p, d, why, sizeof why);
-    if (failed == 0)
-        return 0;
-    if (failed > 1)
-        return cli_error("check failed: %s (and %d more)", *why_o ? why_o : why, failed - 1);
-    return cli_error("check failed: %s", *why_o ? why_o : why);
-}
-
 /* Elements of a [batch, heads, seq, head_dim] shape (saturating). */
 static uint64_t shape_elems(const int64_t s[4])
 {
@@ -598,25 +331,19 @@ static uint64_t shape_elems(const int64_t s[4])
  */
 static int check_memory(const run_args *a, const cli_session *s)
 {
+    static const fa_tensor_id io[4] = {FA_TENSOR_Q, FA_TENSOR_K, FA_TENSOR_V, FA_TENSOR_O};
     const fa_problem *p = &s->problem;
     int64_t qs[4], kvs[4];
-    size_t img[4];
     uint64_t nq, nkv, rows, host_floats, device = 0, staging = 0;
     cli_memory_need need;
     char why[512];
     int i;
-    int64_t kv_image[4];
-    cli_problem_shapes(p, qs, kvs);
-    cli_problem_kv_image_shape(p, kv_image);
-    if (cli_image_bytes(qs, &p->q, p->dtype, &img[0]) ||
-        cli_image_bytes(kv_image, &p->k, p->dtype, &img[1]) ||
-        cli_image_bytes(kv_image, &p->v, p->dtype, &img[2]) ||
-        cli_image_bytes(qs, &p->o, p->dtype, &img[3]))
-        return CLI_EXIT_FAIL;
-    for (i = 0; i < 4; i++) {
-        device = cli_add_sat(device, img[i]);
-        staging = img[i] > staging ? img[i] : staging;
+    for (i = 0; i < 4; i++) { /* the buffers, each staged through a host image in turn */
+        uint64_t bytes = cli_tensor_bytes(p, io[i]);
+        device = cli_add_sat(device, bytes);
+        staging = bytes > staging ? bytes : staging;
     }
+    cli_problem_shapes(p, qs, kvs);
     nq = shape_elems(qs);
     nkv = shape_elems(kvs);
     rows = cli_mul_sat(cli_mul_sat((uint64_t)p->batch, (uint64_t)p->heads_q),
@@ -627,7 +354,7 @@ static int check_memory(const run_args *a, const cli_session *s)
     if (a->check)
         host_floats = cli_add_sat(host_floats, nq);
     if (a->lse_path || a->backward)
-        device = cli_add_sat(device, cli_mul_sat(rows, sizeof(float)));
+        device = cli_add_sat(device, cli_tensor_bytes(p, FA_TENSOR_LSE));
     if (a->backward)
         run_bwd_need(a, s, &host_floats, &device);
     device = cli_add_sat(device, cli_mod_bytes(p)); /* and as much host memory for them */
@@ -701,7 +428,7 @@ static int run_body(const cli_cmd *cmd, run_args *a, int dtype_given, run_data *
         prepare_inputs(a, s, d) != 0)
         return CLI_EXIT_FAIL;
     /* The backward reads the LSE the forward writes, so it needs the buffer either way. */
-    if (cli_session_buffers(s, want_lse || a->backward) || upload_inputs(s, d) ||
+    if (cli_session_buffers(s, want_lse || a->backward) || run_upload_inputs(s, d) ||
         cli_session_mod_buffers(s, &d->mods) ||
         alloc_outputs(s, want_lse, d) ||
         (a->backward && run_bwd_prepare(s, d) != 0))
@@ -717,7 +444,7 @@ static int run_body(const cli_cmd *cmd, run_args *a, int dtype_given, run_data *
     print_peak(s);
     if (write_outputs(a, s, d) != 0 || (a->backward && run_bwd_write(a, s, d) != 0))
         return CLI_EXIT_FAIL;
-    return a->check ? check_outputs_ref(a, s, d) : 0;
+    return a->check ? run_check(a, s, d) : 0;
 }
 
 int cli_cmd_run(int argc, char **argv)

@@ -3,13 +3,13 @@
  * (random from the seed, or --do) goes through fa_backward on the same backend, timed like the
  * forward, the gradients written with --dq/--dk/--dv (in --layout), and with --check compared
  * with the reference's gradients on the same inputs (the CPU golden's, computed here, or on a
- * cpu run the naive attention's, computed by cli_run.c).
+ * cpu run the naive attention's, computed by cli_run_check.c). See cli_run_bwd.h.
  *
  * Nothing here names a backend: whichever backend has a backward pass runs it, and one that has
  * none says so through fa_plan_create_backward's status, before any tensor is allocated.
  */
 #include "cli_memory.h"
-#include "cli_run.h"
+#include "cli_run_bwd.h"
 
 #include <inttypes.h>
 #include <stdio.h>

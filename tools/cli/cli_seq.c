@@ -150,10 +150,8 @@ static uint64_t pool_elems(const fa_problem *p)
 
 uint64_t cli_seq_device_bytes(const fa_problem *p)
 {
-    uint64_t n = p->seqlens_k ? (uint64_t)p->batch : 0;
-    if (p->page_size > 0)
-        n = cli_add_sat(n, cli_mul_sat((uint64_t)p->batch, (uint64_t)p->pages_per_seq));
-    return cli_mul_sat(n, sizeof(int32_t));
+    uint64_t n = p->seqlens_k ? cli_tensor_bytes(p, FA_TENSOR_SEQLENS_K) : 0;
+    return cli_add_sat(n, p->page_size > 0 ? cli_tensor_bytes(p, FA_TENSOR_BLOCK_TABLE) : 0);
 }
 
 uint64_t cli_seq_host_bytes(const fa_problem *p)

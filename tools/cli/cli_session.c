@@ -6,7 +6,9 @@
 #include "cli_session.h"
 
 #include "cli_common.h"
+#include "cli_memory.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,16 +24,6 @@ void cli_problem_shapes(const fa_problem *p, int64_t q_shape[4], int64_t kv_shap
     kv_shape[3] = p->head_dim;
 }
 
-void cli_problem_kv_image_shape(const fa_problem *p, int64_t shape[4])
-{
-    int64_t qs[4];
-    cli_problem_shapes(p, qs, shape);
-    if (p->page_size > 0) {
-        shape[0] = p->num_pages;
-        shape[2] = p->page_size;
-    }
-}
-
 int cli_session_open(cli_session *s, fa_backend backend, int device, const fa_problem *p)
 {
     fa_status st;
@@ -44,34 +36,23 @@ int cli_session_open(cli_session *s, fa_backend backend, int device, const fa_pr
     return 0;
 }
 
-static int make_buffer(cli_session *s, const int64_t shape[4], const fa_tensor_layout *l,
-                       fa_buffer **out)
+/* The device buffer of one tensor of the session's problem, of the size fa_run checks. */
+static int make_buffer(cli_session *s, fa_tensor_id tensor, fa_buffer **out)
 {
-    size_t bytes;
+    uint64_t bytes = cli_tensor_bytes(&s->problem, tensor);
     fa_status st;
-    if (cli_image_bytes(shape, l, s->problem.dtype, &bytes) != 0)
-        return CLI_EXIT_FAIL;
-    st = fa_buffer_create(s->ctx, bytes, out);
+    if (bytes == 0 || bytes > SIZE_MAX)
+        return cli_error("tensor layout is too large for this machine");
+    st = fa_buffer_create(s->ctx, (size_t)bytes, out);
     return st == FA_STATUS_OK ? 0 : cli_lib_error(st, s->ctx, NULL);
 }
 
 int cli_session_buffers(cli_session *s, int want_lse)
 {
-    int64_t qs[4], kvs[4];
-    const fa_problem *p = &s->problem;
-    uint64_t rows;
-    fa_status st;
-    cli_problem_shapes(p, qs, kvs);
-    cli_problem_kv_image_shape(p, kvs);
-    if (make_buffer(s, qs, &p->q, &s->q) || make_buffer(s, kvs, &p->k, &s->k) ||
-        make_buffer(s, kvs, &p->v, &s->v) || make_buffer(s, qs, &p->o, &s->o))
+    if (make_buffer(s, FA_TENSOR_Q, &s->q) || make_buffer(s, FA_TENSOR_K, &s->k) ||
+        make_buffer(s, FA_TENSOR_V, &s->v) || make_buffer(s, FA_TENSOR_O, &s->o))
         return CLI_EXIT_FAIL;
-    if (!want_lse)
-        return 0;
-    /* The shapes were bounded by the image sizes above, so this product cannot overflow. */
-    rows = (uint64_t)p->batch * (uint64_t)p->heads_q * (uint64_t)p->seqlen_q;
-    st = fa_buffer_create(s->ctx, rows ? (size_t)rows * sizeof(float) : sizeof(float), &s->lse);
-    return st == FA_STATUS_OK ? 0 : cli_lib_error(st, s->ctx, NULL);
+    return want_lse ? make_buffer(s, FA_TENSOR_LSE, &s->lse) : 0;
 }
 
 static int upload_one(cli_session *s, const cli_tensor *t, const fa_tensor_layout *l,
@@ -150,11 +131,9 @@ int cli_session_seq_buffers(cli_session *s, const int32_t *lens, const int32_t *
 
 int cli_session_dsinks_buffer(cli_session *s)
 {
-    fa_status st;
     if (!s->problem.sinks || s->d_sinks)
         return 0;
-    st = fa_buffer_create(s->ctx, (size_t)s->problem.heads_q * sizeof(float), &s->d_sinks);
-    return st == FA_STATUS_OK ? 0 : cli_lib_error(st, s->ctx, NULL);
+    return make_buffer(s, FA_TENSOR_D_SINKS, &s->d_sinks);
 }
 
 fa_modifier_buffers cli_session_mods(const cli_session *s, int backward)
@@ -216,11 +195,8 @@ int cli_session_plan_backward(cli_session *s, const fa_problem *p)
 
 int cli_session_backward_buffers(cli_session *s)
 {
-    int64_t qs[4], kvs[4];
-    const fa_problem *p = &s->problem;
-    cli_problem_shapes(p, qs, kvs);
-    if (make_buffer(s, qs, &p->d_o, &s->d_o) || make_buffer(s, qs, &p->dq, &s->dq) ||
-        make_buffer(s, kvs, &p->dk, &s->dk) || make_buffer(s, kvs, &p->dv, &s->dv) ||
+    if (make_buffer(s, FA_TENSOR_DO, &s->d_o) || make_buffer(s, FA_TENSOR_DQ, &s->dq) ||
+        make_buffer(s, FA_TENSOR_DK, &s->dk) || make_buffer(s, FA_TENSOR_DV, &s->dv) ||
         cli_session_dsinks_buffer(s))
         return CLI_EXIT_FAIL;
     return 0;

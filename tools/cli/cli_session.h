@@ -26,16 +26,14 @@ typedef struct cli_session {
 
 /* The logical shapes of Q (and O) and of K (and V) for a problem. */
 void cli_problem_shapes(const fa_problem *p, int64_t q_shape[4], int64_t kv_shape[4]);
-/* The shape of K's (and V's) device buffer: kv_shape, or for a paged problem its pool
- * [num_pages, heads_kv, page_size, head_dim] (element (page, h, slot, x), in p->k's layout). */
-void cli_problem_kv_image_shape(const fa_problem *p, int64_t shape[4]);
 
 /* Creates the context and the plan (validating the problem). The session must be zeroed. */
 int cli_session_open(cli_session *s, fa_backend backend, int device, const fa_problem *p);
 /* Creates the device buffers; the LSE buffer only when want_lse is set. */
 int cli_session_buffers(cli_session *s, int want_lse);
 /* Copies host tensors into the Q, K and V buffers in the problem's layout and dtype (K and V
- * of cli_problem_kv_image_shape: the pools of a paged problem). */
+ * of a paged problem: its pools [num_pages, heads_kv, page_size, head_dim], element
+ * (page, h, slot, x) in p->k's layout). */
 int cli_session_upload(cli_session *s, const cli_tensor *q, const cli_tensor *k,
                        const cli_tensor *v);
 /* The buffers of the problem's score modifiers (none when it has none), filled from m. */

@@ -280,16 +280,6 @@ int cli_tensor_save(const char *path, fa_layout layout, const cli_tensor *t, fa_
     return 0;
 }
 
-int cli_image_bytes(const int64_t shape[4], const fa_tensor_layout *l, fa_dtype dtype,
-                    size_t *bytes)
-{
-    uint64_t b = cli_layout_bytes(shape, l, dtype);
-    if (b == UINT64_MAX || b > SIZE_MAX)
-        return cli_error("tensor layout is too large for this machine");
-    *bytes = (size_t)b;
-    return 0;
-}
-
 static void store(void *image, size_t i, fa_dtype dtype, float v)
 {
     if (dtype == FA_DTYPE_F16)
@@ -309,7 +299,8 @@ static float load(const void *image, size_t i, fa_dtype dtype)
     return ((const float *)image)[i];
 }
 
-/* Element index of row (b, h, s) in the image; cli_image_bytes has bounded it. */
+/* Element index of row (b, h, s) in the image, whose buffer holds the tensor's extent
+ * (cli_tensor_bytes, of a problem the library validated). */
 static size_t row_start(const fa_tensor_layout *l, int64_t b, int64_t h, int64_t s)
 {
     return (size_t)(l->offset + b * l->stride_batch + h * l->stride_head + s * l->stride_seq);

@@ -92,13 +92,6 @@ int cli_tensor_load(const char *path, fa_layout layout, cli_tensor *t, npy_dtype
  * failure. */
 int cli_tensor_save(const char *path, fa_layout layout, const cli_tensor *t, fa_dtype dtype);
 
-/*
- * Bytes a device buffer needs to hold a [batch, heads, seq, head_dim] tensor of the given shape
- * in layout `l` (at least one element, since buffers cannot be empty). Prints and returns
- * CLI_EXIT_FAIL when the size overflows.
- */
-int cli_image_bytes(const int64_t shape[4], const fa_tensor_layout *l, fa_dtype dtype,
-                    size_t *bytes);
 /* Writes the tensor's values into a device image of layout l and dtype. */
 void cli_pack(const cli_tensor *t, const fa_tensor_layout *l, fa_dtype dtype, void *image);
 /* Reads the tensor's values back from a device image of layout l and dtype. */

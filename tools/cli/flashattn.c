@@ -4,7 +4,6 @@
  *
  * Exit status: 0 success, 1 a library, data or check failure, 2 a bad command line.
  */
-#include "cli_bench.h"
 #include "cli_commands.h"
 #include "cli_common.h"
 
