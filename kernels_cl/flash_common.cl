@@ -318,8 +318,8 @@ void load_tile(__local tile_t *tile, __global const store_t *src, long row0, lon
 
 /* A probability P below FLT_MIN (2^-126) as 0, by lanes (T: float or a float vector). Such a
  * P is a denormal, and on x86 CPUs every FMA with a denormal operand takes a microcode assist:
- * ALiBi's distant keys made about 14% of P denormal at N 2048 (d 64, 8 heads, the CLI's slopes)
- * and the forward took 126-138 ms on pocl against 55 without ALiBi; flushed, 59-66. Neither O
+ * ALiBi's distant keys made about 14% of P denormal at N 2048 and the forward more than twice
+ * as slow on pocl, back to no-modifier speed flushed (history.md, ch. 18). Neither O
  * nor the row sum moves by more than their rounding: l is at least 1 (the row's largest P) and
  * O's f32 accumulation rounds at 2^-24 of its largest term, far above 2^-126 of any. The CUDA
  * kernels do the same (flash_common.cu, flush_tiny). */
@@ -408,8 +408,10 @@ long keys_to_visit(const fa_kernel_params *p, long r0)
 #endif
 #if FEATURES & FA_FEATURE_SINKS
 #define SINKS_ARG , __global const float *sinks
+#define SINKS_PASS , sinks
 #else
 #define SINKS_ARG
+#define SINKS_PASS
 #endif
 
 #if BIAS_DTYPE == 0
@@ -453,27 +455,25 @@ __constant float lane_index[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
 #define LANE_INDEX CAT(vload, KEYS_PER_VEC)(0, lane_index)
 #endif
 
-/* tanh(s / cap) by lanes. Away from 0 as 1 - 2 / (2^a + 1), a = 2 s / cap in log2 units: +-1 at
- * the infinities (a is clamped to [-64, 64], where tanh is +-1 in f32 already), a NaN stays NaN,
- * a few 1e-7 (absolute) from tanh. 2^a is made here, not by exp2 (pocl's handles every f32 at
- * twice the instructions): a = n + f with n = rint(a) (the 1.5 * 2^23 addition rounds to an
- * integer, whose bits hold n), 2^f by a degree-6 fit on [-1/2, 1/2] (relative error 1e-7),
- * 2^n in the exponent bits. Near 0 that form cancels (a large cap's s / cap is small, and
- * cap * tanh(s / cap) would lose s), so for |s / cap| < 1/4 the odd series to x^9 gives tanh
- * to a relative 1e-8. The forward and the backward use the same, so the backward recomputes
- * the forward's S (docs/algorithm.md, "Score modifiers"). */
+/* tanh(s / cap) by lanes as (2^a - 1) / (2^a + 1), a = 2 s / cap in log2 units: +-1 at the
+ * infinities (a is clamped to [-64, 64], where tanh is +-1 in f32 already), a NaN stays NaN.
+ * 2^a is made here, not by exp2 (pocl's handles every f32 at twice the instructions): a = n + f
+ * with n = rint(a) (the 1.5 * 2^23 addition rounds to an integer, whose bits hold n), 2^f - 1
+ * by a degree-6 fit on [-1/2, 1/2] without its constant term (relative error 1e-7), 2^n in
+ * the exponent bits. 2^a - 1 is formed as (2^f - 1) 2^n + (2^n - 1), never as 2^a minus 1, so
+ * near 0, where a large cap puts s / cap, tanh keeps its relative precision and cap * tanh(s /
+ * cap) keeps s (1 - 2 / (2^a + 1) cancelled there: 0.22 off at a cap of 1e7). The forward and
+ * the backward use the same, so the backward recomputes the forward's S. */
 float_keys softcap_tanh_keys(float_keys s, float cap)
 {
     float_keys a = s * (2.0f * LOG2E / cap);
     a = select(select(a, (float_keys)64.0f, a > 64.0f), (float_keys)-64.0f, a < -64.0f);
     float_keys big = a + 12582912.0f, f = a - (big - 12582912.0f);
-    float_keys e = ((1.546531857e-4f * f + 1.339528593e-3f) * f + 9.618040174e-3f) * f;
-    e = (((e + 5.550340563e-2f) * f + 2.402265072e-1f) * f + 6.931471825e-1f) * f + 1.0f;
-    e *= AS_FLOAT_KEYS((AS_INT_KEYS(big) - 0x4B400000 + 127) << 23);
-    float_keys x = a * (0.5f / LOG2E), x2 = x * x; /* s / cap */
-    float_keys near = ((((62.0f / 2835.0f) * x2 - 17.0f / 315.0f) * x2 + 2.0f / 15.0f) * x2 -
-                       1.0f / 3.0f) * x2 * x + x;
-    return select(1.0f - 2.0f / (e + 1.0f), near, fabs(x) < 0.25f);
+    float_keys p = ((1.546531857e-4f * f + 1.339528593e-3f) * f + 9.618040174e-3f) * f;
+    p = (((p + 5.550340563e-2f) * f + 2.402265072e-1f) * f + 6.931471825e-1f) * f;
+    float_keys two_n = AS_FLOAT_KEYS((AS_INT_KEYS(big) - 0x4B400000 + 127) << 23);
+    float_keys em1 = p * two_n + (two_n - 1.0f); /* 2^a - 1 */
+    return em1 / (em1 + 2.0f);
 }
 
 /* The score the plain kernel's S = Q K^T * scale is multiplied by: natural units where softcap
@@ -517,8 +517,7 @@ float_keys modify_keys(float_keys s, const fa_kernel_params *p, const row_mods *
 
 /* Stores one float_keys vector of scores s (keys at .. + KEYS_PER_VEC of the lane's) to s_row,
  * through softcap and ALiBi where rm is not NULL (the forward's): applied as row_scores makes
- * the scores, not in a pass of their own over S (pocl, B1 H8 N2048 d64 f32, medians of seven
- * rounds: ALiBi 64.1 -> 60.6 ms, with 59.0 for no modifier). */
+ * the scores, not in a pass of their own over S, which cost more (history.md, ch. 20). */
 void store_scores(float_keys s, __local float *s_row, int at, const fa_kernel_params *p,
                   const row_mods *rm)
 {
@@ -740,8 +739,7 @@ long keys_first_tile(const fa_kernel_params *p, long r0)
 /* Sets range[0], range[1] to `first` and `end`, the bounds of a loop over tiles, seen by the
  * whole work-group. Loop bounds that depend on the mask or the window pass through local
  * memory: pocl did not see them as uniform and ran the tile loop (it holds barriers) about 1.5x
- * slower (B1 H8 N2048 d64 f32 with a window: 218 ms against 148; N4096 causal: 252 ms against
- * 161); from local memory it does. Call from every work-item. Beyond the window, only on devices
+ * slower (history.md, ch. 14); from local memory it does. Call from every work-item. Beyond the window, only on devices
  * that are not GPUs and without sequences (SEQ): on GPUs the range held across the loop grew the
  * backward's spills (tools/cl_gpu_check.sh), and with sequences a tile past its sequence's rows
  * returns first, after which pocl 3.1 miscompiled this barrier (test_decode's paged and varlen

@@ -30,6 +30,205 @@
 #include "flash_common.cl"
 #endif
 
+
+/* Inlined on every device: the tile loop's bounds (item_keys) and the paths (fwd_tile) left
+ * to pocl's choice made its causal tile loop 1.8x slower, its bounds no longer seen as uniform
+ * (share_range says why that matters). */
+#define ALWAYS_INLINE __attribute__((always_inline))
+
+/* ---- the work item: a Q tile of (head, batch), with SPLIT a key chunk --------------------- */
+
+/* Query tile `tile` (rows [tile * Br, + Br)) of head h of sequence b (seq: where its rows and
+ * keys are) and, with SPLIT, key chunk `split`: keys [split * split_keys, + split_keys). */
+typedef struct fwd_item {
+    long b, h, tile, split;
+    fa_seq seq;
+} fwd_item;
+
+/* The work-group's item. Split-KV: the grid's x is (split, tile), split-major; without SPLIT
+ * one split, 0. A bias every head shares (stride 0 over heads, no SPLIT): the work-groups taken
+ * heads-first, so a tile's heads come one after another and read its bias rows while the cache
+ * holds them (history.md, ch. 20). */
+#define BIAS_HEADS_FIRST ((FEATURES & FA_FEATURE_BIAS) && !SPLIT)
+fwd_item fwd_item_of(const fa_kernel_params *p, fa_seq seq, long b)
+{
+    fwd_item it = {b, (long)get_group_id(1), (long)get_group_id(0), 0, seq};
+    if (SPLIT) {
+        it.split = (long)get_group_id(0) / p->q_tiles;
+        it.tile = (long)get_group_id(0) % p->q_tiles;
+    }
+    if (BIAS_HEADS_FIRST && p->bias_stride_h == 0) {
+        const long heads = (long)get_num_groups(1), at = it.tile + (long)get_num_groups(0) * it.h;
+        it.h = at % heads;
+        it.tile = at / heads;
+    }
+    return it;
+}
+
+/* PACKED (flash_common.cl): a row is query head h * Sq + row of a one-row problem, whose row 0
+ * every rule reads: in the packed problem's terms the last row's (i' = Sk - 1). rule_row is
+ * the row the mask, window and modifier rules read, q_head the query head of the slopes and
+ * sinks; rows past Sq take the last head's, so no slope or sink is read past the heads. */
+long rule_row(long sq, long row) { return PACKED ? sq - 1 : row; }
+long q_head_of(long h, long sq, long row) { return PACKED ? h * sq + min(row, sq - 1) : h; }
+
+/* Load Q tile (rows past Sq are zeros; their results are never written): rows [r0, r0 + Br) of
+ * Q[b][h] (Sq x d, row stride q_stride_s, from token q_start), transposed (d x Br) or as is. */
+void load_q_tile(__local tile_t *q_tile, __global const store_t *q, const fa_kernel_params *p,
+                 const fwd_item *it, int transposed)
+{
+    load_tile(q_tile,
+              q + p->q_offset + it->b * p->q_stride_b + it->h * p->q_stride_h +
+                  it->seq.q_start * p->q_stride_s,
+              it->tile * BLOCK_R, p->seqlen_q, p->q_stride_s, BLOCK_R, transposed);
+}
+
+/* The key tiles [*begin, *end) the tile visits (rule_r0: its first rule row): through local
+ * memory where SHARE_RANGES says so; with SPLIT within its chunk, [split * split_keys,
+ * + split_keys) (a multiple of Bc, so the tiles stay aligned). The range may be empty: the
+ * partial is then O = 0, LSE = -inf. */
+ALWAYS_INLINE void item_keys(__local long *kv_range, const fa_kernel_params *p,
+                             const fwd_item *it, long rule_r0, long *begin, long *end)
+{
+#if SHARE_RANGES
+    share_range(kv_range, keys_first_tile(p, rule_r0), keys_to_visit(p, rule_r0));
+    *begin = kv_range[0];
+    *end = kv_range[1];
+#else
+    *begin = 0;
+    *end = keys_to_visit(p, rule_r0);
+#endif
+    if (SPLIT) {
+        *begin = max(*begin, it->split * p->split_keys);
+        *end = min(*end, (it->split + 1) * p->split_keys);
+    }
+}
+
+/* The online softmax's initial state of a row (query head q_head): a sink is a first key of
+ * score sink[q_head] and V = 0: m = sink (log2 units), l = exp(0) = 1; a sink of -inf is none.
+ * Split-KV counts it once, in split 0. */
+void initial_state(float *m, float *l, long split, long q_head SINKS_ARG)
+{
+#if FEATURES & FA_FEATURE_SINKS
+    const float sink = split == 0 ? sinks[q_head] : -INFINITY;
+    *m = sink * LOG2E;
+    *l = sink == -INFINITY ? 0.0f : 1.0f;
+#else
+    *m = -INFINITY;
+    *l = 0.0f;
+#endif
+}
+
+/* The modifier inputs of a lane's keys of a tile (from key `key0`, lane_keys of them exist) in
+ * *tile_mods, from the row's (row_mods_of); NULL, the plain scores, without modifiers. */
+INLINE_ON_GPU const row_mods *lane_mods_at(row_mods *tile_mods, const row_mods *row, long key0,
+                                           int lane_keys)
+{
+#if FEATURES & (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_BIAS)
+    row_mods_at_tile(tile_mods, row, key0, lane_keys);
+    return tile_mods;
+#else
+    return 0;
+#endif
+}
+
+/* S += bias over one lane's keys of an S row, by vectors where a whole vector of keys has one,
+ * the last keys one by one (a private array for a partial vector cost pocl a third of the run:
+ * 65% against 12% over no bias). A pass of its own: pocl overlaps its global loads across the
+ * work-group's rows, where added in store_scores each row's waited behind its dot products
+ * (+30% over no bias against +16%). */
+void add_bias(__local float *s_row, const row_mods *rm)
+{
+    if (!(FEATURES & FA_FEATURE_BIAS))
+        return;
+    for (int at = 0; at + KEYS_PER_VEC <= rm->bias_keys; at += KEYS_PER_VEC)
+        S_STORE_KEYS(S_LOAD_KEYS(s_row + at) + LOG2E * load_bias_keys(rm->bias_row + at),
+                     s_row + at);
+    for (int c = rm->bias_keys / KEYS_PER_VEC * KEYS_PER_VEC; c < rm->bias_keys; c++)
+        s_row[c] += LOG2E * load_bias(rm->bias_row + c); /* the keys of a partial vector */
+}
+
+/* Softcap and ALiBi over one lane's keys of an S row made elsewhere (DIRECT_KV's). */
+void modify_row(__local float *s_row, const fa_kernel_params *p, const row_mods *rm)
+{
+    for (int kvec = 0; kvec < VECS_PER_LANE_KEYS; kvec++)
+        store_scores(S_LOAD_KEYS(s_row + kvec * KEYS_PER_VEC), s_row, kvec * KEYS_PER_VEC, p, rm);
+}
+
+/* Mask: keys past Sk and, causal, keys after the row's diagonal get -inf (keys from
+ * row_keys - k0 on), as do keys before the row's window (before row_begin - k0), over the
+ * lane's keys [c0, c0 + Bc / TPR) of the row. Only tiles at the sequence end, crossing the
+ * diagonal (tile_keys: the fewest keys of any row) or a window's edge (tile_begin: the last
+ * row's first key) need it, uniform per work-group. */
+INLINE_ON_GPU void mask_lane(__local float *s_row, int c0, long k0, long tile_keys,
+                             long row_keys, long tile_begin, long row_begin)
+{
+    bool needs_mask = tile_keys < k0 + BLOCK_C;
+    long allowed = row_keys - k0; /* the row's keys [0, allowed) of the tile */
+    if (needs_mask) {
+        for (int c = (int)max(allowed, (long)c0); c < c0 + LANE_KEYS; c++)
+            s_row[c] = -INFINITY;
+    }
+    if ((FEATURES & FA_FEATURE_WINDOW) && k0 < tile_begin) { /* keys [0, row_begin - k0) */
+        for (int c = c0; c < (int)min(row_begin - k0, (long)(c0 + LANE_KEYS)); c++)
+            s_row[c] = -INFINITY;
+    }
+}
+
+/* m/l update (online softmax) of row r from its lane's keys s_lane: S becomes P; l counts P
+ * before dropout (P Z with Z = dropout_scale for a kept key, 0 for a dropped one, on the
+ * lane's keys from key0, lane_keys of them); returns alpha, which rescales the earlier O and
+ * l. The row's max and sum meet across its lanes; the sum's barrier also shows each lane the
+ * others' P. */
+INLINE_ON_GPU float softmax_update(__local float *s_lane, __local float *share_max,
+                                   __local float *share_sum, int r, int lane, float *m, float *l,
+                                   const fa_kernel_params *p, long b, long h, long row,
+                                   long key0, int lane_keys)
+{
+    float m_new = fmax(*m, across_lanes_max(share_max, r, lane, lane_max(s_lane)));
+    float m_use = m_new == -INFINITY ? 0.0f : m_new;
+    float alpha = exp2(*m - m_use), p_sum = lane_exp(s_lane, m_use);
+    if ((FEATURES & FA_FEATURE_DROPOUT) && row < p->seqlen_q)
+        dropout_row(s_lane, p, b, h, row, key0, lane_keys);
+    *l = *l * alpha + across_lanes_sum(share_sum, r, lane, p_sum);
+    *m = m_new;
+    return alpha;
+}
+
+/* The forward's output: the storage type, or f32 partials for flash_merge under SPLIT. O's row
+ * `row` of the item (token q_start + row, row stride o_stride_s), or (SPLIT) its split's
+ * partial's row (parts_offset + split * parts_stride + the parts layout). */
+#if SPLIT
+typedef float out_t;
+#define STORE_OUT_DIMS(v, ptr) STORE_DIMS_PRIVATE(v, ptr)
+#else
+typedef store_t out_t;
+#define STORE_OUT_DIMS(v, ptr) store_dims(v, ptr)
+#endif
+__global out_t *out_row(__global out_t *o, const fa_kernel_params *p, const fwd_item *it,
+                        long row)
+{
+    const long t = it->seq.q_start + row;
+    if (SPLIT)
+        return o + p->parts_offset + it->split * p->parts_stride + it->b * p->parts_stride_b +
+               it->h * p->parts_stride_h + t * p->parts_stride_s;
+    return o + p->o_offset + it->b * p->o_stride_b + it->h * p->o_stride_h + t * p->o_stride_s;
+}
+
+/* The LSE of the item's row `row` at its LSE index (fa_lse_index): when asked, or (SPLIT)
+ * always, as its split's partial at lse_parts_offset + split * part_rows + that index. A row
+ * with no allowed key (l == 0) has LSE -inf (with a finite sink: the sink); a NaN l gives NaN. */
+void store_lse(__global float *lse, const fa_kernel_params *p, const fwd_item *it, long row,
+               float m, float l)
+{
+    const float row_lse = l == 0.0f ? -INFINITY : (m + log2(l)) * LN2;
+    const long at = fa_lse_index(p, it->b, it->h, it->seq.q_start, row);
+    if (SPLIT)
+        lse[p->lse_parts_offset + it->split * p->part_rows + at] = row_lse;
+    else if (p->has_lse)
+        lse[at] = row_lse;
+}
+
 #if DIRECT_KV
 /* S[r][c] = sum_x Q[r][x] * K[k0 + c][x] * scale * log2(e) for keys c in [0, keys) with K's rows
  * read from global memory (row j at k_head + key_row), the row's Q as q_row (d elements in the
@@ -115,8 +314,8 @@ void direct_scores4(__local float *s_rows, __local const tile_t *q_rows,
 
 /* The S rows [0, rows) of a tile (its first row r0): f16 four at a time where four rows read
  * one K head, the others one at a time. Four at a time pays for f16 storage only, whose
- * conversion it shares (pocl, Sq 4 d 128: 12.4 -> 6.1 ms); f32 ran 0.8-1.0x and bf16 0.9-1.3x
- * of row by row (docs/benchmarks.md), so they go row by row. */
+ * conversion it shares; f32 and bf16 gained nothing (history.md, ch. 12), so they go row by
+ * row. */
 void direct_scores_rows(__local float *s_tile, __local const tile_t *q_tile, long r0, int rows,
                         __global const store_t *k_head, long k0, int keys, long stride_b,
                         long stride_s, const fa_kernel_params *p,
@@ -137,41 +336,255 @@ void direct_scores_rows(__local float *s_tile, __local const tile_t *q_tile, lon
     }
 }
 
-#define LOAD_V_DIMS_F32(ptr) LOAD_GLOBAL_DIMS_F32(ptr)
-#else
-#define LOAD_V_DIMS_F32(ptr) LOAD_DIMS_F32(ptr)
-#endif
 
-/* S += bias over one lane's keys of an S row, by vectors where a whole vector of keys has one,
- * the last keys one by one (a private array for a partial vector cost pocl a third of the run:
- * 65% against 12% over no bias). A pass of its own: pocl overlaps its global loads across the
- * work-group's rows, where added in store_scores each row's waited behind its dot products
- * (+30% over no bias against +16%). */
-void add_bias(__local float *s_row, const row_mods *rm)
+/* The work-group's item (fwd_item) in one work-item that holds all Br rows of the tile
+ * (ITEM_ROWS), reading K and V rows in global memory: the rows take each key tile in turn, so
+ * the tile comes from memory once and from the cache after. Rows past Sq are skipped (one
+ * item, no barrier to meet). p: the sequence's (SEQ_SETUP). The local K/V tiles and the lanes'
+ * share are unused (one lane, TPR 1). */
+ALWAYS_INLINE void fwd_tile(__global const store_t *q, __global const store_t *k,
+                            __global const store_t *v, __global out_t *o,
+                            __global float *lse ALIBI_ARG BIAS_ARG SINKS_ARG,
+                            __global const int *block_table, const fa_kernel_params *p,
+                            const fwd_item *it, __local tile_t *q_tile, __local tile_t *k_tile,
+                            __local tile_t *v_tile, __local float *s_tile,
+                            __local float *share_max, __local float *share_sum,
+                            __local long *kv_range)
 {
-#if FEATURES & FA_FEATURE_BIAS
-    for (int at = 0; at + KEYS_PER_VEC <= rm->bias_keys; at += KEYS_PER_VEC)
-        S_STORE_KEYS(S_LOAD_KEYS(s_row + at) + LOG2E * load_bias_keys(rm->bias_row + at),
-                     s_row + at);
-    for (int c = rm->bias_keys / KEYS_PER_VEC * KEYS_PER_VEC; c < rm->bias_keys; c++)
-        s_row[c] += LOG2E * load_bias(rm->bias_row + c); /* the keys of a partial vector */
-#endif
+    const long b = it->b, h = it->h;
+    const long r0 = it->tile * BLOCK_R;               /* first query row of the tile */
+    const long h_kv = h / (p->heads_q / p->heads_kv); /* GQA: query heads share a K/V head */
+    const long sq = p->seqlen_q, sk = p->seqlen_k;
+    const int item_rows = (int)min((long)ITEM_ROWS, sq - r0); /* rows r0 + r, r < item_rows */
+    /* Row 0 of K[b][h_kv] and V[b][h_kv]: Sk x d, row strides k_stride_s, v_stride_s. */
+    __global const store_t *k_head = key_head(k, p->k_offset, p->k_stride_b, p->k_stride_h,
+                                              p->k_stride_s, b, h_kv, it->seq.k_start);
+    __global const store_t *v_head = key_head(v, p->v_offset, p->v_stride_b, p->v_stride_h,
+                                              p->v_stride_s, b, h_kv, it->seq.k_start);
+
+    /* Load Q tile, as is (Br x d), for the dot products along d. */
+    load_q_tile(q_tile, q, p, it, 0);
+
+    /* The tile's key range, and the bounds its rows' masks share (rule_r0: PACKED, every row
+     * reads the last one's): the fewest keys of any row, the last row's first key. */
+    const long rule_r0 = rule_row(sq, r0);
+    long kv_begin, kv_end;
+    item_keys(kv_range, p, it, rule_r0, &kv_begin, &kv_end);
+    const long tile_keys = fa_keys_end(p, MASK, FEATURES, rule_r0);
+    const long tile_begin = fa_keys_begin(p, FEATURES, min(rule_r0 + BLOCK_R, sq) - 1);
+
+    /* Each row's state: where its keys end and begin (mask, window), its modifier inputs, and
+     * the online softmax's m, l and O. */
+    long row_keys[ITEM_ROWS], row_begin[ITEM_ROWS];
+    row_mods mods[ITEM_ROWS];
+    float m[ITEM_ROWS], l[ITEM_ROWS];
+    float_dims acc[ITEM_ROWS][VECS_PER_O_ROW]; /* acc[r][dvec]: O[r][DIMS_PER_VEC * dvec ..] */
+    for (int r = 0; r < item_rows; r++) {
+        const long rule = rule_row(sq, r0 + r), q_head = q_head_of(h, sq, r0 + r);
+        row_keys[r] = fa_keys_end(p, MASK, FEATURES, rule);
+        row_begin[r] = fa_keys_begin(p, FEATURES, rule);
+        mods[r] = row_mods_of(p ALIBI_PASS BIAS_PASS, b, q_head, rule);
+        initial_state(&m[r], &l[r], it->split, q_head SINKS_PASS);
+        UNROLL_ON_GPU
+        for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++)
+            acc[r][dvec] = 0.0f;
+    }
+
+    /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc. */
+    for (long k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C) {
+        int valid_keys = (int)min((long)BLOCK_C, sk - k0); /* keys [0, valid_keys) exist */
+        int lane_keys = clamp(valid_keys, 0, LANE_KEYS);     /* of them, the one lane's */
+        /* S = Q K^T * scale (in log2 units, for exp2) for all the rows, from K in global
+         * memory. */
+        direct_scores_rows(s_tile, q_tile, r0, item_rows, k_head, k0, valid_keys, p->k_stride_b,
+                           p->k_stride_s, p, block_table, b, SCORE_SCALE(*p));
+        /* One row at a time: the rows after the first read the tile's V rows from the cache. */
+        for (int r = 0; r < item_rows; r++) {
+            const long row = r0 + r;
+            __local float *s_row = s_tile + r * BLOCK_C; /* S[r][0 .. Bc) */
+            /* The score modifiers: softcap, + ALiBi, + bias. */
+            row_mods tile_mods;
+            const row_mods *lane_mods = lane_mods_at(&tile_mods, &mods[r], k0, lane_keys);
+            if (FEATURES & (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI))
+                modify_row(s_row, p, lane_mods); /* direct_scores_rows made S */
+            add_bias(s_row, lane_mods);
+
+            /* Mask */
+            mask_lane(s_row, 0, k0, tile_keys, row_keys[r], tile_begin, row_begin[r]);
+
+            /* m/l update (online softmax); S becomes P */
+            float alpha = softmax_update(s_row, share_max, share_sum, r, 0, &m[r], &l[r], p, b,
+                                         h, row, k0, lane_keys);
+
+            /* Rescale O, then accumulate P V: O[r][x] += sum_c P[r][c] * V[c][x], c in
+             * [0, valid_keys) (keys past it have P = 0 and are skipped), V from row r's V head
+             * (heads packing: its K/V head's; else v_head). */
+            UNROLL_ON_GPU
+            for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++)
+                acc[r][dvec] *= alpha;
+            __global const store_t *v_row_head = ROW_HEAD(v_head, p->v_stride_h, r0, r);
+            for (int c = 0; c < valid_keys; c++) {
+                float p_c = s_row[c]; /* P[r][c] */
+                __global const store_t *v_row = /* V[k0 + c][0 ..] in global memory */
+                    v_row_head + key_row(k0 + c, p->v_stride_b, p->v_stride_s, p, block_table, b);
+#pragma unroll
+                for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++)
+                    acc[r][dvec] += p_c * LOAD_GLOBAL_DIMS_F32(v_row + dvec * DIMS_PER_VEC);
+            }
+        }
+    }
+
+    /* Final 1/l and LSE: a row with no allowed key (l == 0) gives O = 0; a NaN l gives NaN.
+     * O[b][h][row][x] = acc / l (out_row: or split-KV's f32 partial), and the row's LSE. */
+    for (int r = 0; r < item_rows; r++) {
+        if (r0 + r >= sq) /* never (item_rows stops first), yet kept: without it pocl 3.1 */
+            return;       /* stored f16 O rows with aligned moves (a fault at odd offsets) */
+        float inv_l = l[r] == 0.0f ? 0.0f : 1.0f / l[r];
+        __global out_t *o_row = out_row(o, p, it, r0 + r);
+        UNROLL_ON_GPU
+        for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++)
+            STORE_OUT_DIMS(acc[r][dvec] * inv_l, o_row + dvec * DIMS_PER_VEC);
+        store_lse(lse, p, it, r0 + r, m[r], l[r]);
+    }
+}
+#else
+/* ---- the staged path: K and V tiles in local memory, TPR lanes per query row ---------------- */
+
+/* Loads K/V tile rows [k0, k0 + Bc) of K and V (row 0 at k_head, v_head: key_head) into
+ * k_tile (K^T: d x Bc) and v_tile (V: Bc x d), once the previous tiles are no longer read. */
+INLINE_ON_GPU void load_kv_tiles(__local tile_t *k_tile, __local tile_t *v_tile,
+                                 __global const store_t *k_head, __global const store_t *v_head,
+                                 long k0, const fa_kernel_params *p,
+                                 __global const int *block_table, long b)
+{
+    barrier(CLK_LOCAL_MEM_FENCE); /* the previous tiles are no longer read */
+    load_keys(k_tile, k_head, k0, p->seqlen_k, p->k_stride_b, p->k_stride_s, 1, p, block_table, b);
+    load_keys(v_tile, v_head, k0, p->seqlen_k, p->v_stride_b, p->v_stride_s, 0, p, block_table, b);
+    barrier(CLK_LOCAL_MEM_FENCE);
 }
 
-/* Softcap and ALiBi over one lane's keys of an S row made elsewhere (DIRECT_KV's). */
-void modify_row(__local float *s_row, const fa_kernel_params *p, const row_mods *rm)
+/* The work-group's item (fwd_item) with its tiles in local memory: work-item (r, lane) =
+ * get_local_id(0) / TPR, % TPR owns query row r0 + r of the tile, keys [c0, c0 + Bc / TPR) of
+ * each S row (c0 = lane * Bc / TPR) and elements [lane * d / TPR, + d / TPR) of its O row; a
+ * row's lanes are neighbours (they read one Q column, and neighbouring parts of a K^T and a V
+ * row). Rows past Sq compute on zeros, as their lanes meet others, and write nothing. p: the
+ * sequence's (SEQ_SETUP). */
+ALWAYS_INLINE void fwd_tile(__global const store_t *q, __global const store_t *k,
+                            __global const store_t *v, __global out_t *o,
+                            __global float *lse ALIBI_ARG BIAS_ARG SINKS_ARG,
+                            __global const int *block_table, const fa_kernel_params *p,
+                            const fwd_item *it, __local tile_t *q_tile, __local tile_t *k_tile,
+                            __local tile_t *v_tile, __local float *s_tile,
+                            __local float *share_max, __local float *share_sum,
+                            __local long *kv_range)
 {
-    for (int kvec = 0; kvec < VECS_PER_LANE_KEYS; kvec++)
-        store_scores(S_LOAD_KEYS(s_row + kvec * KEYS_PER_VEC), s_row, kvec * KEYS_PER_VEC, p, rm);
-}
+    const int r = (int)(get_local_id(0) / TPR), lane = (int)(get_local_id(0) % TPR);
+    const int c0 = lane * LANE_KEYS; /* its keys [c0, c0 + Bc / TPR) of a tile */
+    const long b = it->b, h = it->h;
+    const long r0 = it->tile * BLOCK_R, row = r0 + r; /* first query row of the tile; its row */
+    const long h_kv = h / (p->heads_q / p->heads_kv); /* GQA: query heads share a K/V head */
+    const long sq = p->seqlen_q, sk = p->seqlen_k;
+    /* Row 0 of K[b][h_kv] and V[b][h_kv]: Sk x d, row strides k_stride_s, v_stride_s. */
+    __global const store_t *k_head = key_head(k, p->k_offset, p->k_stride_b, p->k_stride_h,
+                                              p->k_stride_s, b, h_kv, it->seq.k_start);
+    __global const store_t *v_head = key_head(v, p->v_offset, p->v_stride_b, p->v_stride_h,
+                                              p->v_stride_s, b, h_kv, it->seq.k_start);
+    __local float *s_row = s_tile + r * BLOCK_C; /* S[r][0 .. Bc) */
+    __local float *s_lane = s_row + c0;          /* S[r][c0 .. c0 + Bc / TPR) */
 
-/* The forward's output: the storage type, or f32 partials for flash_merge under SPLIT. */
-#if SPLIT
-typedef float out_t;
-#define STORE_OUT_DIMS(v, ptr) STORE_DIMS_PRIVATE(v, ptr)
+    /* Load Q tile, stored transposed: Q^T, d x Br. */
+    load_q_tile(q_tile, q, p, it, 1);
+
+    /* The tile's key range, and the bounds its rows' masks share (rule_r0: PACKED, every row
+     * reads the last one's): the fewest keys of any row, the last row's first key. */
+    const long rule_r0 = rule_row(sq, r0);
+    long kv_begin, kv_end;
+    item_keys(kv_range, p, it, rule_r0, &kv_begin, &kv_end);
+    const long tile_keys = fa_keys_end(p, MASK, FEATURES, rule_r0);
+    const long tile_begin = fa_keys_begin(p, FEATURES, min(rule_r0 + BLOCK_R, sq) - 1);
+
+    /* The row's state: where its keys end and begin (mask, window), its modifier inputs, and
+     * the online softmax's m, l and O. */
+    const long rule = rule_row(sq, row), q_head = q_head_of(h, sq, row);
+    const long row_keys = fa_keys_end(p, MASK, FEATURES, rule);
+    const long row_begin = fa_keys_begin(p, FEATURES, rule);
+    const row_mods mods = row_mods_of(p ALIBI_PASS BIAS_PASS, b, q_head, rule);
+    float m, l; /* running max (log2 units) and sum; a sink is their initial state */
+    initial_state(&m, &l, it->split, q_head SINKS_PASS);
+    float_dims acc[VECS_PER_LANE_DIMS]; /* acc[dvec]: O[r][lane * d / TPR + DIMS_PER_VEC * dvec ..] */
+    UNROLL_ON_GPU
+    for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++)
+        acc[dvec] = 0.0f;
+
+    /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc. */
+    for (long k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C) {
+        int valid_keys = (int)min((long)BLOCK_C, sk - k0); /* keys [0, valid_keys) exist */
+        load_kv_tiles(k_tile, v_tile, k_head, v_head, k0, p, block_table, b);
+        int lane_keys = clamp(valid_keys - c0, 0, LANE_KEYS); /* of the lane's keys */
+
+        /* S = Q K^T * scale (in log2 units, for exp2): S[r][c] for the lane's c; then the score
+         * modifiers: softcap, + ALiBi (both as row_scores makes S) + bias. */
+        row_mods tile_mods;
+        const row_mods *lane_mods = lane_mods_at(&tile_mods, &mods, k0 + c0, lane_keys);
+        row_scores(s_lane, q_tile + r, k_tile + c0, SCORE_SCALE(*p), p, lane_mods);
+        add_bias(s_lane, lane_mods);
+
+        /* Mask */
+        mask_lane(s_row, c0, k0, tile_keys, row_keys, tile_begin, row_begin);
+
+        /* m/l update (online softmax); S becomes P */
+        float alpha = softmax_update(s_lane, share_max, share_sum, r, lane, &m, &l, p, b, h, row,
+                                     k0 + c0, lane_keys);
+
+        /* Rescale O, then accumulate P V: O[r][x] += sum_c P[r][c] * V[c][x] for the lane's x,
+         * c in [0, valid_keys) (keys past it have P = 0 and are skipped). */
+        UNROLL_ON_GPU
+        for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++)
+            acc[dvec] *= alpha;
+        for (int c = 0; c < valid_keys; c++) {
+            float p_c = s_row[c];                                            /* P[r][c] */
+            __local const tile_t *v_row = v_tile + c * HEAD_DIM + lane * LANE_DIMS; /* V[c][..] */
+#pragma unroll
+            for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++)
+                acc[dvec] += p_c * LOAD_DIMS_F32(v_row + dvec * DIMS_PER_VEC);
+        }
+    }
+
+    /* Final 1/l and LSE: a row with no allowed key (l == 0) gives O = 0; a NaN l gives NaN.
+     * O[b][h][row][x] = acc / l (out_row: or split-KV's f32 partial); the LSE by lane 0. */
+    if (row >= sq)
+        return;
+    float inv_l = l == 0.0f ? 0.0f : 1.0f / l;
+    __global out_t *o_row = out_row(o, p, it, row) + lane * LANE_DIMS;
+    UNROLL_ON_GPU
+    for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++)
+        STORE_OUT_DIMS(acc[dvec] * inv_l, o_row + dvec * DIMS_PER_VEC);
+    if (lane == 0)
+        store_lse(lse, p, it, row, m, l);
+}
+#endif
+
+/* ---- the kernel: one work-group per (Q tile, head, batch), with SPLIT per key chunk too ----- */
+
+/* The kernel's local memory beyond the Q and S tiles, declared at its scope (OpenCL C 1.2 has
+ * no other place for it), only where used: a null pointer stands for what a kernel lacks (an
+ * unused array still takes pocl's local memory, and one of a few bytes misaligned the tiles
+ * after it). The staged path's K^T (d x Bc) and V (Bc x d) tiles; the lanes' share of a row's
+ * max and sum (across_lanes_*, TPR > 1); the tile loop's bounds (item_keys, SHARE_RANGES). */
+#if DIRECT_KV
+#define LOCAL_KV_TILES __local tile_t *k_tile = 0, *v_tile = 0
 #else
-typedef store_t out_t;
-#define STORE_OUT_DIMS(v, ptr) store_dims(v, ptr)
+#define LOCAL_KV_TILES __local tile_t k_tile[HEAD_DIM * BLOCK_C], v_tile[BLOCK_C * HEAD_DIM]
+#endif
+#if TPR > 1
+#define LOCAL_LANE_SHARES __local float share_max[TPR * BLOCK_R], share_sum[TPR * BLOCK_R]
+#else
+#define LOCAL_LANE_SHARES __local float *share_max = 0, *share_sum = 0
+#endif
+#if SHARE_RANGES
+#define LOCAL_KV_RANGE __local long kv_range[2]
+#else
+#define LOCAL_KV_RANGE __local long *kv_range = 0
 #endif
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
@@ -180,252 +593,16 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
           PARAMS_ARG)
 {
     __local tile_t q_tile[HEAD_DIM * BLOCK_R]; /* Q^T: d x Br (DIRECT_KV: Q, Br x d) */
-#if !DIRECT_KV
-    __local tile_t k_tile[HEAD_DIM * BLOCK_C]; /* K^T: d x Bc */
-    __local tile_t v_tile[BLOCK_C * HEAD_DIM]; /* V:   Bc x d */
-#endif
-    __local float s_tile[BLOCK_R * BLOCK_C];    /* S, then P: Br x Bc f32 */
-#if TPR > 1
-    __local float share_max[TPR * BLOCK_R], share_sum[TPR * BLOCK_R]; /* across_lanes_* */
-#endif
+    LOCAL_KV_TILES;                            /* K^T: d x Bc, V: Bc x d */
+    __local float s_tile[BLOCK_R * BLOCK_C];   /* S, then P: Br x Bc f32 */
+    LOCAL_LANE_SHARES;
+    LOCAL_KV_RANGE;
 
-    /* This work-item's first row of the tile and its lane of the row: a row's lanes are
-     * neighbours (they read one Q column, and neighbouring parts of a K^T and a V row). An item
-     * holds ITEM_ROWS rows: one, or under DIRECT_KV the whole tile. */
-    const int r_first = (int)(get_local_id(0) / TPR) * ITEM_ROWS;
-    const int lane = (int)(get_local_id(0) % TPR);
-    const int c0 = lane * LANE_KEYS; /* its keys [c0, c0 + Bc / TPR) of a tile */
     const long b = (long)get_group_id(2);
     SEQ_SETUP(b); /* p: sequence b's lengths; its rows start at token seq.q_start */
-    /* Split-KV: the grid's x is (split, tile), split-major; without SPLIT one split, 0. */
-    const long split = SPLIT ? (long)get_group_id(0) / p.q_tiles : 0;
-    long tile = SPLIT ? (long)get_group_id(0) % p.q_tiles : (long)get_group_id(0);
-    long h = (long)get_group_id(1);
-#if (FEATURES & FA_FEATURE_BIAS) && !SPLIT
-    /* A bias every head shares (stride 0 over heads): the work-groups taken heads-first, so a
-     * tile's heads come one after another and read its bias rows while the cache holds them
-     * (pocl, B1 H8 N2048 d64 f32, an f32 [1, 1, N, N] bias: 78.8 -> 67.6 ms against 63 ms with
-     * no bias, medians of seven alternated rounds). */
-    if (p.bias_stride_h == 0) {
-        const long heads = (long)get_num_groups(1), at = tile + (long)get_num_groups(0) * h;
-        h = at % heads;
-        tile = at / heads;
-    }
-#endif
-    const long r0 = tile * BLOCK_R; /* first query row of the tile */
-    const long h_kv = h / (p.heads_q / p.heads_kv); /* GQA: query heads share a K/V head */
-    const long sq = p.seqlen_q, sk = p.seqlen_k;
-    if (SEQ && r0 >= sq)
+    const fwd_item it = fwd_item_of(&p, seq, b);
+    if (SEQ && it.tile * BLOCK_R >= p.seqlen_q)
         return; /* a tile past a shorter sequence's rows, the whole work-group */
-    /* The item's rows r_first + i, i in [0, item_rows): DIRECT_KV skips those past Sq (one item,
-     * no barrier to meet); staged rows past Sq compute on zeros, as their lanes meet others. */
-    const int item_rows = DIRECT_KV ? (int)min((long)ITEM_ROWS, sq - r0) : ITEM_ROWS;
-    /* Row 0 of K[b][h_kv] and V[b][h_kv]: Sk x d, row strides k_stride_s, v_stride_s. */
-    __global const store_t *k_head = key_head(k, p.k_offset, p.k_stride_b, p.k_stride_h,
-                                              p.k_stride_s, b, h_kv, seq.k_start);
-    __global const store_t *v_head = key_head(v, p.v_offset, p.v_stride_b, p.v_stride_h,
-                                              p.v_stride_s, b, h_kv, seq.k_start);
-
-    /* Load Q tile (rows past Sq are zeros; their results are never written): rows [r0, r0 + Br)
-     * of Q[b][h] (Sq x d, row stride q_stride_s, from token q_start), stored transposed (as
-     * is, for DIRECT_KV's dot products along d). */
-    load_tile(q_tile,
-              q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h + seq.q_start * p.q_stride_s,
-              r0, sq, p.q_stride_s, BLOCK_R, !DIRECT_KV);
-
-    /* The first row the tile's rules read: PACKED, every row reads the last one's (below). */
-    const long rule_r0 = PACKED ? sq - 1 : r0;
-#if SHARE_RANGES
-    __local long kv_range[2]; /* the key tiles [kv_begin, kv_end), share_range says why */
-    share_range(kv_range, keys_first_tile(&p, rule_r0), keys_to_visit(&p, rule_r0));
-    long kv_begin = kv_range[0], kv_end = kv_range[1];
-#else
-    long kv_begin = 0, kv_end = keys_to_visit(&p, rule_r0);
-#endif
-#if SPLIT
-    /* This split's keys [split * split_keys, + split_keys) of them (a multiple of Bc, so the
-     * tiles stay aligned); the range may be empty, and the partial is then O = 0, LSE = -inf. */
-    kv_begin = max(kv_begin, split * p.split_keys);
-    kv_end = min(kv_end, (split + 1) * p.split_keys);
-#endif
-    const long tile_keys = fa_keys_end(&p, MASK, FEATURES, rule_r0); /* the fewest of any row */
-#if FEATURES & FA_FEATURE_WINDOW
-    /* the last row's */
-    const long tile_begin = fa_keys_begin(&p, FEATURES, min(rule_r0 + BLOCK_R, sq) - 1);
-#endif
-
-    /* Each row's state: where its keys end (and begin, window), its modifier inputs, and the
-     * online softmax's m, l and O. A sink is a first key of score sink[h] and V = 0:
-     * m = sink (log2 units), l = exp(0) = 1; a sink of -inf is none. Split-KV counts it once,
-     * in split 0. */
-    long row_keys[ITEM_ROWS];
-#if FEATURES & FA_FEATURE_WINDOW
-    long row_begin[ITEM_ROWS];
-#endif
-#if FEATURES & (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_BIAS)
-    row_mods mods[ITEM_ROWS];
-#endif
-    float m[ITEM_ROWS], l[ITEM_ROWS];
-    /* acc[i][dvec]: O[r_first + i][lane * d / TPR + DIMS_PER_VEC * dvec ..], f32 */
-    float_dims acc[ITEM_ROWS][VECS_PER_LANE_DIMS];
-    for (int i = 0; i < item_rows; i++) {
-        const long row = r0 + r_first + i;
-        /* PACKED: the row is query head h * Sq + row of a one-row problem, whose row 0 every
-         * rule reads: in the packed problem's terms the last row's (i' = Sk - 1). Staged rows
-         * past Sq take the last head's, so no slope or sink is read past the heads. */
-        const long rule_row = PACKED ? sq - 1 : row;
-        const long q_head = PACKED ? h * sq + min(row, sq - 1) : h;
-        row_keys[i] = fa_keys_end(&p, MASK, FEATURES, rule_row);
-#if FEATURES & FA_FEATURE_WINDOW
-        row_begin[i] = fa_keys_begin(&p, FEATURES, rule_row);
-#endif
-#if FEATURES & (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_BIAS)
-        mods[i] = row_mods_of(&p ALIBI_PASS BIAS_PASS, b, q_head, rule_row);
-#endif
-#if FEATURES & FA_FEATURE_SINKS
-        const float sink = split == 0 ? sinks[q_head] : -INFINITY;
-        m[i] = sink * LOG2E;
-        l[i] = sink == -INFINITY ? 0.0f : 1.0f;
-#else
-        m[i] = -INFINITY;
-        l[i] = 0.0f;
-#endif
-        UNROLL_ON_GPU
-        for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++)
-            acc[i][dvec] = 0.0f;
-    }
-
-    /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc. */
-    for (long k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C) {
-        int valid_keys = (int)min((long)BLOCK_C, sk - k0); /* keys [0, valid_keys) exist */
-#if !DIRECT_KV
-        barrier(CLK_LOCAL_MEM_FENCE); /* the previous tiles are no longer read */
-        /* K^T: d x Bc, V: Bc x d */
-        load_keys(k_tile, k_head, k0, sk, p.k_stride_b, p.k_stride_s, 1, &p, BLOCK_TABLE_PTR, b);
-        load_keys(v_tile, v_head, k0, sk, p.v_stride_b, p.v_stride_s, 0, &p, BLOCK_TABLE_PTR, b);
-        barrier(CLK_LOCAL_MEM_FENCE);
-#endif
-        /* of the lane's keys, [c0, c0 + lane_keys) */
-        int lane_keys = clamp(valid_keys - c0, 0, LANE_KEYS);
-#if DIRECT_KV
-        /* S = Q K^T * scale (in log2 units, for exp2) for all the item's rows, from K in global
-         * memory. */
-        direct_scores_rows(s_tile, q_tile, r0, item_rows, k_head, k0, valid_keys, p.k_stride_b,
-                           p.k_stride_s, &p, BLOCK_TABLE_PTR, b, SCORE_SCALE(p));
-#endif
-        /* One row at a time: under DIRECT_KV the rows after the first read the tile's V rows
-         * from the cache. */
-        for (int i = 0; i < item_rows; i++) {
-            const int r = r_first + i;
-            const long row = r0 + r;
-            __local float *s_row = s_tile + r * BLOCK_C; /* S[r][0 .. Bc) */
-            __local float *s_lane = s_row + c0;          /* S[r][c0 .. c0 + Bc / TPR) */
-            /* S = Q K^T * scale (in log2 units, for exp2): row r, S[r][c] for the lane's c; then
-             * the score modifiers: softcap, + ALiBi (both as row_scores makes S) + bias. */
-#if FEATURES & (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_BIAS)
-            row_mods tile_mods;
-            row_mods_at_tile(&tile_mods, &mods[i], k0 + c0, lane_keys);
-            const row_mods *lane_mods = &tile_mods;
-#else
-            const row_mods *lane_mods = 0;
-#endif
-#if !DIRECT_KV
-            row_scores(s_lane, q_tile + r, k_tile + c0, SCORE_SCALE(p), &p, lane_mods);
-#elif FEATURES & (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI)
-            modify_row(s_lane, &p, lane_mods); /* direct_scores_rows made S */
-#endif
-#if FEATURES & FA_FEATURE_BIAS
-            add_bias(s_lane, lane_mods);
-#endif
-
-            /* Mask: keys past Sk and, causal, keys after the row's diagonal get -inf, as do
-             * keys outside the window. Only tiles at the sequence end, crossing the diagonal or
-             * a window's edge need it (uniform per work-group). */
-            bool needs_mask = tile_keys < k0 + BLOCK_C;
-            long allowed = row_keys[i] - k0; /* the row's keys [0, allowed) of the tile */
-            if (needs_mask) {
-                for (int c = (int)max(allowed, (long)c0); c < c0 + LANE_KEYS; c++)
-                    s_row[c] = -INFINITY;
-            }
-#if FEATURES & FA_FEATURE_WINDOW
-            if (k0 < tile_begin) { /* keys before the row's window: [0, row_begin - k0) */
-                for (int c = c0; c < (int)min(row_begin[i] - k0, (long)(c0 + LANE_KEYS)); c++)
-                    s_row[c] = -INFINITY;
-            }
-#endif
-
-            /* m/l update (online softmax); S becomes P. l counts P before dropout, alpha
-             * rescales the earlier O and l. */
-            float m_new = fmax(m[i], across_lanes_max(share_max, r, lane, lane_max(s_lane)));
-            float m_use = m_new == -INFINITY ? 0.0f : m_new;
-            float alpha = exp2(m[i] - m_use), p_sum = lane_exp(s_lane, m_use);
-#if FEATURES & FA_FEATURE_DROPOUT
-            /* Dropout: P Z with Z = dropout_scale for a kept key, 0 for a dropped one. */
-            if (row < sq)
-                dropout_row(s_lane, &p, b, h, row, k0 + c0, lane_keys);
-#endif
-            /* The row's sum; its barrier also shows each lane the others' P. */
-            l[i] = l[i] * alpha + across_lanes_sum(share_sum, r, lane, p_sum);
-            m[i] = m_new;
-
-            /* Rescale O, then accumulate P V: O[r][x] += sum_c P[r][c] * V[c][x] for the
-             * lane's x, c in [0, valid_keys) (keys past it have P = 0 and are skipped). */
-            UNROLL_ON_GPU
-            for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++)
-                acc[i][dvec] *= alpha;
-#if DIRECT_KV
-            /* row r's V head (heads packing: its K/V head's; else v_head) */
-            __global const store_t *v_row_head = ROW_HEAD(v_head, p.v_stride_h, r0, r);
-#endif
-            for (int c = 0; c < valid_keys; c++) {
-                float p_c = s_row[c]; /* P[r][c] */
-#if DIRECT_KV
-                __global const store_t *v_row = /* V[k0 + c][0 ..] in global memory */
-                    v_row_head +
-                    key_row(k0 + c, p.v_stride_b, p.v_stride_s, &p, BLOCK_TABLE_PTR, b);
-#else
-                /* V[c][lane * d / TPR ..] */
-                __local const tile_t *v_row = v_tile + c * HEAD_DIM + lane * LANE_DIMS;
-#endif
-#pragma unroll
-                for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++)
-                    acc[i][dvec] += p_c * LOAD_V_DIMS_F32(v_row + dvec * DIMS_PER_VEC);
-            }
-        }
-    }
-
-    /* Final 1/l and LSE: a row with no allowed key (l == 0) gives O = 0 and LSE = -inf (with a
-     * finite sink: O = 0, LSE = sink); a NaN l (a NaN or +inf score) gives NaN in both.
-     * O[b][h][row][x] = acc / l (row stride o_stride_s, from token q_start); LSE natural log,
-     * (m + log2 l) * ln 2, at the row's LSE index (fa_lse_index). Split-KV writes this split's
-     * partial instead: O as f32 and LSE always, both where flash_merge reads them. Written in
-     * the kernel, not a function: acc passed by pointer went to scratch on GPUs (clang-15,
-     * f16: 640-750 bytes per work-item, tools/cl_gpu_check.sh). */
-    for (int i = 0; i < item_rows; i++) {
-        const long row = r0 + r_first + i;
-        if (row >= sq)
-            return;
-        float inv_l = l[i] == 0.0f ? 0.0f : 1.0f / l[i];
-        const float row_lse = l[i] == 0.0f ? -INFINITY : (m[i] + log2(l[i])) * LN2;
-        const long lse_at = fa_lse_index(&p, b, h, seq.q_start, row), t = seq.q_start + row;
-#if SPLIT
-        __global out_t *o_row = o + p.parts_offset + split * p.parts_stride +
-                                b * p.parts_stride_b + h * p.parts_stride_h + t * p.parts_stride_s;
-#else
-        __global out_t *o_row = o + p.o_offset + b * p.o_stride_b + h * p.o_stride_h +
-                                t * p.o_stride_s;
-#endif
-        o_row += lane * LANE_DIMS;
-        UNROLL_ON_GPU
-        for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++)
-            STORE_OUT_DIMS(acc[i][dvec] * inv_l, o_row + dvec * DIMS_PER_VEC);
-        if (lane != 0)
-            continue; /* one lane writes the row's LSE */
-#if SPLIT
-        lse[p.lse_parts_offset + split * p.part_rows + lse_at] = row_lse;
-#else
-        if (p.has_lse)
-            lse[lse_at] = row_lse;
-#endif
-    }
+    fwd_tile(q, k, v, o, lse ALIBI_PASS BIAS_PASS SINKS_PASS, BLOCK_TABLE_PTR, &p, &it, q_tile,
+             k_tile, v_tile, s_tile, share_max, share_sum, kv_range);
 }
