@@ -12,7 +12,8 @@ set(FLASHATTN_OPENCL_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/../backends/opencl/cl_program.c
   ${CMAKE_CURRENT_LIST_DIR}/../backends/opencl/cl_interop.c
   ${CMAKE_CURRENT_LIST_DIR}/../backends/opencl/cl_loader.c
-  ${CMAKE_CURRENT_LIST_DIR}/../backends/opencl/cl_profiles.c)
+  ${CMAKE_CURRENT_LIST_DIR}/../backends/opencl/cl_profiles.c
+  ${CMAKE_CURRENT_LIST_DIR}/../backends/opencl/cl_rules.c)
 
 include(${CMAKE_CURRENT_LIST_DIR}/embed_text.cmake)
 

@@ -191,6 +191,9 @@ typedef struct fa_device_props {
                                      (OpenCL CL_DEVICE_LOCAL_MEM_TYPE = CL_GLOBAL, as on Mali) */
     uint32_t wg_multiple;         /* work-items the device runs in lockstep (warp, wavefront,
                                      SIMD width): work-groups should be a multiple; 0 unknown */
+    uint32_t vector_width;        /* the device's preferred float vector width (OpenCL's
+                                     CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT, which
+                                     FLASHATTN_OPENCL_VECTOR_WIDTH overrides); 0 unknown */
 } fa_device_props;
 
 /*

@@ -77,8 +77,9 @@ typedef struct fa__plan_rules {
     uint32_t items_per_row; /* work-items per query row; 0: work-group size is 1 (CPU) */
     uint32_t tile_multiple; /* Br and Bc above it are rounded down to a multiple of it (>= 1) */
     uint32_t max_block_c;   /* 0: no limit; else the kernel's largest Bc */
-    const char *max_block_c_why; /* NULL: "the kernel's largest Bc"; else why that cap, for
-                                    the explanation (a measured preference, not a limit) */
+    uint32_t pref_block_c;  /* 0: none; else a measured preference below max_block_c, which the
+                               planner applies only where Bc is not overridden */
+    const char *pref_block_c_why; /* why, for the explanation */
     uint32_t max_block_r;   /* 0: no limit; else the kernel's largest Br */
     uint32_t min_block_r;   /* 0: none; else Br below it is raised towards it after the fit,
                                as far as the sequence, the work-group limit and the on-chip
@@ -110,10 +111,17 @@ typedef struct fa__plan_rules {
     int32_t gqa_pack;       /* 1: a forward that fa__gqa_pack accepts runs packed: a K/V head's
                                query heads as one tile's rows, so its K and V are read once per
                                group, not once per query head (OpenCL) */
-    int32_t heads_pack_rows; /* > 0: a forward that fa__heads_pack accepts with at most this
-                               many query heads runs heads-packed where K and V hold a key's
-                               heads together (paged, BSHD) and its work-groups (batch x key
-                               chunks) fill the compute units (OpenCL where DIRECT_KV runs) */
+    /* The in-place path (OpenCL's DIRECT_KV, on CPUs), decided by the core from the sized
+     * tiles: a forward whose tiles hold at most in_place_rows rows at one lane a row runs one
+     * work-item per tile that reads K and V where they are, declaring on chip only what
+     * in_place_onchip counts (Q and S); 0: no such path. A one-row decode may be heads-packed
+     * (fa__heads_pack, where K and V hold a key's heads together and its work-groups, batch x
+     * key chunks, fill the compute units) only onto it, up to in_place_rows heads. */
+    uint32_t in_place_rows;
+    fa__onchip_formula in_place_onchip;
+    /* How the backend builds every kernel of the plan, fixed before the tiles are sized and
+     * copied into each launch's variant (OpenCL's VEC_MAX, GPU, TILE_F32; 0 elsewhere). */
+    int32_t vector_width, gpu, tile_f32;
     int32_t dkdv_owns_br;   /* 1: where Br > Bc and Sk >= Br, the backward's dK/dV pass owns Br
                                keys per work-group and streams Bc-row query tiles, so each tile
                                it loads serves Br keys; 0 (and otherwise): it owns Bc keys and
@@ -157,7 +165,7 @@ int32_t fa__plan_kv_splits(const fa_device_props *dev, const fa__plan_rules *rul
 uint64_t fa__tile_bytes(const fa__onchip_formula *f, int64_t block_r, int64_t block_c,
                         int64_t head_dim, size_t elem);
 
-/* ---- kernels and launches (src/op_launches.c) -------------------------------------------------------- */
+/* ---- kernels and launches (src/op_launches.c) --------------------------------------------- */
 
 /*
  * How a launch's kernel is specialised. fa__variant_defines spells it as compiler definitions,
@@ -432,6 +440,7 @@ struct fa_plan {
     fa_problem kernel_problem; /* what the launches run: problem, or its GQA or heads packing */
     int32_t head_rows;         /* heads packing's G (fa__heads_pack); 0: not heads-packed */
     int32_t packed;            /* 1: kernel_problem is GQA- or heads-packed */
+    int32_t in_place;          /* 1: the forward runs the rules' in-place path */
     fa__tiles tiles;
     fa__launch launches[FA__MAX_LAUNCHES];
     int n_launches;

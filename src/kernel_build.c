@@ -129,7 +129,8 @@ fa_status fa__kernel_cache_get(fa_context *ctx, fa__kernel_cache *cache,
 }
 
 void *fa__kernel_cache_sibling(const fa__kernel_cache *cache, fa__kernel kernel,
-                               const char *options, bool (*same_source)(fa__kernel a, fa__kernel b))
+                               const char *options,
+                               bool (*same_source)(fa__kernel a, fa__kernel b))
 {
     for (const fa__kernel_cached *e = cache->head; e; e = e->next) {
         if (strcmp(e->options, options) == 0 && same_source(e->kernel, kernel))

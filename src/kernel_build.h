@@ -75,7 +75,8 @@ fa_status fa__kernel_cache_get(fa_context *ctx, fa__kernel_cache *cache,
  * `kernel` (same_source(cached kernel, kernel) is true), so that a build can share its program
  * or module; NULL when there is none. */
 void *fa__kernel_cache_sibling(const fa__kernel_cache *cache, fa__kernel kernel,
-                               const char *options, bool (*same_source)(fa__kernel a, fa__kernel b));
+                               const char *options,
+                               bool (*same_source)(fa__kernel a, fa__kernel b));
 /* Releases and frees every object; the cache is empty afterwards. */
 void fa__kernel_cache_clear(fa__kernel_cache *cache, const fa__kernel_builder *builder,
                             void *backend);

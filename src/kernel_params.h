@@ -4,8 +4,8 @@
  *
  * Included by the C core and, embedded as text, by the OpenCL and CUDA kernels, so the layout
  * and the rule are written once. 8-byte fields come first so no language inserts padding; the C
- * side checks the size and offsets with _Static_assert (src/kernel_params.c). All offsets and strides
- * count elements.
+ * side checks the size and offsets with _Static_assert (src/kernel_params.c). All offsets and
+ * strides count elements.
  */
 #ifndef FA_KERNEL_PARAMS_H
 #define FA_KERNEL_PARAMS_H

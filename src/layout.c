@@ -61,7 +61,8 @@ uint64_t fa__layout_extent(const fa_tensor_layout *t, int64_t batch, int64_t hea
     if (batch == 0 || heads == 0 || seq == 0 || head_dim == 0)
         return 0;
     const uint64_t terms[5] = {(uint64_t)t->offset, fa__step_span(batch, t->stride_batch),
-                               fa__step_span(heads, t->stride_head), fa__step_span(seq, t->stride_seq),
+                               fa__step_span(heads, t->stride_head),
+                               fa__step_span(seq, t->stride_seq),
                                (uint64_t)head_dim};
     uint64_t sum = 0;
     for (int i = 0; i < 5; i++) {

@@ -32,11 +32,13 @@ void fa__variant_defines(const fa__kernel_variant *v, const char *prefix, char *
     } defs[] = {{"HEAD_DIM", v->head_dim}, {"BLOCK_R", v->block_r},
                 {"BLOCK_C", v->block_c},   {"DTYPE", v->dtype},
                 {"MASK", v->mask},         {"WG_SIZE", v->work_group_size},
-                {"TPR", v->row_lanes},     {"MMA", v->mma}};
+                {"TPR", v->row_lanes}};
     fa__format(dst, size, "%s", "");
     for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++)
         fa__append(dst, size, "%s%s%s=%d", i ? " " : "", prefix, defs[i].name,
                    (int)defs[i].value);
+    if (v->mma) /* CUDA's tensor-core path; its kernels default to MMA 0 */
+        fa__append(dst, size, " %sMMA=1", prefix);
     if (v->vector_width > 0)
         fa__append(dst, size, " %sVEC_MAX=%d", prefix, (int)v->vector_width);
     if (v->features != 0)
@@ -124,6 +126,33 @@ static void set_launch(fa__launch *l, fa__kernel kernel, uint64_t gx, uint64_t g
     l->n_args = n_args;
 }
 
+/* What every launch of a plan shares: its problem's params at the plan's tiles, and the
+ * variant's shape, dtype, mask, work-group, lanes and the backend's build. Each op's builder
+ * then names the kernel, its grid and tensors, and what only that kernel has. */
+static void plan_launch(const fa_plan *plan, const fa__plan_rules *rules, fa__launch *l)
+{
+    const fa__tiles *t = &plan->tiles;
+    memset(l, 0, sizeof *l);
+    fa__kernel_params_fill(&plan->kernel_problem, t->block_r, &l->params);
+    const fa_kernel_params *kp = &l->params;
+    l->variant = (fa__kernel_variant){
+        .head_dim = kp->head_dim,
+        .block_r = t->block_r,
+        .block_c = t->block_c,
+        .dtype = (int32_t)plan->kernel_problem.dtype,
+        .mask = kp->mask,
+        .work_group_size = t->work_group_size,
+        .row_lanes = rules->row_lanes > 0 ? rules->row_lanes : t->row_lanes,
+        .mma = rules->mma,
+        .features = kp->features,
+        .bias_dtype = kp->features ? kp->bias_dtype : 0,
+        .vector_width = rules->vector_width,
+        .gpu = rules->gpu,
+        .tile_f32 = rules->tile_f32,
+    };
+    l->onchip_bytes = t->sram_bytes;
+}
+
 /*
  * flash_merge: one work-group per (query tile, head, batch) combines the partials of its rows
  * (o_parts, lse_parts) into O and, when asked, LSE. It reads no modifier; parts_dtype is the
@@ -136,11 +165,8 @@ static void merge_launch(fa__launch *l, fa__tensor o_parts, fa__tensor lse_parts
     const fa_kernel_params *kp = &l->params;
     set_launch(l, FA__KERNEL_MERGE, (uint64_t)kp->q_tiles, (uint64_t)kp->heads_q,
                (uint64_t)kp->batch, args, 4);
-    l->variant.features = 0;
+    l->variant.features = 0; /* it reads no modifier */
     l->variant.bias_dtype = 0;
-    l->variant.split = 0;
-    l->variant.head_rows = 0;
-    l->variant.packed = 0;
     l->variant.merge = 1;
     l->variant.parts_dtype = parts_dtype;
     add_seq_args(l);
@@ -160,7 +186,7 @@ static void split_layout(fa_kernel_params *kp, int64_t splits, int64_t rows)
     kp->lse_parts_offset = splits * rows * kp->head_dim;
 }
 
-static void split_launches(fa_plan *plan)
+static void split_launches(fa_plan *plan, const fa__plan_rules *rules)
 {
     fa__launch *l = plan->launches;
     fa_kernel_params *kp = &l[0].params;
@@ -181,12 +207,15 @@ static void split_launches(fa_plan *plan)
         kp->parts_stride_h = kp->seqlen_q * d;
         kp->parts_stride_b = kp->heads_q * kp->seqlen_q * d;
     }
-    l[1] = l[0];
+    plan_launch(plan, rules, &l[1]);
+    l[1].params = l[0].params;
     l[0].grid[0] *= (uint64_t)splits;
     l[0].args[3] = FA__TENSOR_SCRATCH; /* O and LSE: the partials */
     l[0].args[4] = FA__TENSOR_SCRATCH;
     l[0].variant.split = 1;
     merge_launch(&l[1], FA__TENSOR_SCRATCH, FA__TENSOR_SCRATCH, FA_DTYPE_F32);
+    if (plan->in_place) /* the merge is not the in-place kernel: one work-item per row */
+        l[1].variant.work_group_size = plan->tiles.block_r;
     plan->n_launches = 2;
     plan->scratch_row_bytes = (uint64_t)(splits * (d + 1)) * 4;
     plan->scratch_base = plan->scratch_bytes = plan->scratch_row_bytes * (uint64_t)rows;
@@ -198,45 +227,27 @@ static void forward_launches(fa_plan *plan, const fa__plan_rules *rules)
 {
     static const fa__tensor args[] = {FA__TENSOR_Q, FA__TENSOR_K, FA__TENSOR_V, FA__TENSOR_O,
                                       FA__TENSOR_LSE};
-    const fa__tiles *t = &plan->tiles;
     fa__launch *l = &plan->launches[0];
-    memset(l, 0, sizeof *l);
-    fa__kernel_params_fill(&plan->kernel_problem, t->block_r, &l->params);
+    plan_launch(plan, rules, l);
     const fa_kernel_params *kp = &l->params;
-    l->variant = (fa__kernel_variant){
-        .kernel = FA__KERNEL_FWD,
-        .head_dim = kp->head_dim,
-        .block_r = t->block_r,
-        .block_c = t->block_c,
-        .dtype = (int32_t)plan->kernel_problem.dtype,
-        .mask = kp->mask,
-        .work_group_size = t->work_group_size,
-        .row_lanes = rules->row_lanes > 0 ? rules->row_lanes : t->row_lanes,
-        .mma = rules->mma,
-        .features = kp->features,
-        .bias_dtype = kp->features ? kp->bias_dtype : 0,
-        .head_rows = plan->head_rows,
-        .packed = plan->packed,
-    };
-    l->grid[0] = (uint64_t)kp->q_tiles;
-    l->grid[1] = (uint64_t)kp->heads_q;
-    l->grid[2] = (uint64_t)kp->batch;
-    l->onchip_bytes = t->sram_bytes;
-    memcpy(l->args, args, sizeof args);
-    l->n_args = (int)(sizeof args / sizeof args[0]);
+    set_launch(l, FA__KERNEL_FWD, (uint64_t)kp->q_tiles, (uint64_t)kp->heads_q,
+               (uint64_t)kp->batch, args, (int)(sizeof args / sizeof args[0]));
+    l->variant.head_rows = plan->head_rows;
+    l->variant.packed = plan->packed;
+    l->variant.direct_kv = plan->in_place;
     add_modifier_args(l, true);
     add_seq_args(l);
     plan->n_launches = 1;
-    if (plan->op == FA__OP_FORWARD && plan->kv_splits > 1)
-        split_launches(plan);
+    if (plan->kv_splits > 1)
+        split_launches(plan, rules);
 }
 
 /* fa_merge: partials in the storage type, laid out as O one after another (flashattn.h), LSE
  * partials f32 [parts, B, Hq, Sq]. */
 static void public_merge_launches(fa_plan *plan, const fa__plan_rules *rules)
 {
-    forward_launches(plan, rules);
     fa__launch *l = plan->launches;
+    plan_launch(plan, rules, l);
     fa_kernel_params *kp = &l->params;
     const fa_problem *p = &plan->kernel_problem;
     kp->splits = plan->kv_splits;
@@ -339,10 +350,10 @@ static void backward_kernels(fa_plan *plan, const fa__plan_rules *rules)
     }
 }
 
-/* The forward's variant and params, the backward's tensors, then the backend's launches. */
+/* The plan's launch with the backward's tensors, then the backend's launches. */
 static void backward_launches(fa_plan *plan, const fa__plan_rules *rules)
 {
-    forward_launches(plan, rules);
+    plan_launch(plan, rules, &plan->launches[0]);
     fa__kernel_params_fill_backward(&plan->kernel_problem, &plan->launches[0].params);
     if (rules->backward_launches == 1)
         backward_golden(plan);
@@ -410,5 +421,6 @@ uint64_t fa__run_scratch_bytes(const fa_plan *plan, int64_t total_q)
     uint64_t op_bytes = plan->scratch_row_bytes * (uint64_t)run_rows(&kp);
     if (plan->scratch_bytes <= plan->scratch_base)
         return op_bytes; /* the op's scratch only */
-    return fa__run_own_scratch_offset(plan, &kp) + (plan->scratch_bytes - align8(plan->scratch_base));
+    return fa__run_own_scratch_offset(plan, &kp) +
+           (plan->scratch_bytes - align8(plan->scratch_base));
 }

@@ -121,8 +121,8 @@ static void pack_problem(fa_context *ctx, fa_plan *plan, const fa_device_props *
     line[0] = '\0';
     if (plan->op != FA__OP_FORWARD)
         return;
-    if (heads && rules->heads_pack_rows > 0 && heads_together(p))
-        plan->head_rows = (int32_t)fa__heads_pack(p, rules->heads_pack_rows, kp);
+    if (heads && rules->in_place_rows > 0 && heads_together(p))
+        plan->head_rows = (int32_t)fa__heads_pack(p, rules->in_place_rows, kp);
     if (plan->head_rows > 0)
         fa__format(line, size,
                    "heads packing: the %lld query heads of a sequence are the rows of one "
@@ -142,6 +142,31 @@ static void pack_problem(fa_context *ctx, fa_plan *plan, const fa_device_props *
         return;
     plan->packed = 1;
     backend_rules(ctx, dev, kp, plan->op, rules); /* the rules of what runs */
+}
+
+/* The kernel path, from the sized tiles: a forward whose tiles the rules' in-place path can
+ * hold runs it, one work-item per tile declaring only what in_place_onchip counts, and the
+ * plan says so (fa_plan_work_group_size 1, fa_plan_sram_bytes those bytes). */
+static void choose_path(fa_plan *plan, const fa__plan_rules *rules)
+{
+    fa__tiles *t = &plan->tiles;
+    plan->in_place = plan->op == FA__OP_FORWARD && rules->in_place_rows > 0 &&
+                     (uint32_t)t->block_r <= rules->in_place_rows && t->row_lanes <= 1 &&
+                     t->work_group_size == t->block_r;
+    if (!plan->in_place)
+        return;
+    const fa_problem *kp = &plan->kernel_problem;
+    const fa__onchip_formula *f = &rules->in_place_onchip;
+    size_t elem = f->tile_bytes ? f->tile_bytes : fa_dtype_size(kp->dtype);
+    t->work_group_size = 1;
+    t->sram_bytes = fa__tile_bytes(f, t->block_r, t->block_c, kp->head_dim, elem);
+    fa__append(plan->explain, sizeof plan->explain,
+               "kernel: flash_fwd reads K and V where they are (DIRECT_KV), in place: one "
+               "work-item per tile of %d row%s, declaring %llu on-chip bytes (%s): local "
+               "memory is global memory here, and tiles of at most %u rows gain less from "
+               "sharing a copy than the copy costs\n",
+               (int)t->block_r, t->block_r == 1 ? "" : "s", (unsigned long long)t->sram_bytes,
+               f->what, (unsigned)rules->in_place_rows);
 }
 
 /* The planner's tiles and (forward) key chunks for the packed problem (pack_problem). */
@@ -164,6 +189,7 @@ static fa_status plan_tiles(fa_context *ctx, fa_plan *plan, const fa_device_prop
     }
     if (rules->path_note)
         fa__append(plan->explain, sizeof plan->explain, "kernel: %s\n", rules->path_note);
+    choose_path(plan, rules);
     if (plan->op == FA__OP_FORWARD)
         plan->kv_splits = fa__plan_kv_splits(dev, rules, kp, &plan->tiles, plan->explain,
                                              sizeof plan->explain);
@@ -184,14 +210,15 @@ static fa_status plan_on(fa_context *ctx, fa_plan *plan, const fa_device_props *
     int64_t groups = plan->problem.batch * plan->kv_splits *
                      (br > 0 ? (plan->kernel_problem.seqlen_q + br - 1) / br : 1);
     if (plan->head_rows > 0 &&
-        (st != FA_STATUS_OK || groups < cu || br > rules.heads_pack_rows)) {
-        bool planned = st == FA_STATUS_OK;
+        (st != FA_STATUS_OK || groups < cu || !plan->in_place)) {
+        bool planned = st == FA_STATUS_OK, in_place = plan->in_place != 0;
         fa__error_clear(ctx);
         st = plan_tiles(ctx, plan, dev, false, &rules);
-        if (st == FA_STATUS_OK && planned && br > rules.heads_pack_rows)
+        if (st == FA_STATUS_OK && planned && !in_place)
             fa__append(plan->explain, sizeof plan->explain,
-                       "no heads packing: Br %d is past the %d rows it runs\n", (int)br,
-                       (int)rules.heads_pack_rows);
+                       "no heads packing: its tiles of Br %d rows do not run in place (at most "
+                       "%u)\n",
+                       (int)br, (unsigned)rules.in_place_rows);
         else if (st == FA_STATUS_OK && planned)
             fa__append(plan->explain, sizeof plan->explain,
                        "no heads packing: its %lld work-group%s (batch x tiles x key chunks) "

@@ -53,7 +53,8 @@ fa_status fa_plan_launch(const fa_plan *plan, int32_t index, fa_plan_launch_info
                          "launch %d: the plan has launches 0 .. %d", (int)index,
                          plan->n_launches - 1);
     const fa__launch *l = &plan->launches[index];
-    fa_plan_launch_info info = {fa__kernel_entry(l->variant.kernel), {l->grid[0], l->grid[1], l->grid[2]},
+    fa_plan_launch_info info = {fa__kernel_entry(l->variant.kernel),
+                                {l->grid[0], l->grid[1], l->grid[2]},
                                 l->onchip_bytes, l->variant.work_group_size,
                                 l->variant.block_r, l->variant.block_c};
     *out = info;

@@ -380,8 +380,9 @@ fa_status fa__plan_tiles(const fa_device_props *dev, const fa__plan_rules *rules
     clamp_to_sequences(&s, rules, p);
     fa_status st = cap(&s, true, rules->max_block_r, "the kernel's largest Br");
     if (st == FA_STATUS_OK)
-        st = cap(&s, false, rules->max_block_c,
-                 rules->max_block_c_why ? rules->max_block_c_why : "the kernel's largest Bc");
+        st = cap(&s, false, rules->max_block_c, "the kernel's largest Bc");
+    if (st == FA_STATUS_OK && !s.override_c) /* a preference: an override is planned as asked */
+        st = cap(&s, false, rules->pref_block_c, rules->pref_block_c_why);
     if (st == FA_STATUS_OK && rules->items_per_row > 0)
         st = cap(&s, true, dev->max_work_group_size / rules->items_per_row,
                  "the work-group limit / work-items per row");

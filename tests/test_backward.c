@@ -598,8 +598,10 @@ static void test_errors(void **state)
     expect_rejected(&r, 10, r.buf[TV], FA_STATUS_INVALID_ARGUMENT, "dv aliasing v");
     expect_rejected(&r, 10, r.buf[TDK], FA_STATUS_INVALID_ARGUMENT, "dv aliasing dk");
     expect_rejected(&r, 1, r.fwd, BW_INVALID_PLAN, "a forward plan");
-    assert_int_equal(backward_with(&r, 1, r.fwd), BW_INVALID_PLAN); /* the message says what to use */
-    assert_non_null(strstr(fa_context_last_error(ctx), "needs a plan from fa_plan_create_backward"));
+    /* the message says what to use */
+    assert_int_equal(backward_with(&r, 1, r.fwd), BW_INVALID_PLAN);
+    assert_non_null(
+        strstr(fa_context_last_error(ctx), "needs a plan from fa_plan_create_backward"));
     fa_context *other = NULL;
     fa_context_options cpu = {FA_BACKEND_CPU, 0};
     assert_int_equal(fa_context_create(&other, &cpu, NULL, 0), FA_STATUS_OK);

@@ -485,7 +485,8 @@ static void compile_arch(const char *arch)
     int failed = 0;
     for (int i = 0; i < jobs.count; i++) {
         if (jobs.status[i] != OK) {
-            print_error("%s %s %s (case %s): %s\n%s\n", arch, fa__kernel_entry(jobs.kernel[i]), jobs.keys[i],
+            print_error("%s %s %s (case %s): %s\n%s\n", arch, fa__kernel_entry(jobs.kernel[i]),
+                        jobs.keys[i],
                         jobs.case_name[i], fa_status_name(jobs.status[i]),
                         jobs.log[i] ? jobs.log[i] : "");
             failed++;
@@ -552,7 +553,8 @@ static void test_compile_error_log(void **state)
     harness_env saved;
     harness_env_save(&saved, "FLASHATTN_KERNEL_DIR");
     setenv("FLASHATTN_KERNEL_DIR", dir, 1);
-    fa_status st = fa__cuda_compile_check("sm_80", FA__KERNEL_FWD, "-DHEAD_DIM=64", log, sizeof log);
+    fa_status st =
+        fa__cuda_compile_check("sm_80", FA__KERNEL_FWD, "-DHEAD_DIM=64", log, sizeof log);
     fa_status st_missing = FA_STATUS_OK;
     unlink(path);
     if (st == FA_STATUS_KERNEL_BUILD_ERROR) /* the folder now has no kernel file */

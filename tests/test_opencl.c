@@ -147,15 +147,27 @@ static bool plans_direct_kv(fa_context *ctx, int64_t sq, int64_t dim)
     fa_plan *plan = NULL;
     assert_int_equal(fa_plan_create(ctx, &p, &plan), OK);
     bool direct = strstr(fa_plan_explain(plan), "(DIRECT_KV)") != NULL;
-    if (direct)
+    if (direct) {
         assert_int_equal(fa_plan_work_group_size(plan), 1);
+        /* The bytes the in-place kernel declares: the Q tile and the f32 S tile, which the
+         * compiled kernel's local memory holds, with its few per-row floats beside them. */
+        uint64_t br = (uint64_t)fa_plan_block_r(plan), bc = (uint64_t)fa_plan_block_c(plan);
+        uint64_t want = (br * (uint64_t)dim + br * bc) * 4;
+        assert_int_equal(fa_plan_sram_bytes(plan), want);
+        const fa__cl_program *e = plan->launches[0].backend_data;
+        printf("  in place: Br %llu Bc %llu d %lld: planned %llu, compiled %llu bytes\n",
+               (unsigned long long)br, (unsigned long long)bc, (long long)dim,
+               (unsigned long long)want, (unsigned long long)e->kernel_local);
+        assert_true(e->kernel_local >= want && e->kernel_local <= want + 2 * br * 4 + 64);
+    }
     fa_plan_destroy(plan);
     return direct;
 }
 
 /* flash_fwd reads K and V in place (no local tiles), one work-item per tile, exactly where
  * local memory is global memory and a tile has at most 64 rows of one lane each
- * (backends/opencl/opencl.c, direct_kv): decodes and short prefills on pocl (Sq 1 packs a GQA
+ * (backends/opencl/cl_rules.c's in-place rows, chosen by src/plan_create.c's choose_path), its
+ * plan counting the bytes that kernel declares: decodes and short prefills on pocl (Sq 1 packs a GQA
  * group's 4 rows), not Sq 65 at d 128 (Br 128) nor a prefill; the decode suites check its
  * results. */
 static void test_direct_kv_rule(void **state)

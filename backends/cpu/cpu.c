@@ -575,9 +575,11 @@ static fa_status cpu_launch_prepare(fa_context *ctx, fa_plan *plan, fa__launch *
     (void)ctx;
     const uint64_t d = (uint64_t)launch->params.head_dim;
     const uint64_t br = (uint64_t)launch->variant.block_r, bc = (uint64_t)launch->variant.block_c;
-    uint64_t own = plan->op == FA__OP_BACKWARD ? (2 * (uint64_t)launch->params.seqlen_k + 1) * d * 8
-                   : launch->variant.kernel == FA__KERNEL_MERGE ? (uint64_t)launch->params.splits * 8
-                                                     : (br * d + 2 * br + bc) * 8;
+    uint64_t own = (br * d + 2 * br + bc) * 8;
+    if (plan->op == FA__OP_BACKWARD)
+        own = (2 * (uint64_t)launch->params.seqlen_k + 1) * d * 8;
+    else if (launch->variant.kernel == FA__KERNEL_MERGE)
+        own = (uint64_t)launch->params.splits * 8;
     uint64_t base = (plan->scratch_base + 7) & ~(uint64_t)7; /* f64 aligned */
     if (base + own > plan->scratch_bytes)
         plan->scratch_bytes = base + own;

@@ -350,6 +350,26 @@ static cl_int run_queries(cl_device_id device, const device_query *q, size_t n,
 
 #define FA_CL_QUERY(what, var) {what, #what, sizeof(var), &(var)}
 
+/* FLASHATTN_OPENCL_VECTOR_WIDTH = 1, 2, 4, 8 or 16 stands for the device's preferred float
+ * vector width (fa_device_props.vector_width), which picks a CPU device's kernel vectors
+ * (cl_rules.c: float16 from 16 on, else float8): 8 runs on an AVX-512 machine the float8
+ * kernels that machines without AVX-512 get, so the suite tests both. Unset or empty: the
+ * device's. Returns false for any other value (and leaves *width). */
+static bool env_vector_width(cl_uint *width)
+{
+    const char *v = getenv("FLASHATTN_OPENCL_VECTOR_WIDTH");
+    if (!v || !*v)
+        return true;
+    static const char *const widths[] = {"1", "2", "4", "8", "16"};
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) {
+        if (strcmp(v, widths[i]) == 0) {
+            *width = 1u << i;
+            return true;
+        }
+    }
+    return false;
+}
+
 static fa_status device_numbers(cl_device_id device, fa_device_props *out, char *why,
                                 size_t why_size)
 {
@@ -358,7 +378,9 @@ static fa_status device_numbers(cl_device_id device, fa_device_props *out, char 
     cl_uint units = 0;
     cl_device_type type = 0;
     cl_device_local_mem_type local_type = CL_LOCAL;
+    cl_uint vector_width = 0;
     const device_query q[] = {FA_CL_QUERY(CL_DEVICE_LOCAL_MEM_SIZE, local),
+                              FA_CL_QUERY(CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT, vector_width),
                               FA_CL_QUERY(CL_DEVICE_GLOBAL_MEM_SIZE, global),
                               FA_CL_QUERY(CL_DEVICE_MAX_WORK_GROUP_SIZE, wg),
                               FA_CL_QUERY(CL_DEVICE_MAX_WORK_ITEM_SIZES, items),
@@ -381,6 +403,8 @@ static fa_status device_numbers(cl_device_id device, fa_device_props *out, char 
     out->compute_units = units;
     out->gpu = (type & CL_DEVICE_TYPE_GPU) ? 1 : 0;
     out->local_mem_global = local_type == CL_GLOBAL ? 1 : 0;
+    out->vector_width = vector_width;
+    env_vector_width(&out->vector_width);
     return FA_STATUS_OK;
 }
 
@@ -493,24 +517,14 @@ fa_status fa__cl_device_props(cl_device_id device, fa_device_props *out, char *w
     return st == FA_STATUS_OK ? as_gpu(out, why, why_size) : st;
 }
 
-/* FLASHATTN_OPENCL_VECTOR_WIDTH = 1, 2, 4, 8 or 16 stands for the device's preferred float
- * vector width, which picks a CPU device's kernel vectors (opencl.c, cl_launch_prepare:
- * float16 from 16 on, else float8): 8 runs on an AVX-512 machine the float8 kernels that
- * machines without AVX-512 get, so the suite tests both. Unset or empty: the device's. */
+/* A bad FLASHATTN_OPENCL_VECTOR_WIDTH refuses the context, naming it. */
 static fa_status vector_width_override(fa_context *ctx, fa__cl_state *s)
 {
-    const char *v = getenv("FLASHATTN_OPENCL_VECTOR_WIDTH");
-    if (!v || !*v)
+    if (env_vector_width(&s->vector_width))
         return FA_STATUS_OK;
-    static const char *const widths[] = {"1", "2", "4", "8", "16"};
-    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) {
-        if (strcmp(v, widths[i]) == 0) {
-            s->vector_width = 1u << i;
-            return FA_STATUS_OK;
-        }
-    }
     return fa__error(ctx, FA_STATUS_INVALID_ARGUMENT,
-                     "FLASHATTN_OPENCL_VECTOR_WIDTH = \"%s\" is not 1, 2, 4, 8 or 16", v);
+                     "FLASHATTN_OPENCL_VECTOR_WIDTH = \"%s\" is not 1, 2, 4, 8 or 16",
+                     getenv("FLASHATTN_OPENCL_VECTOR_WIDTH"));
 }
 
 fa_status fa__cl_state_limits(fa_context *ctx, fa__cl_state *s)

@@ -176,6 +176,11 @@ fa_status fa__cl_no_device(fa_context *ctx);
 /* Reads the device limits the backend keeps in its state. */
 fa_status fa__cl_state_limits(fa_context *ctx, fa__cl_state *s);
 
+/* The kernels' planning rules and measured preferences (cl_rules.c; the ops table's
+ * plan_rules). */
+void fa__cl_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op op,
+                       fa__plan_rules *rules);
+
 /* Finds or builds the program and kernel of an entry point for a set of -D options
  * (KERNEL_BUILD_ERROR with the log). */
 fa_status fa__cl_program_get(fa_context *ctx, fa__cl_state *s, fa__kernel kernel,

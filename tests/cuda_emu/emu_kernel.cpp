@@ -185,11 +185,17 @@ void merge(void *const *a, const void *p)
 }
 #endif
 
-/* The spelling of fa__variant_defines (src/ops.c), so the test finds this configuration. */
+/* The spelling of fa__variant_defines (src/op_launches.c), so the test finds this
+ * configuration: MMA only when 1. */
+#if MMA
+#define FA_EMU_MMA_OPTIONS " -DMMA=1"
+#else
+#define FA_EMU_MMA_OPTIONS ""
+#endif
 const char options[] = "-DHEAD_DIM=" FA_EMU_STR(HEAD_DIM) " -DBLOCK_R=" FA_EMU_STR(BLOCK_R)
                        " -DBLOCK_C=" FA_EMU_STR(BLOCK_C) " -DDTYPE=" FA_EMU_STR(DTYPE)
                        " -DMASK=" FA_EMU_STR(MASK) " -DWG_SIZE=" FA_EMU_STR(WG_SIZE)
-                       " -DTPR=" FA_EMU_STR(TPR) " -DMMA=" FA_EMU_STR(MMA)
+                       " -DTPR=" FA_EMU_STR(TPR) FA_EMU_MMA_OPTIONS
                        FA_EMU_FEATURE_OPTIONS FA_EMU_SEQ_OPTIONS FA_EMU_SPLIT_OPTIONS
                        FA_EMU_PARTS_OPTIONS;
 
