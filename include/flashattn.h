@@ -514,10 +514,13 @@ FA_API int32_t fa_plan_block_c(const fa_plan *plan);
  * where one OpenCL work-item holds a whole tile (DIRECT_KV in the explanation). */
 FA_API int32_t fa_plan_work_group_size(const fa_plan *plan);
 /*
- * On-chip bytes one work-group's tiles use: (Br*d + 2*Bc*d) * elem for the Q, K and V tiles in
- * the storage type, plus Br*Bc*4 for the f32 S tile where the kernel keeps S on chip (the cpu and
- * opencl backends, and cuda's CUDA-core path); cuda's tensor-core path keeps S in registers and
- * uses (Br*d + 2*Bc*d) * elem. `flashattn plan` prints the formula the plan used.
+ * On-chip bytes one work-group of the plan's main kernel declares: (Br*d + 2*Bc*d) * elem for
+ * the Q, K and V tiles (elem: the storage type's size, or 4 where OpenCL on a CPU holds f16 and
+ * bf16 tiles as f32), plus Br*Bc*4 for the f32 S tile where the kernel keeps S on chip (the cpu
+ * and opencl backends, and cuda's CUDA-core path); cuda's tensor-core path keeps S in registers
+ * and uses (Br*d + 2*Bc*d) * elem; OpenCL's in-place path (DIRECT_KV) holds only Q and S,
+ * Br*d * elem + Br*Bc*4. Each launch's own is in fa_plan_launch; `flashattn plan` prints the
+ * formula the plan used.
  */
 FA_API uint64_t fa_plan_sram_bytes(const fa_plan *plan);
 /*

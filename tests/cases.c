@@ -105,15 +105,6 @@ void case_fill_problem_backward(const fa_test_case *c, fa_problem *p)
     padded_layout(&p->dv, (case_pad){6, 3, 9, 5}, c->heads_kv, c->seqlen_k, c->head_dim);
 }
 
-int64_t case_extent(const fa_tensor_layout *t, int64_t batch, int64_t heads, int64_t seq,
-                    int64_t head_dim)
-{
-    if (batch <= 0 || heads <= 0 || seq <= 0 || head_dim <= 0)
-        return 0;
-    return t->offset + (batch - 1) * t->stride_batch + (heads - 1) * t->stride_head +
-           (seq - 1) * t->stride_seq + head_dim;
-}
-
 void case_describe(const fa_test_case *c, char *buf, size_t size)
 {
     static const char *const layouts[] = {"bhsd", "bshd", "padded", "kv-broadcast"};

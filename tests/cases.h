@@ -45,13 +45,6 @@ void case_fill_problem(const fa_test_case *c, fa_problem *p);
  */
 void case_fill_problem_backward(const fa_test_case *c, fa_problem *p);
 
-/*
- * Elements a tensor spans from element 0 of its buffer, computed independently of the library:
- * offset + (B-1)*sb + (H-1)*sh + (S-1)*ss + D, or 0 when any count is 0.
- */
-int64_t case_extent(const fa_tensor_layout *t, int64_t batch, int64_t heads, int64_t seq,
-                    int64_t head_dim);
-
 /* "f16 B2 H8/2 S113x17 D64 bottom-right padded scale 0" into buf. */
 void case_describe(const fa_test_case *c, char *buf, size_t size);
 
