@@ -22,8 +22,9 @@
  * Varlen batches (SEQ) run each sequence with its own lengths and rows (SEQ_SETUP); D and LSE
  * are at the row's LSE index (fa_lse_index). seqlens_k and paged K/V have no backward.
  *
- * This file follows flash_common.cl in one program and uses its types and helpers (load_tile,
- * row_scores, the vector widths); alone it includes it (compile with -I kernels_cl -I src).
+ * This file follows the shared files in one program and uses their types and helpers
+ * (load_tile, row_scores, the vector widths); alone it includes flash_common.cl, which brings
+ * in the others (compile with -I kernels_cl -I src).
  */
 #ifndef FA_FLASH_COMMON_CL
 #include "flash_common.cl"

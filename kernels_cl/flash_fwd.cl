@@ -23,8 +23,9 @@
  * The score modifiers and dropout (softcap, ALiBi, bias, sliding window, sinks, Philox dropout)
  * are compiled in only under their FEATURES bits, and sequences (varlen, per-sequence key
  * counts, paged K/V) under SEQ, split-KV's partial results under SPLIT, so a kernel without
- * them is the plain one; their helpers, the tunables and the tile helpers are in
- * flash_common.cl, which this file follows in one program. flash_merge.cl combines partials.
+ * them is the plain one; their helpers, the tunables and the tile helpers are in the shared
+ * files (flash_common.cl first), which this file follows in one program. flash_merge.cl
+ * combines partials.
  */
 #ifndef FA_FLASH_COMMON_CL
 #include "flash_common.cl"
@@ -511,7 +512,8 @@ ALWAYS_INLINE void fwd_tile(__global const store_t *q, __global const store_t *k
     const row_mods mods = row_mods_of(p ALIBI_PASS BIAS_PASS, b, q_head, rule);
     float m, l; /* running max (log2 units) and sum; a sink is their initial state */
     initial_state(&m, &l, it->split, q_head SINKS_PASS);
-    float_dims acc[VECS_PER_LANE_DIMS]; /* acc[dvec]: O[r][lane * d / TPR + DIMS_PER_VEC * dvec ..] */
+    /* acc[dvec]: O[r][lane * d / TPR + DIMS_PER_VEC * dvec ..] */
+    float_dims acc[VECS_PER_LANE_DIMS];
     UNROLL_ON_GPU
     for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++)
         acc[dvec] = 0.0f;

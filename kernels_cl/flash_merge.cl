@@ -1,7 +1,8 @@
 /*
  * flash_merge.cl - split-KV's merge kernel (OpenCL C 1.2): O and LSE of each row from the
  * partial O and LSE that flash_fwd wrote with SPLIT=1 for each range of keys (or that the caller
- * passed to fa_merge), weighted by exp(LSE_s - max LSE). Follows flash_common.cl in one program.
+ * passed to fa_merge), weighted by exp(LSE_s - max LSE). Follows the shared files (flash_common.cl
+ * first) in one program.
  */
 
 #ifndef FA_FLASH_COMMON_CL

@@ -186,7 +186,7 @@ FA_KP_FN fa_kp_i64 fa_keys_end(const fa_kernel_params *p, fa_kp_i32 mask, fa_kp_
 #define FA_PHILOX_W1 0xBB67AE85u
 
 /* One round with round key (k0, k1), written once over the counter's type T: fa_kp_u32 here, or
- * an OpenCL uintN whose N lanes are N independent counters (flash_common.cl, dropout_row), with
+ * an OpenCL uintN whose N lanes are N independent counters (flash_dropout.cl, dropout_row), with
  * the same bits. MULHILO(m, x, hi, lo) sets hi and lo to the high and low 32 bits of the 64-bit
  * product m * x. */
 #define FA_PHILOX_ROUND(T, MULHILO, c0, c1, c2, c3, k0, k1)                                     \

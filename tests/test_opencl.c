@@ -715,15 +715,28 @@ static fa_status plan_with_kernel_dir(const char *dir, char *msg, size_t msg_siz
     return st;
 }
 
-/* Writes flash_common.cl, every program's first file, into dir as a comment only (so the file
- * a test is about, flash_fwd.cl, is the one that decides); its path in common. */
-static void write_empty_common(const char *dir, char *common, size_t size)
+/* The files every program holds before its entry point's (backends/opencl/cl_program.c). */
+static const char *const shared_files[] = {"flash_common.cl",    "flash_storage.cl",
+                                           "flash_softmax.cl",   "flash_modifiers.cl",
+                                           "flash_dropout.cl",   "flash_sequences.cl"};
+enum { N_SHARED = sizeof shared_files / sizeof shared_files[0] };
+
+/* Writes the shared files into dir as comments only (so the file a test is about,
+ * flash_fwd.cl, is the one that decides), or removes them. */
+static void write_empty_shared(const char *dir, bool remove_them)
 {
-    snprintf(common, size, "%s/flash_common.cl", dir);
-    FILE *f = fopen(common, "w");
-    assert_non_null(f);
-    fputs("/* nothing shared */\n", f);
-    fclose(f);
+    for (int i = 0; i < N_SHARED; i++) {
+        char path[192];
+        snprintf(path, sizeof path, "%s/%s", dir, shared_files[i]);
+        if (remove_them) {
+            remove(path);
+            continue;
+        }
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fputs("/* nothing shared */\n", f);
+        fclose(f);
+    }
 }
 
 static void test_kernel_dir(void **state)
@@ -731,13 +744,13 @@ static void test_kernel_dir(void **state)
     (void)state;
     char dir[] = "/tmp/fa_test_opencl_XXXXXX";
     assert_non_null(mkdtemp(dir));
-    char path[128], common[128], msg[8192];
+    char path[128], msg[8192];
     snprintf(path, sizeof path, "%s/flash_fwd.cl", dir);
 
     /* A missing file names its path: the first, flash_common.cl, then flash_fwd.cl. */
     assert_int_equal(plan_with_kernel_dir(dir, msg, sizeof msg), FA_STATUS_KERNEL_BUILD_ERROR);
     assert_non_null(strstr(msg, "/flash_common.cl"));
-    write_empty_common(dir, common, sizeof common);
+    write_empty_shared(dir, false);
     assert_int_equal(plan_with_kernel_dir(dir, msg, sizeof msg), FA_STATUS_KERNEL_BUILD_ERROR);
     assert_non_null(strstr(msg, path));
 
@@ -750,7 +763,7 @@ static void test_kernel_dir(void **state)
     assert_non_null(strstr(msg, "build log"));
     assert_non_null(strstr(msg, "this_is_not_opencl_c"));
     remove(path);
-    remove(common);
+    write_empty_shared(dir, true);
     rmdir(dir);
 }
 
@@ -761,9 +774,9 @@ static void test_kernel_dir_bad_files(void **state)
     (void)state;
     char dir[] = "/tmp/fa_test_opencl_XXXXXX";
     assert_non_null(mkdtemp(dir));
-    char path[128], common[128], msg[8192];
+    char path[128], msg[8192];
     snprintf(path, sizeof path, "%s/flash_fwd.cl", dir);
-    write_empty_common(dir, common, sizeof common);
+    write_empty_shared(dir, false);
     alarm(120); /* a plan that waits on the FIFO ends the test as a failure, not a hang */
 
     assert_int_equal(mkdir(path, 0700), 0);
@@ -791,7 +804,7 @@ static void test_kernel_dir_bad_files(void **state)
     assert_non_null(strstr(msg, "no kernel named \"flash_fwd\""));
     alarm(0);
     remove(path);
-    remove(common);
+    write_empty_shared(dir, true);
     rmdir(dir);
 }
 

@@ -58,11 +58,15 @@ export WORK
 
 # The program source exactly as src/kernel_build.c assembles it: the params header, then each
 # kernel file after a #line directive naming it (so clang's messages name the .cl file).
-# A program is flash_common.cl followed by the file of its entry point.
+# A program is the shared files (backends/opencl/cl_program.c, FA_CL_SHARED_FILES), then the
+# file of its entry point.
+shared="common storage softmax modifiers dropout sequences"
 for name in fwd merge bwd; do
-    { cat "$ROOT/src/kernel_params.h"; printf '\n#line 1 "flash_common.cl"\n'
-      cat "$ROOT/kernels_cl/flash_common.cl"; printf '\n#line 1 "flash_%s.cl"\n' $name
-      cat "$ROOT/kernels_cl/flash_$name.cl"; } >"$WORK/$name.cl"
+    { cat "$ROOT/src/kernel_params.h"
+      for f in $shared $name; do
+          printf '\n#line 1 "flash_%s.cl"\n' "$f"
+          cat "$ROOT/kernels_cl/flash_$f.cl"
+      done; } >"$WORK/$name.cl"
 done
 
 # only_kernels "ENTRY ...": the program on stdin with the other kernels' definitions blanked

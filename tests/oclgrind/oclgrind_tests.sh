@@ -63,7 +63,7 @@ run() {
 }
 
 # self_test NAME FILE SED_SCRIPT TEST CASE: copies the kernel files (a program is
-# flash_common.cl and its entry point's file), removes one barrier from FILE with SED_SCRIPT,
+# the shared files and its entry point's file), removes one barrier from FILE with SED_SCRIPT,
 # and requires Oclgrind to report the race that TEST (the forward or backward suite) then runs
 # into on CASE. A sed that removed nothing fails: the checker and
 # its self-test must not both go quiet.
@@ -92,7 +92,7 @@ self_test "a barrier missing in flash_bwd_dq" flash_bwd.cl \
 # Oclgrind reports a GPU device, so its runs plan the GPU rules: several lanes per query row
 # (2 at d 64, 32 for decode_q1), which meet in local memory behind barriers. Without the barrier
 # in across_lanes_sum the lanes read each other's sums and P before they are written.
-self_test "lanes without a barrier race" flash_common.cl \
+self_test "lanes without a barrier race" flash_softmax.cl \
     '/^float across_lanes_sum/,/^}/{/barrier(CLK_LOCAL_MEM_FENCE);/d}' "$forward" scale_big/f32
 # The backward's lanes (2 at d 64) each write their keys of a row's P and dS and then read the
 # whole row: without the barrier between (ROW_WRITTEN) they read keys not yet written.
