@@ -206,8 +206,7 @@ typedef struct fa__kernel_variant {
     int32_t bias_dtype;      /* BIAS_DTYPE: fa_dtype of the bias, with FA_FEATURE_BIAS */
     int32_t seq;             /* SEQ: FA_SEQ_* bits (a define only when nonzero) */
     int32_t split;           /* SPLIT=1: flash_fwd writes f32 partials (a define only when 1) */
-    int32_t merge;           /* 1: flash_merge, whose partials are PARTS_DTYPE */
-    int32_t parts_dtype;     /* PARTS_DTYPE: fa_dtype of the partial O flash_merge reads */
+    int32_t parts_dtype;     /* PARTS_DTYPE (flash_merge's only): fa_dtype of its partial O */
     int32_t gpu;             /* GPU=1: the device is a GPU (OpenCL; a define only when 1) */
     int32_t direct_kv;       /* DIRECT_KV=1: flash_fwd reads K and V in global memory, no
                                 local tiles (OpenCL; a define only when 1) */

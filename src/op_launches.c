@@ -48,7 +48,7 @@ void fa__variant_defines(const fa__kernel_variant *v, const char *prefix, char *
         fa__append(dst, size, " %sSEQ=%d", prefix, (int)v->seq);
     if (v->split)
         fa__append(dst, size, " %sSPLIT=1", prefix);
-    if (v->merge)
+    if (v->kernel == FA__KERNEL_MERGE)
         fa__append(dst, size, " %sPARTS_DTYPE=%d", prefix, (int)v->parts_dtype);
     if (v->gpu)
         fa__append(dst, size, " %sGPU=1", prefix);
@@ -167,7 +167,6 @@ static void merge_launch(fa__launch *l, fa__tensor o_parts, fa__tensor lse_parts
                (uint64_t)kp->batch, args, 4);
     l->variant.features = 0; /* it reads no modifier */
     l->variant.bias_dtype = 0;
-    l->variant.merge = 1;
     l->variant.parts_dtype = parts_dtype;
     add_seq_args(l);
 }

@@ -25,40 +25,27 @@
 
 #define OK FA_STATUS_OK
 
-typedef struct app {
-    cl_device_id device;
-    cl_context context;
-    cl_command_queue queue;
-    fa_context *ctx;
-} app;
+#include "cl_app.h"
 
-static void app_open(app *a)
+/* The application's OpenCL objects and a library context made around them. */
+typedef struct interop {
+    app cl;
+    fa_context *ctx;
+} interop;
+
+static void interop_open(interop *a)
 {
-    cl_platform_id platforms[16];
-    cl_uint np = 0;
-    assert_int_equal(clGetPlatformIDs(16, platforms, &np), CL_SUCCESS);
-    a->device = NULL;
-    for (cl_uint i = 0; i < np && i < 16 && !a->device; i++) {
-        if (clGetDeviceIDs(platforms[i], CL_DEVICE_TYPE_ALL, 1, &a->device, NULL) != CL_SUCCESS)
-            a->device = NULL;
-    }
-    assert_non_null(a->device);
-    cl_int err = CL_SUCCESS;
-    a->context = clCreateContext(NULL, 1, &a->device, NULL, NULL, &err);
-    assert_int_equal(err, CL_SUCCESS);
-    a->queue = clCreateCommandQueue(a->context, a->device, 0, &err);
-    assert_int_equal(err, CL_SUCCESS);
+    app_open(&a->cl);
     char why[256];
-    assert_int_equal(fa_context_create_opencl(&a->ctx, a->context, a->device, a->queue, why,
-                                              sizeof why),
+    assert_int_equal(fa_context_create_opencl(&a->ctx, a->cl.context, a->cl.device,
+                                              a->cl.queue, why, sizeof why),
                      OK);
 }
 
-static void app_close(app *a)
+static void interop_close(interop *a)
 {
     fa_context_destroy(a->ctx);
-    clReleaseCommandQueue(a->queue);
-    clReleaseContext(a->context);
+    app_close(&a->cl);
 }
 
 /* Bytes of one tensor: Q and O of [1, 2, 16, 16] f32, a multiple of any base alignment. */
@@ -67,7 +54,7 @@ static void app_close(app *a)
 /* Q from offset 0 of `qm`, O from o_at of `om` (which may be the same memory), K and V of
  * their own; the forward's status (a refusal names the overlap), and whether O's bytes kept
  * their 0xA5 pattern. */
-static fa_status forward_at(app *a, cl_mem qm, cl_mem om, size_t o_at, bool *o_untouched)
+static fa_status forward_at(interop *a, cl_mem qm, cl_mem om, size_t o_at, bool *o_untouched)
 {
     fa_problem p;
     assert_int_equal(fa_problem_init(&p, FA_DTYPE_F32, FA_LAYOUT_BHSD, 1, 2, 2, 16, 16, 16), OK);
@@ -107,11 +94,11 @@ static size_t base_align(cl_device_id device)
 static void test_one_cl_mem_twice(void **state)
 {
     (void)state;
-    app a;
-    app_open(&a);
-    size_t align = base_align(a.device), step = align < TENSOR_BYTES ? align : TENSOR_BYTES;
+    interop a;
+    interop_open(&a);
+    size_t align = base_align(a.cl.device), step = align < TENSOR_BYTES ? align : TENSOR_BYTES;
     cl_int err = CL_SUCCESS;
-    cl_mem m = clCreateBuffer(a.context, CL_MEM_READ_WRITE, 2 * TENSOR_BYTES, NULL, &err);
+    cl_mem m = clCreateBuffer(a.cl.context, CL_MEM_READ_WRITE, 2 * TENSOR_BYTES, NULL, &err);
     assert_int_equal(err, CL_SUCCESS);
     bool untouched = false;
     fa_status st = forward_at(&a, m, m, TENSOR_BYTES - step, &untouched);
@@ -120,24 +107,24 @@ static void test_one_cl_mem_twice(void **state)
     assert_int_equal(forward_at(&a, m, m, TENSOR_BYTES, &untouched), OK);
     assert_false(untouched);
     clReleaseMemObject(m);
-    app_close(&a);
+    interop_close(&a);
 }
 
 /* Two cl_mem over one host array (CL_MEM_USE_HOST_PTR): the same bytes, two objects. */
 static void test_two_cl_mem_one_host_array(void **state)
 {
     (void)state;
-    app a;
-    app_open(&a);
-    size_t align = base_align(a.device);
+    interop a;
+    interop_open(&a);
+    size_t align = base_align(a.cl.device);
     void *host = NULL;
     assert_int_equal(posix_memalign(&host, align > 4096 ? align : 4096, 2 * TENSOR_BYTES), 0);
     memset(host, 0, 2 * TENSOR_BYTES);
     cl_int err = CL_SUCCESS;
-    cl_mem qm = clCreateBuffer(a.context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, TENSOR_BYTES,
+    cl_mem qm = clCreateBuffer(a.cl.context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, TENSOR_BYTES,
                                host, &err);
     assert_int_equal(err, CL_SUCCESS);
-    cl_mem om = clCreateBuffer(a.context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR,
+    cl_mem om = clCreateBuffer(a.cl.context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR,
                                2 * TENSOR_BYTES, host, &err);
     assert_int_equal(err, CL_SUCCESS);
     bool untouched = false;
@@ -146,7 +133,7 @@ static void test_two_cl_mem_one_host_array(void **state)
     assert_int_equal(forward_at(&a, qm, om, TENSOR_BYTES, &untouched), OK);
     clReleaseMemObject(qm);
     clReleaseMemObject(om);
-    app_close(&a);
+    interop_close(&a);
     free(host);
 }
 
