@@ -71,9 +71,11 @@ typedef struct fa__onchip_formula {
 
 /* ---- planner (src/planner.c): a pure function of (device props, rules, problem) ---------- */
 
-/* What a backend's kernel for an op asks of a plan, beyond the device's props. The core fills
- * `onchip` with the op's formula before the backend's plan_rules sees it. */
-typedef struct fa__plan_rules {
+struct fa__launch;
+
+/* How tiles may be shaped: the kernel's lanes, limits and measured preferences (a backend's
+ * preferences are rows of its table, each with its reason: docs/extending.md). */
+typedef struct fa__shape_rules {
     uint32_t items_per_row; /* work-items per query row; 0: work-group size is 1 (CPU) */
     uint32_t tile_multiple; /* Br and Bc above it are rounded down to a multiple of it (>= 1) */
     uint32_t max_block_c;   /* 0: no limit; else the kernel's largest Bc */
@@ -84,10 +86,29 @@ typedef struct fa__plan_rules {
     uint32_t min_block_r;   /* 0: none; else Br below it is raised towards it after the fit,
                                as far as the sequence, the work-group limit and the on-chip
                                memory allow at the planned Bc (never past an override) */
-    fa__onchip_formula onchip;
-    int32_t mma;            /* the kernel's tensor-core path (CUDA, 1); 0: its default path */
-    int32_t row_lanes;      /* lanes that share one query row in the kernel (CUDA's TPR);
-                               0: items_per_row */
+    uint32_t min_work_group; /* 0: none; else Br is raised so a work-group has at least this
+                                many items, shrinking Bc to make room (never past an override,
+                                the sequence or the budget) */
+    int32_t row_lanes;      /* lanes that share one query row in the kernel; 0: items_per_row */
+    int32_t lanes_divide;   /* 1: the items_per_row lanes of a row split its Bc keys and d dims,
+                               so the planner halves them until they divide both; 2: Br too
+                               (a backward whose key pass splits Br-row query tiles between a
+                               key's lanes) */
+    int32_t pow2_clamp;     /* 1: tiles longer than a short sequence shrink to the next power
+                               of two at or above its length, not to the length, so a growing
+                               sequence needs few distinct kernel builds */
+} fa__shape_rules;
+
+/* What the tiles may hold on chip. */
+typedef struct fa__memory_rules {
+    fa__onchip_formula onchip; /* the op's formula (the core fills it first) */
+    uint64_t sram_budget;   /* 0: all of the device's on-chip memory; else the tiles' budget
+                               (less, so several work-groups stay resident on a GPU) */
+    const char *budget_note; /* why that budget, for the explanation */
+} fa__memory_rules;
+
+/* Which kernel paths the backend has, chosen by the core before or from the sized tiles. */
+typedef struct fa__path_rules {
     const char *path_note;  /* why that path, for the explanation; NULL: nothing to say */
     /* The backward's launches: 3 (the kernels: D = rowsum(dO * O) into scratch, then a dK/dV
      * pass over key tiles and a dQ pass over query tiles) or 1 (the CPU golden's one flash_bwd
@@ -95,38 +116,42 @@ typedef struct fa__plan_rules {
     int32_t backward_launches;
     int32_t split_kv;       /* 1: the planner may split a forward's keys to fill the device
                                (kv_splits overrides apply either way) */
-    uint64_t sram_budget;   /* 0: all of the device's on-chip memory; else the tiles' budget
-                               (less, so several work-groups stay resident on a GPU) */
-    const char *budget_note; /* why that budget, for the explanation */
-    uint32_t min_work_group; /* 0: none; else Br is raised so a work-group has at least this
-                                many items, shrinking Bc to make room (never past an override,
-                                the sequence or the budget) */
-    int32_t lanes_divide;   /* 1: the items_per_row lanes of a row split its Bc keys and d dims
-                               (the OpenCL forward), so the planner halves them until they
-                               divide both; 2: Br too (the OpenCL backward on GPUs, whose dK/dV
-                               pass splits Br-row query tiles between a key's lanes) */
-    int32_t pow2_clamp;     /* 1: tiles longer than a short sequence shrink to the next power
-                               of two at or above its length, not to the length, so a growing
-                               sequence needs few distinct kernel builds (OpenCL) */
     int32_t gqa_pack;       /* 1: a forward that fa__gqa_pack accepts runs packed: a K/V head's
                                query heads as one tile's rows, so its K and V are read once per
-                               group, not once per query head (OpenCL) */
-    /* The in-place path (OpenCL's DIRECT_KV, on CPUs), decided by the core from the sized
-     * tiles: a forward whose tiles hold at most in_place_rows rows at one lane a row runs one
-     * work-item per tile that reads K and V where they are, declaring on chip only what
-     * in_place_onchip counts (Q and S); 0: no such path. A one-row decode may be heads-packed
-     * (fa__heads_pack, where K and V hold a key's heads together and its work-groups, batch x
-     * key chunks, fill the compute units) only onto it, up to in_place_rows heads. */
+                               group, not once per query head */
+    /* The in-place path, decided by the core from the sized tiles: a forward whose tiles hold
+     * at most in_place_rows rows at one lane a row runs one work-item per tile that reads K and
+     * V where they are, declaring on chip only what in_place_onchip counts (Q and S); 0: no
+     * such path. A one-row decode may be heads-packed (fa__heads_pack, where K and V hold a
+     * key's heads together and its work-groups, batch x key chunks, fill the compute units)
+     * only onto it, up to in_place_rows heads. */
     uint32_t in_place_rows;
     fa__onchip_formula in_place_onchip;
-    /* How the backend builds every kernel of the plan, fixed before the tiles are sized and
-     * copied into each launch's variant (OpenCL's VEC_MAX, GPU, TILE_F32; 0 elsewhere). */
-    int32_t vector_width, gpu, tile_f32;
     int32_t dkdv_owns_br;   /* 1: where Br > Bc and Sk >= Br, the backward's dK/dV pass owns Br
                                keys per work-group and streams Bc-row query tiles, so each tile
                                it loads serves Br keys; 0 (and otherwise): it owns Bc keys and
-                               streams Br-row query tiles. The on-chip formula bounds both
-                               (OpenCL on CPUs) */
+                               streams Br-row query tiles. The on-chip formula bounds both */
+    /* The bytes of scratch a launch of the backend's own needs beyond the op's (the golden's
+     * f64 accumulators), placed at the next multiple of 8 after them; NULL: none. */
+    uint64_t (*launch_scratch)(fa__op op, const struct fa__launch *launch);
+} fa__path_rules;
+
+/* How the backend builds every kernel of a plan, fixed before the tiles are sized and copied
+ * into each launch's variant (fa__kernel_variant has the defines they become). */
+typedef struct fa__build_rules {
+    int32_t mma;          /* 1: the tensor-core path (MMA); 0: the kernel's default path */
+    int32_t vector_width; /* VEC_MAX: the widest float vector; 0: not a define */
+    int32_t gpu;          /* GPU=1: GPU-only unrolling and layouts */
+    int32_t tile_f32;     /* TILE_F32=1: f16 / bf16 tiles held as f32 on chip */
+} fa__build_rules;
+
+/* What a backend's kernel for an op asks of a plan, beyond the device's props, in four parts.
+ * The core fills memory.onchip with the op's formula before the backend's plan_rules sees it. */
+typedef struct fa__plan_rules {
+    fa__shape_rules shape;
+    fa__memory_rules memory;
+    fa__path_rules paths;
+    fa__build_rules build;
 } fa__plan_rules;
 
 typedef struct fa__tiles {
@@ -372,9 +397,9 @@ typedef struct fa__backend_ops {
     fa_status (*buffer_read)(fa_context *ctx, void *mem, size_t offset, void *dst, size_t bytes);
     /* Optional: backend-specific support check of a validated problem. */
     fa_status (*problem_check)(fa_context *ctx, const fa_problem *p);
-    /* Optional: readies one launch of a new plan (finds or builds its kernel, checks what the
-     * compiled kernel allows) and sets launch->backend_data. */
-    fa_status (*launch_prepare)(fa_context *ctx, fa_plan *plan, fa__launch *launch);
+    /* Optional: readies one launch of a final plan (finds or builds its kernel, checks what the
+     * compiled kernel allows) and sets launch->backend_data; the plan itself is read-only. */
+    fa_status (*launch_prepare)(fa_context *ctx, const fa_plan *plan, fa__launch *launch);
     /* Runs one launch and waits for it. `mem` holds every tensor of the op (buffer memory as
      * buffer_alloc returned it); kp is the launch's params with the per-run fields set. */
     fa_status (*launch)(fa_context *ctx, const fa_plan *plan, const fa__launch *launch,
@@ -444,8 +469,8 @@ struct fa_plan {
     fa__launch launches[FA__MAX_LAUNCHES];
     int n_launches;
     uint64_t scratch_bytes; /* FA__TENSOR_SCRATCH, allocated by each run (0: none): set by the
-                               op's launches; a backend's launch_prepare may add its own after
-                               scratch_base bytes */
+                               op's launches, then the backend's own after scratch_base bytes
+                               (rules->paths.launch_scratch) */
     uint64_t scratch_base;  /* bytes of scratch the op's launches use (a split forward's
                                partials, the backward's D); a backend's own scratch starts at
                                the next multiple of 8 */

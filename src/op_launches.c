@@ -142,13 +142,13 @@ static void plan_launch(const fa_plan *plan, const fa__plan_rules *rules, fa__la
         .dtype = (int32_t)plan->kernel_problem.dtype,
         .mask = kp->mask,
         .work_group_size = t->work_group_size,
-        .row_lanes = rules->row_lanes > 0 ? rules->row_lanes : t->row_lanes,
-        .mma = rules->mma,
+        .row_lanes = rules->shape.row_lanes > 0 ? rules->shape.row_lanes : t->row_lanes,
+        .mma = rules->build.mma,
         .features = kp->features,
         .bias_dtype = kp->features ? kp->bias_dtype : 0,
-        .vector_width = rules->vector_width,
-        .gpu = rules->gpu,
-        .tile_f32 = rules->tile_f32,
+        .vector_width = rules->build.vector_width,
+        .gpu = rules->build.gpu,
+        .tile_f32 = rules->build.tile_f32,
     };
     l->onchip_bytes = t->sram_bytes;
 }
@@ -313,7 +313,7 @@ static void backward_kernels(fa_plan *plan, const fa__plan_rules *rules)
     l[1] = l[2] = l[0];
     const fa_kernel_params *kp = &l[0].params;
     int32_t keys = plan->tiles.block_c, rows = plan->tiles.block_r; /* the dK/dV pass's tiles */
-    if (rules->dkdv_owns_br && rows > keys && kp->seqlen_k >= rows) {
+    if (rules->paths.dkdv_owns_br && rows > keys && kp->seqlen_k >= rows) {
         keys = plan->tiles.block_r;
         rows = plan->tiles.block_c;
         fa__append(plan->explain, sizeof plan->explain,
@@ -354,10 +354,27 @@ static void backward_launches(fa_plan *plan, const fa__plan_rules *rules)
 {
     plan_launch(plan, rules, &plan->launches[0]);
     fa__kernel_params_fill_backward(&plan->kernel_problem, &plan->launches[0].params);
-    if (rules->backward_launches == 1)
+    if (rules->paths.backward_launches == 1)
         backward_golden(plan);
     else
         backward_kernels(plan, rules);
+}
+
+static uint64_t align8(uint64_t bytes)
+{
+    return (bytes + 7) & ~(uint64_t)7;
+}
+
+/* The backend's own scratch, after the op's: the most any launch asks (rules->paths). */
+static void own_scratch(fa_plan *plan, const fa__plan_rules *rules)
+{
+    uint64_t own = 0;
+    for (int i = 0; i < plan->n_launches && rules->paths.launch_scratch; i++) {
+        uint64_t n = rules->paths.launch_scratch(plan->op, &plan->launches[i]);
+        own = n > own ? n : own;
+    }
+    if (own > 0)
+        plan->scratch_bytes = align8(plan->scratch_base) + own;
 }
 
 void fa__op_launches(fa_plan *plan, const fa__plan_rules *rules)
@@ -374,6 +391,7 @@ void fa__op_launches(fa_plan *plan, const fa__plan_rules *rules)
         forward_launches(plan, rules);
         break;
     }
+    own_scratch(plan, rules);
 }
 
 /* ---- a run's scratch and params ---------------------------------------------------------- */
@@ -387,11 +405,6 @@ static int64_t run_rows(const fa_kernel_params *kp)
     if ((kp->seq & FA_SEQ_VARLEN) && kp->heads_q * kp->lse_stride_h > rows)
         rows = kp->heads_q * kp->lse_stride_h;
     return rows;
-}
-
-static uint64_t align8(uint64_t bytes)
-{
-    return (bytes + 7) & ~(uint64_t)7;
 }
 
 void fa__run_params(const fa_plan *plan, const fa__launch *l, bool has_lse, int64_t total_q,

@@ -94,7 +94,7 @@ static void backend_rules(const fa_context *ctx, const fa_device_props *dev, con
                           fa__op op, fa__plan_rules *rules)
 {
     memset(rules, 0, sizeof *rules);
-    rules->onchip = fa__op_onchip(op);
+    rules->memory.onchip = fa__op_onchip(op);
     ctx->ops->plan_rules(dev, p, op, rules);
 }
 
@@ -121,8 +121,8 @@ static void pack_problem(fa_context *ctx, fa_plan *plan, const fa_device_props *
     line[0] = '\0';
     if (plan->op != FA__OP_FORWARD)
         return;
-    if (heads && rules->in_place_rows > 0 && heads_together(p))
-        plan->head_rows = (int32_t)fa__heads_pack(p, rules->in_place_rows, kp);
+    if (heads && rules->paths.in_place_rows > 0 && heads_together(p))
+        plan->head_rows = (int32_t)fa__heads_pack(p, rules->paths.in_place_rows, kp);
     if (plan->head_rows > 0)
         fa__format(line, size,
                    "heads packing: the %lld query heads of a sequence are the rows of one "
@@ -131,7 +131,7 @@ static void pack_problem(fa_context *ctx, fa_plan *plan, const fa_device_props *
                    "order\n",
                    (long long)p->heads_q, (int)plan->head_rows, (long long)p->heads_q,
                    (long long)p->heads_q);
-    else if (rules->gqa_pack && fa__gqa_pack(p, kp))
+    else if (rules->paths.gqa_pack && fa__gqa_pack(p, kp))
         fa__format(line, size,
                    "GQA packing: the %lld query heads of each K/V head are one tile's rows "
                    "(the kernels see heads_q %lld -> %lld, seqlen_q 1 -> %lld), so a group "
@@ -150,13 +150,13 @@ static void pack_problem(fa_context *ctx, fa_plan *plan, const fa_device_props *
 static void choose_path(fa_plan *plan, const fa__plan_rules *rules)
 {
     fa__tiles *t = &plan->tiles;
-    plan->in_place = plan->op == FA__OP_FORWARD && rules->in_place_rows > 0 &&
-                     (uint32_t)t->block_r <= rules->in_place_rows && t->row_lanes <= 1 &&
+    plan->in_place = plan->op == FA__OP_FORWARD && rules->paths.in_place_rows > 0 &&
+                     (uint32_t)t->block_r <= rules->paths.in_place_rows && t->row_lanes <= 1 &&
                      t->work_group_size == t->block_r;
     if (!plan->in_place)
         return;
     const fa_problem *kp = &plan->kernel_problem;
-    const fa__onchip_formula *f = &rules->in_place_onchip;
+    const fa__onchip_formula *f = &rules->paths.in_place_onchip;
     size_t elem = f->tile_bytes ? f->tile_bytes : fa_dtype_size(kp->dtype);
     t->work_group_size = 1;
     t->sram_bytes = fa__tile_bytes(f, t->block_r, t->block_c, kp->head_dim, elem);
@@ -166,7 +166,7 @@ static void choose_path(fa_plan *plan, const fa__plan_rules *rules)
                "memory is global memory here, and tiles of at most %u rows gain less from "
                "sharing a copy than the copy costs\n",
                (int)t->block_r, t->block_r == 1 ? "" : "s", (unsigned long long)t->sram_bytes,
-               f->what, (unsigned)rules->in_place_rows);
+               f->what, (unsigned)rules->paths.in_place_rows);
 }
 
 /* The planner's tiles and (forward) key chunks for the packed problem (pack_problem). */
@@ -187,8 +187,8 @@ static fa_status plan_tiles(fa_context *ctx, fa_plan *plan, const fa_device_prop
         memcpy(tiles_steps, plan->explain, sizeof tiles_steps);
         fa__format(plan->explain, sizeof plan->explain, "%s%s", pack_line, tiles_steps);
     }
-    if (rules->path_note)
-        fa__append(plan->explain, sizeof plan->explain, "kernel: %s\n", rules->path_note);
+    if (rules->paths.path_note)
+        fa__append(plan->explain, sizeof plan->explain, "kernel: %s\n", rules->paths.path_note);
     choose_path(plan, rules);
     if (plan->op == FA__OP_FORWARD)
         plan->kv_splits = fa__plan_kv_splits(dev, rules, kp, &plan->tiles, plan->explain,
@@ -218,7 +218,7 @@ static fa_status plan_on(fa_context *ctx, fa_plan *plan, const fa_device_props *
             fa__append(plan->explain, sizeof plan->explain,
                        "no heads packing: its tiles of Br %d rows do not run in place (at most "
                        "%u)\n",
-                       (int)br, (unsigned)rules.in_place_rows);
+                       (int)br, (unsigned)rules.paths.in_place_rows);
         else if (st == FA_STATUS_OK && planned)
             fa__append(plan->explain, sizeof plan->explain,
                        "no heads packing: its %lld work-group%s (batch x tiles x key chunks) "

@@ -69,8 +69,9 @@ static fa_status align(plan_state *s, bool is_r, int64_t m)
                    is_r ? "Br" : "Bc", (long long)*v, (long long)m);
         return reject(s, FA_STATUS_INVALID_TILE, msg);
     }
-    fa__append(s->explain, s->explain_size, "%s %lld -> %lld: the kernel needs a multiple of %lld\n",
-               is_r ? "Br" : "Bc", (long long)*v, (long long)r, (long long)m);
+    fa__append(s->explain, s->explain_size,
+               "%s %lld -> %lld: the kernel needs a multiple of %lld\n", is_r ? "Br" : "Bc",
+               (long long)*v, (long long)r, (long long)m);
     *v = r;
     return FA_STATUS_OK;
 }
@@ -80,7 +81,8 @@ static uint64_t bc_that_fits(const plan_state *s, uint64_t sram, int64_t d, size
 {
     uint64_t row_bytes = (s->f->row_tiles * (uint64_t)d * elem + s->f->row_floats * 4) *
                          (uint64_t)s->br;
-    uint64_t per_key = s->f->col_tiles * (uint64_t)d * elem + s->f->score_tiles * 4 * (uint64_t)s->br;
+    uint64_t per_key =
+        s->f->col_tiles * (uint64_t)d * elem + s->f->score_tiles * 4 * (uint64_t)s->br;
     return sram > row_bytes ? (sram - row_bytes) / per_key : 0;
 }
 
@@ -141,15 +143,16 @@ static fa_status fit_sram(plan_state *s, uint64_t sram, int64_t d, size_t elem, 
 static void raise_br(plan_state *s, const fa__plan_rules *rules, const fa_device_props *dev,
                      const fa_problem *p, uint64_t sram, int64_t d, size_t elem, int64_t m)
 {
-    int64_t want = rules->min_block_r, sq = p->seqlen_q > 1 ? p->seqlen_q : 1;
+    int64_t want = rules->shape.min_block_r, sq = p->seqlen_q > 1 ? p->seqlen_q : 1;
     if (s->override_r || want <= s->br)
         return;
     if (want > sq)
         want = sq;
-    if (rules->max_block_r > 0 && want > (int64_t)rules->max_block_r)
-        want = rules->max_block_r;
-    if (rules->items_per_row > 0 && want > (int64_t)(dev->max_work_group_size / rules->items_per_row))
-        want = dev->max_work_group_size / rules->items_per_row;
+    if (rules->shape.max_block_r > 0 && want > (int64_t)rules->shape.max_block_r)
+        want = rules->shape.max_block_r;
+    if (rules->shape.items_per_row > 0 &&
+        want > (int64_t)(dev->max_work_group_size / rules->shape.items_per_row))
+        want = dev->max_work_group_size / rules->shape.items_per_row;
     uint64_t fit = br_that_fits(s, sram, d, elem);
     if (want > (int64_t)fit)
         want = (int64_t)fit;
@@ -160,7 +163,7 @@ static void raise_br(plan_state *s, const fa__plan_rules *rules, const fa_device
                "Br %lld -> %lld: the kernel prefers %u rows per work-group (each K/V tile "
                "serves more rows), as far as the sequence, the work-group limit and the "
                "on-chip memory allow\n",
-               (long long)s->br, (long long)want, (unsigned)rules->min_block_r);
+               (long long)s->br, (long long)want, (unsigned)rules->shape.min_block_r);
     s->br = want;
 }
 
@@ -171,26 +174,27 @@ static void raise_br(plan_state *s, const fa__plan_rules *rules, const fa_device
 static void raise_to_floor(plan_state *s, const fa__plan_rules *rules, const fa_device_props *dev,
                            const fa_problem *p, uint64_t sram, int64_t d, size_t elem, int64_t m)
 {
-    if (rules->min_work_group == 0 || rules->items_per_row == 0 || s->override_r)
+    if (rules->shape.min_work_group == 0 || rules->shape.items_per_row == 0 || s->override_r)
         return;
-    int64_t want = (rules->min_work_group + rules->items_per_row - 1) / rules->items_per_row;
+    const int64_t lanes = rules->shape.items_per_row;
+    int64_t want = (rules->shape.min_work_group + lanes - 1) / lanes;
     want = (want + m - 1) / m * m;
     int64_t sq = p->seqlen_q > 1 ? p->seqlen_q : 1;
     if (s->br >= want || sq < want ||
-        want > (int64_t)(dev->max_work_group_size / rules->items_per_row))
+        want > (int64_t)(dev->max_work_group_size / rules->shape.items_per_row))
         return;
     int64_t br = s->br, bc = s->bc;
     s->br = want;
     int64_t fit = s->override_c ? (fa__tile_bytes(s->f, want, bc, d, elem) <= sram ? bc : 0)
                                 : round_down((int64_t)bc_that_fits(s, sram, d, elem), m);
-    if (rules->lanes_divide && !s->override_c) /* the lanes split the keys (fit_lanes) */
-        fit = fit / rules->items_per_row * rules->items_per_row;
+    if (rules->shape.lanes_divide && !s->override_c) /* the lanes split the keys (fit_lanes) */
+        fit = fit / rules->shape.items_per_row * rules->shape.items_per_row;
     if (fit < 1) {
         s->br = br;
         fa__append(s->explain, s->explain_size,
                    "Br stays %lld: %u work-items per work-group need Br = %lld, whose tiles "
                    "do not fit in %llu bytes even at Bc = %lld\n",
-                   (long long)br, (unsigned)rules->min_work_group, (long long)want,
+                   (long long)br, (unsigned)rules->shape.min_work_group, (long long)want,
                    (unsigned long long)sram, (long long)(s->override_c ? bc : m));
         return;
     }
@@ -199,7 +203,7 @@ static void raise_to_floor(plan_state *s, const fa__plan_rules *rules, const fa_
                "Br %lld -> %lld, Bc %lld -> %lld: at least %u work-items per work-group (a "
                "GPU runs %u in lockstep), Bc shrunk so the taller tiles fit\n",
                (long long)br, (long long)want, (long long)bc, (long long)s->bc,
-               (unsigned)rules->min_work_group, (unsigned)dev->wg_multiple);
+               (unsigned)rules->shape.min_work_group, (unsigned)dev->wg_multiple);
 }
 
 /* Rounds Br down so the work-group fills whole lockstep groups (warps, wavefronts) where the
@@ -209,10 +213,10 @@ static void whole_lockstep_groups(plan_state *s, const fa__plan_rules *rules,
                                   const fa_device_props *dev, int64_t lanes)
 {
     int64_t w = dev->wg_multiple, items = s->br * lanes;
-    if (rules->min_work_group == 0 || w <= 1 || s->override_r || items % w == 0 || w % lanes)
+    if (rules->shape.min_work_group == 0 || w <= 1 || s->override_r || items % w == 0 || w % lanes)
         return;
     int64_t br = items / w * w / lanes;
-    if (br * lanes < (int64_t)rules->min_work_group)
+    if (br * lanes < (int64_t)rules->shape.min_work_group)
         return;
     fa__append(s->explain, s->explain_size,
                "Br %lld -> %lld: %lld work-items fill whole groups of %lld run in lockstep\n",
@@ -231,19 +235,19 @@ static void whole_lockstep_groups(plan_state *s, const fa__plan_rules *rules,
 static int64_t fit_lanes(plan_state *s, const fa__plan_rules *rules, const fa_device_props *dev,
                          int64_t d, size_t elem)
 {
-    int64_t want = rules->items_per_row > 0 ? rules->items_per_row : 1, lanes = want;
-    if (!rules->lanes_divide)
+    int64_t want = rules->shape.items_per_row > 0 ? rules->shape.items_per_row : 1, lanes = want;
+    if (!rules->shape.lanes_divide)
         return lanes;
     for (; lanes > 1; lanes /= 2) {
         int64_t up = (s->bc + lanes - 1) / lanes * lanes, br = s->br;
-        if (rules->lanes_divide == 2)
+        if (rules->shape.lanes_divide == 2)
             br = (s->br + lanes - 1) / lanes * lanes;
         if (d % lanes != 0 || (up != s->bc && s->override_c) || (br != s->br && s->override_r))
             continue;
         if (up == s->bc && br == s->br)
             break;
-        if ((rules->max_block_c == 0 || up <= (int64_t)rules->max_block_c) &&
-            (rules->max_block_r == 0 || br <= (int64_t)rules->max_block_r) &&
+        if ((rules->shape.max_block_c == 0 || up <= (int64_t)rules->shape.max_block_c) &&
+            (rules->shape.max_block_r == 0 || br <= (int64_t)rules->shape.max_block_r) &&
             br * lanes <= (int64_t)dev->max_work_group_size &&
             fa__tile_bytes(s->f, br, up, d, elem) <= dev->sram_bytes) {
             if (br != s->br)
@@ -262,7 +266,7 @@ static int64_t fit_lanes(plan_state *s, const fa__plan_rules *rules, const fa_de
         fa__append(s->explain, s->explain_size,
                    "lanes %lld -> %lld: the lanes of a row split its Bc = %lld keys and d = %lld "
                    "dims%s\n", (long long)want, (long long)lanes, (long long)s->bc, (long long)d,
-                   rules->lanes_divide == 2 ? " (and the dK/dV pass's Br query rows)" : "");
+                   rules->shape.lanes_divide == 2 ? " (and the dK/dV pass's Br query rows)" : "");
     if (lanes > 1)
         fa__append(s->explain, s->explain_size,
                    "lanes: %lld work-items per query row, each with %lld keys of a tile and %lld "
@@ -334,8 +338,8 @@ static void clamp_side(plan_state *s, bool is_r, int64_t n, bool pow2)
 /* Tiles longer than the sequence only cost memory; overrides are clamped here too. */
 static void clamp_to_sequences(plan_state *s, const fa__plan_rules *rules, const fa_problem *p)
 {
-    clamp_side(s, true, p->seqlen_q > 1 ? p->seqlen_q : 1, rules->pow2_clamp);
-    clamp_side(s, false, p->seqlen_k > 1 ? p->seqlen_k : 1, rules->pow2_clamp);
+    clamp_side(s, true, p->seqlen_q > 1 ? p->seqlen_q : 1, rules->shape.pow2_clamp);
+    clamp_side(s, false, p->seqlen_k > 1 ? p->seqlen_k : 1, rules->shape.pow2_clamp);
 }
 
 /* "(Br*d + 2*Bc*d) * 2 + Br*Bc*4 (Q, K, V tiles and the f32 S tile)": coefficients of 1 and
@@ -362,29 +366,30 @@ fa_status fa__plan_tiles(const fa_device_props *dev, const fa__plan_rules *rules
                          const fa_problem *p, fa__tiles *out, char *explain, size_t explain_size,
                          char *why, size_t why_size)
 {
-    plan_state s = {0, 0, &rules->onchip, false, false, explain, explain_size, why, why_size};
-    size_t elem = rules->onchip.tile_bytes ? rules->onchip.tile_bytes : fa_dtype_size(p->dtype);
-    int64_t d = p->head_dim, m = rules->tile_multiple > 0 ? rules->tile_multiple : 1;
+    const fa__onchip_formula *f = &rules->memory.onchip;
+    plan_state s = {0, 0, f, false, false, explain, explain_size, why, why_size};
+    size_t elem = f->tile_bytes ? f->tile_bytes : fa_dtype_size(p->dtype);
+    int64_t d = p->head_dim, m = rules->shape.tile_multiple > 0 ? rules->shape.tile_multiple : 1;
     /* The budget guides the planner's own choice; overrides may use the whole memory. */
-    bool budget = rules->sram_budget > 0 && rules->sram_budget < dev->sram_bytes &&
+    bool budget = rules->memory.sram_budget > 0 && rules->memory.sram_budget < dev->sram_bytes &&
                   p->block_r == 0 && p->block_c == 0;
-    uint64_t sram = budget ? rules->sram_budget : dev->sram_bytes;
+    uint64_t sram = budget ? rules->memory.sram_budget : dev->sram_bytes;
     if (explain && explain_size)
         explain[0] = '\0';
     if (sram < dev->sram_bytes)
         fa__append(explain, explain_size, "on-chip budget %llu of %llu bytes: %s\n",
                    (unsigned long long)sram, (unsigned long long)dev->sram_bytes,
-                   rules->budget_note ? rules->budget_note : "the backend's rule");
+                   rules->memory.budget_note ? rules->memory.budget_note : "the backend's rule");
     paper_rule(&s, sram, d, elem);
     apply_overrides(&s, p);
     clamp_to_sequences(&s, rules, p);
-    fa_status st = cap(&s, true, rules->max_block_r, "the kernel's largest Br");
+    fa_status st = cap(&s, true, rules->shape.max_block_r, "the kernel's largest Br");
     if (st == FA_STATUS_OK)
-        st = cap(&s, false, rules->max_block_c, "the kernel's largest Bc");
+        st = cap(&s, false, rules->shape.max_block_c, "the kernel's largest Bc");
     if (st == FA_STATUS_OK && !s.override_c) /* a preference: an override is planned as asked */
-        st = cap(&s, false, rules->pref_block_c, rules->pref_block_c_why);
-    if (st == FA_STATUS_OK && rules->items_per_row > 0)
-        st = cap(&s, true, dev->max_work_group_size / rules->items_per_row,
+        st = cap(&s, false, rules->shape.pref_block_c, rules->shape.pref_block_c_why);
+    if (st == FA_STATUS_OK && rules->shape.items_per_row > 0)
+        st = cap(&s, true, dev->max_work_group_size / rules->shape.items_per_row,
                  "the work-group limit / work-items per row");
     if (st == FA_STATUS_OK && s.br < 1)
         return reject(&s, FA_STATUS_UNSUPPORTED, "the work-group limit allows no query row");
@@ -403,9 +408,9 @@ fa_status fa__plan_tiles(const fa_device_props *dev, const fa__plan_rules *rules
     out->block_r = (int32_t)s.br;
     out->block_c = (int32_t)s.bc;
     out->row_lanes = (int32_t)lanes;
-    out->work_group_size = rules->items_per_row > 0 ? (int32_t)(s.br * lanes) : 1;
-    out->sram_bytes = fa__tile_bytes(&rules->onchip, s.br, s.bc, d, elem);
-    explain_formula(&rules->onchip, elem, explain, explain_size);
+    out->work_group_size = rules->shape.items_per_row > 0 ? (int32_t)(s.br * lanes) : 1;
+    out->sram_bytes = fa__tile_bytes(&rules->memory.onchip, s.br, s.bc, d, elem);
+    explain_formula(&rules->memory.onchip, elem, explain, explain_size);
     fa__append(explain, explain_size,
                "plan: Br = %d, Bc = %d, work-group size %d, %llu of %llu on-chip bytes\n",
                (int)out->block_r, (int)out->block_c, (int)out->work_group_size,
@@ -426,7 +431,7 @@ int32_t fa__plan_kv_splits(const fa_device_props *dev, const fa__plan_rules *rul
     if (p->kv_splits > 0) {
         want = p->kv_splits;
         fa__append(explain, explain_size, "kv splits %lld: override\n", (long long)want);
-    } else if (!rules->split_kv) {
+    } else if (!rules->paths.split_kv) {
         return 1;
     } else if (groups >= cu) {
         fa__append(explain, explain_size,

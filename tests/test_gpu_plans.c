@@ -31,9 +31,10 @@ static const fa__onchip_formula FWD_ONCHIP = {.row_tiles = 1, .col_tiles = 2, .s
 /* The OpenCL forward's rules on a 64 KiB GPU: half of it, at least 64 work-items. */
 static fa__plan_rules gpu_rules(void)
 {
-    return (fa__plan_rules){.items_per_row = 1, .tile_multiple = 8, .max_block_c = 128,
-                            .min_block_r = 256, .onchip = FWD_ONCHIP, .sram_budget = 32768,
-                            .budget_note = "half", .min_work_group = 64};
+    return (fa__plan_rules){
+        .shape = {.items_per_row = 1, .tile_multiple = 8, .max_block_c = 128,
+                  .min_block_r = 256, .min_work_group = 64},
+        .memory = {.onchip = FWD_ONCHIP, .sram_budget = 32768, .budget_note = "half"}};
 }
 
 static fa_device_props gpu_device(void)
@@ -76,7 +77,7 @@ static void test_floor_reached(void **state)
     assert_non_null(strstr(explain, "on-chip budget 32768 of 65536 bytes: half"));
     assert_non_null(strstr(explain, "Br 40 -> 64, Bc 32 -> 16: at least 64 work-items"));
     /* Without the floor the budget alone gives Br 40. */
-    rules.min_work_group = 0;
+    rules.shape.min_work_group = 0;
     plan(&p, &rules, &t, NULL, 0);
     assert_int_equal(t.block_r, 40);
     assert_int_equal(t.block_c, 32);
@@ -143,10 +144,10 @@ static void test_overrides_and_budget(void **state)
 static fa__plan_rules lane_rules(uint32_t lanes)
 {
     fa__plan_rules rules = gpu_rules();
-    rules.items_per_row = lanes;
-    rules.lanes_divide = 1;
-    rules.onchip.row_floats = 2 * lanes;
-    rules.tile_multiple = lanes > 8 ? lanes : 8;
+    rules.shape.items_per_row = lanes;
+    rules.shape.lanes_divide = 1;
+    rules.memory.onchip.row_floats = 2 * lanes;
+    rules.shape.tile_multiple = lanes > 8 ? lanes : 8;
     return rules;
 }
 
@@ -374,12 +375,12 @@ static void fake_rules(const fa_device_props *dev, const fa_problem *p, fa__op o
     (void)dev;
     (void)p;
     (void)op;
-    rules->items_per_row = 1;
-    rules->tile_multiple = 8;
-    rules->max_block_c = 128;
+    rules->shape.items_per_row = 1;
+    rules->shape.tile_multiple = 8;
+    rules->shape.max_block_c = 128;
 }
 
-static fa_status fake_prepare(fa_context *ctx, fa_plan *plan, fa__launch *launch)
+static fa_status fake_prepare(fa_context *ctx, const fa_plan *plan, fa__launch *launch)
 {
     (void)plan;
     if (launch->variant.work_group_size <= 32)

@@ -40,12 +40,13 @@ static const fake_device H100 = {"h100-like", 232448, 1024};
 #define FWD_ONCHIP_NO_S {.row_tiles = 1, .col_tiles = 2, .score_tiles = 0, .what = "Q, K, V"}
 /* {items_per_row, tile_multiple, max_block_c, max_block_r}, S tile on chip */
 #define RULES(items, multiple, max_c, max_r)                                                     \
-    {.items_per_row = items, .tile_multiple = multiple, .max_block_c = max_c,                  \
-     .max_block_r = max_r, .onchip = FWD_ONCHIP}
+    {.shape = {.items_per_row = items, .tile_multiple = multiple, .max_block_c = max_c,        \
+               .max_block_r = max_r},                                                          \
+     .memory = {.onchip = FWD_ONCHIP}}
 static const fa__plan_rules ONE_ITEM = RULES(1, 1, 0, 0);
 static const fa__plan_rules CUDA_LIKE = RULES(4, 16, 0, 0);
-static const fa__plan_rules S_IN_REGISTERS = {.items_per_row = 2, .tile_multiple = 16,
-                                              .onchip = FWD_ONCHIP_NO_S};
+static const fa__plan_rules S_IN_REGISTERS = {.shape = {.items_per_row = 2, .tile_multiple = 16},
+                                              .memory = {.onchip = FWD_ONCHIP_NO_S}};
 
 typedef struct planner_case {
     const char *name;
@@ -199,11 +200,11 @@ static void test_row_floats(void **state)
 {
     (void)state;
     const fa__plan_rules rules = {
-        .items_per_row = 1, .tile_multiple = 8, .max_block_c = 64,
-        .onchip = {.row_tiles = 4, .col_tiles = 3, .score_tiles = 2, .row_floats = 3,
-                   .what = "backward"}};
+        .shape = {.items_per_row = 1, .tile_multiple = 8, .max_block_c = 64},
+        .memory = {.onchip = {.row_tiles = 4, .col_tiles = 3, .score_tiles = 2, .row_floats = 3,
+                              .what = "backward"}}};
     /* (4*64*64 + 3*64*64) * 4 + 2*64*64*4 + 3*64*4 */
-    assert_int_equal(fa__tile_bytes(&rules.onchip, 64, 64, 64, 4), 148224);
+    assert_int_equal(fa__tile_bytes(&rules.memory.onchip, 64, 64, 64, 4), 148224);
     fa_device_props dev = props_of(&POCL);
     fa_problem p;
     fa_problem_init(&p, F32, FA_LAYOUT_BHSD, 1, 1, 1, 2048, 2048, 64);
@@ -228,8 +229,9 @@ static void test_row_floats(void **state)
 static void test_min_block_r(void **state)
 {
     (void)state;
-    fa__plan_rules rules = {.items_per_row = 1, .tile_multiple = 8, .max_block_c = 128,
-                            .min_block_r = 256, .onchip = FWD_ONCHIP};
+    fa__plan_rules rules = {
+        .shape = {.items_per_row = 1, .tile_multiple = 8, .max_block_c = 128, .min_block_r = 256},
+        .memory = {.onchip = FWD_ONCHIP}};
     fa_device_props dev = props_of(&POCL); /* 524288 bytes, 4096 work-items */
     fa_problem p;
     fa_problem_init(&p, F32, FA_LAYOUT_BHSD, 1, 1, 1, 2048, 2048, 64);
@@ -270,8 +272,9 @@ static void test_min_block_r(void **state)
 static void test_growing_decode_tiles(void **state)
 {
     (void)state;
-    fa__plan_rules rules = {.items_per_row = 1, .tile_multiple = 8, .max_block_c = 128,
-                            .min_block_r = 256, .onchip = FWD_ONCHIP, .pow2_clamp = 1};
+    fa__plan_rules rules = {.shape = {.items_per_row = 1, .tile_multiple = 8, .max_block_c = 128,
+                                      .min_block_r = 256, .pow2_clamp = 1},
+                            .memory = {.onchip = FWD_ONCHIP}};
     fa_device_props dev = props_of(&POCL);
     fa_problem p;
     fa__tiles t;
@@ -300,7 +303,7 @@ static void test_growing_decode_tiles(void **state)
 static void test_kv_splits(void **state)
 {
     (void)state;
-    fa__plan_rules rules = {.split_kv = 1};
+    fa__plan_rules rules = {.paths = {.split_kv = 1}};
     fa_device_props dev = props_of(&H100);
     dev.compute_units = 132;
     fa_problem p;
@@ -336,7 +339,7 @@ static void test_kv_splits(void **state)
     assert_int_equal(fa__plan_kv_splits(&dev, &rules, &p, &t, NULL, 0), 7);
     p.kv_splits = 0;
     p.batch = 1;
-    rules.split_kv = 0;
+    rules.paths.split_kv = 0;
     p.seqlen_k = 32768;
     assert_int_equal(fa__plan_kv_splits(&dev, &rules, &p, &t, NULL, 0), 1);
 }
@@ -367,7 +370,7 @@ static void check_plan_matches(fa_context *ctx, const fa_problem *p)
     memset(&rules, 0, sizeof rules);
     const fa__backend_ops *ops = fa__backend_ops_get(FA_BACKEND_CPU);
     assert_non_null(ops);
-    rules.onchip = fa__op_onchip(FA__OP_FORWARD);
+    rules.memory.onchip = fa__op_onchip(FA__OP_FORWARD);
     ops->plan_rules(&props, p, FA__OP_FORWARD, &rules);
     fa__tiles tiles;
     assert_int_equal(fa__plan_tiles(&props, &rules, p, &tiles, NULL, 0, NULL, 0), OK);

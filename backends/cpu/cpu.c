@@ -84,6 +84,23 @@ static fa_status cpu_device_props(int index, fa_device_props *out, char *why, si
     return FA_STATUS_OK;
 }
 
+/*
+ * The golden's host scratch after the op's (the core allocates it for each run and counts it):
+ * the forward's per-tile state, O(Br*d + Bc) doubles; the backward's f64 dK and dV accumulators
+ * of one K/V head and one dQ row, (2 Sk + 1) d doubles; the merge's split weights. Nothing grows
+ * with Sq * Sk.
+ */
+static uint64_t cpu_launch_scratch(fa__op op, const fa__launch *launch)
+{
+    const uint64_t d = (uint64_t)launch->params.head_dim;
+    const uint64_t br = (uint64_t)launch->variant.block_r, bc = (uint64_t)launch->variant.block_c;
+    if (op == FA__OP_BACKWARD)
+        return (2 * (uint64_t)launch->params.seqlen_k + 1) * d * 8;
+    if (launch->variant.kernel == FA__KERNEL_MERGE)
+        return (uint64_t)launch->params.splits * 8;
+    return (br * d + 2 * br + bc) * 8;
+}
+
 /* One "work-item" runs a whole tile: no work-group limit, no multiple to round to; the op's
  * on-chip formula sizes the tiles for the cache as it stands. */
 static void cpu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op op,
@@ -92,8 +109,9 @@ static void cpu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__
     (void)dev;
     (void)p;
     (void)op;
-    rules->tile_multiple = 1;
-    rules->backward_launches = 1; /* the golden's one f64 loop, not the kernels' three passes */
+    rules->shape.tile_multiple = 1;
+    rules->paths.backward_launches = 1; /* the golden's one f64 loop, not the kernels' three */
+    rules->paths.launch_scratch = cpu_launch_scratch;
 }
 
 /* The CPU backend keeps no state: a non-NULL token so a context always has one. */
@@ -565,27 +583,6 @@ static fa_status cpu_backward_dsinks(const fa__launch *launch, const fa_kernel_p
 
 /* ---- launches ----------------------------------------------------------------------------- */
 
-/*
- * The golden's host scratch, as the plan's (the core allocates it for each run and counts it):
- * the forward's per-tile state, O(Br*d + Bc) doubles; the backward's f64 dK and dV accumulators
- * of one K/V head and one dQ row, (2 Sk + 1) d doubles. Nothing grows with Sq * Sk.
- */
-static fa_status cpu_launch_prepare(fa_context *ctx, fa_plan *plan, fa__launch *launch)
-{
-    (void)ctx;
-    const uint64_t d = (uint64_t)launch->params.head_dim;
-    const uint64_t br = (uint64_t)launch->variant.block_r, bc = (uint64_t)launch->variant.block_c;
-    uint64_t own = (br * d + 2 * br + bc) * 8;
-    if (plan->op == FA__OP_BACKWARD)
-        own = (2 * (uint64_t)launch->params.seqlen_k + 1) * d * 8;
-    else if (launch->variant.kernel == FA__KERNEL_MERGE)
-        own = (uint64_t)launch->params.splits * 8;
-    uint64_t base = (plan->scratch_base + 7) & ~(uint64_t)7; /* f64 aligned */
-    if (base + own > plan->scratch_bytes)
-        plan->scratch_bytes = base + own;
-    return FA_STATUS_OK;
-}
-
 /* The forward's outputs for one (batch, head): final O and LSE, or a split's f32 partials. */
 typedef struct fwd_out {
     void *o;           /* O, or the f32 partials (split) */
@@ -778,7 +775,6 @@ const fa__backend_ops fa__cpu_ops = {
     .buffer_free = cpu_buffer_free,
     .buffer_write = cpu_buffer_write,
     .buffer_read = cpu_buffer_read,
-    .launch_prepare = cpu_launch_prepare,
     .launch = cpu_launch,
     .supported_features = {[FA__OP_FORWARD] = FA_FEATURES_ALL,
                            [FA__OP_BACKWARD] = FA_FEATURES_ALL},

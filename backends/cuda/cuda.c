@@ -235,7 +235,8 @@ static fa_status check_module(fa_context *ctx, fa__cu_state *s, fa__cu_module *e
 
 /* Finds or compiles the launch's module (its entry point and -D options are the cache key) and
  * checks it. */
-static fa_status cu_launch_prepare(fa_context *ctx, fa_plan *plan, fa__launch *launch)
+static fa_status cu_launch_prepare(fa_context *ctx, const fa_plan *plan,
+                                   fa__launch *launch)
 {
     (void)plan;
     fa__cu_state *s = ctx->state;

@@ -174,9 +174,9 @@ static uint32_t square_side(const fa_device_props *dev, const fa_problem *p,
                             const fa__plan_rules *rules)
 {
     size_t elem = fa_dtype_size(p->dtype);
-    uint32_t step = rules->tile_multiple, side = rules->max_block_c / step * step;
+    uint32_t step = rules->shape.tile_multiple, side = rules->shape.max_block_c / step * step;
     while (side > step &&
-           fa__tile_bytes(&rules->onchip, side, side, p->head_dim, elem) > dev->sram_bytes)
+           fa__tile_bytes(&rules->memory.onchip, side, side, p->head_dim, elem) > dev->sram_bytes)
         side -= step;
     return side > step ? side : step;
 }
@@ -185,37 +185,37 @@ static void backward_rules(const fa_device_props *dev, const fa_problem *p,
                            fa__plan_rules *rules)
 {
     bool mma = tensor_cores(dev, p);
-    rules->items_per_row = mma ? 32 / FA_CU_MMA_M : FA_CU_THREADS_PER_ROW;
-    uint32_t threads = dev->max_work_group_size / rules->items_per_row;
+    rules->shape.items_per_row = mma ? 32 / FA_CU_MMA_M : FA_CU_THREADS_PER_ROW;
+    uint32_t threads = dev->max_work_group_size / rules->shape.items_per_row;
     if (mma)
-        rules->onchip = (fa__onchip_formula){
+        rules->memory.onchip = (fa__onchip_formula){
             .row_tiles = 2, .col_tiles = 2, .score_tiles = 0, .row_floats = 3,
             .what = "Q, dO; K, V; LSE, D, key count per row; the kernels keep S, dP in registers"};
     else
-        rules->onchip = (fa__onchip_formula){
+        rules->memory.onchip = (fa__onchip_formula){
             .row_tiles = 4, .col_tiles = 3, .score_tiles = 2, .row_floats = 3,
             .what = "Q^T, dO^T, Q, dO; K^T, V^T, K; P and dS; LSE, D, key count per row"};
-    rules->tile_multiple = mma ? FA_CU_MMA_M : 8;
-    rules->max_block_c = !mma && p->head_dim > 128 ? 64 : 128;
-    if (threads > 0 && threads < rules->max_block_c)
-        rules->max_block_c = threads;
-    rules->max_block_r = mma ? 128 : 0;
+    rules->shape.tile_multiple = mma ? FA_CU_MMA_M : 8;
+    rules->shape.max_block_c = !mma && p->head_dim > 128 ? 64 : 128;
+    if (threads > 0 && threads < rules->shape.max_block_c)
+        rules->shape.max_block_c = threads;
+    rules->shape.max_block_r = mma ? 128 : 0;
     if (p->block_r == 0 && p->block_c == 0) /* an override is fitted around, never capped */
-        rules->max_block_r = square_side(dev, p, rules);
-    rules->mma = mma ? 1 : 0;
-    rules->backward_launches = 3;
-    rules->path_note = mma ? "tensor cores (mma.sync m16n8k16, f32 accumulation; P and dS "
-                             "rounded to the storage type for their products)"
-                           : "CUDA cores (tensor cores need sm_80+, f16 or bf16, d a multiple "
-                             "of 16 up to 128, both sequences >= 16 and tile overrides "
-                             "multiples of 16)";
+        rules->shape.max_block_r = square_side(dev, p, rules);
+    rules->build.mma = mma ? 1 : 0;
+    rules->paths.backward_launches = 3;
+    rules->paths.path_note = mma ? "tensor cores (mma.sync m16n8k16, f32 accumulation; P and dS "
+                                   "rounded to the storage type for their products)"
+                                 : "CUDA cores (tensor cores need sm_80+, f16 or bf16, d a "
+                                   "multiple of 16 up to 128, both sequences >= 16 and tile "
+                                   "overrides multiples of 16)";
 }
 
 void fa__cu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op op,
                        fa__plan_rules *rules)
 {
-    rules->row_lanes = FA_CU_THREADS_PER_ROW;
-    rules->split_kv = 1; /* 40-132 SMs: a decode's few blocks leave most idle */
+    rules->shape.row_lanes = FA_CU_THREADS_PER_ROW;
+    rules->paths.split_kv = 1; /* 40-132 SMs: a decode's few blocks leave most idle */
     if (op == FA__OP_BACKWARD) {
         backward_rules(dev, p, rules);
         return;
@@ -225,22 +225,23 @@ void fa__cu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op o
          * 16 keep them so after clamping); Br <= 128 (8 warps) and Bc so that the S and O
          * accumulators (Bc/2 + d/2 floats per thread) stay within 128 registers. S lives in
          * those registers, so the shared memory is the Q, K and V tiles only. */
-        rules->items_per_row = 32 / FA_CU_MMA_M;
-        rules->tile_multiple = FA_CU_MMA_M;
-        rules->max_block_r = 128;
-        rules->max_block_c = p->head_dim <= 64 ? 128 : 64;
-        rules->onchip.score_tiles = 0;
-        rules->onchip.what = "Q, K, V tiles; the kernel keeps S in registers";
-        rules->mma = 1;
-        rules->path_note = "tensor cores (mma.sync m16n8k16, f32 accumulation)";
+        rules->shape.items_per_row = 32 / FA_CU_MMA_M;
+        rules->shape.tile_multiple = FA_CU_MMA_M;
+        rules->shape.max_block_r = 128;
+        rules->shape.max_block_c = p->head_dim <= 64 ? 128 : 64;
+        rules->memory.onchip.score_tiles = 0;
+        rules->memory.onchip.what = "Q, K, V tiles; the kernel keeps S in registers";
+        rules->build.mma = 1;
+        rules->paths.path_note = "tensor cores (mma.sync m16n8k16, f32 accumulation)";
         return;
     }
-    rules->items_per_row = FA_CU_THREADS_PER_ROW;
-    rules->tile_multiple = 8;
-    rules->max_block_c = 128;
-    rules->max_block_r = 0;
-    rules->path_note = "CUDA cores (tensor cores need sm_80+, f16 or bf16, d a multiple of 16 "
-                       "up to 128, both sequences >= 16 and tile overrides multiples of 16)";
+    rules->shape.items_per_row = FA_CU_THREADS_PER_ROW;
+    rules->shape.tile_multiple = 8;
+    rules->shape.max_block_c = 128;
+    rules->shape.max_block_r = 0;
+    rules->paths.path_note = "CUDA cores (tensor cores need sm_80+, f16 or bf16, d a multiple "
+                             "of 16 up to 128, both sequences >= 16 and tile overrides "
+                             "multiples of 16)";
 }
 
 /* ---- known architectures (planning without a device) -------------------------------------- */

@@ -67,32 +67,32 @@ static void apply(const cl_preference *pref, const fa_device_props *dev, const f
 {
     switch (pref->knob) {
     case KNOB_MAX_BLOCK_C:
-        rules->max_block_c = (uint32_t)pref->value;
+        rules->shape.max_block_c = (uint32_t)pref->value;
         break;
     case KNOB_PREF_BLOCK_C:
-        rules->pref_block_c = (uint32_t)pref->value;
-        rules->pref_block_c_why = pref->why;
+        rules->shape.pref_block_c = (uint32_t)pref->value;
+        rules->shape.pref_block_c_why = pref->why;
         break;
     case KNOB_MIN_BLOCK_R:
-        rules->min_block_r = (uint32_t)pref->value;
+        rules->shape.min_block_r = (uint32_t)pref->value;
         break;
     case KNOB_IN_PLACE_ROWS:
-        rules->in_place_rows = (uint32_t)pref->value;
+        rules->paths.in_place_rows = (uint32_t)pref->value;
         break;
     case KNOB_GQA_PACK:
-        rules->gqa_pack = pref->value;
+        rules->paths.gqa_pack = pref->value;
         break;
     case KNOB_DKDV_OWNS_BR:
-        rules->dkdv_owns_br = pref->value;
+        rules->paths.dkdv_owns_br = pref->value;
         break;
     case KNOB_TILE_F32:
-        rules->tile_f32 = p->dtype != FA_DTYPE_F32 ? pref->value : 0;
+        rules->build.tile_f32 = p->dtype != FA_DTYPE_F32 ? pref->value : 0;
         break;
     case KNOB_VECTOR_WIDTH:
-        rules->vector_width = pref->value ? pref->value : dev->vector_width >= 16 ? 16 : 8;
+        rules->build.vector_width = pref->value ? pref->value : dev->vector_width >= 16 ? 16 : 8;
         break;
     case KNOB_MIN_WORK_GROUP:
-        rules->min_work_group = (uint32_t)(dev->wg_multiple > (uint32_t)pref->value
+        rules->shape.min_work_group = (uint32_t)(dev->wg_multiple > (uint32_t)pref->value
                                                ? dev->wg_multiple
                                                : (uint32_t)pref->value);
         break;
@@ -120,14 +120,14 @@ static void apply_preferences(const fa_device_props *dev, const fa_problem *p, f
  */
 static void backward_rules(const fa_device_props *dev, fa__plan_rules *rules)
 {
-    rules->onchip = (fa__onchip_formula){
+    rules->memory.onchip = (fa__onchip_formula){
         .row_tiles = 4, .col_tiles = 3, .score_tiles = 2, .row_floats = 3,
         .what = "Q^T, dO^T, Q, dO; K^T, V^T, K; S and dP; LSE, D, key count per row"};
-    uint32_t lanes = rules->items_per_row > 0 ? rules->items_per_row : 1;
+    uint32_t lanes = rules->shape.items_per_row > 0 ? rules->shape.items_per_row : 1;
     uint32_t keys = dev->max_work_group_size / lanes;
-    if (keys < rules->max_block_c)
-        rules->max_block_c = keys; /* the dK/dV work-group: Bc keys of items_per_row lanes */
-    rules->backward_launches = 3;
+    if (keys < rules->shape.max_block_c)
+        rules->shape.max_block_c = keys; /* the dK/dV work-group: Bc keys of items_per_row lanes */
+    rules->paths.backward_launches = 3;
 }
 
 /*
@@ -157,21 +157,21 @@ static uint32_t gpu_row_lanes(const fa_problem *p, fa__op op)
 static void gpu_rules(const fa_device_props *dev, const fa_problem *p, fa__op op,
                       fa__plan_rules *rules)
 {
-    rules->gpu = 1; /* GPU-only loop unrolling (kernels_cl) */
+    rules->build.gpu = 1; /* GPU-only loop unrolling (kernels_cl) */
     if (!dev->local_mem_global) {
-        rules->sram_budget = dev->sram_bytes / 2;
-        rules->budget_note = "half the local memory, so two work-groups stay resident per "
-                             "compute unit";
+        rules->memory.sram_budget = dev->sram_bytes / 2;
+        rules->memory.budget_note = "half the local memory, so two work-groups stay resident "
+                                    "per compute unit";
     }
     if (op == FA__OP_MERGE)
         return;
-    rules->items_per_row = gpu_row_lanes(p, op);
-    if (rules->items_per_row > rules->tile_multiple)
-        rules->tile_multiple = rules->items_per_row; /* Br, Bc above it: multiples of the lanes */
-    rules->lanes_divide = op == FA__OP_BACKWARD ? 2 : 1;
-    if (op == FA__OP_FORWARD && rules->items_per_row > 1) {
-        rules->onchip.row_floats = 2 * rules->items_per_row;
-        rules->onchip.what = "Q, K, V tiles, the f32 S tile, each lane's row max and sum";
+    rules->shape.items_per_row = gpu_row_lanes(p, op);
+    if (rules->shape.items_per_row > rules->shape.tile_multiple)
+        rules->shape.tile_multiple = rules->shape.items_per_row; /* Br, Bc: lanes' multiples */
+    rules->shape.lanes_divide = op == FA__OP_BACKWARD ? 2 : 1;
+    if (op == FA__OP_FORWARD && rules->shape.items_per_row > 1) {
+        rules->memory.onchip.row_floats = 2 * rules->shape.items_per_row;
+        rules->memory.onchip.what = "Q, K, V tiles, the f32 S tile, each lane's row max and sum";
     }
 }
 
@@ -186,24 +186,24 @@ static void gpu_rules(const fa_device_props *dev, const fa_problem *p, fa__op op
 void fa__cl_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op op,
                        fa__plan_rules *rules)
 {
-    rules->items_per_row = 1;
-    rules->tile_multiple = 8;
-    rules->split_kv = 1;
-    rules->pow2_clamp = 1;
+    rules->shape.items_per_row = 1;
+    rules->shape.tile_multiple = 8;
+    rules->paths.split_kv = 1;
+    rules->shape.pow2_clamp = 1;
     apply_preferences(dev, p, op, rules);
     if (dev->gpu)
         gpu_rules(dev, p, op, rules);
     if (op == FA__OP_BACKWARD)
         backward_rules(dev, rules);
-    if (rules->tile_f32) {
-        rules->onchip.tile_bytes = 4;
-        rules->path_note = "local tiles hold f32 (TILE_F32), converted once as they are "
-                           "loaded: local memory is global memory here";
+    if (rules->build.tile_f32) {
+        rules->memory.onchip.tile_bytes = 4;
+        rules->paths.path_note = "local tiles hold f32 (TILE_F32), converted once as they are "
+                                 "loaded: local memory is global memory here";
     }
     /* In place (DIRECT_KV), one work-item holds the tile's rows and reads each K/V tile from
      * memory once, then from the cache per row; one item, not one per row: pocl 3.1
      * miscompiled work-groups of 2-16 items reading in place (history.md, ch. 11). */
-    rules->in_place_onchip = (fa__onchip_formula){
-        .row_tiles = 1, .score_tiles = 1, .tile_bytes = rules->onchip.tile_bytes,
+    rules->paths.in_place_onchip = (fa__onchip_formula){
+        .row_tiles = 1, .score_tiles = 1, .tile_bytes = rules->memory.onchip.tile_bytes,
         .what = "the Q tile and the f32 S tile"};
 }

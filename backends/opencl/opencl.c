@@ -225,7 +225,8 @@ static fa_status cl_problem_check(fa_context *ctx, const fa_problem *p)
 
 /* Finds or builds the launch's program (its -D options are the cache key) and checks what the
  * compiled kernel allows on this device before anything runs. */
-static fa_status cl_launch_prepare(fa_context *ctx, fa_plan *plan, fa__launch *launch)
+static fa_status cl_launch_prepare(fa_context *ctx, const fa_plan *plan,
+                                   fa__launch *launch)
 {
     (void)plan; /* the plan is final: this only builds and checks */
     fa__cl_state *s = ctx->state;
