@@ -3,7 +3,8 @@
 # flashattn::flashattn and flashattn::flashattn_static) and a pkg-config file flashattn.pc.
 include(CMakePackageConfigHelpers)
 
-set(FLASHATTN_PUBLIC_HEADERS ${PROJECT_SOURCE_DIR}/include/flashattn.h)
+set(FLASHATTN_PUBLIC_HEADERS ${PROJECT_SOURCE_DIR}/include/flashattn.h
+  ${PROJECT_SOURCE_DIR}/include/flashattn_block_mask.h)
 if(FLASHATTN_WITH_OPENCL)
   list(APPEND FLASHATTN_PUBLIC_HEADERS ${PROJECT_SOURCE_DIR}/include/flashattn_opencl.h)
 endif()

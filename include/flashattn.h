@@ -73,7 +73,9 @@ FA_API const char *fa_version(void);
     X(INVALID_WINDOW, "invalid sliding window: a bound below -1, or a bad switch")             \
     X(INVALID_BIAS, "invalid attention bias: its dtype, offset or strides")                    \
     X(INVALID_SEQLENS, "invalid sequence lengths: cu_seqlens or seqlens_k")                    \
-    X(INVALID_BLOCK_TABLE, "invalid block table: a page outside the pool or the table")
+    X(INVALID_BLOCK_TABLE, "invalid block table: a page outside the pool or the table")     \
+    X(INVALID_BLOCK_SIZE, "a block mask's block size is not a power of two in [16, 256]")    \
+    X(INVALID_BLOCK_MASK, "invalid block mask: a count, an index or an order in its lists")
 
 typedef enum fa_status {
 #define FA__STATUS_ENUM(name, msg) FA_STATUS_##name,
