@@ -170,7 +170,8 @@ def status_error(status, message):
         base = NotImplementedError
     else:
         base = ValueError
-    err = _CLASSES[base]("%s: %s" % (name, message))
+    text = message if message.startswith(name) else "%s: %s" % (name, message)
+    err = _CLASSES[base](text)
     err.status = name
     return err
 
