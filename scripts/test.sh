@@ -3,7 +3,8 @@
 # opencl backends required (a missing OpenCL device is a failure, not a skip), then build a
 # second tree with AddressSanitizer + UndefinedBehaviorSanitizer and run the suites there too,
 # the emulated CUDA kernel under ThreadSanitizer, and the libFuzzer harnesses (tests/fuzz/) for
-# FLASHATTN_FUZZ_SECONDS each (default 20) where clang can build them.
+# FLASHATTN_FUZZ_SECONDS each (default 20) where clang can build them. The Python package's
+# tests run after the first tree's suites (scripts/python_test.sh: its venv, torch included).
 set -eu
 cd "$(dirname "$0")/.."
 export FLASHATTN_REQUIRE_BACKENDS=${FLASHATTN_REQUIRE_BACKENDS:-cpu,opencl}
@@ -21,6 +22,10 @@ fi
 
 echo "== test suite (build/)"
 (cd build && ctest -j"$jobs" --output-on-failure)
+
+# ---- the Python package (python/flashattn, tests/python): its own venv, torch required ----
+echo "== Python package (tests/python, pytest)"
+bash scripts/python_test.sh
 
 echo "== test suite under ASan + UBSan (build-asan/)"
 san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"

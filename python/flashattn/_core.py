@@ -1,0 +1,248 @@
+"""_core.py - contexts, plans and runs, cached and locked; no numpy or torch in here.
+
+A front end (interface.py for numpy, _torch.py for torch) describes a call as a Spec (the
+problem: shapes, strides, dtype and every option; hashable) and host tensors (Arr: a pointer,
+its bytes). The core keeps one context per (backend, device) and one plan per (op, Spec) in it,
+so a repeated call of the same shape neither re-plans nor rebuilds a kernel, and it serialises
+the calls on one context with that context's lock (the C API allows one thread per context).
+"""
+import collections
+import ctypes
+import threading
+
+from ._lib import (BACKENDS, DTYPES, LAYOUT_BSHD, MASK_CAUSAL_BOTTOM_RIGHT, MASK_NONE,
+                   TENSOR_NAMES, ContextOptions, DeviceProps, Problem, Tensors, TensorLayout,
+                   c_vp, check, lib)
+
+PLAN_CACHE_SIZE = 64  # plans kept per context, least recently used dropped first
+
+# A host tensor as the library sees it: its first element's address and the bytes from there to
+# the end of its last element (its strides are in the Spec).
+Arr = collections.namedtuple("Arr", "ptr nbytes")
+
+# One call's problem. Layouts are (kind, strides in elements): "bshd" (batch, seq, head),
+# "packed" (varlen: token, head), "paged" (page, slot, head) or "bhs" (a bias: batch, head, row).
+Spec = collections.namedtuple("Spec", [
+    "dtype", "batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim", "layouts",
+    "causal", "scale", "window", "softcap", "alibi", "bias_dtype", "sinks", "dropout",
+    "varlen", "seqlens_k", "paged", "kv_splits"])
+
+SPEC_DEFAULTS = dict(causal=False, scale=None, window=(-1, -1), softcap=0.0, alibi=False,
+                     bias_dtype=None, sinks=False, dropout=(0.0, 0, 0), varlen=False,
+                     seqlens_k=False, paged=None, kv_splits=0)
+
+
+def make_spec(**fields):
+    return Spec(**{**SPEC_DEFAULTS, **fields})
+
+
+def _layout(kind, strides):
+    if kind == "bshd":
+        sb, ss, sh = strides
+    elif kind == "packed":
+        (ss, sh), sb = strides, 0
+    elif kind == "paged":
+        sb, ss, sh = strides
+    else:  # "bhs": a bias's batch, head and row strides
+        sb, sh, ss = strides
+    return TensorLayout(0, sb, sh, ss)
+
+
+def build_problem(spec):
+    """The fa_problem of a Spec."""
+    p = Problem()
+    check(lib.fa_problem_init(ctypes.byref(p), DTYPES[spec.dtype], LAYOUT_BSHD, spec.batch,
+                              spec.heads_q, spec.heads_kv, spec.seqlen_q, spec.seqlen_k,
+                              spec.head_dim))
+    if spec.paged is not None:
+        check(lib.fa_problem_set_paged(ctypes.byref(p), *spec.paged))
+    for name, (kind, strides) in spec.layouts:
+        setattr(p, "bias_layout" if name == "bias" else name, _layout(kind, strides))
+    p.mask = MASK_CAUSAL_BOTTOM_RIGHT if spec.causal else MASK_NONE
+    p.scale = 0.0 if spec.scale is None else spec.scale
+    if tuple(spec.window) != (-1, -1):
+        p.window, (p.window_left, p.window_right) = 1, spec.window
+    p.softcap = spec.softcap
+    p.alibi = int(spec.alibi)
+    if spec.bias_dtype is not None:
+        p.bias, p.bias_dtype = 1, DTYPES[spec.bias_dtype]
+    p.sinks = int(spec.sinks)
+    p.dropout_p, p.dropout_seed, p.dropout_offset = spec.dropout
+    p.varlen, p.seqlens_k = int(spec.varlen), int(spec.seqlens_k)
+    p.kv_splits = spec.kv_splits
+    return p
+
+
+class _Plan:
+    """A plan of one (op, Spec), and on an accelerator its device buffers by tensor name."""
+
+    def __init__(self, ctx, op, spec):
+        self.problem = build_problem(spec)
+        handle = c_vp()
+        create = lib.fa_plan_create_backward if op == "backward" else lib.fa_plan_create
+        check(create(ctx.handle, ctypes.byref(self.problem), ctypes.byref(handle)), ctx.handle)
+        self.handle = handle.value
+        self.buffers = {}
+
+    def explain(self):
+        return lib.fa_plan_explain(self.handle).decode()
+
+    def destroy(self):
+        for buf in self.buffers.values():
+            lib.fa_buffer_destroy(buf)
+        self.buffers.clear()
+        lib.fa_plan_destroy(self.handle)
+        self.handle = None
+
+
+class Context:
+    """One fa_context, its plans and the lock that serialises its calls."""
+
+    def __init__(self, backend, device):
+        opts = ContextOptions(BACKENDS[backend], device)
+        handle, why = c_vp(), ctypes.create_string_buffer(1024)
+        check(lib.fa_context_create(ctypes.byref(handle), ctypes.byref(opts), why, len(why)),
+              why=why)
+        self.handle = handle.value
+        self.backend = lib.fa_backend_name(lib.fa_context_backend(self.handle)).decode()
+        self.device = lib.fa_context_device(self.handle)
+        self.note = lib.fa_context_backend_note(self.handle).decode()
+        self.host = self.backend == "cpu"  # the cpu backend wraps host memory, no copy
+        self.lock = threading.Lock()
+        self.plans = collections.OrderedDict()
+        self.plans_created = 0  # for the tests: a cached shape must not re-plan
+
+    def plan(self, op, spec):
+        """The cached plan of (op, spec), made on first use. Called with the lock held."""
+        key = (op, spec)
+        plan = self.plans.get(key)
+        if plan is not None:
+            self.plans.move_to_end(key)
+            return plan
+        plan = _Plan(self, op, spec)
+        self.plans_created += 1
+        self.plans[key] = plan
+        while len(self.plans) > PLAN_CACHE_SIZE:
+            self.plans.popitem(last=False)[1].destroy()
+        return plan
+
+    def props(self):
+        props = DeviceProps()
+        check(lib.fa_context_device_props(self.handle, ctypes.byref(props)), self.handle)
+        return props
+
+    def run(self, op, spec, inputs, outputs):
+        """Runs the plan of (op, spec): inputs and outputs map fa_tensors names to Arr."""
+        with self.lock:
+            plan = self.plan(op, spec)
+            if self.host:
+                self._run_host(plan, inputs, outputs)
+            else:
+                self._run_device(plan, inputs, outputs)
+
+    def _run_host(self, plan, inputs, outputs):
+        tensors, wraps = Tensors(), []
+        try:
+            for name, arr in list(inputs.items()) + list(outputs.items()):
+                buf = c_vp()
+                ptr, size = (arr.ptr, arr.nbytes) if arr.nbytes else (_EMPTY_PTR, _EMPTY_BYTES)
+                check(lib.fa_buffer_wrap_host(self.handle, ptr, size, ctypes.byref(buf)),
+                      self.handle)
+                wraps.append(buf.value)
+                setattr(tensors, name, buf.value)
+            check(lib.fa_run(self.handle, plan.handle, ctypes.byref(tensors)), self.handle)
+        finally:
+            for buf in wraps:
+                lib.fa_buffer_destroy(buf)
+
+    def _device_buffer(self, plan, name, nbytes):
+        """The plan's device buffer for a tensor, (re)made when its size changes."""
+        nbytes = max(nbytes, _EMPTY_BYTES)
+        buf = plan.buffers.get(name)
+        if buf is not None and lib.fa_buffer_size(buf) != nbytes:
+            lib.fa_buffer_destroy(plan.buffers.pop(name))
+            buf = None
+        if buf is None:
+            handle = c_vp()
+            check(lib.fa_buffer_create(self.handle, nbytes, ctypes.byref(handle)), self.handle)
+            buf = plan.buffers[name] = handle.value
+        return buf
+
+    def _run_device(self, plan, inputs, outputs):
+        tensors = Tensors()
+        for name, arr in inputs.items():
+            buf = self._device_buffer(plan, name, arr.nbytes)
+            if arr.nbytes:
+                check(lib.fa_buffer_write(buf, 0, arr.ptr, arr.nbytes), self.handle)
+            setattr(tensors, name, buf)
+        for name, arr in outputs.items():
+            setattr(tensors, name, self._device_buffer(plan, name, arr.nbytes))
+        check(lib.fa_run(self.handle, plan.handle, ctypes.byref(tensors)), self.handle)
+        for name, arr in outputs.items():
+            if arr.nbytes:
+                check(lib.fa_buffer_read(getattr(tensors, name), 0, arr.ptr, arr.nbytes),
+                      self.handle)
+
+    def close(self):
+        with self.lock:
+            for plan in self.plans.values():
+                plan.destroy()
+            self.plans.clear()
+            lib.fa_context_destroy(self.handle)
+            self.handle = None
+
+
+# A tensor of no bytes (seqlen_k = 0, ...) is bound to this instead: the library asks for a
+# buffer of at least one byte and reads none of it.
+_EMPTY_BYTES = 16
+_EMPTY = ctypes.create_string_buffer(_EMPTY_BYTES)
+_EMPTY_PTR = ctypes.addressof(_EMPTY)
+
+_contexts = {}
+_contexts_lock = threading.Lock()
+
+
+def context(backend, device):
+    """The cached context of (backend, device); "auto" is resolved once, by the library."""
+    if backend not in BACKENDS:
+        raise ValueError("flashattn: unknown backend %r (one of %s)"
+                         % (backend, ", ".join(BACKENDS)))
+    if not isinstance(device, int) or isinstance(device, bool):
+        raise TypeError("flashattn: device must be an int, not %s" % type(device).__name__)
+    key = (backend, device)
+    ctx = _contexts.get(key)
+    if ctx is not None:
+        return ctx
+    with _contexts_lock:
+        ctx = _contexts.get(key)
+        if ctx is None:
+            ctx = Context(backend, device)
+            _contexts[key] = ctx
+        return ctx
+
+
+def devices():
+    """Every backend the library knows, with its devices' properties or why it has none."""
+    out = []
+    for i in range(lib.fa_backend_count()):
+        backend = lib.fa_backend_at(i)
+        name = lib.fa_backend_name(backend).decode()
+        count, why = ctypes.c_int(0), ctypes.create_string_buffer(1024)
+        status = lib.fa_backend_device_count(backend, ctypes.byref(count), why, len(why))
+        entry = {"backend": name, "devices": [], "why": why.value.decode() if status else ""}
+        for d in range(count.value):
+            props = DeviceProps()
+            check(lib.fa_backend_device_props(backend, d, ctypes.byref(props), why, len(why)),
+                  why=why)
+            entry["devices"].append(props_dict(props))
+        out.append(entry)
+    return out
+
+
+def props_dict(props):
+    out = {}
+    for name, _ in props._fields_:
+        value = getattr(props, name)
+        out[name] = value.decode(errors="replace") if isinstance(value, bytes) else value
+    out["backend"] = lib.fa_backend_name(props.backend).decode()
+    return out

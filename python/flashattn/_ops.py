@@ -1,0 +1,176 @@
+"""_ops.py - the operations on host tensors of either kind (numpy arrays, CPU torch tensors),
+through an adapter that knows the kind: shapes and options checked and turned into a Spec,
+outputs allocated, the core run. interface.py and _torch.py call these.
+
+Shapes, as flash-attn's: q (batch, seqlen_q, nheads, headdim), k and v (batch, seqlen_k,
+nheads_k, headdim); varlen q (total_q, nheads, headdim); LSE f32 (batch, nheads, seqlen_q), or
+(nheads, total_q) for varlen.
+"""
+from . import _core
+
+
+def _need(cond, message):
+    if not cond:
+        raise ValueError("flashattn: " + message)
+
+
+def _dims(ad, x, name, ndim):
+    shape = ad.shape(x)
+    _need(len(shape) == ndim, "%s must have %d dimensions, has shape %s" % (name, ndim,
+                                                                            tuple(shape)))
+    return shape
+
+
+def _same_dtype(ad, tensors):
+    dtypes = {name: ad.dtype(x) for name, x in tensors.items()}
+    if len(set(dtypes.values())) > 1:
+        raise TypeError("flashattn: q, k and v (and their gradients) must share one dtype; got "
+                        + ", ".join("%s %s" % kv for kv in dtypes.items()))
+    return next(iter(dtypes.values()))
+
+
+def _modifiers(ad, heads_q, batch, seqlen_q, seqlen_k, dtype, alibi_slopes, bias, sinks):
+    """The modifier tensors (prepared) and their Spec fields."""
+    inputs, fields, layouts = {}, {}, []
+    for name, x in (("alibi_slopes", alibi_slopes), ("sinks", sinks)):
+        if x is None:
+            continue
+        x = ad.vector_f32(x, name)
+        _need(ad.shape(x) == (heads_q,), "%s must have shape (nheads,) = (%d,), has %s"
+              % (name, heads_q, tuple(ad.shape(x))))
+        inputs[name] = x
+        fields["alibi" if name == "alibi_slopes" else "sinks"] = True
+    if bias is not None:
+        bias = ad.bias(bias, (batch, heads_q, seqlen_q, seqlen_k), dtype)
+        inputs["bias"] = bias
+        fields["bias_dtype"] = ad.dtype(bias)
+        layouts.append(("bias", ("bhs", ad.strides(bias)[:3])))
+    return inputs, fields, layouts
+
+
+def _scalars(causal, softmax_scale, window_size, softcap, dropout_p, seed, offset):
+    window = tuple(int(w) for w in window_size)
+    _need(len(window) == 2, "window_size must be (left, right), got %r" % (window_size,))
+    return dict(causal=bool(causal), scale=None if softmax_scale is None else
+                float(softmax_scale), window=window, softcap=float(softcap),
+                dropout=(float(dropout_p), int(seed or 0) & (2**64 - 1),
+                         int(offset or 0) & (2**32 - 1)))
+
+
+def forward(ad, q, k, v, *, dropout_p=0.0, softmax_scale=None, causal=False,
+            window_size=(-1, -1), softcap=0.0, alibi_slopes=None, bias=None, sinks=None,
+            seed=0, offset=0, backend="auto", device=0, kv_splits=0, seq=None):
+    """(out, lse) of attention; `seq` carries varlen's or the KV cache's extras (below)."""
+    q, k, v = (ad.prepare(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
+    dtype = _same_dtype(ad, {"q": q, "k": k, "v": v})
+    seq = seq or _dense_seq(ad, q, k, v)
+    out = ad.empty(ad.shape(q), dtype, like=q)
+    lse = ad.empty(seq["lse_shape"], "f32", like=q)
+    mod_inputs, fields, layouts = _modifiers(ad, seq["heads_q"], seq["batch"], seq["seqlen_q"],
+                                             seq["seqlen_k"], dtype, alibi_slopes, bias, sinks)
+    layouts += [(n, seq["layout"](n, ad.strides(x))) for n, x in
+                (("q", q), ("k", k), ("v", v), ("o", out))]
+    spec = _core.make_spec(
+        dtype=dtype, batch=seq["batch"], heads_q=seq["heads_q"], heads_kv=seq["heads_kv"],
+        seqlen_q=seq["seqlen_q"], seqlen_k=seq["seqlen_k"], head_dim=seq["head_dim"],
+        layouts=tuple(sorted(layouts)), kv_splits=int(kv_splits), **fields, **seq["fields"],
+        **_scalars(causal, softmax_scale, window_size, softcap, dropout_p, seed, offset))
+    inputs = {"q": q, "k": k, "v": v, **mod_inputs, **seq["inputs"]}
+    ctx = _core.context(backend, device)
+    ctx.run("forward", spec, {n: ad.arr(x) for n, x in inputs.items()},
+            {"o": ad.arr(out), "lse": ad.arr(lse)})
+    return out, lse
+
+
+def backward(ad, dout, q, k, v, out, lse, *, dropout_p=0.0, softmax_scale=None, causal=False,
+             window_size=(-1, -1), softcap=0.0, alibi_slopes=None, bias=None, sinks=None,
+             seed=0, offset=0, backend="auto", device=0, seq=None):
+    """(dq, dk, dv, d_sinks) of the forward's arguments; d_sinks None without sinks."""
+    q, k, v, out, dout = (ad.prepare(x, n) for x, n in
+                          ((q, "q"), (k, "k"), (v, "v"), (out, "out"), (dout, "dout")))
+    dtype = _same_dtype(ad, {"q": q, "k": k, "v": v, "out": out, "dout": dout})
+    seq = seq or _dense_seq(ad, q, k, v)
+    _need(ad.shape(out) == ad.shape(q) and ad.shape(dout) == ad.shape(q),
+          "out and dout must have q's shape %s" % (tuple(ad.shape(q)),))
+    lse = ad.lse(lse, seq["lse_shape"])
+    dq, dk, dv = (ad.empty(ad.shape(x), dtype, like=q) for x in (q, k, v))
+    mod_inputs, fields, layouts = _modifiers(ad, seq["heads_q"], seq["batch"], seq["seqlen_q"],
+                                             seq["seqlen_k"], dtype, alibi_slopes, bias, sinks)
+    layouts += [(n, seq["layout"](n, ad.strides(x))) for n, x in
+                (("q", q), ("k", k), ("v", v), ("o", out), ("d_o", dout), ("dq", dq),
+                 ("dk", dk), ("dv", dv))]
+    spec = _core.make_spec(
+        dtype=dtype, batch=seq["batch"], heads_q=seq["heads_q"], heads_kv=seq["heads_kv"],
+        seqlen_q=seq["seqlen_q"], seqlen_k=seq["seqlen_k"], head_dim=seq["head_dim"],
+        layouts=tuple(sorted(layouts)), **fields, **seq["fields"],
+        **_scalars(causal, softmax_scale, window_size, softcap, dropout_p, seed, offset))
+    outputs = {"dq": dq, "dk": dk, "dv": dv}
+    d_sinks = None
+    if sinks is not None:
+        d_sinks = outputs["d_sinks"] = ad.empty((seq["heads_q"],), "f32", like=q)
+    inputs = {"q": q, "k": k, "v": v, "o": out, "lse": lse, "d_o": dout, **mod_inputs,
+              **seq["inputs"]}
+    ctx = _core.context(backend, device)
+    ctx.run("backward", spec, {n: ad.arr(x) for n, x in inputs.items()},
+            {n: ad.arr(x) for n, x in outputs.items()})
+    return dq, dk, dv, d_sinks
+
+
+def _check_qkv(q, k, v, qs, ks, vs):
+    _need(ks == vs, "k and v must have one shape; got %s and %s" % (tuple(ks), tuple(vs)))
+    _need(qs[-1] == ks[-1], "q and k must have one headdim; got %d and %d" % (qs[-1], ks[-1]))
+
+
+def _dense_seq(ad, q, k, v):
+    """The problem of (batch, seqlen, nheads, headdim) tensors."""
+    qs, ks = _dims(ad, q, "q", 4), _dims(ad, k, "k", 4)
+    _check_qkv(q, k, v, qs, ks, _dims(ad, v, "v", 4))
+    _need(qs[0] == ks[0], "q and k must have one batch; got %d and %d" % (qs[0], ks[0]))
+    return dict(batch=qs[0], seqlen_q=qs[1], heads_q=qs[2], head_dim=qs[3], seqlen_k=ks[1],
+                heads_kv=ks[2], lse_shape=(qs[0], qs[2], qs[1]), fields={}, inputs={},
+                layout=lambda name, s: ("bshd", (s[0], s[1], s[2])))
+
+
+def varlen_seq(ad, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    """The problem of packed (total, nheads, headdim) tensors with cu_seqlens."""
+    qs, ks = _dims(ad, q, "q", 3), _dims(ad, k, "k", 3)
+    _check_qkv(q, k, v, qs, ks, _dims(ad, v, "v", 3))
+    cu_q, cu_k = ad.int32(cu_seqlens_q, "cu_seqlens_q"), ad.int32(cu_seqlens_k, "cu_seqlens_k")
+    _need(len(ad.shape(cu_q)) == 1 and ad.shape(cu_q) == ad.shape(cu_k) and
+          ad.shape(cu_q)[0] >= 1, "cu_seqlens_q and cu_seqlens_k must be (batch + 1,) int32")
+    return dict(batch=ad.shape(cu_q)[0] - 1, seqlen_q=int(max_seqlen_q), heads_q=qs[1],
+                head_dim=qs[2], seqlen_k=int(max_seqlen_k), heads_kv=ks[1],
+                lse_shape=(qs[1], qs[0]), fields=dict(varlen=True),
+                inputs={"cu_seqlens_q": cu_q, "cu_seqlens_k": cu_k},
+                layout=lambda name, s: ("packed", (s[0], s[1])))
+
+
+def kvcache_seq(ad, q, k_cache, v_cache, cache_seqlens, block_table):
+    """The problem of a decode step over a contiguous or paged cache."""
+    qs, ks = _dims(ad, q, "q", 4), _dims(ad, k_cache, "k_cache", 4)
+    _check_qkv(q, k_cache, v_cache, qs, ks, _dims(ad, v_cache, "v_cache", 4))
+    fields, inputs, batch = {}, {}, qs[0]
+    paged = None
+    if block_table is not None:
+        table = ad.int32(block_table, "block_table")
+        _need(len(ad.shape(table)) == 2 and ad.shape(table)[0] == batch,
+              "block_table must be (batch, max_num_blocks_per_seq) int32")
+        pages_per_seq = ad.shape(table)[1]
+        paged = (ks[1], ks[0], pages_per_seq)
+        seqlen_k = ks[1] * pages_per_seq
+        inputs["block_table"] = table
+        fields["paged"] = paged
+    else:
+        _need(ks[0] == batch, "k_cache must have q's batch %d, has %d" % (batch, ks[0]))
+        seqlen_k = ks[1]
+    if cache_seqlens is not None:
+        inputs["seqlens_k"] = cache_seqlens
+        fields["seqlens_k"] = True
+
+    def layout(name, s):
+        if paged is not None and name in ("k", "v"):
+            return ("paged", (s[0], s[1], s[2]))
+        return ("bshd", (s[0], s[1], s[2]))
+    return dict(batch=batch, seqlen_q=qs[1], heads_q=qs[2], head_dim=qs[3], seqlen_k=seqlen_k,
+                heads_kv=ks[2], lse_shape=(batch, qs[2], qs[1]), fields=fields, inputs=inputs,
+                layout=layout)
