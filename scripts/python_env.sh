@@ -12,10 +12,11 @@ set -eu
 cd "$(dirname "$0")/.."
 venv=${FLASHATTN_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/flashattn/venv}
 
-if ! python3 -m venv --help >/dev/null 2>&1; then
+if ! python3 -c "import venv, ensurepip" >/dev/null 2>&1; then
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
     echo "python_env: installing python3 and python3-venv" >&2
+    $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
         python3 python3-venv >/dev/null
 fi
