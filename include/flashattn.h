@@ -312,8 +312,11 @@ typedef struct fa_buffer fa_buffer;
  */
 FA_API fa_status fa_buffer_create(fa_context *ctx, size_t bytes, fa_buffer **out);
 /*
- * Wraps caller host memory without a copy; CPU backend only (FA_STATUS_UNSUPPORTED elsewhere).
- * The memory must stay valid until the buffer is destroyed. Not counted in fa_context_memory.
+ * Wraps caller host memory without a copy: on the cpu backend, and on OpenCL CPU devices (pocl),
+ * whose memory is host memory (CL_MEM_USE_HOST_PTR; each run maps and unmaps it around its
+ * launches, so the host's writes reach the kernels and theirs reach the host). Elsewhere (a GPU)
+ * FA_STATUS_UNSUPPORTED: copy with fa_buffer_create and fa_buffer_write. The memory must stay
+ * valid until the buffer is destroyed. Not counted in fa_context_memory.
  */
 FA_API fa_status fa_buffer_wrap_host(fa_context *ctx, void *ptr, size_t bytes, fa_buffer **out);
 /* Releases the buffer (and its memory, unless wrapped). NULL is a no-op. */

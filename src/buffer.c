@@ -49,9 +49,31 @@ fa_status fa_buffer_create(fa_context *ctx, size_t bytes, fa_buffer **out)
     return st;
 }
 
+/* A backend that wraps host memory in its own buffer (OpenCL on a CPU device). */
+static fa_status wrap_host_view(fa_context *ctx, void *ptr, size_t bytes, fa_buffer **out)
+{
+    if (!ptr || !out)
+        return fa__error(ctx, FA_STATUS_NULL_POINTER, "the %s pointer is NULL",
+                         !ptr ? "host memory" : "output");
+    if (bytes == 0)
+        return fa__error(ctx, FA_STATUS_INVALID_ARGUMENT, "a buffer needs at least one byte");
+    void *mem = NULL;
+    fa_status st = ctx->ops->buffer_wrap_host(ctx, ptr, bytes, &mem);
+    if (st != FA_STATUS_OK)
+        return st;
+    st = fa__buffer_adopt(ctx, mem, bytes, true, out);
+    if (st == FA_STATUS_OK)
+        (*out)->host_view = true;
+    else
+        ctx->ops->buffer_free(ctx, mem);
+    return st;
+}
+
 fa_status fa_buffer_wrap_host(fa_context *ctx, void *ptr, size_t bytes, fa_buffer **out)
 {
     static const fa__wrap_kind host = {FA_BACKEND_CPU, "host memory", "host memory", NULL};
+    if (ctx && ctx->ops->buffer_wrap_host)
+        return wrap_host_view(ctx, ptr, bytes, out);
     fa_status st = fa__wrap_check(ctx, &host, ptr != NULL, out != NULL, bytes);
     if (st != FA_STATUS_OK)
         return st;

@@ -415,6 +415,14 @@ typedef struct fa__backend_ops {
      * space (NULL: the host's or the device's flat one), *addr the first byte in it. Without
      * it a buffer is its own space from 0. */
     void (*buffer_region)(fa_context *ctx, void *mem, const void **space, uint64_t *addr);
+    /* Optional (the cpu backend wraps host memory itself): caller host memory as the backend's
+     * buffer, without a copy; the caller keeps the array. Absent: fa_buffer_wrap_host is
+     * FA_STATUS_UNSUPPORTED. */
+    fa_status (*buffer_wrap_host)(fa_context *ctx, void *ptr, size_t bytes, void **mem);
+    /* With buffer_wrap_host: makes the host's writes to a wrapped array visible to the device
+     * and the device's to the host, in order with the launches (a run calls it before and after
+     * them); `finish`: and waits for everything queued. */
+    fa_status (*host_view_sync)(fa_context *ctx, void *mem, size_t bytes, bool finish);
 } fa__backend_ops;
 
 /* AUTO's device within a backend (src/context.c): its first GPU, else its first device whose
@@ -450,6 +458,8 @@ struct fa_buffer {
     size_t bytes;
     bool wrapped;  /* caller memory: not counted in the context's bytes */
     bool borrowed; /* host memory wrapped on the CPU backend: never handed to buffer_free */
+    bool host_view; /* host memory a backend's buffer_wrap_host wrapped: synchronised around
+                       each run (host_view_sync) */
     const void *space; /* where its bytes live (fa__backend_ops.buffer_region): two buffers */
     uint64_t addr;     /* overlap when their spaces match and [addr, addr + bytes) meet */
 };

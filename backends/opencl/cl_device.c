@@ -551,5 +551,6 @@ fa_status fa__cl_state_limits(fa_context *ctx, fa__cl_state *s)
      * clCreateBuffer allocate at once (pocl otherwise allocates at first use, where a failure
      * is an abort inside pocl 3.1, not an error code). */
     s->alloc_flags = (type & CL_DEVICE_TYPE_CPU) ? CL_MEM_ALLOC_HOST_PTR : 0;
+    s->host_memory = (type & CL_DEVICE_TYPE_CPU) ? CL_TRUE : CL_FALSE;
     return FA_STATUS_OK;
 }

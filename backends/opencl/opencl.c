@@ -153,6 +153,48 @@ static void cl_buffer_free(fa_context *ctx, void *mem)
         fa__cl.ReleaseMemObject((cl_mem)mem);
 }
 
+/* Caller host memory as a buffer, on a CPU device only: there the cl_mem is the array itself.
+ * A GPU would copy it behind the caller's back or read it over the bus: the caller copies
+ * with fa_buffer_write instead, where the cost is in sight. */
+static fa_status cl_buffer_wrap_host(fa_context *ctx, void *ptr, size_t bytes, void **mem)
+{
+    fa__cl_state *s = ctx->state;
+    if (!s)
+        return fa__cl_no_device(ctx);
+    if (!s->host_memory)
+        return fa__error(ctx, FA_STATUS_UNSUPPORTED,
+                         "OpenCL device \"%s\" is not a CPU: its memory is not host memory, so "
+                         "host arrays are copied (fa_buffer_create, fa_buffer_write)",
+                         ctx->props.name);
+    cl_int err = CL_SUCCESS;
+    cl_mem m = fa__cl.CreateBuffer(s->context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, bytes,
+                                   ptr, &err);
+    if (err != CL_SUCCESS)
+        return fa__cl_fail(ctx, err, "clCreateBuffer(CL_MEM_USE_HOST_PTR)");
+    *mem = m;
+    return FA_STATUS_OK;
+}
+
+/* Maps and unmaps a wrapped host array, OpenCL's way of making the host's writes visible to
+ * the device and the device's to the host (on a CPU device it moves nothing); queued in order
+ * with the launches, without waiting unless `finish`. */
+static fa_status cl_host_view_sync(fa_context *ctx, void *mem, size_t bytes, bool finish)
+{
+    fa__cl_state *s = ctx->state;
+    if (!s)
+        return fa__cl_no_device(ctx);
+    cl_int err = CL_SUCCESS;
+    void *view = fa__cl.EnqueueMapBuffer(s->queue, (cl_mem)mem, CL_FALSE,
+                                         CL_MAP_READ | CL_MAP_WRITE, 0, bytes, 0, NULL, NULL, &err);
+    if (err != CL_SUCCESS)
+        return fa__cl_fail(ctx, err, "clEnqueueMapBuffer");
+    err = fa__cl.EnqueueUnmapMemObject(s->queue, (cl_mem)mem, view, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        return fa__cl_fail(ctx, err, "clEnqueueUnmapMemObject");
+    err = finish ? fa__cl.Finish(s->queue) : CL_SUCCESS;
+    return err == CL_SUCCESS ? FA_STATUS_OK : fa__cl_fail(ctx, err, "clFinish");
+}
+
 static fa_status cl_buffer_write(fa_context *ctx, void *mem, size_t offset, const void *src,
                                  size_t bytes)
 {
@@ -314,4 +356,6 @@ const fa__backend_ops fa__opencl_ops = {
     .launch = cl_launch,
     .arch_props = fa__cl_profile_props,
     .buffer_region = cl_buffer_place,
+    .buffer_wrap_host = cl_buffer_wrap_host,
+    .host_view_sync = cl_host_view_sync,
 };

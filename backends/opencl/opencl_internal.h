@@ -28,7 +28,7 @@
     X(CreateProgramWithSource) X(BuildProgram) X(GetProgramBuildInfo) X(RetainProgram)          \
     X(ReleaseProgram) X(CreateKernel) X(ReleaseKernel) X(SetKernelArg)                          \
     X(GetKernelWorkGroupInfo) X(EnqueueFillBuffer) X(EnqueueWriteBuffer) X(EnqueueReadBuffer)   \
-    X(EnqueueNDRangeKernel) X(Finish)
+    X(EnqueueNDRangeKernel) X(Finish) X(EnqueueMapBuffer) X(EnqueueUnmapMemObject)
 
 typedef struct fa__cl_api {
     /* platforms and devices */
@@ -97,6 +97,13 @@ typedef struct fa__cl_api {
                                               const size_t *local, cl_uint n_wait,
                                               const cl_event *wait, cl_event *ev);
     cl_int(CL_API_CALL *Finish)(cl_command_queue q);
+    void *(CL_API_CALL *EnqueueMapBuffer)(cl_command_queue q, cl_mem m, cl_bool blocking,
+                                          cl_map_flags flags, size_t offset, size_t size,
+                                          cl_uint n_wait, const cl_event *wait, cl_event *ev,
+                                          cl_int *err);
+    cl_int(CL_API_CALL *EnqueueUnmapMemObject)(cl_command_queue q, cl_mem m, void *mapped,
+                                               cl_uint n_wait, const cl_event *wait,
+                                               cl_event *ev);
 } fa__cl_api;
 
 /*
@@ -134,6 +141,8 @@ typedef struct fa__cl_state {
     cl_uint vector_width;    /* CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT */
     cl_bool compiler;        /* CL_DEVICE_COMPILER_AVAILABLE */
     cl_mem_flags alloc_flags; /* added to CL_MEM_READ_WRITE: CL_MEM_ALLOC_HOST_PTR on CPUs */
+    cl_bool host_memory;      /* a CPU device: its memory is host memory, so fa_buffer_wrap_host
+                                 wraps caller arrays (CL_MEM_USE_HOST_PTR) without a copy */
     fa__kernel_cache programs; /* fa__cl_program, by -D options */
 } fa__cl_state;
 

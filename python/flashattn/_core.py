@@ -107,10 +107,19 @@ class Context:
         self.backend = lib.fa_backend_name(lib.fa_context_backend(self.handle)).decode()
         self.device = lib.fa_context_device(self.handle)
         self.note = lib.fa_context_backend_note(self.handle).decode()
-        self.host = self.backend == "cpu"  # the cpu backend wraps host memory, no copy
+        self.host = self._wraps_host()  # cpu, and OpenCL on a CPU: arrays used in place
         self.lock = threading.Lock()
         self.plans = collections.OrderedDict()
         self.plans_created = 0  # for the tests: a cached shape must not re-plan
+
+    def _wraps_host(self):
+        """Whether the library wraps host arrays here without a copy (the device's memory is
+        host memory); a GPU answers UNSUPPORTED, and its arrays are copied."""
+        buf = c_vp()
+        if lib.fa_buffer_wrap_host(self.handle, _EMPTY_PTR, _EMPTY_BYTES, ctypes.byref(buf)):
+            return False
+        lib.fa_buffer_destroy(buf.value)
+        return True
 
     def plan(self, op, spec):
         """The cached plan of (op, spec), made on first use. Called with the lock held."""
