@@ -386,6 +386,11 @@ static void fill_random(const emu_case *c, void *t, size_t n, const char *salt)
         oracle_store(c->dtype, t, (int64_t)i, harness_rng_uniform(&rng, -1.0, 1.0));
 }
 
+/* test_emulator_catches_overrun: the launch is told this many bytes fewer than it planned (a
+ * kernel that overruns by as much), and the launcher's report lands in shared_breach. */
+static size_t shared_shortfall;
+static long long shared_breach;
+
 /* Plans, runs and compares one case; scale_error multiplies the kernel's softmax scale (1: the
  * real run). Returns the number of mismatching elements. */
 static int run_case(const emu_case *c, float scale_error)
@@ -451,7 +456,11 @@ static int run_case(const emu_case *c, float scale_error)
         args[a] = mem[launch->args[a]];
         assert_non_null(args[a]);
     }
-    fa_emu_launch(kernel, gx, gy, gz, args, &kp);
+    if (shared_shortfall)
+        shared_breach = fa_emu_launch(kernel, gx, gy, gz, args, &kp,
+                                      (size_t)fa__cu_launch_shared(launch) - shared_shortfall);
+    else
+        emu_launch(c->name, launch, kernel, gx, gy, gz, args, &kp);
     double secs = harness_seconds() - t0;
     run_golden(&p, t[0], t[1], t[2], o_ref, lse_ref, bytes, rows * sizeof *lse, &mi);
     int bad = compare(c, &p, strstr(options, "-DMMA=1") != NULL, t[3], o_ref, bytes[3], lse,
@@ -500,6 +509,22 @@ static void test_emulator_catches_errors(void **state)
 {
     (void)state;
     assert_true(run_case(&cases[0], 1.001f) > 0);
+}
+
+/* The shared-memory canary must see a kernel that writes 128 bytes past its launch's dynamic
+ * shared memory, on both paths: the forward's last tile row (V) ends at the plan's last byte. */
+static void test_emulator_catches_overrun(void **state)
+{
+    (void)state;
+    const emu_case *both[] = {&cases[0], &cases[10]}; /* CUDA cores f32, tensor cores f16 */
+    shared_shortfall = 128;
+    for (size_t i = 0; i < sizeof both / sizeof both[0]; i++) {
+        shared_breach = 0;
+        run_case(both[i], 1.0f);
+        if (shared_breach <= 0 || shared_breach > 128)
+            fail_msg("%s: a 128-byte overrun gave %lld", both[i]->name, shared_breach);
+    }
+    shared_shortfall = 0;
 }
 
 /* ---- the backward: flash_bwd_pre, flash_bwd_dkdv, flash_bwd_dq (kernels_cu/flash_bwd.cu) --- */
@@ -672,7 +697,7 @@ static void bwd_emulate(const emu_case *c, const fa_plan *plan, bwd_images *im,
         unsigned gx = c->fold ? 1u : (unsigned)l->grid[0],
                  gy = c->fold ? 1u : (unsigned)l->grid[1],
                  gz = c->fold ? 1u : (unsigned)l->grid[2];
-        fa_emu_launch(kernel, gx, gy, gz, args, &kp);
+        emu_launch(c->name, l, kernel, gx, gy, gz, args, &kp);
     }
 }
 
@@ -848,6 +873,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_emulator_catches_errors),
+        cmocka_unit_test(test_emulator_catches_overrun),
         cmocka_unit_test(test_cases),
         cmocka_unit_test(test_modifier_cases),
         cmocka_unit_test(test_backward_catches_errors),

@@ -189,7 +189,7 @@ static fa_status cu_buffer_read(fa_context *ctx, void *mem, size_t offset, void 
  * only global memory (asking for none keeps its blocks from being limited by shared memory),
  * flash_bwd_dsinks, whose tree needs one float per thread, and flash_merge, which keeps two
  * floats per row of its tile. */
-static uint64_t launch_shared(const fa__launch *launch)
+uint64_t fa__cu_launch_shared(const fa__launch *launch)
 {
     switch (launch->variant.kernel) {
     case FA__KERNEL_BWD_PRE:
@@ -208,7 +208,7 @@ static fa_status check_module(fa_context *ctx, fa__cu_state *s, fa__cu_module *e
                               const fa__launch *launch)
 {
     int wg = launch->variant.work_group_size;
-    uint64_t dyn = launch_shared(launch);
+    uint64_t dyn = fa__cu_launch_shared(launch);
     if (e->max_threads < wg) /* the dK/dV pass's block is the plan's Bc keys */
         return fa__error(ctx, FA_STATUS_UNSUPPORTED,
                          "CUDA: the compiled kernel %s allows %d threads per block on \"%s\", "
@@ -289,7 +289,7 @@ static fa_status cu_launch(fa_context *ctx, const fa_plan *plan, const fa__launc
         return st;
     CUresult err = s->api.LaunchKernel(e->kernel, gx, gy, gz,
                                        (unsigned int)launch->variant.work_group_size, 1, 1,
-                                       (unsigned int)launch_shared(launch), s->stream, args,
+                                       (unsigned int)fa__cu_launch_shared(launch), s->stream, args,
                                        NULL);
     char call[96];
     fa__format(call, sizeof call, "cuLaunchKernel(%s)", fa__kernel_entry(launch->variant.kernel));

@@ -173,6 +173,10 @@ fa_status fa__cuda_arch_props(const char *arch, fa_device_props *out, char *why,
 fa_status fa__cuda_compile_check(const char *arch, fa__kernel kernel, const char *options,
                                  char *log, size_t log_size);
 
+/* The dynamic shared memory a launch gets (cuLaunchKernel's sharedMemBytes): the plan's
+ * on-chip bytes, or what the per-row kernels need. The host emulation bounds its blocks by it. */
+uint64_t fa__cu_launch_shared(const fa__launch *launch);
+
 /* The backend's ops (backends/cuda/cuda.c); the interop entry points need them. */
 extern const fa__backend_ops fa__cuda_ops;
 
