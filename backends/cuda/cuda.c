@@ -14,7 +14,7 @@
 /* Largest grid sizes every CUDA device accepts; the kernel loops over what does not fit. */
 #define FA_CU_GRID_X_MAX 0x7fffffffULL
 #define FA_CU_GRID_YZ_MAX 65535ULL
-/* Dynamic shared memory a kernel may use without opting in. */
+/* Shared memory (static and dynamic together) a block may use without opting in. */
 #define FA_CU_DEFAULT_SHARED (48 * 1024)
 
 static fa_status no_device(fa_context *ctx)
@@ -52,9 +52,14 @@ static void cu_context_close(void *state)
     free(s);
 }
 
-void fa__cu_load_nvrtc(fa__cu_state *s)
+fa_status fa__cu_load_nvrtc(fa_context *ctx, fa__cu_state *s)
 {
-    s->have_nvrtc = fa__nvrtc_load(&s->nvrtc, s->nvrtc_why, sizeof s->nvrtc_why) == FA_STATUS_OK;
+    CUresult err = s->api.DriverGetVersion(&s->driver_version);
+    if (err != CUDA_SUCCESS)
+        return fa__cu_fail(ctx, &s->api, err, "cuDriverGetVersion");
+    s->have_nvrtc = fa__nvrtc_load(&s->nvrtc, s->driver_version, s->nvrtc_why,
+                                   sizeof s->nvrtc_why) == FA_STATUS_OK;
+    return FA_STATUS_OK;
 }
 
 /* Loads the driver, reads the device's props, retains its primary context and makes a stream.
@@ -99,11 +104,12 @@ static fa_status cu_context_open(fa_context *ctx, int device, void **state)
     if (!s)
         return fa__error(ctx, FA_STATUS_OUT_OF_MEMORY, "cannot allocate the CUDA state");
     fa_status st = open_device(ctx, s, device);
+    if (st == FA_STATUS_OK)
+        st = fa__cu_load_nvrtc(ctx, s);
     if (st != FA_STATUS_OK) {
         cu_context_close(s);
         return st;
     }
-    fa__cu_load_nvrtc(s);
     *state = s;
     return FA_STATUS_OK;
 }
@@ -203,6 +209,11 @@ uint64_t fa__cu_launch_shared(const fa__launch *launch)
     }
 }
 
+bool fa__cu_needs_optin(uint64_t dynamic_bytes, uint64_t static_bytes)
+{
+    return dynamic_bytes + static_bytes > FA_CU_DEFAULT_SHARED;
+}
+
 /* Check before launch: what the compiled kernel can do, and the shared memory opt-in. */
 static fa_status check_module(fa_context *ctx, fa__cu_state *s, fa__cu_module *e,
                               const fa__launch *launch)
@@ -222,7 +233,7 @@ static fa_status check_module(fa_context *ctx, fa__cu_state *s, fa__cu_module *e
                          "per block",
                          (unsigned long long)(dyn + (uint64_t)e->static_shared), ctx->props.name,
                          (unsigned long long)ctx->props.sram_bytes);
-    if (dyn <= FA_CU_DEFAULT_SHARED || (int)dyn <= e->dyn_shared)
+    if (!fa__cu_needs_optin(dyn, (uint64_t)e->static_shared) || (int)dyn <= e->dyn_shared)
         return FA_STATUS_OK;
     CUresult err =
         s->api.FuncSetAttribute(e->kernel, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)dyn);

@@ -86,33 +86,58 @@ static fa_status kernel_source(fa__kernel kernel, char **out, char **msg)
     return st;
 }
 
+/* The newest arch NVRTC knows at or below `want` (best), and its oldest (oldest); -1 when none
+ * or the query fails (*r says). */
+static void known_archs_of(const fa__nvrtc_api *nv, long want, int *best, int *oldest,
+                           nvrtcResult *r)
+{
+    int n = 0, *archs = NULL;
+    *best = *oldest = -1;
+    *r = nv->GetNumSupportedArchs(&n);
+    if (*r == NVRTC_SUCCESS && n > 0 && (archs = malloc((size_t)n * sizeof *archs)) != NULL)
+        *r = nv->GetSupportedArchs(archs);
+    for (int i = 0; *r == NVRTC_SUCCESS && archs && i < n; i++) {
+        if (archs[i] <= want && archs[i] > *best)
+            *best = archs[i];
+        if (*oldest < 0 || archs[i] < *oldest)
+            *oldest = archs[i];
+    }
+    free(archs);
+}
+
 /* The --gpu-architecture option for "sm_NN": a CUBIN for an arch NVRTC knows, else PTX for the
- * newest older one it knows (the driver JIT-compiles it), else an error in *msg. */
+ * newest older one it knows when the driver can JIT it (nv->ptx_ok), else an error in *msg. */
 static fa_status arch_option(const fa__nvrtc_api *nv, const char *arch, char *opt, size_t size,
                              bool *ptx, char **msg)
 {
     char *end = NULL;
     long want = strncmp(arch, "sm_", 3) == 0 ? strtol(arch + 3, &end, 10) : -1;
-    int n = 0, best = -1;
+    int best = -1, oldest = -1;
+    nvrtcResult r = NVRTC_SUCCESS;
     if (want <= 0 || !end || *end) {
         *msg = fa__heap_format("\"%s\" is not a CUDA architecture (sm_XY)", arch);
         return FA_STATUS_INVALID_ARGUMENT;
     }
-    int *archs = NULL;
-    nvrtcResult r = nv->GetNumSupportedArchs(&n);
-    if (r == NVRTC_SUCCESS && n > 0 && (archs = malloc((size_t)n * sizeof *archs)) != NULL)
-        r = nv->GetSupportedArchs(archs);
-    for (int i = 0; r == NVRTC_SUCCESS && archs && i < n; i++)
-        if (archs[i] <= want && archs[i] > best)
-            best = archs[i];
-    free(archs);
+    known_archs_of(nv, want, &best, &oldest, &r);
+    if (r != NVRTC_SUCCESS) {
+        *msg = fa__heap_format("NVRTC cannot list its architectures: %s", nv->GetErrorString(r));
+        return FA_STATUS_KERNEL_BUILD_ERROR;
+    }
     if (best < 0) {
-        *msg = fa__heap_format("NVRTC supports no architecture at or below %s (%s)", arch,
-                           r == NVRTC_SUCCESS ? "too old a GPU for this Toolkit"
-                                              : nv->GetErrorString(r));
+        *msg = fa__heap_format("%s is not supported by NVRTC %d.%d (%s), whose oldest "
+                               "architecture is sm_%d: use an NVRTC that still compiles for it "
+                               "(CUDA 12 for sm_70) through FLASHATTN_NVRTC",
+                               arch, nv->version / 1000, nv->version % 1000 / 10, nv->library,
+                               oldest);
         return FA_STATUS_KERNEL_BUILD_ERROR;
     }
     *ptx = best != want;
+    if (*ptx && !nv->ptx_ok) {
+        *msg = fa__heap_format("NVRTC %d.%d does not know %s, and the driver is older than it "
+                               "so cannot JIT its PTX for sm_%d: use a newer NVRTC or driver",
+                               nv->version / 1000, nv->version % 1000 / 10, arch, best);
+        return FA_STATUS_KERNEL_BUILD_ERROR;
+    }
     fa__format(opt, size, "--gpu-architecture=%s_%d", *ptx ? "compute" : "sm", best);
     return FA_STATUS_OK;
 }
@@ -215,7 +240,7 @@ fa_status fa__cuda_compile_check(const char *arch, fa__kernel kernel, const char
     if ((unsigned)kernel >= FA__KERNEL_COUNT)
         return FA_STATUS_INVALID_ARGUMENT;
     fa__nvrtc_api nv;
-    fa_status st = fa__nvrtc_load(&nv, log, log_size);
+    fa_status st = fa__nvrtc_load(&nv, 0, log, log_size); /* no driver: compile only */
     if (st != FA_STATUS_OK)
         return st;
     char *image = NULL, *msg = NULL;
