@@ -61,6 +61,10 @@ typedef struct emu_case {
     const emu_mods *mods;     /* NULL: none */
 } emu_case;
 
+/* test_backward_large_ds: dO in +-1e4, V in +-100, Q and K in +-0.25, so that |dS| passes
+ * f16's 65504 while the gradients stay finite. */
+static bool large_ds;
+
 static const emu_case cases[] = {
     {"gqa_bshd_f32", FA_DTYPE_F32, FA_MASK_NONE, FA_LAYOUT_BSHD, 2, 4, 2, 37, 45, 64, 16, 32, 0,
      false, false, NULL},
@@ -215,6 +219,7 @@ static void mods_for(const emu_case *c, fa_problem *p)
 }
 
 static void fill_random(const emu_case *c, void *t, size_t n, const char *salt);
+static void fill_amp(const emu_case *c, void *t, size_t n, const char *salt, double amp);
 
 /* Allocates and fills the modifiers' tensors of a problem (mods_for's). */
 static void mods_alloc(const emu_case *c, const fa_problem *p, mod_images *mi)
@@ -376,14 +381,20 @@ static size_t count_keyless(const emu_case *c, const float *lse, const float *si
     return n;
 }
 
-static void fill_random(const emu_case *c, void *t, size_t n, const char *salt)
+/* n elements uniform in [-amp, amp], seeded by the case and salt. */
+static void fill_amp(const emu_case *c, void *t, size_t n, const char *salt, double amp)
 {
     char seed[128];
     harness_rng rng;
     snprintf(seed, sizeof seed, "%s/%s", c->name, salt);
     harness_rng_seed(&rng, seed);
     for (size_t i = 0; i < n; i++)
-        oracle_store(c->dtype, t, (int64_t)i, harness_rng_uniform(&rng, -1.0, 1.0));
+        oracle_store(c->dtype, t, (int64_t)i, harness_rng_uniform(&rng, -amp, amp));
+}
+
+static void fill_random(const emu_case *c, void *t, size_t n, const char *salt)
+{
+    fill_amp(c, t, n, salt, 1.0);
 }
 
 /* test_emulator_catches_overrun: the launch is told this many bytes fewer than it planned (a
@@ -606,10 +617,11 @@ static void bwd_alloc(const emu_case *c, const fa_problem *p, const fa_plan *pla
         assert_non_null(im->ref[i]);
         memset(im->ref[i], 0xFF, im->bytes[FA__TENSOR_DQ + i]);
     }
-    fill_random(c, im->t[FA__TENSOR_Q], im->bytes[FA__TENSOR_Q] / elem, "q");
-    fill_random(c, im->t[FA__TENSOR_K], im->bytes[FA__TENSOR_K] / elem, "k");
-    fill_random(c, im->t[FA__TENSOR_V], im->bytes[FA__TENSOR_V] / elem, "v");
-    fill_random(c, im->t[FA__TENSOR_DO], im->bytes[FA__TENSOR_DO] / elem, "do");
+    fill_amp(c, im->t[FA__TENSOR_Q], im->bytes[FA__TENSOR_Q] / elem, "q", large_ds ? 0.25 : 1);
+    fill_amp(c, im->t[FA__TENSOR_K], im->bytes[FA__TENSOR_K] / elem, "k", large_ds ? 0.25 : 1);
+    fill_amp(c, im->t[FA__TENSOR_V], im->bytes[FA__TENSOR_V] / elem, "v", large_ds ? 100 : 1);
+    fill_amp(c, im->t[FA__TENSOR_DO], im->bytes[FA__TENSOR_DO] / elem, "do",
+             large_ds ? 1e4 : 1);
     mods_alloc(c, p, &im->mi);
     im->t[FA__TENSOR_ALIBI] = im->mi.alibi;
     im->t[FA__TENSOR_BIAS] = im->mi.bias;
@@ -862,6 +874,20 @@ static void test_backward_modifier_cases(void **state)
     }
 }
 
+/* f16 dS past 65504, rounded for dS K and dS^T Q on tensor cores, gives finite gradients that
+ * match the golden's (it was inf). */
+static void test_backward_large_ds(void **state)
+{
+    (void)state;
+    static const emu_case c = {"bwd_mma_large_ds_f16_d64", FA_DTYPE_F16, FA_MASK_NONE,
+                               FA_LAYOUT_BSHD, 2, 4, 2, 37, 45, 64, 16, 32, 0, false, false, NULL};
+    large_ds = true;
+    int bad = run_bwd_case(&c, 1.0f);
+    large_ds = false;
+    if (bad)
+        fail_msg("%s: %d elements differ from the golden", c.name, bad);
+}
+
 /* As for the forward: a scale 0.1% off must give mismatches in the backward's comparison. */
 static void test_backward_catches_errors(void **state)
 {
@@ -879,6 +905,7 @@ int main(void)
         cmocka_unit_test(test_backward_catches_errors),
         cmocka_unit_test(test_backward_cases),
         cmocka_unit_test(test_backward_modifier_cases),
+        cmocka_unit_test(test_backward_large_ds),
     };
     return cmocka_run_group_tests_name("cuda kernel, emulated on the host", tests, NULL, NULL);
 }
