@@ -272,10 +272,18 @@ static unsigned int grid_dim(uint64_t n, unsigned long long limit)
     return (unsigned int)((unsigned long long)n < limit ? (unsigned long long)n : limit);
 }
 
+/* Whether no launch with work follows this one in its plan (run.c skips empty grids). */
+static bool is_last_launch(const fa_plan *plan, const fa__launch *launch)
+{
+    for (const fa__launch *l = launch + 1; l < plan->launches + plan->n_launches; l++)
+        if (l->grid[0] && l->grid[1] && l->grid[2])
+            return false;
+    return true;
+}
+
 static fa_status cu_launch(fa_context *ctx, const fa_plan *plan, const fa__launch *launch,
                            const fa_kernel_params *kp, void *const mem[FA__TENSOR_COUNT])
 {
-    (void)plan;
     fa__cu_state *s = ctx->state;
     const fa__cu_module *e = launch->backend_data;
     if (!s || !e)
@@ -304,8 +312,9 @@ static fa_status cu_launch(fa_context *ctx, const fa_plan *plan, const fa__launc
                                        NULL);
     char call[96];
     fa__format(call, sizeof call, "cuLaunchKernel(%s)", fa__kernel_entry(launch->variant.kernel));
-    /* Runs are synchronous: errors of the run are reported here, and timings are real. */
-    if (err == CUDA_SUCCESS) {
+    /* Runs are synchronous, once: after the plan's last launch (the stream orders the ones
+     * before), so the run's errors are reported by it and timings are real. */
+    if (err == CUDA_SUCCESS && is_last_launch(plan, launch)) {
         err = s->api.StreamSynchronize(s->stream);
         fa__format(call, sizeof call, "cuStreamSynchronize after %s",
                    fa__kernel_entry(launch->variant.kernel));

@@ -195,6 +195,11 @@ uint64_t fa__cu_launch_shared(const fa__launch *launch);
  * 48 KiB without opting in, static and dynamic shared memory together. */
 bool fa__cu_needs_optin(uint64_t dynamic_bytes, uint64_t static_bytes);
 
+/* Compiles a kernel as fa__cuda_compile_check does, with ptxas verbose: *log (heap) holds
+ * NVRTC's log, ptxas's registers, spills, stack and shared memory per entry, or the failure. */
+fa_status fa__cuda_resource_log(const char *arch, fa__kernel kernel, const char *options,
+                                char **log);
+
 /* The backend's ops (backends/cuda/cuda.c); the interop entry points need them. */
 extern const fa__backend_ops fa__cuda_ops;
 

@@ -195,8 +195,24 @@ static nvrtcResult program_image(const fa__nvrtc_api *nv, nvrtcProgram prog, boo
     return r;
 }
 
-fa_status fa__cu_compile(const fa__nvrtc_api *nv, const char *arch, fa__kernel kernel,
-                         const char *options, char **image, size_t *image_size, char **msg)
+/* The program's log (a heap string, "" when empty), or NULL when out of memory. */
+static char *program_log(const fa__nvrtc_api *nv, nvrtcProgram prog)
+{
+    size_t n = 0;
+    char *log = NULL;
+    if (nv->GetProgramLogSize(prog, &n) == NVRTC_SUCCESS && (log = malloc(n + 1)) != NULL) {
+        if (nv->GetProgramLog(prog, log) != NVRTC_SUCCESS)
+            n = 0;
+        log[n] = '\0';
+    }
+    return log;
+}
+
+/* fa__cu_compile with one more option (extra, may be NULL) and, when log is given, NVRTC's log
+ * of a successful compile in a heap *log. */
+static fa_status compile_program(const fa__nvrtc_api *nv, const char *arch, fa__kernel kernel,
+                                 const char *options, const char *extra, char **image,
+                                 size_t *image_size, char **msg, char **log)
 {
     char arch_opt[64], opts[512];
     bool ptx = false;
@@ -210,7 +226,11 @@ fa_status fa__cu_compile(const fa__nvrtc_api *nv, const char *arch, fa__kernel k
         return st;
     fa__format(opts, sizeof opts, "%s", options);
     argv[0] = arch_opt;
-    int argc = split_options(opts, argv, FA_CU_MAX_OPTIONS);
+    int argc = split_options(opts, argv, FA_CU_MAX_OPTIONS - 2);
+    if (program_of(kernel) == &backward)
+        argv[argc++] = "-DFWD_HELPERS_ONLY=1"; /* the forward's helpers without its entry */
+    if (extra)
+        argv[argc++] = extra;
     nvrtcProgram prog = NULL;
     nvrtcResult r = nv->CreateProgram(&prog, src, file_of(kernel), 0, NULL, NULL);
     free(src);
@@ -220,6 +240,8 @@ fa_status fa__cu_compile(const fa__nvrtc_api *nv, const char *arch, fa__kernel k
             *msg = compile_failure(nv, prog, r, arch_opt, options);
         else if (r == NVRTC_SUCCESS)
             r = program_image(nv, prog, ptx, image, image_size);
+        if (r == NVRTC_SUCCESS && log && !(*log = program_log(nv, prog)))
+            r = NVRTC_ERROR_OUT_OF_MEMORY;
         nv->DestroyProgram(&prog);
     }
     if (r == NVRTC_SUCCESS)
@@ -229,6 +251,36 @@ fa_status fa__cu_compile(const fa__nvrtc_api *nv, const char *arch, fa__kernel k
                            options);
     return r == NVRTC_ERROR_OUT_OF_MEMORY ? FA_STATUS_OUT_OF_MEMORY
                                           : FA_STATUS_KERNEL_BUILD_ERROR;
+}
+
+fa_status fa__cu_compile(const fa__nvrtc_api *nv, const char *arch, fa__kernel kernel,
+                         const char *options, char **image, size_t *image_size, char **msg)
+{
+    return compile_program(nv, arch, kernel, options, NULL, image, image_size, msg, NULL);
+}
+
+fa_status fa__cuda_resource_log(const char *arch, fa__kernel kernel, const char *options,
+                                char **log)
+{
+    fa__nvrtc_api nv;
+    char why[1024] = "";
+    *log = NULL;
+    fa_status st = fa__nvrtc_load(&nv, 0, why, sizeof why);
+    if (st != FA_STATUS_OK) {
+        *log = fa__heap_format("%s", why);
+        return st;
+    }
+    char *image = NULL, *msg = NULL;
+    size_t size = 0;
+    st = compile_program(&nv, arch, kernel, options, "--ptxas-options=--verbose", &image, &size,
+                         &msg, log);
+    free(image);
+    if (st != FA_STATUS_OK) {
+        *log = msg;
+        return st;
+    }
+    free(msg);
+    return FA_STATUS_OK;
 }
 
 fa_status fa__cuda_compile_check(const char *arch, fa__kernel kernel, const char *options,
