@@ -53,4 +53,6 @@ endfunction()
 # `flashattn plan --arch` plans for a known architecture through the backend's internal table.
 function(flashattn_cuda_configure_cli target)
   target_compile_definitions(${target} PRIVATE FLASHATTN_WITH_CUDA)
+  # flashattn_cuda.h (fa_cuda_compiler for `flashattn devices`) includes cuda.h.
+  target_include_directories(${target} SYSTEM PRIVATE ${FLASHATTN_CUDA_INCLUDE_DIR})
 endfunction()

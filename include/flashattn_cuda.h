@@ -34,18 +34,34 @@ FA_API fa_status fa_context_create_cuda(fa_context **out, CUcontext context, CUs
                                         char *why, size_t why_size);
 
 /*
- * Wraps `bytes` of the caller's device memory at `ptr` as an fa_buffer of a CUDA context,
- * without a copy. The memory stays the caller's: fa_buffer_destroy forgets it without freeing
- * it, and it must stay allocated until then. It is not counted in fa_context_memory. `ptr` may
- * point anywhere inside an allocation; [ptr, ptr + bytes) must lie inside that allocation.
- * Returns FA_STATUS_NULL_POINTER (ctx, ptr or out is NULL), UNSUPPORTED (not a CUDA context),
- * BACKEND_UNAVAILABLE (a planning-only context without a device), INVALID_ARGUMENT (bytes == 0,
- * or ptr is not device memory the driver knows), CONTEXT_MISMATCH (the memory belongs to another
- * CUcontext), BUFFER_TOO_SMALL (ptr + bytes past the end of the allocation), DEVICE_ERROR or
- * OUT_OF_MEMORY; the reason is in fa_context_last_error.
+ * Wraps `bytes` of the caller's device memory at `ptr` as an fa_buffer of a CUDA context made
+ * by fa_context_create_cuda, without a copy. The context's runs are ordered on its stream, so
+ * work queued there before a run (the memory's producer) finishes before the run reads it, and
+ * the run has finished when it returns; a context of fa_context_create has a stream of its
+ * own, unordered against the caller's, and refuses wrapped memory (UNSUPPORTED). The memory
+ * stays the caller's: fa_buffer_destroy forgets it without freeing it, and it must stay
+ * allocated until then. It is not counted in fa_context_memory. `ptr` may point anywhere
+ * inside an allocation; [ptr, ptr + bytes) must lie inside that allocation.
+ * Returns FA_STATUS_NULL_POINTER (ctx, ptr or out is NULL), UNSUPPORTED (not a CUDA context, or
+ * one not made by fa_context_create_cuda), BACKEND_UNAVAILABLE (a planning-only context without
+ * a device), INVALID_ARGUMENT (bytes == 0, or ptr is not device memory the driver knows),
+ * CONTEXT_MISMATCH (the memory belongs to another CUcontext), BUFFER_TOO_SMALL (ptr + bytes
+ * past the end of the allocation), DEVICE_ERROR or OUT_OF_MEMORY; the reason is in
+ * fa_context_last_error.
  */
 FA_API fa_status fa_buffer_wrap_cuda(fa_context *ctx, CUdeviceptr ptr, size_t bytes,
                                      fa_buffer **out);
+
+/*
+ * Describes the kernel compiler the CUDA backend would use here, into `info` (truncated to
+ * info_size bytes, always NUL-terminated): the driver's CUDA version (cuDriverGetVersion), the
+ * NVRTC chosen for it (the newest whose output the driver can load) and whether the driver can
+ * JIT that NVRTC's PTX for a GPU newer than it knows, or why no NVRTC suits the driver. The
+ * same choice is made at context creation. Returns FA_STATUS_OK, BACKEND_UNAVAILABLE (no
+ * driver, or no NVRTC the driver can take: the reason in info), DEVICE_ERROR or NULL_POINTER
+ * (info is NULL or info_size is 0).
+ */
+FA_API fa_status fa_cuda_compiler(char *info, size_t info_size);
 
 #ifdef __cplusplus
 }

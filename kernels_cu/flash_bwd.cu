@@ -514,6 +514,52 @@ __device__ __forceinline__ void accumulate_block(float acc[O_TILES][4], const un
     }
 }
 
+/* acc += W T as accumulate_block, for W = dS: f16 rounds |dS| past 65504 to inf where f32 and
+ * the golden stay finite (P <= 1 never gets there). When the warp's largest |W| passes 2^15,
+ * W and acc are scaled by 2^-s for the product and acc back by 2^s: powers of two, so exact,
+ * and the block's A fragment stays finite. bf16 has f32's range: the plain product. */
+__device__ __forceinline__ void accumulate_ds_block(float acc[O_TILES][4], float w[2][4],
+                                                    const store_t *t_rows, int g, int t)
+{
+    unsigned a_frag[4];
+#if DTYPE == 1
+    float m = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            m = fmaxf(m, fabsf(w[j][e]));
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) /* the warp's largest: the same s in every lane */
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off, 32));
+    if (m > 32768.0f && m <= 3.0e38f) {
+        int e2 = 0;
+        frexpf(m, &e2); /* m < 2^e2, so m 2^(15 - e2) < 2^15 */
+        const float down = ldexpf(1.0f, 15 - e2), up = ldexpf(1.0f, e2 - 15);
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                w[j][e] *= down;
+#pragma unroll
+        for (int n = 0; n < O_TILES; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[n][e] *= down;
+        block_as_a(w, a_frag);
+        accumulate_block(acc, a_frag, t_rows, g, t);
+#pragma unroll
+        for (int n = 0; n < O_TILES; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[n][e] *= up;
+        return;
+    }
+#endif
+    block_as_a(w, a_frag);
+    accumulate_block(acc, a_frag, t_rows, g, t);
+}
+
 /* Writes mul * acc, rows i = 0, 1 (g, g+8) of a warp's 16 x d accumulators, to dst[i] (row
  * starts in global memory; NULL: the row does not exist), elements 8n + 2t, 8n + 2t + 1. */
 __device__ __forceinline__ void store_block_scaled(const float acc[O_TILES][4], float mul,
@@ -616,9 +662,7 @@ __device__ void tile_bwd_dq_mma(const store_t *__restrict__ q, const store_t *__
                     s[j][e] = ds;
                 }
             /* dQ += dS K[c0 .. c0+15] (K rows past Sk are zeros, their dS 0). */
-            unsigned a_frag[4];
-            block_as_a(s, a_frag);
-            accumulate_block(acc, a_frag, k_tile + c0 * HEAD_DIM, g, t);
+            accumulate_ds_block(acc, s, k_tile + c0 * HEAD_DIM, g, t);
         }
     }
 
@@ -716,8 +760,7 @@ __device__ void tile_bwd_dkdv_mma(const store_t *__restrict__ q, const store_t *
                 unsigned a_frag[4];
                 block_as_a(st, a_frag);
                 accumulate_block(acc_v, a_frag, do_tile + c0 * HEAD_DIM, g, t);
-                block_as_a(dpt, a_frag);
-                accumulate_block(acc_k, a_frag, q_tile + c0 * HEAD_DIM, g, t);
+                accumulate_ds_block(acc_k, dpt, q_tile + c0 * HEAD_DIM, g, t);
             }
         }
     }

@@ -742,6 +742,9 @@ __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__res
 }
 #endif
 
+/* The backward's program builds on this file's helpers only: NVRTC then compiles no forward
+ * entry into its modules (cuda_module.c passes FWD_HELPERS_ONLY). */
+#ifndef FWD_HELPERS_ONLY
 extern "C" __global__ void __launch_bounds__(WG_SIZE)
 flash_fwd(const store_t *__restrict__ q, const store_t *__restrict__ k,
           const store_t *__restrict__ v, out_t *__restrict__ o, float *__restrict__ lse,
@@ -772,3 +775,4 @@ flash_fwd(const store_t *__restrict__ q, const store_t *__restrict__ k,
             }
     }
 }
+#endif /* FWD_HELPERS_ONLY */

@@ -614,7 +614,7 @@ static void test_nvrtc_explicit_path(void **state)
     setenv("FLASHATTN_NVRTC", "/nonexistent/libnvrtc.so", 1);
     fa__nvrtc_api nv;
     char why[1024] = "";
-    fa_status st = fa__nvrtc_load(&nv, why, sizeof why);
+    fa_status st = fa__nvrtc_load(&nv, 0, why, sizeof why);
     harness_env_restore(&saved);
     assert_int_equal(st, FA_STATUS_BACKEND_UNAVAILABLE);
     assert_non_null(strstr(why, "FLASHATTN_NVRTC=/nonexistent/libnvrtc.so"));
@@ -796,7 +796,7 @@ int main(void)
     int failed = cmocka_run_group_tests_name("cuda (no GPU needed)", host_tests, NULL, NULL);
     fa__nvrtc_api nv;
     char why[1024] = "";
-    if (fa__nvrtc_load(&nv, why, sizeof why) == OK)
+    if (fa__nvrtc_load(&nv, 0, why, sizeof why) == OK)
         return failed + cmocka_run_group_tests_name("cuda NVRTC", nvrtc_tests, NULL, NULL);
     if (nvrtc_required()) {
         fprintf(stderr, "FAIL: NVRTC is required (FLASHATTN_REQUIRE_BACKENDS / "

@@ -61,6 +61,10 @@ typedef struct emu_case {
     const emu_mods *mods;     /* NULL: none */
 } emu_case;
 
+/* test_backward_large_ds: dO in +-1e4, V in +-100, Q and K in +-0.25, so that |dS| passes
+ * f16's 65504 while the gradients stay finite. */
+static bool large_ds;
+
 static const emu_case cases[] = {
     {"gqa_bshd_f32", FA_DTYPE_F32, FA_MASK_NONE, FA_LAYOUT_BSHD, 2, 4, 2, 37, 45, 64, 16, 32, 0,
      false, false, NULL},
@@ -215,6 +219,7 @@ static void mods_for(const emu_case *c, fa_problem *p)
 }
 
 static void fill_random(const emu_case *c, void *t, size_t n, const char *salt);
+static void fill_amp(const emu_case *c, void *t, size_t n, const char *salt, double amp);
 
 /* Allocates and fills the modifiers' tensors of a problem (mods_for's). */
 static void mods_alloc(const emu_case *c, const fa_problem *p, mod_images *mi)
@@ -376,15 +381,26 @@ static size_t count_keyless(const emu_case *c, const float *lse, const float *si
     return n;
 }
 
-static void fill_random(const emu_case *c, void *t, size_t n, const char *salt)
+/* n elements uniform in [-amp, amp], seeded by the case and salt. */
+static void fill_amp(const emu_case *c, void *t, size_t n, const char *salt, double amp)
 {
     char seed[128];
     harness_rng rng;
     snprintf(seed, sizeof seed, "%s/%s", c->name, salt);
     harness_rng_seed(&rng, seed);
     for (size_t i = 0; i < n; i++)
-        oracle_store(c->dtype, t, (int64_t)i, harness_rng_uniform(&rng, -1.0, 1.0));
+        oracle_store(c->dtype, t, (int64_t)i, harness_rng_uniform(&rng, -amp, amp));
 }
+
+static void fill_random(const emu_case *c, void *t, size_t n, const char *salt)
+{
+    fill_amp(c, t, n, salt, 1.0);
+}
+
+/* test_emulator_catches_overrun: the launch is told this many bytes fewer than it planned (a
+ * kernel that overruns by as much), and the launcher's report lands in shared_breach. */
+static size_t shared_shortfall;
+static long long shared_breach;
 
 /* Plans, runs and compares one case; scale_error multiplies the kernel's softmax scale (1: the
  * real run). Returns the number of mismatching elements. */
@@ -451,7 +467,11 @@ static int run_case(const emu_case *c, float scale_error)
         args[a] = mem[launch->args[a]];
         assert_non_null(args[a]);
     }
-    fa_emu_launch(kernel, gx, gy, gz, args, &kp);
+    if (shared_shortfall)
+        shared_breach = fa_emu_launch(kernel, gx, gy, gz, args, &kp,
+                                      (size_t)fa__cu_launch_shared(launch) - shared_shortfall);
+    else
+        emu_launch(c->name, launch, kernel, gx, gy, gz, args, &kp);
     double secs = harness_seconds() - t0;
     run_golden(&p, t[0], t[1], t[2], o_ref, lse_ref, bytes, rows * sizeof *lse, &mi);
     int bad = compare(c, &p, strstr(options, "-DMMA=1") != NULL, t[3], o_ref, bytes[3], lse,
@@ -500,6 +520,22 @@ static void test_emulator_catches_errors(void **state)
 {
     (void)state;
     assert_true(run_case(&cases[0], 1.001f) > 0);
+}
+
+/* The shared-memory canary must see a kernel that writes 128 bytes past its launch's dynamic
+ * shared memory, on both paths: the forward's last tile row (V) ends at the plan's last byte. */
+static void test_emulator_catches_overrun(void **state)
+{
+    (void)state;
+    const emu_case *both[] = {&cases[0], &cases[10]}; /* CUDA cores f32, tensor cores f16 */
+    shared_shortfall = 128;
+    for (size_t i = 0; i < sizeof both / sizeof both[0]; i++) {
+        shared_breach = 0;
+        run_case(both[i], 1.0f);
+        if (shared_breach <= 0 || shared_breach > 128)
+            fail_msg("%s: a 128-byte overrun gave %lld", both[i]->name, shared_breach);
+    }
+    shared_shortfall = 0;
 }
 
 /* ---- the backward: flash_bwd_pre, flash_bwd_dkdv, flash_bwd_dq (kernels_cu/flash_bwd.cu) --- */
@@ -581,10 +617,11 @@ static void bwd_alloc(const emu_case *c, const fa_problem *p, const fa_plan *pla
         assert_non_null(im->ref[i]);
         memset(im->ref[i], 0xFF, im->bytes[FA__TENSOR_DQ + i]);
     }
-    fill_random(c, im->t[FA__TENSOR_Q], im->bytes[FA__TENSOR_Q] / elem, "q");
-    fill_random(c, im->t[FA__TENSOR_K], im->bytes[FA__TENSOR_K] / elem, "k");
-    fill_random(c, im->t[FA__TENSOR_V], im->bytes[FA__TENSOR_V] / elem, "v");
-    fill_random(c, im->t[FA__TENSOR_DO], im->bytes[FA__TENSOR_DO] / elem, "do");
+    fill_amp(c, im->t[FA__TENSOR_Q], im->bytes[FA__TENSOR_Q] / elem, "q", large_ds ? 0.25 : 1);
+    fill_amp(c, im->t[FA__TENSOR_K], im->bytes[FA__TENSOR_K] / elem, "k", large_ds ? 0.25 : 1);
+    fill_amp(c, im->t[FA__TENSOR_V], im->bytes[FA__TENSOR_V] / elem, "v", large_ds ? 100 : 1);
+    fill_amp(c, im->t[FA__TENSOR_DO], im->bytes[FA__TENSOR_DO] / elem, "do",
+             large_ds ? 1e4 : 1);
     mods_alloc(c, p, &im->mi);
     im->t[FA__TENSOR_ALIBI] = im->mi.alibi;
     im->t[FA__TENSOR_BIAS] = im->mi.bias;
@@ -672,7 +709,7 @@ static void bwd_emulate(const emu_case *c, const fa_plan *plan, bwd_images *im,
         unsigned gx = c->fold ? 1u : (unsigned)l->grid[0],
                  gy = c->fold ? 1u : (unsigned)l->grid[1],
                  gz = c->fold ? 1u : (unsigned)l->grid[2];
-        fa_emu_launch(kernel, gx, gy, gz, args, &kp);
+        emu_launch(c->name, l, kernel, gx, gy, gz, args, &kp);
     }
 }
 
@@ -837,6 +874,20 @@ static void test_backward_modifier_cases(void **state)
     }
 }
 
+/* f16 dS past 65504, rounded for dS K and dS^T Q on tensor cores, gives finite gradients that
+ * match the golden's (it was inf). */
+static void test_backward_large_ds(void **state)
+{
+    (void)state;
+    static const emu_case c = {"bwd_mma_large_ds_f16_d64", FA_DTYPE_F16, FA_MASK_NONE,
+                               FA_LAYOUT_BSHD, 2, 4, 2, 37, 45, 64, 16, 32, 0, false, false, NULL};
+    large_ds = true;
+    int bad = run_bwd_case(&c, 1.0f);
+    large_ds = false;
+    if (bad)
+        fail_msg("%s: %d elements differ from the golden", c.name, bad);
+}
+
 /* As for the forward: a scale 0.1% off must give mismatches in the backward's comparison. */
 static void test_backward_catches_errors(void **state)
 {
@@ -848,11 +899,13 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_emulator_catches_errors),
+        cmocka_unit_test(test_emulator_catches_overrun),
         cmocka_unit_test(test_cases),
         cmocka_unit_test(test_modifier_cases),
         cmocka_unit_test(test_backward_catches_errors),
         cmocka_unit_test(test_backward_cases),
         cmocka_unit_test(test_backward_modifier_cases),
+        cmocka_unit_test(test_backward_large_ds),
     };
     return cmocka_run_group_tests_name("cuda kernel, emulated on the host", tests, NULL, NULL);
 }

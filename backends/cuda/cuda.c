@@ -14,7 +14,7 @@
 /* Largest grid sizes every CUDA device accepts; the kernel loops over what does not fit. */
 #define FA_CU_GRID_X_MAX 0x7fffffffULL
 #define FA_CU_GRID_YZ_MAX 65535ULL
-/* Dynamic shared memory a kernel may use without opting in. */
+/* Shared memory (static and dynamic together) a block may use without opting in. */
 #define FA_CU_DEFAULT_SHARED (48 * 1024)
 
 static fa_status no_device(fa_context *ctx)
@@ -52,9 +52,14 @@ static void cu_context_close(void *state)
     free(s);
 }
 
-void fa__cu_load_nvrtc(fa__cu_state *s)
+fa_status fa__cu_load_nvrtc(fa_context *ctx, fa__cu_state *s)
 {
-    s->have_nvrtc = fa__nvrtc_load(&s->nvrtc, s->nvrtc_why, sizeof s->nvrtc_why) == FA_STATUS_OK;
+    CUresult err = s->api.DriverGetVersion(&s->driver_version);
+    if (err != CUDA_SUCCESS)
+        return fa__cu_fail(ctx, &s->api, err, "cuDriverGetVersion");
+    s->have_nvrtc = fa__nvrtc_load(&s->nvrtc, s->driver_version, s->nvrtc_why,
+                                   sizeof s->nvrtc_why) == FA_STATUS_OK;
+    return FA_STATUS_OK;
 }
 
 /* Loads the driver, reads the device's props, retains its primary context and makes a stream.
@@ -99,11 +104,12 @@ static fa_status cu_context_open(fa_context *ctx, int device, void **state)
     if (!s)
         return fa__error(ctx, FA_STATUS_OUT_OF_MEMORY, "cannot allocate the CUDA state");
     fa_status st = open_device(ctx, s, device);
+    if (st == FA_STATUS_OK)
+        st = fa__cu_load_nvrtc(ctx, s);
     if (st != FA_STATUS_OK) {
         cu_context_close(s);
         return st;
     }
-    fa__cu_load_nvrtc(s);
     *state = s;
     return FA_STATUS_OK;
 }
@@ -189,7 +195,7 @@ static fa_status cu_buffer_read(fa_context *ctx, void *mem, size_t offset, void 
  * only global memory (asking for none keeps its blocks from being limited by shared memory),
  * flash_bwd_dsinks, whose tree needs one float per thread, and flash_merge, which keeps two
  * floats per row of its tile. */
-static uint64_t launch_shared(const fa__launch *launch)
+uint64_t fa__cu_launch_shared(const fa__launch *launch)
 {
     switch (launch->variant.kernel) {
     case FA__KERNEL_BWD_PRE:
@@ -203,12 +209,17 @@ static uint64_t launch_shared(const fa__launch *launch)
     }
 }
 
+bool fa__cu_needs_optin(uint64_t dynamic_bytes, uint64_t static_bytes)
+{
+    return dynamic_bytes + static_bytes > FA_CU_DEFAULT_SHARED;
+}
+
 /* Check before launch: what the compiled kernel can do, and the shared memory opt-in. */
 static fa_status check_module(fa_context *ctx, fa__cu_state *s, fa__cu_module *e,
                               const fa__launch *launch)
 {
     int wg = launch->variant.work_group_size;
-    uint64_t dyn = launch_shared(launch);
+    uint64_t dyn = fa__cu_launch_shared(launch);
     if (e->max_threads < wg) /* the dK/dV pass's block is the plan's Bc keys */
         return fa__error(ctx, FA_STATUS_UNSUPPORTED,
                          "CUDA: the compiled kernel %s allows %d threads per block on \"%s\", "
@@ -222,7 +233,7 @@ static fa_status check_module(fa_context *ctx, fa__cu_state *s, fa__cu_module *e
                          "per block",
                          (unsigned long long)(dyn + (uint64_t)e->static_shared), ctx->props.name,
                          (unsigned long long)ctx->props.sram_bytes);
-    if (dyn <= FA_CU_DEFAULT_SHARED || (int)dyn <= e->dyn_shared)
+    if (!fa__cu_needs_optin(dyn, (uint64_t)e->static_shared) || (int)dyn <= e->dyn_shared)
         return FA_STATUS_OK;
     CUresult err =
         s->api.FuncSetAttribute(e->kernel, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)dyn);
@@ -262,10 +273,18 @@ static unsigned int grid_dim(uint64_t n, unsigned long long limit)
     return (unsigned int)((unsigned long long)n < limit ? (unsigned long long)n : limit);
 }
 
+/* Whether no launch with work follows this one in its plan (run.c skips empty grids). */
+static bool is_last_launch(const fa_plan *plan, const fa__launch *launch)
+{
+    for (const fa__launch *l = launch + 1; l < plan->launches + plan->n_launches; l++)
+        if (l->grid[0] && l->grid[1] && l->grid[2])
+            return false;
+    return true;
+}
+
 static fa_status cu_launch(fa_context *ctx, const fa_plan *plan, const fa__launch *launch,
                            const fa_kernel_params *kp, void *const mem[FA__TENSOR_COUNT])
 {
-    (void)plan;
     fa__cu_state *s = ctx->state;
     const fa__cu_module *e = launch->backend_data;
     if (!s || !e)
@@ -290,12 +309,13 @@ static fa_status cu_launch(fa_context *ctx, const fa_plan *plan, const fa__launc
         return st;
     CUresult err = s->api.LaunchKernel(e->kernel, gx, gy, gz,
                                        (unsigned int)launch->variant.work_group_size, 1, 1,
-                                       (unsigned int)launch_shared(launch), s->stream, args,
+                                       (unsigned int)fa__cu_launch_shared(launch), s->stream, args,
                                        NULL);
     char call[96];
     fa__format(call, sizeof call, "cuLaunchKernel(%s)", fa__kernel_entry(launch->variant.kernel));
-    /* Runs are synchronous: errors of the run are reported here, and timings are real. */
-    if (err == CUDA_SUCCESS) {
+    /* Runs are synchronous, once: after the plan's last launch (the stream orders the ones
+     * before), so the run's errors are reported by it and timings are real. */
+    if (err == CUDA_SUCCESS && is_last_launch(plan, launch)) {
         err = s->api.StreamSynchronize(s->stream);
         fa__format(call, sizeof call, "cuStreamSynchronize after %s",
                    fa__kernel_entry(launch->variant.kernel));

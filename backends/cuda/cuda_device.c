@@ -5,6 +5,7 @@
  * not there.
  */
 #include "cuda_internal.h"
+#include "flashattn_cuda.h"
 
 #include <string.h>
 
@@ -28,6 +29,38 @@ fa_status fa__cu_device_count(int *count, char *why, size_t why_size)
         return FA_STATUS_BACKEND_UNAVAILABLE;
     }
     *count = n;
+    return FA_STATUS_OK;
+}
+
+fa_status fa_cuda_compiler(char *info, size_t info_size)
+{
+    if (!info || info_size == 0)
+        return FA_STATUS_NULL_POINTER;
+    fa__cu_api api;
+    fa__nvrtc_api nv;
+    int driver = 0;
+    fa_status st = fa__cu_load(&api, info, info_size);
+    if (st != FA_STATUS_OK)
+        return st;
+    CUresult err = api.DriverGetVersion(&driver);
+    if (err != CUDA_SUCCESS) {
+        char desc[256];
+        fa__cu_describe(&api, err, desc, sizeof desc);
+        fa__format(info, info_size, "cuDriverGetVersion failed: %s", desc);
+        return fa__cu_status(err);
+    }
+    char why[1024] = "";
+    st = fa__nvrtc_load(&nv, driver, why, sizeof why);
+    if (st != FA_STATUS_OK) {
+        fa__format(info, info_size, "driver CUDA %d.%d: %s", driver / 1000, driver % 1000 / 10,
+                   why);
+        return st;
+    }
+    fa__format(info, info_size, "NVRTC %d.%d (%s) for the driver's CUDA %d.%d: CUBIN%s",
+               nv.version / 1000, nv.version % 1000 / 10, nv.library, driver / 1000,
+               driver % 1000 / 10,
+               nv.ptx_ok ? ", or PTX the driver JIT-compiles for a GPU newer than NVRTC knows"
+                         : " only (the driver cannot JIT this newer NVRTC's PTX)");
     return FA_STATUS_OK;
 }
 

@@ -77,6 +77,9 @@ typedef struct fa__nvrtc_api {
     nvrtcResult (*GetCUBIN)(nvrtcProgram prog, char *cubin);
     nvrtcResult (*GetPTXSize)(nvrtcProgram prog, size_t *size);
     nvrtcResult (*GetPTX)(nvrtcProgram prog, char *ptx);
+    int version;       /* 1000 * major + 10 * minor, as cuDriverGetVersion counts */
+    bool ptx_ok;       /* the driver can JIT this NVRTC's PTX (for an arch NVRTC does not know) */
+    char library[256]; /* the name or path it was loaded from */
 } fa__nvrtc_api;
 
 /*
@@ -86,10 +89,19 @@ typedef struct fa__nvrtc_api {
  * DEVICE_ERROR when cuInit fails.
  */
 fa_status fa__cu_load(fa__cu_api *api, char *why, size_t why_size);
-/* Loads NVRTC (FLASHATTN_NVRTC, then libnvrtc.so.13, .so.12, .so, then CUDA_HOME/CUDA_PATH and
- * /usr/local/cuda); BACKEND_UNAVAILABLE with the reason when none loads, or when FLASHATTN_NVRTC
- * is set and cannot be loaded. */
-fa_status fa__nvrtc_load(fa__nvrtc_api *nv, char *why, size_t why_size);
+/*
+ * Loads the newest NVRTC the driver can take (FLASHATTN_NVRTC alone when set, else
+ * libnvrtc.so.13, .so.12, .so, then CUDA_HOME/CUDA_PATH and /usr/local/cuda's lib64), with its
+ * version and whether the driver can JIT its PTX. driver_version: cuDriverGetVersion's, or 0
+ * to compile only (no driver: any NVRTC). BACKEND_UNAVAILABLE with every candidate's reason
+ * when none suits.
+ */
+fa_status fa__nvrtc_load(fa__nvrtc_api *nv, int driver_version, char *why, size_t why_size);
+/* Whether a driver (cuDriverGetVersion's number; 0: none, compile only) loads what an NVRTC of
+ * nvrtc_version makes: an older or equal major; *ptx_ok when it can also JIT its PTX (not a
+ * newer minor). False with the reason and the fix in why. */
+bool fa__cu_driver_takes(int driver_version, int nvrtc_version, bool *ptx_ok, char *why,
+                         size_t why_size);
 
 /* "CUDA_ERROR_OUT_OF_MEMORY (out of memory)" for a driver error, into buf. */
 void fa__cu_describe(const fa__cu_api *api, CUresult err, char *buf, size_t size);
@@ -118,7 +130,8 @@ typedef struct fa__cu_mem {
 typedef struct fa__cu_state {
     fa__cu_api api;
     fa__nvrtc_api nvrtc;
-    int have_nvrtc;         /* 0: NVRTC failed to load; nvrtc_why says why */
+    int driver_version;     /* cuDriverGetVersion at context creation: 13000 for CUDA 13.0 */
+    int have_nvrtc;         /* 0: no NVRTC this driver can take; nvrtc_why says why */
     char nvrtc_why[512];
     CUdevice device;
     CUcontext context;      /* the primary context (retained) or the caller's */
@@ -129,9 +142,10 @@ typedef struct fa__cu_state {
     fa__kernel_cache modules; /* fa__cu_module, by -D options */
 } fa__cu_state;
 
-/* Loads NVRTC into a state. It is needed only to build kernels: a context opens without it, and
- * launch_prepare reports why it is missing. */
-void fa__cu_load_nvrtc(fa__cu_state *s);
+/* Reads the driver's version (cuDriverGetVersion, a failure is ctx's error) and loads the
+ * newest NVRTC it can take into a state. NVRTC is needed only to build kernels: a context opens
+ * without one, and launch_prepare reports why there is none. */
+fa_status fa__cu_load_nvrtc(fa_context *ctx, fa__cu_state *s);
 /* Makes ctx's CUDA context current on this thread / restores the previous one. */
 fa_status fa__cu_push(fa_context *ctx, fa__cu_state *s);
 void fa__cu_pop(fa__cu_state *s);
@@ -172,6 +186,19 @@ fa_status fa__cuda_arch_props(const char *arch, fa_device_props *out, char *why,
  */
 fa_status fa__cuda_compile_check(const char *arch, fa__kernel kernel, const char *options,
                                  char *log, size_t log_size);
+
+/* The dynamic shared memory a launch gets (cuLaunchKernel's sharedMemBytes): the plan's
+ * on-chip bytes, or what the per-row kernels need. The host emulation bounds its blocks by it. */
+uint64_t fa__cu_launch_shared(const fa__launch *launch);
+
+/* Whether a launch must raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: a block may use
+ * 48 KiB without opting in, static and dynamic shared memory together. */
+bool fa__cu_needs_optin(uint64_t dynamic_bytes, uint64_t static_bytes);
+
+/* Compiles a kernel as fa__cuda_compile_check does, with ptxas verbose: *log (heap) holds
+ * NVRTC's log, ptxas's registers, spills, stack and shared memory per entry, or the failure. */
+fa_status fa__cuda_resource_log(const char *arch, fa__kernel kernel, const char *options,
+                                char **log);
 
 /* The backend's ops (backends/cuda/cuda.c); the interop entry points need them. */
 extern const fa__backend_ops fa__cuda_ops;

@@ -54,8 +54,7 @@ static fa_status adopt_state(fa_context *scratch, CUcontext context, CUstream st
     s->context = context;
     s->stream = stream;
     fa__format(s->arch, sizeof s->arch, "%s", props->arch);
-    fa__cu_load_nvrtc(s);
-    return FA_STATUS_OK;
+    return fa__cu_load_nvrtc(scratch, s);
 }
 
 fa_status fa_context_create_cuda(fa_context **out, CUcontext context, CUstream stream,
@@ -121,13 +120,21 @@ static fa_status check_memory(fa_context *ctx, fa__cu_state *s, CUdeviceptr ptr,
     return FA_STATUS_OK;
 }
 
-/* A planning-only context has no device to own the memory. */
+/* A planning-only context has no device to own the memory; a context of fa_context_create runs
+ * on a stream of its own, unordered against the streams that produce and consume the caller's
+ * memory, so only a context on the caller's stream (fa_context_create_cuda) may use it. */
 static fa_status has_device(fa_context *ctx)
 {
-    if (!ctx->state)
+    const fa__cu_state *s = ctx->state;
+    if (!s)
         return fa__error(ctx, FA_STATUS_BACKEND_UNAVAILABLE,
                          "CUDA: this context only plans for \"%s\"; it has no device",
                          ctx->props.arch);
+    if (s->owns_stream)
+        return fa__error(ctx, FA_STATUS_UNSUPPORTED,
+                         "CUDA: caller memory needs a context on the caller's stream "
+                         "(fa_context_create_cuda): this one runs on a stream of its own, with "
+                         "no ordering against the work that writes or reads that memory");
     return FA_STATUS_OK;
 }
 

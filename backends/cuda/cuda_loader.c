@@ -134,49 +134,91 @@ static void *try_open(const char *name, char *tried, size_t tried_size)
     return lib;
 }
 
-/* A library under a Toolkit root: root/lib64/name. */
-static void *try_root(const char *root, const char *name, char *tried, size_t tried_size)
+bool fa__cu_driver_takes(int driver_version, int nvrtc_version, bool *ptx_ok, char *why,
+                         size_t why_size)
 {
-    if (!root || !*root)
-        return NULL;
-    char path[1024];
-    fa__format(path, sizeof path, "%s/lib64/%s", root, name);
-    return try_open(path, tried, tried_size);
+    int dmaj = driver_version / 1000, dmin = driver_version % 1000 / 10;
+    int nmaj = nvrtc_version / 1000, nmin = nvrtc_version % 1000 / 10;
+    *ptx_ok = driver_version == 0 || driver_version >= nvrtc_version;
+    if (driver_version == 0 || nmaj <= dmaj)
+        return true; /* a newer minor's CUBIN loads (minor version compatibility); its PTX not */
+    fa__format(why, why_size, "NVRTC %d.%d makes code for CUDA %d, which the driver (CUDA %d.%d, "
+               "cuDriverGetVersion %d) cannot load: install a driver for CUDA %d (for CUDA 13: "
+               "580 or newer) or point FLASHATTN_NVRTC at an NVRTC %d.x",
+               nmaj, nmin, nmaj, dmaj, dmin, driver_version, nmaj, dmaj);
+    return false;
 }
 
-fa_status fa__nvrtc_load(fa__nvrtc_api *nv, char *why, size_t why_size)
+/* Resolves a loaded NVRTC into nv and asks its version; false (reason in why) on failure. */
+static bool resolve_nvrtc(void *lib, const char *name, fa__nvrtc_api *nv, char *why,
+                          size_t why_size)
+{
+    memset(nv, 0, sizeof *nv);
+    if (!resolve(lib, name, nvrtc_symbols, sizeof nvrtc_symbols / sizeof nvrtc_symbols[0], nv,
+                 why, why_size))
+        return false;
+    int major = 0, minor = 0;
+    nvrtcResult r = nv->Version(&major, &minor);
+    if (r != NVRTC_SUCCESS) {
+        fa__format(why, why_size, "%s: nvrtcVersion failed (%d)", name, (int)r);
+        return false;
+    }
+    nv->version = 1000 * major + 10 * minor;
+    fa__format(nv->library, sizeof nv->library, "%s", name);
+    return true;
+}
+
+/* Opens and checks one candidate: true when it loads, resolves and suits the driver; else its
+ * reason is appended to tried. */
+static bool try_nvrtc(const char *name, int driver_version, fa__nvrtc_api *nv, char *tried,
+                      size_t tried_size)
+{
+    void *lib = try_open(name, tried, tried_size);
+    if (!lib)
+        return false;
+    char why[512] = "";
+    if (resolve_nvrtc(lib, name, nv, why, sizeof why) &&
+        fa__cu_driver_takes(driver_version, nv->version, &nv->ptx_ok, why, sizeof why))
+        return true;
+    fa__append(tried, tried_size, "%s%s", *tried ? "; " : "", why);
+    return false;
+}
+
+/* A candidate under a Toolkit root: root/lib64/libnvrtc.so. */
+static bool try_nvrtc_root(const char *root, int driver_version, fa__nvrtc_api *nv, char *tried,
+                           size_t tried_size)
+{
+    if (!root || !*root)
+        return false;
+    char path[1024];
+    fa__format(path, sizeof path, "%s/lib64/libnvrtc.so", root);
+    return try_nvrtc(path, driver_version, nv, tried, tried_size);
+}
+
+fa_status fa__nvrtc_load(fa__nvrtc_api *nv, int driver_version, char *why, size_t why_size)
 {
     static const char *const names[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
-    memset(nv, 0, sizeof *nv);
-    char tried[1024] = "";
-    void *lib = NULL;
+    char tried[1536] = "";
     const char *explicit_path = getenv("FLASHATTN_NVRTC");
+    memset(nv, 0, sizeof *nv);
     if (explicit_path && *explicit_path) {
         /* A path the user named is the one they want: no silent fallback to another NVRTC. */
-        lib = try_open(explicit_path, tried, sizeof tried);
-        if (!lib) {
-            fa__format(why, why_size, "FLASHATTN_NVRTC=%s cannot be loaded: dlopen says %s",
-                       explicit_path, tried);
-            return FA_STATUS_BACKEND_UNAVAILABLE;
-        }
-    }
-    for (size_t i = 0; !lib && i < sizeof names / sizeof names[0]; i++)
-        lib = try_open(names[i], tried, sizeof tried);
-    if (!lib)
-        lib = try_root(getenv("CUDA_HOME"), "libnvrtc.so", tried, sizeof tried);
-    if (!lib)
-        lib = try_root(getenv("CUDA_PATH"), "libnvrtc.so", tried, sizeof tried);
-    if (!lib)
-        lib = try_root("/usr/local/cuda", "libnvrtc.so", tried, sizeof tried);
-    if (!lib) {
-        fa__format(why, why_size, "NVRTC (libnvrtc.so.13 / .so.12 / .so) not found: dlopen says %s",
+        if (try_nvrtc(explicit_path, driver_version, nv, tried, sizeof tried))
+            return FA_STATUS_OK;
+        fa__format(why, why_size, "FLASHATTN_NVRTC=%s cannot be used: %s", explicit_path,
                    tried);
         return FA_STATUS_BACKEND_UNAVAILABLE;
     }
-    if (!resolve(lib, "libnvrtc", nvrtc_symbols, sizeof nvrtc_symbols / sizeof nvrtc_symbols[0],
-                 nv, why, why_size))
-        return FA_STATUS_BACKEND_UNAVAILABLE;
-    return FA_STATUS_OK;
+    /* The newest first: the first one the driver can load is the one used. */
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (try_nvrtc(names[i], driver_version, nv, tried, sizeof tried))
+            return FA_STATUS_OK;
+    const char *roots[] = {getenv("CUDA_HOME"), getenv("CUDA_PATH"), "/usr/local/cuda"};
+    for (size_t i = 0; i < sizeof roots / sizeof roots[0]; i++)
+        if (try_nvrtc_root(roots[i], driver_version, nv, tried, sizeof tried))
+            return FA_STATUS_OK;
+    fa__format(why, why_size, "no usable NVRTC (libnvrtc.so.13 / .so.12 / .so): %s", tried);
+    return FA_STATUS_BACKEND_UNAVAILABLE;
 }
 
 void fa__cu_describe(const fa__cu_api *api, CUresult err, char *buf, size_t size)

@@ -86,33 +86,58 @@ static fa_status kernel_source(fa__kernel kernel, char **out, char **msg)
     return st;
 }
 
+/* The newest arch NVRTC knows at or below `want` (best), and its oldest (oldest); -1 when none
+ * or the query fails (*r says). */
+static void known_archs_of(const fa__nvrtc_api *nv, long want, int *best, int *oldest,
+                           nvrtcResult *r)
+{
+    int n = 0, *archs = NULL;
+    *best = *oldest = -1;
+    *r = nv->GetNumSupportedArchs(&n);
+    if (*r == NVRTC_SUCCESS && n > 0 && (archs = malloc((size_t)n * sizeof *archs)) != NULL)
+        *r = nv->GetSupportedArchs(archs);
+    for (int i = 0; *r == NVRTC_SUCCESS && archs && i < n; i++) {
+        if (archs[i] <= want && archs[i] > *best)
+            *best = archs[i];
+        if (*oldest < 0 || archs[i] < *oldest)
+            *oldest = archs[i];
+    }
+    free(archs);
+}
+
 /* The --gpu-architecture option for "sm_NN": a CUBIN for an arch NVRTC knows, else PTX for the
- * newest older one it knows (the driver JIT-compiles it), else an error in *msg. */
+ * newest older one it knows when the driver can JIT it (nv->ptx_ok), else an error in *msg. */
 static fa_status arch_option(const fa__nvrtc_api *nv, const char *arch, char *opt, size_t size,
                              bool *ptx, char **msg)
 {
     char *end = NULL;
     long want = strncmp(arch, "sm_", 3) == 0 ? strtol(arch + 3, &end, 10) : -1;
-    int n = 0, best = -1;
+    int best = -1, oldest = -1;
+    nvrtcResult r = NVRTC_SUCCESS;
     if (want <= 0 || !end || *end) {
         *msg = fa__heap_format("\"%s\" is not a CUDA architecture (sm_XY)", arch);
         return FA_STATUS_INVALID_ARGUMENT;
     }
-    int *archs = NULL;
-    nvrtcResult r = nv->GetNumSupportedArchs(&n);
-    if (r == NVRTC_SUCCESS && n > 0 && (archs = malloc((size_t)n * sizeof *archs)) != NULL)
-        r = nv->GetSupportedArchs(archs);
-    for (int i = 0; r == NVRTC_SUCCESS && archs && i < n; i++)
-        if (archs[i] <= want && archs[i] > best)
-            best = archs[i];
-    free(archs);
+    known_archs_of(nv, want, &best, &oldest, &r);
+    if (r != NVRTC_SUCCESS) {
+        *msg = fa__heap_format("NVRTC cannot list its architectures: %s", nv->GetErrorString(r));
+        return FA_STATUS_KERNEL_BUILD_ERROR;
+    }
     if (best < 0) {
-        *msg = fa__heap_format("NVRTC supports no architecture at or below %s (%s)", arch,
-                           r == NVRTC_SUCCESS ? "too old a GPU for this Toolkit"
-                                              : nv->GetErrorString(r));
+        *msg = fa__heap_format("%s is not supported by NVRTC %d.%d (%s), whose oldest "
+                               "architecture is sm_%d: use an NVRTC that still compiles for it "
+                               "(CUDA 12 for sm_70) through FLASHATTN_NVRTC",
+                               arch, nv->version / 1000, nv->version % 1000 / 10, nv->library,
+                               oldest);
         return FA_STATUS_KERNEL_BUILD_ERROR;
     }
     *ptx = best != want;
+    if (*ptx && !nv->ptx_ok) {
+        *msg = fa__heap_format("NVRTC %d.%d does not know %s, and the driver is older than it "
+                               "so cannot JIT its PTX for sm_%d: use a newer NVRTC or driver",
+                               nv->version / 1000, nv->version % 1000 / 10, arch, best);
+        return FA_STATUS_KERNEL_BUILD_ERROR;
+    }
     fa__format(opt, size, "--gpu-architecture=%s_%d", *ptx ? "compute" : "sm", best);
     return FA_STATUS_OK;
 }
@@ -170,8 +195,24 @@ static nvrtcResult program_image(const fa__nvrtc_api *nv, nvrtcProgram prog, boo
     return r;
 }
 
-fa_status fa__cu_compile(const fa__nvrtc_api *nv, const char *arch, fa__kernel kernel,
-                         const char *options, char **image, size_t *image_size, char **msg)
+/* The program's log (a heap string, "" when empty), or NULL when out of memory. */
+static char *program_log(const fa__nvrtc_api *nv, nvrtcProgram prog)
+{
+    size_t n = 0;
+    char *log = NULL;
+    if (nv->GetProgramLogSize(prog, &n) == NVRTC_SUCCESS && (log = malloc(n + 1)) != NULL) {
+        if (nv->GetProgramLog(prog, log) != NVRTC_SUCCESS)
+            n = 0;
+        log[n] = '\0';
+    }
+    return log;
+}
+
+/* fa__cu_compile with one more option (extra, may be NULL) and, when log is given, NVRTC's log
+ * of a successful compile in a heap *log. */
+static fa_status compile_program(const fa__nvrtc_api *nv, const char *arch, fa__kernel kernel,
+                                 const char *options, const char *extra, char **image,
+                                 size_t *image_size, char **msg, char **log)
 {
     char arch_opt[64], opts[512];
     bool ptx = false;
@@ -185,7 +226,11 @@ fa_status fa__cu_compile(const fa__nvrtc_api *nv, const char *arch, fa__kernel k
         return st;
     fa__format(opts, sizeof opts, "%s", options);
     argv[0] = arch_opt;
-    int argc = split_options(opts, argv, FA_CU_MAX_OPTIONS);
+    int argc = split_options(opts, argv, FA_CU_MAX_OPTIONS - 2);
+    if (program_of(kernel) == &backward)
+        argv[argc++] = "-DFWD_HELPERS_ONLY=1"; /* the forward's helpers without its entry */
+    if (extra)
+        argv[argc++] = extra;
     nvrtcProgram prog = NULL;
     nvrtcResult r = nv->CreateProgram(&prog, src, file_of(kernel), 0, NULL, NULL);
     free(src);
@@ -195,6 +240,8 @@ fa_status fa__cu_compile(const fa__nvrtc_api *nv, const char *arch, fa__kernel k
             *msg = compile_failure(nv, prog, r, arch_opt, options);
         else if (r == NVRTC_SUCCESS)
             r = program_image(nv, prog, ptx, image, image_size);
+        if (r == NVRTC_SUCCESS && log && !(*log = program_log(nv, prog)))
+            r = NVRTC_ERROR_OUT_OF_MEMORY;
         nv->DestroyProgram(&prog);
     }
     if (r == NVRTC_SUCCESS)
@@ -206,6 +253,36 @@ fa_status fa__cu_compile(const fa__nvrtc_api *nv, const char *arch, fa__kernel k
                                           : FA_STATUS_KERNEL_BUILD_ERROR;
 }
 
+fa_status fa__cu_compile(const fa__nvrtc_api *nv, const char *arch, fa__kernel kernel,
+                         const char *options, char **image, size_t *image_size, char **msg)
+{
+    return compile_program(nv, arch, kernel, options, NULL, image, image_size, msg, NULL);
+}
+
+fa_status fa__cuda_resource_log(const char *arch, fa__kernel kernel, const char *options,
+                                char **log)
+{
+    fa__nvrtc_api nv;
+    char why[1024] = "";
+    *log = NULL;
+    fa_status st = fa__nvrtc_load(&nv, 0, why, sizeof why);
+    if (st != FA_STATUS_OK) {
+        *log = fa__heap_format("%s", why);
+        return st;
+    }
+    char *image = NULL, *msg = NULL;
+    size_t size = 0;
+    st = compile_program(&nv, arch, kernel, options, "--ptxas-options=--verbose", &image, &size,
+                         &msg, log);
+    free(image);
+    if (st != FA_STATUS_OK) {
+        *log = msg;
+        return st;
+    }
+    free(msg);
+    return FA_STATUS_OK;
+}
+
 fa_status fa__cuda_compile_check(const char *arch, fa__kernel kernel, const char *options,
                                  char *log, size_t log_size)
 {
@@ -215,7 +292,7 @@ fa_status fa__cuda_compile_check(const char *arch, fa__kernel kernel, const char
     if ((unsigned)kernel >= FA__KERNEL_COUNT)
         return FA_STATUS_INVALID_ARGUMENT;
     fa__nvrtc_api nv;
-    fa_status st = fa__nvrtc_load(&nv, log, log_size);
+    fa_status st = fa__nvrtc_load(&nv, 0, log, log_size); /* no driver: compile only */
     if (st != FA_STATUS_OK)
         return st;
     char *image = NULL, *msg = NULL;

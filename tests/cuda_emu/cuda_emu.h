@@ -12,8 +12,10 @@
  *   They are stronger than the hardware's in the warp: __syncwarp's lane mask is ignored, so a
  *   missing warp barrier between lanes of different masks is not found here
  *   (compute-sanitizer's synccheck on a GPU is for that);
- * - shared memory is one array per kernel configuration, filled with NaN bytes before each
- *   launch, so a read of a shared word that no thread wrote shows in the output;
+ * - shared memory is one array per kernel configuration: the launch's dynamic bytes are filled
+ *   with NaN bytes before each launch, so a read of a shared word that no thread wrote shows in
+ *   the output, and the rest with a canary checked after every block, so a write past the
+ *   launch's bytes fails the launch (emu_launch.cpp);
  * - the kernel's PTX (f16 `cvt`, `mma.sync`) comes from FA_EMULATED hooks: the conversions are
  *   the library's, mma.sync gathers the warp's fragments between two warp barriers and multiplies
  *   with f32 accumulation, following the PTX ISA's m16n8k16 fragment layouts.

@@ -30,10 +30,19 @@ typedef struct fa_emu_kernel {
 size_t fa_emu_kernel_count(void);
 const fa_emu_kernel *fa_emu_kernel_at(size_t i);
 
-/* Runs the kernel on grid (gx, gy, gz), wg_size host threads per block, blocks in order;
- * shared memory starts as NaN bytes. args: the kernel's n_args pointer arguments. */
-void fa_emu_launch(const fa_emu_kernel *k, unsigned gx, unsigned gy, unsigned gz,
-                   void *const *args, const void *params);
+/* The canary byte that fills a configuration's shared memory past the launch's bytes. */
+#define FA_EMU_CANARY 0xA5
+
+/*
+ * Runs the kernel on grid (gx, gy, gz), wg_size host threads per block, blocks in order, with
+ * shared_bytes of dynamic shared memory (the launch's, as the host would pass cuLaunchKernel).
+ * The first shared_bytes start as NaN bytes, the rest of the configuration's array holds
+ * FA_EMU_CANARY; after every block the canary is checked. args: the kernel's n_args pointer
+ * arguments. Returns 0, or 1 + the offset past shared_bytes of the first canary byte a block
+ * changed (the launch stops after that block); -1 when shared_bytes exceeds the array.
+ */
+long long fa_emu_launch(const fa_emu_kernel *k, unsigned gx, unsigned gy, unsigned gz,
+                        void *const *args, const void *params, size_t shared_bytes);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
 /*
  * emu_launch.cpp - runs an emulated kernel configuration (emu_kernel.cpp) over a grid: one host
- * thread per CUDA thread of the block, the blocks one after another, a barrier between them.
+ * thread per CUDA thread of the block, the blocks one after another, a barrier between them,
+ * and after each block a check that no byte past the launch's dynamic shared memory changed.
  * The C test driver (tests/test_cuda_emu.c) calls the extern "C" functions below.
  */
 #include "cuda_emu.h"
@@ -90,10 +91,22 @@ const fa_emu_kernel *fa_emu_kernel_at(size_t i)
     return i < registry().size() ? registry()[i] : nullptr;
 }
 
-void fa_emu_launch(const fa_emu_kernel *k, unsigned gx, unsigned gy, unsigned gz,
-                   void *const *args, const void *params)
+/* The first changed canary byte past `from` (1 + its offset past `from`), or 0. */
+static long long canary_breach(const fa_emu_kernel *k, size_t from)
 {
-    memset(k->smem, 0xFF, k->smem_bytes);
+    for (size_t i = from; i < k->smem_bytes; i++)
+        if ((unsigned char)k->smem[i] != FA_EMU_CANARY)
+            return 1 + (long long)(i - from);
+    return 0;
+}
+
+long long fa_emu_launch(const fa_emu_kernel *k, unsigned gx, unsigned gy, unsigned gz,
+                        void *const *args, const void *params, size_t shared_bytes)
+{
+    if (shared_bytes > k->smem_bytes)
+        return -1;
+    memset(k->smem, 0xFF, shared_bytes);
+    memset(k->smem + shared_bytes, FA_EMU_CANARY, k->smem_bytes - shared_bytes);
     exchange.assign((size_t)k->wg_size, 0.0f);
     fragments.assign((size_t)k->wg_size, mma_regs{});
     pthread_barrier_init(&block_barrier, nullptr, (unsigned)k->wg_size);
@@ -102,9 +115,11 @@ void fa_emu_launch(const fa_emu_kernel *k, unsigned gx, unsigned gy, unsigned gz
         unsigned in_warp = (unsigned)k->wg_size - 32u * (unsigned)w;
         pthread_barrier_init(&warp_barriers[w], nullptr, in_warp < 32u ? in_warp : 32u);
     }
+    /* Written by thread 0 between two block barriers, read by every thread after the second. */
+    long long breach = 0;
     std::vector<std::thread> threads;
     for (int t = 0; t < k->wg_size; t++) {
-        threads.emplace_back([=] {
+        threads.emplace_back([=, &breach] {
             threadIdx = {(unsigned)t, 0, 0};
             gridDim = {gx, gy, gz};
             for (unsigned z = 0; z < gz; z++)
@@ -113,6 +128,11 @@ void fa_emu_launch(const fa_emu_kernel *k, unsigned gx, unsigned gy, unsigned gz
                         blockIdx = {x, y, z};
                         k->entry(args, params);
                         fa_emu_barrier(); /* the block is done before the next one starts */
+                        if (t == 0)
+                            breach = canary_breach(k, shared_bytes);
+                        fa_emu_barrier(); /* every thread sees the check before going on */
+                        if (breach)
+                            return;
                     }
         });
     }
@@ -121,5 +141,5 @@ void fa_emu_launch(const fa_emu_kernel *k, unsigned gx, unsigned gy, unsigned gz
     pthread_barrier_destroy(&block_barrier);
     for (pthread_barrier_t &b : warp_barriers)
         pthread_barrier_destroy(&b);
+    return breach;
 }
-

@@ -4,6 +4,8 @@
  */
 #include "emu_plan.h"
 
+#include "cuda_internal.h"
+
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -36,6 +38,21 @@ const fa_emu_kernel *emu_launch_kernel(const char *name, const fa__launch *launc
     return kernel;
 }
 
+void emu_launch(const char *name, const fa__launch *launch, const fa_emu_kernel *kernel,
+                unsigned gx, unsigned gy, unsigned gz, void *const *args,
+                const fa_kernel_params *kp)
+{
+    uint64_t shared = fa__cu_launch_shared(launch);
+    long long breach = fa_emu_launch(kernel, gx, gy, gz, args, kp, (size_t)shared);
+    if (breach < 0)
+        fail_msg("%s: %s needs %llu bytes of shared memory, more than the emulator's %zu", name,
+                 fa__kernel_entry(launch->variant.kernel), (unsigned long long)shared,
+                 kernel->smem_bytes);
+    if (breach > 0)
+        fail_msg("%s: %s wrote shared memory %lld bytes past the end of its %llu", name,
+                 fa__kernel_entry(launch->variant.kernel), breach - 1, (unsigned long long)shared);
+}
+
 void emu_run_plan(const char *name, const fa_plan *plan, void *const mem_in[FA__TENSOR_COUNT],
                   bool has_lse, int64_t total_q, bool fold)
 {
@@ -66,8 +83,8 @@ void emu_run_plan(const char *name, const fa_plan *plan, void *const mem_in[FA__
         }
         fa_kernel_params kp;
         fa__run_params(plan, l, has_lse, total_q, &kp);
-        fa_emu_launch(kernel, fold ? 1u : (unsigned)l->grid[0], fold ? 1u : (unsigned)l->grid[1],
-                      fold ? 1u : (unsigned)l->grid[2], args, &kp);
+        emu_launch(name, l, kernel, fold ? 1u : (unsigned)l->grid[0],
+                   fold ? 1u : (unsigned)l->grid[1], fold ? 1u : (unsigned)l->grid[2], args, &kp);
     }
     free(scratch);
 }

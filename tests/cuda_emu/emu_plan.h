@@ -18,6 +18,12 @@
 const fa_emu_kernel *emu_launch_kernel(const char *name, const fa__launch *launch, char *options,
                                        size_t size);
 
+/* Runs one launch's kernel on grid (gx, gy, gz) with the launch's dynamic shared memory
+ * (fa__cu_launch_shared); a block that writes past it fails the test, naming the case. */
+void emu_launch(const char *name, const fa__launch *launch, const fa_emu_kernel *kernel,
+                unsigned gx, unsigned gy, unsigned gz, void *const *args,
+                const fa_kernel_params *kp);
+
 /*
  * Runs a plan's launches in order on host memory mem[] (by fa__tensor), as run_launches does:
  * launches with an empty grid skipped, has_lse set, varlen's LSE head stride total_q, and the

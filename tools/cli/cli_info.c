@@ -9,6 +9,9 @@
 #include "cli_memory.h"
 #include "cli_modifiers.h"
 #include "cli_seq.h"
+#ifdef FLASHATTN_WITH_CUDA
+#include "flashattn_cuda.h"
+#endif
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -57,6 +60,16 @@ static void print_device(fa_backend backend, int index)
         printf("    %-16s unknown\n", "lockstep width");
 }
 
+/* Which NVRTC the CUDA backend compiles with for this driver, or why none suits it. */
+static void print_cuda_compiler(void)
+{
+#ifdef FLASHATTN_WITH_CUDA
+    char info[1024] = "";
+    fa_status st = fa_cuda_compiler(info, sizeof info);
+    printf("  compiler: %s%s\n", st == FA_STATUS_OK ? "" : "unusable: ", info);
+#endif
+}
+
 /* One backend: its devices, or the reason it has none. Never an error exit. */
 static void print_backend(fa_backend backend)
 {
@@ -73,6 +86,8 @@ static void print_backend(fa_backend backend)
         return;
     }
     printf("%s: %d device%s\n", name, count, count == 1 ? "" : "s");
+    if (backend == FA_BACKEND_CUDA)
+        print_cuda_compiler();
     for (i = 0; i < count; i++)
         print_device(backend, i);
 }
