@@ -298,6 +298,13 @@ FA_API void fa_context_memory(const fa_context *ctx, uint64_t *current_bytes,
                               uint64_t *peak_bytes);
 /* Sets the peak to the current value, so the next peak measures one region of work. */
 FA_API void fa_context_reset_peak(fa_context *ctx);
+/*
+ * Frees the scratch the context keeps for its runs. A run that needs scratch (fa_plan_scratch_bytes)
+ * reuses the context's, growing it when it is smaller, so runs neither allocate nor free (on a
+ * GPU a free waits for the device); it stays counted in fa_context_memory until this call or
+ * fa_context_destroy. For a context that ran a large problem and goes on with small ones.
+ */
+FA_API void fa_context_release_scratch(fa_context *ctx);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Buffers                                                                                     */

@@ -260,9 +260,20 @@ void fa_context_destroy(fa_context *ctx)
 {
     if (!ctx)
         return;
+    fa_context_release_scratch(ctx);
     ctx->ops->context_close(ctx->state);
     free(ctx->error);
     free(ctx);
+}
+
+void fa_context_release_scratch(fa_context *ctx)
+{
+    if (!ctx || !ctx->scratch)
+        return;
+    ctx->ops->buffer_free(ctx, ctx->scratch);
+    fa__mem_sub(ctx, ctx->scratch_bytes);
+    ctx->scratch = NULL;
+    ctx->scratch_bytes = 0;
 }
 
 fa_status fa_context_set_check_sequences(fa_context *ctx, int on)

@@ -450,6 +450,11 @@ struct fa_context {
     uint64_t mem_current;
     uint64_t mem_peak;
     bool check_sequences; /* fa_context_set_check_sequences */
+    /* The runs' scratch, kept between runs and grown to the largest a run needed (counted in
+     * mem_current), so a run neither allocates nor frees: a GPU's free waits for the device.
+     * fa_context_release_scratch and fa_context_destroy free it. */
+    void *scratch;
+    uint64_t scratch_bytes;
 };
 
 struct fa_buffer {

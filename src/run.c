@@ -98,22 +98,35 @@ static fa_status check_run(fa_context *ctx, const fa_plan *plan, fa__op op)
     return FA_STATUS_OK;
 }
 
-/* Runs the plan's launches in order on the bound tensors, with the plan's scratch allocated
- * (and counted) for the run. A launch with an empty grid has nothing to do and is not made.
+/* The context's scratch, grown to `bytes` where it is smaller (struct fa_context). */
+static fa_status scratch_for_run(fa_context *ctx, uint64_t bytes)
+{
+    if (bytes <= ctx->scratch_bytes)
+        return FA_STATUS_OK;
+    if (bytes > SIZE_MAX)
+        return fa__error(ctx, FA_STATUS_OUT_OF_MEMORY, "scratch of %llu bytes does not fit "
+                         "this host's sizes", (unsigned long long)bytes);
+    fa_context_release_scratch(ctx);
+    fa_status st = ctx->ops->buffer_alloc(ctx, (size_t)bytes, &ctx->scratch);
+    if (st != FA_STATUS_OK) {
+        ctx->scratch = NULL;
+        return st;
+    }
+    ctx->scratch_bytes = bytes;
+    fa__mem_add(ctx, bytes);
+    return FA_STATUS_OK;
+}
+
+/* Runs the plan's launches in order on the bound tensors, with the context's scratch (grown to
+ * the plan's where it is smaller). A launch with an empty grid has nothing to do and is not made.
  * total_q: varlen's packed rows, the stride between LSE's heads. */
 static fa_status run_launches(fa_context *ctx, const fa_plan *plan, void **mem, bool has_lse,
                               int64_t total_q)
 {
-    fa_status st = FA_STATUS_OK;
-    uint64_t scratch = fa__run_scratch_bytes(plan, total_q);
-    if (scratch > SIZE_MAX)
-        return fa__error(ctx, FA_STATUS_OUT_OF_MEMORY, "scratch of %llu bytes does not fit "
-                         "this host's sizes", (unsigned long long)scratch);
-    if (scratch && (st = ctx->ops->buffer_alloc(ctx, (size_t)scratch,
-                                                &mem[FA__TENSOR_SCRATCH])) != FA_STATUS_OK)
+    fa_status st = scratch_for_run(ctx, fa__run_scratch_bytes(plan, total_q));
+    if (st != FA_STATUS_OK)
         return st;
-    if (scratch)
-        fa__mem_add(ctx, scratch);
+    mem[FA__TENSOR_SCRATCH] = ctx->scratch;
     for (int i = 0; i < plan->n_launches && st == FA_STATUS_OK; i++) {
         const fa__launch *l = &plan->launches[i];
         if (l->grid[0] == 0 || l->grid[1] == 0 || l->grid[2] == 0)
@@ -121,10 +134,6 @@ static fa_status run_launches(fa_context *ctx, const fa_plan *plan, void **mem, 
         fa_kernel_params kp;
         fa__run_params(plan, l, has_lse, total_q, &kp);
         st = ctx->ops->launch(ctx, plan, l, &kp, mem);
-    }
-    if (scratch) {
-        ctx->ops->buffer_free(ctx, mem[FA__TENSOR_SCRATCH]);
-        fa__mem_sub(ctx, scratch);
     }
     if (st == FA_STATUS_OK)
         fa__error_clear(ctx);

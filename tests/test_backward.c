@@ -664,6 +664,7 @@ static void test_memory(void **state)
     run_forward(&r);
     check_status(fa_plan_create_backward(ctx, &r.p, &r.bwd), "fa_plan_create_backward", &r);
     uint64_t before = 0, after = 0, peak = 0;
+    fa_context_release_scratch(ctx); /* the forward's, kept by the context */
     fa_context_memory(ctx, &before, NULL);
     fa_context_reset_peak(ctx);
     check_status(call_backward(&r, r.bwd), "fa_backward", &r);
@@ -674,8 +675,19 @@ static void test_memory(void **state)
     if (peak - before > bound)
         fail_msg("fa_backward used %llu scratch bytes, more than O(N)'s %llu",
                  (unsigned long long)(peak - before), (unsigned long long)bound);
-    if (after != before)
+    /* The context keeps the run's scratch for the next run, and frees it when asked. */
+    if (after - before > bound)
         fail_msg("fa_backward kept %lld bytes after returning", (long long)(after - before));
+    fa_context_reset_peak(ctx);
+    check_status(call_backward(&r, r.bwd), "fa_backward again", &r);
+    fa_context_memory(ctx, &peak, &peak);
+    if (peak != after)
+        fail_msg("a second fa_backward held %llu bytes, the first kept %llu: scratch not reused",
+                 (unsigned long long)peak, (unsigned long long)after);
+    fa_context_release_scratch(ctx);
+    fa_context_memory(ctx, &after, NULL);
+    if (after != before)
+        fail_msg("fa_context_release_scratch left %lld bytes", (long long)(after - before));
     run_close(&r);
 }
 
