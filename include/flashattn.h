@@ -299,10 +299,11 @@ FA_API void fa_context_memory(const fa_context *ctx, uint64_t *current_bytes,
 /* Sets the peak to the current value, so the next peak measures one region of work. */
 FA_API void fa_context_reset_peak(fa_context *ctx);
 /*
- * Frees the scratch the context keeps for its runs. A run that needs scratch (fa_plan_scratch_bytes)
- * reuses the context's, growing it when it is smaller, so runs neither allocate nor free (on a
- * GPU a free waits for the device); it stays counted in fa_context_memory until this call or
- * fa_context_destroy. For a context that ran a large problem and goes on with small ones.
+ * Frees the scratch the context keeps for its runs. A run that needs scratch
+ * (fa_plan_scratch_bytes) reuses the context's, growing it when it is smaller, so runs neither
+ * allocate nor free (on a GPU a free waits for the device); it stays counted in
+ * fa_context_memory until this call or fa_context_destroy. For a context that ran a large
+ * problem and goes on with small ones.
  */
 FA_API void fa_context_release_scratch(fa_context *ctx);
 
@@ -415,6 +416,21 @@ typedef struct fa_problem {
     int32_t kv_splits;     /* split-KV (forward): 0 lets the planner choose, 1 never splits,
                               n > 1 splits the keys in n chunks (fewer when there are fewer key
                               tiles); FLASHATTN_KV_SPLITS stands in for 0 */
+    /* Block-sparse attention (flashattn_block_mask.h; off at zero): query block qb (rows
+     * [qb * sparse_block_q, +sparse_block_q)) computes only the key blocks its list names,
+     * inside the causal mask and the window (an AND); every modifier and dropout apply inside
+     * computed blocks. The lists are fa_tensors' kv_num_blocks / kv_indices (the backward also
+     * reads the transposed q_num_blocks / q_indices), int32 [sparse_batch, sparse_heads, rows,
+     * cols]; with sparse_full the full pairs too, whose blocks the run checks are wholly inside
+     * the causal mask and the window. Each run reads the lists and checks them
+     * (fa_block_mask_check; FA_STATUS_INVALID_BLOCK_MASK). The cpu backend runs it; the others
+     * answer FA_STATUS_UNSUPPORTED for now. */
+    int32_t block_sparse;   /* 1: on; 0: off */
+    int32_t sparse_block_q; /* query rows per block: a power of two in [16, 256] */
+    int32_t sparse_block_k; /* keys per block: a power of two in [16, 256] */
+    int32_t sparse_batch;   /* the lists' batch dimension: 1 (broadcast) or batch */
+    int32_t sparse_heads;   /* the lists' head dimension: 1 (broadcast) or heads_q */
+    int32_t sparse_full;    /* 1: the full pairs are given; 0: not */
 } fa_problem;
 
 /* LSE, when requested, is f32 [batch, heads_q, seqlen_q], contiguous, natural log. */
@@ -616,6 +632,11 @@ typedef struct fa_tensors {
     const fa_buffer *block_table;  /* int32 [batch, pages_per_seq], when problem.page_size */
     const fa_buffer *o_parts;      /* merge: the partial outputs (fa_merge) */
     const fa_buffer *lse_parts;    /* merge: their f32 LSEs (fa_merge) */
+    /* Block-sparse lists (problem.block_sparse; fa_block_lists' layout): the forward's, read by
+     * both passes, and the transposed ones, read by the backward; the full pairs with
+     * problem.sparse_full. */
+    const fa_buffer *kv_num_blocks, *kv_indices, *full_kv_num_blocks, *full_kv_indices;
+    const fa_buffer *q_num_blocks, *q_indices, *full_q_num_blocks, *full_q_indices;
 } fa_tensors;
 
 /* The tensors of fa_tensors, for fa_problem_tensor_bytes. */
@@ -636,7 +657,15 @@ typedef enum fa_tensor_id {
     FA_TENSOR_CU_SEQLENS_Q,
     FA_TENSOR_CU_SEQLENS_K,
     FA_TENSOR_SEQLENS_K,
-    FA_TENSOR_BLOCK_TABLE
+    FA_TENSOR_BLOCK_TABLE,
+    FA_TENSOR_KV_NUM_BLOCKS,
+    FA_TENSOR_KV_INDICES,
+    FA_TENSOR_FULL_KV_NUM_BLOCKS,
+    FA_TENSOR_FULL_KV_INDICES,
+    FA_TENSOR_Q_NUM_BLOCKS,
+    FA_TENSOR_Q_INDICES,
+    FA_TENSOR_FULL_Q_NUM_BLOCKS,
+    FA_TENSOR_FULL_Q_INDICES
 } fa_tensor_id;
 
 /*

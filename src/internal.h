@@ -49,6 +49,14 @@ typedef enum fa__tensor {
     FA__TENSOR_CU_SEQLENS_K, /* of a plan whose problem uses them */
     FA__TENSOR_SEQLENS_K,
     FA__TENSOR_BLOCK_TABLE,
+    FA__TENSOR_KV_NUM_BLOCKS, /* block-sparse lists (flashattn_block_mask.h), bound only by */
+    FA__TENSOR_KV_INDICES,    /* launches of a block-sparse plan */
+    FA__TENSOR_FULL_KV_NUM_BLOCKS,
+    FA__TENSOR_FULL_KV_INDICES,
+    FA__TENSOR_Q_NUM_BLOCKS,
+    FA__TENSOR_Q_INDICES,
+    FA__TENSOR_FULL_Q_NUM_BLOCKS,
+    FA__TENSOR_FULL_Q_INDICES,
     FA__TENSOR_COUNT
 } fa__tensor;
 
@@ -359,6 +367,20 @@ void fa__features_spell(unsigned features, char *dst, size_t size);
 fa_status fa__modifiers_validate(fa_context *ctx, const fa_problem *p);
 /* Fills the modifier and dropout fields of kernel params from a validated problem. */
 void fa__kernel_params_fill_modifiers(const fa_problem *p, fa_kernel_params *kp);
+
+/* ---- block-sparse attention (src/block_sparse.c) ----------------------------------------- */
+
+/* Checks the block-sparse fields (called by fa__modifiers_validate; OK when off). */
+fa_status fa__block_sparse_validate(fa_context *ctx, const fa_problem *p);
+/* Fills the block-sparse fields of kernel params (zero when off). */
+void fa__block_sparse_params(const fa_problem *p, fa_kernel_params *kp);
+/* Whether an op of the problem reads a block-sparse list tensor. */
+bool fa__block_sparse_role(const fa_problem *p, fa__op op, fa__tensor tensor);
+/* The int32 entries of a block-sparse list tensor of the problem. */
+uint64_t fa__block_sparse_ints(const fa_problem *p, fa__tensor tensor);
+/* A run's lists read back and checked (fa_block_mask_check, and full blocks wholly inside the
+ * causal mask and the window): FA_STATUS_INVALID_BLOCK_MASK, nothing written. */
+fa_status fa__block_sparse_check_run(fa_context *ctx, const fa_plan *plan, const fa_tensors *t);
 
 /* ---- backends ---------------------------------------------------------------------------- */
 

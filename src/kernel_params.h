@@ -41,6 +41,8 @@ typedef uint32_t fa_kp_u32;
 #define FA_FEATURE_WINDOW 8u
 #define FA_FEATURE_SINKS 16u
 #define FA_FEATURE_DROPOUT 32u
+#define FA_FEATURE_BLOCK_SPARSE 64u /* only the key blocks of a query block's lists (on the
+                                       cpu backend alone so far: not in FA_FEATURES_ALL) */
 #define FA_FEATURES_ALL                                                                         \
     (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_BIAS | FA_FEATURE_WINDOW |              \
      FA_FEATURE_SINKS | FA_FEATURE_DROPOUT)
@@ -100,6 +102,13 @@ typedef struct fa_kernel_params {
     fa_kp_i32 splits;        /* partials per row: the split forward's (its grid's x is
                                 q_tiles * splits, split-major) and flash_merge's; 1: none */
     fa_kp_i32 seq;           /* FA_SEQ_* bits in use */
+    /* Block-sparse attention (FA_FEATURE_BLOCK_SPARSE; flashattn_block_mask.h): query block
+     * qb = i / sparse_block_q computes the key blocks kb = j / sparse_block_k its list names
+     * (fa_block_listed). The lists are int32 [sparse_batch, sparse_heads, rows, cols], a
+     * dimension of 1 broadcast: the forward's rows are the q_blocks, cols the k_blocks. */
+    fa_kp_i32 sparse_block_q, sparse_block_k;
+    fa_kp_i32 sparse_q_blocks, sparse_k_blocks;
+    fa_kp_i32 sparse_batch, sparse_heads;
 } fa_kernel_params;
 
 /* How sequences are addressed, as bits of `seq` (and of a kernel's SEQ define). */
@@ -255,6 +264,38 @@ FA_KP_FN void fa_dropout_words(const fa_kernel_params *p, fa_kp_i64 b, fa_kp_i64
 #else
 #define FA_KP_GLOBAL
 #endif
+
+/*
+ * Block-sparse: the row of (b, h)'s lists that holds block `block` (a query block in the
+ * forward's lists, a key block in the transposed ones, which have `rows` rows per head), the
+ * lists' batch and head dimensions broadcast where they are 1.
+ */
+FA_KP_FN fa_kp_i64 fa_block_list_row(const fa_kernel_params *p, fa_kp_i64 b, fa_kp_i64 h,
+                                     fa_kp_i64 block, fa_kp_i64 rows)
+{
+    fa_kp_i64 bb = p->sparse_batch > 1 ? b : 0, hh = p->sparse_heads > 1 ? h : 0;
+    return (bb * p->sparse_heads + hh) * rows + block;
+}
+
+/*
+ * Block-sparse: whether list row `row` (cols entries, its first num[row] ascending) names
+ * block `target`; a binary search.
+ */
+FA_KP_FN int fa_block_listed(FA_KP_GLOBAL const fa_kp_i32 *num,
+                             FA_KP_GLOBAL const fa_kp_i32 *idx, fa_kp_i64 row, fa_kp_i64 cols,
+                             fa_kp_i32 target)
+{
+    fa_kp_i32 lo = 0, hi = num[row];
+    FA_KP_GLOBAL const fa_kp_i32 *r = idx + row * cols;
+    while (lo < hi) {
+        fa_kp_i32 mid = lo + (hi - lo) / 2;
+        if (r[mid] < target)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < num[row] && r[lo] == target;
+}
 
 /* Where one sequence of the batch is: its rows start at token q_start of Q and O (varlen; else
  * 0), it has seqlen_q rows and seqlen_k keys, and its keys start at key k_start of K and V

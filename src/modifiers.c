@@ -23,6 +23,8 @@ unsigned fa__problem_features(const fa_problem *p)
         f |= FA_FEATURE_SINKS;
     if (p->dropout_p > 0.0f)
         f |= FA_FEATURE_DROPOUT;
+    if (p->block_sparse)
+        f |= FA_FEATURE_BLOCK_SPARSE;
     return f;
 }
 
@@ -41,6 +43,8 @@ const char *fa__feature_name(unsigned bit)
         return "sinks";
     case FA_FEATURE_DROPOUT:
         return "dropout";
+    case FA_FEATURE_BLOCK_SPARSE:
+        return "block_sparse";
     default:
         return "?";
     }
@@ -49,7 +53,7 @@ const char *fa__feature_name(unsigned bit)
 void fa__features_spell(unsigned features, char *dst, size_t size)
 {
     fa__format(dst, size, "%s", features ? "" : "none");
-    for (unsigned bit = 1; bit <= FA_FEATURE_DROPOUT; bit <<= 1) {
+    for (unsigned bit = 1; bit <= FA_FEATURE_BLOCK_SPARSE; bit <<= 1) {
         if (features & bit)
             fa__append(dst, size, "%s%s", dst[0] ? ", " : "", fa__feature_name(bit));
     }
@@ -105,7 +109,8 @@ fa_status fa__modifiers_validate(fa_context *ctx, const fa_problem *p)
     if (p->sinks != 0 && p->sinks != 1)
         return fa__error(ctx, FA_STATUS_INVALID_ARGUMENT, "sinks = %d is not 0 (off) or 1 (on)",
                          (int)p->sinks);
-    return p->bias ? check_bias(ctx, p) : FA_STATUS_OK;
+    fa_status st = p->bias ? check_bias(ctx, p) : FA_STATUS_OK;
+    return st == FA_STATUS_OK ? fa__block_sparse_validate(ctx, p) : st;
 }
 
 /* A window bound past seqlen_q + seqlen_k reaches every key: -1 says so, and keeps the sums of
@@ -137,4 +142,5 @@ void fa__kernel_params_fill_modifiers(const fa_problem *p, fa_kernel_params *kp)
         kp->dropout_threshold = (fa_kp_u32)floor((double)p->dropout_p * 4294967296.0);
         kp->dropout_scale = (float)(1.0 / (1.0 - (double)p->dropout_p));
     }
+    fa__block_sparse_params(p, kp);
 }

@@ -169,6 +169,7 @@ typedef enum extent_kind {
     EXTENT_HEADS,  /* f32 [heads_q] (ALiBi slopes, sinks, d_sinks) */
     EXTENT_BIAS,   /* the bias layout in the bias dtype */
     EXTENT_INTS,   /* int32 [count] (the sequence buffers) */
+    EXTENT_LISTS,  /* int32 block-sparse lists (fa__block_sparse_ints) */
     EXTENT_PARTS,  /* fa_merge's partial O */
     EXTENT_LSE_PARTS
 } extent_kind;
@@ -203,6 +204,14 @@ static const slot slots[] = {
     SLOT(d_sinks, FA__TENSOR_DSINKS, EXTENT_HEADS),
     SLOT(o_parts, FA__TENSOR_O_PARTS, EXTENT_PARTS),
     SLOT(lse_parts, FA__TENSOR_LSE_PARTS, EXTENT_LSE_PARTS),
+    SLOT(kv_num_blocks, FA__TENSOR_KV_NUM_BLOCKS, EXTENT_LISTS),
+    SLOT(kv_indices, FA__TENSOR_KV_INDICES, EXTENT_LISTS),
+    SLOT(full_kv_num_blocks, FA__TENSOR_FULL_KV_NUM_BLOCKS, EXTENT_LISTS),
+    SLOT(full_kv_indices, FA__TENSOR_FULL_KV_INDICES, EXTENT_LISTS),
+    SLOT(q_num_blocks, FA__TENSOR_Q_NUM_BLOCKS, EXTENT_LISTS),
+    SLOT(q_indices, FA__TENSOR_Q_INDICES, EXTENT_LISTS),
+    SLOT(full_q_num_blocks, FA__TENSOR_FULL_Q_NUM_BLOCKS, EXTENT_LISTS),
+    SLOT(full_q_indices, FA__TENSOR_FULL_Q_INDICES, EXTENT_LISTS),
 };
 enum { N_SLOTS = sizeof slots / sizeof slots[0] };
 
@@ -250,6 +259,15 @@ static role role_of(const fa_plan *plan, fa__tensor tensor)
         return p->seqlens_k ? ROLE_IN : ROLE_UNUSED;
     case FA__TENSOR_BLOCK_TABLE:
         return p->page_size > 0 ? ROLE_IN : ROLE_UNUSED;
+    case FA__TENSOR_KV_NUM_BLOCKS:
+    case FA__TENSOR_KV_INDICES:
+    case FA__TENSOR_FULL_KV_NUM_BLOCKS:
+    case FA__TENSOR_FULL_KV_INDICES:
+    case FA__TENSOR_Q_NUM_BLOCKS:
+    case FA__TENSOR_Q_INDICES:
+    case FA__TENSOR_FULL_Q_NUM_BLOCKS:
+    case FA__TENSOR_FULL_Q_INDICES:
+        return fa__block_sparse_role(p, plan->op, tensor) ? ROLE_IN : ROLE_UNUSED;
     default:
         return ROLE_UNUSED;
     }
@@ -298,6 +316,9 @@ static void span_of(const fa_problem *p, const slot *s, const run_dims *rd, uint
         break;
     case EXTENT_BIAS:
         u = bias_use(NULL, p);
+        break;
+    case EXTENT_LISTS:
+        u.end = fa__block_sparse_ints(p, s->tensor) * 4;
         break;
     case EXTENT_INTS:
     default:
@@ -424,6 +445,8 @@ static fa_status run_op(fa_context *ctx, const fa_plan *plan, fa__op op, const f
     int64_t total_q = plan->problem.seqlen_q;
     if (st == FA_STATUS_OK)
         st = bind_tensors(ctx, plan, t, mem, &total_q);
+    if (st == FA_STATUS_OK && plan->problem.block_sparse)
+        st = fa__block_sparse_check_run(ctx, plan, t);
     if (st != FA_STATUS_OK)
         return st;
     const fa_problem *p = &plan->problem;
@@ -547,7 +570,15 @@ fa_status fa_problem_tensor_bytes(const fa_problem *p, fa_tensor_id tensor, int6
         [FA_TENSOR_CU_SEQLENS_Q] = FA__TENSOR_CU_SEQLENS_Q,
         [FA_TENSOR_CU_SEQLENS_K] = FA__TENSOR_CU_SEQLENS_K,
         [FA_TENSOR_SEQLENS_K] = FA__TENSOR_SEQLENS_K,
-        [FA_TENSOR_BLOCK_TABLE] = FA__TENSOR_BLOCK_TABLE};
+        [FA_TENSOR_BLOCK_TABLE] = FA__TENSOR_BLOCK_TABLE,
+        [FA_TENSOR_KV_NUM_BLOCKS] = FA__TENSOR_KV_NUM_BLOCKS,
+        [FA_TENSOR_KV_INDICES] = FA__TENSOR_KV_INDICES,
+        [FA_TENSOR_FULL_KV_NUM_BLOCKS] = FA__TENSOR_FULL_KV_NUM_BLOCKS,
+        [FA_TENSOR_FULL_KV_INDICES] = FA__TENSOR_FULL_KV_INDICES,
+        [FA_TENSOR_Q_NUM_BLOCKS] = FA__TENSOR_Q_NUM_BLOCKS,
+        [FA_TENSOR_Q_INDICES] = FA__TENSOR_Q_INDICES,
+        [FA_TENSOR_FULL_Q_NUM_BLOCKS] = FA__TENSOR_FULL_Q_NUM_BLOCKS,
+        [FA_TENSOR_FULL_Q_INDICES] = FA__TENSOR_FULL_Q_INDICES};
     if (!p || !bytes)
         return FA_STATUS_NULL_POINTER;
     if ((unsigned)tensor >= sizeof internal / sizeof internal[0])

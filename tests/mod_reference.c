@@ -98,6 +98,21 @@ typedef struct row_ctx {
     unsigned char *seen;       /* [batch, heads_kv, seqlen_k] */
 } row_ctx;
 
+/* Block-sparse: key j's block is computed for the row's block (the dense mask, its batch and
+ * head dimensions broadcast where they are 1). */
+static bool block_on(const row_ctx *c, int64_t j)
+{
+    const fa_problem *p = c->p;
+    if (!p->block_sparse)
+        return true;
+    int64_t nq = (p->seqlen_q + p->sparse_block_q - 1) / p->sparse_block_q;
+    int64_t nk = (p->seqlen_k + p->sparse_block_k - 1) / p->sparse_block_k;
+    int64_t b = p->sparse_batch > 1 ? c->b : 0, h = p->sparse_heads > 1 ? c->h : 0;
+    int64_t at = ((b * p->sparse_heads + h) * nq + c->i / p->sparse_block_q) * nk +
+                 j / p->sparse_block_k;
+    return c->r->block_mask[at] != 0;
+}
+
 /* Step 1: the modified scores of the row's allowed keys; returns how many there are. */
 static int64_t row_scores(row_ctx *c)
 {
@@ -106,7 +121,7 @@ static int64_t row_scores(row_ctx *c)
     const double *q = c->r->q + c->row * d;
     int64_t n = 0;
     for (int64_t j = 0; j < sk; j++) {
-        c->on[j] = mod_allowed(p, c->i, j);
+        c->on[j] = mod_allowed(p, c->i, j) && block_on(c, j);
         if (!c->on[j])
             continue;
         n++;

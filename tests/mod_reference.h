@@ -39,6 +39,9 @@ typedef struct mod_ref {
     /* inputs, set by the caller; bias, slopes and sinks NULL when their feature is off, dout
        NULL for the forward only */
     const double *q, *k, *v, *dout, *bias, *slopes, *sinks;
+    /* block-sparse (problem.block_sparse): the dense block mask [sparse_batch, sparse_heads,
+       q_blocks, k_blocks], nonzero where the block is computed; NULL otherwise */
+    const unsigned char *block_mask;
     /* outputs, allocated by mod_ref_compute (the backward's only with dout) */
     double *o, *lse, *dq, *dk, *dv, *dsinks;
     unsigned char *row_empty;  /* [batch, heads_q, seqlen_q]: the row sees no key */

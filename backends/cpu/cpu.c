@@ -233,13 +233,14 @@ typedef struct head_mods {
     double sink;        /* the sink logit of head h; -inf: none */
     const void *bias;   /* the bias buffer, NULL without */
     int64_t bias0;      /* element offset of bias[b][h][0][0] */
+    const int32_t *lists[4]; /* block-sparse: kv_num_blocks, kv_indices and the full pair */
 } head_mods;
 
 static head_mods head_mods_of(const fa_kernel_params *kp, void *const mem[FA__TENSOR_COUNT],
                               int64_t b, int64_t h)
 {
     const unsigned f = (unsigned)kp->features;
-    head_mods hm = {kp, b, h, 0.0, -INFINITY, NULL, 0};
+    head_mods hm = {kp, b, h, 0.0, -INFINITY, NULL, 0, {NULL, NULL, NULL, NULL}};
     if (f & FA_FEATURE_ALIBI)
         hm.slope = ((const float *)mem[FA__TENSOR_ALIBI])[h];
     if (f & FA_FEATURE_SINKS)
@@ -248,7 +249,23 @@ static head_mods head_mods_of(const fa_kernel_params *kp, void *const mem[FA__TE
         hm.bias = mem[FA__TENSOR_BIAS];
         hm.bias0 = kp->bias_offset + b * kp->bias_stride_b + h * kp->bias_stride_h;
     }
+    for (int i = 0; (f & FA_FEATURE_BLOCK_SPARSE) && i < 4; i++)
+        hm.lists[i] = mem[FA__TENSOR_KV_NUM_BLOCKS + i];
     return hm;
+}
+
+/* Block-sparse: whether key j's block is in the lists of row i's block (either list; a full
+ * block's elements are all inside the mask, as the run checked). */
+static bool key_listed(const head_mods *hm, int64_t i, int64_t j)
+{
+    const fa_kernel_params *kp = hm->kp;
+    if (!(kp->features & FA_FEATURE_BLOCK_SPARSE))
+        return true;
+    int64_t row = fa_block_list_row(kp, hm->b, hm->h, i / kp->sparse_block_q, kp->sparse_q_blocks);
+    fa_kp_i32 kb = (fa_kp_i32)(j / kp->sparse_block_k);
+    return fa_block_listed(hm->lists[0], hm->lists[1], row, kp->sparse_k_blocks, kb) ||
+           (hm->lists[2] && fa_block_listed(hm->lists[2], hm->lists[3], row, kp->sparse_k_blocks,
+                                            kb));
 }
 
 /* A value the kernels hold in log2 units in f32: +-inf past FLT_MAX there (a huge ALiBi slope's
@@ -352,6 +369,10 @@ static void row_step(const head_view *hv, const fa_kernel_params *kp, tile_state
     double m_new = t->m[r];
     for (int64_t j = c0; j < c1; j++) { /* S = Q K^T * scale, then the score modifiers */
         double dot = 0.0, dcap;
+        if (!key_listed(&hv->mods, row, j)) {
+            t->s[j - c0] = -INFINITY; /* a block the lists leave out: never read */
+            continue;
+        }
         int64_t kr = k_row(&hv->keys, j);
         for (int64_t x = 0; x < d; x++)
             dot += load(hv->dt, hv->q, hv->q0 + row * hv->qs + x) * load(hv->dt, hv->k, kr + x);
@@ -370,6 +391,8 @@ static void row_step(const head_view *hv, const fa_kernel_params *kp, tile_state
     for (int64_t x = 0; x < d; x++)
         acc[x] *= alpha;
     for (int64_t j = c0; j < c1; j++) { /* accumulate P V; l counts P before dropout */
+        if (!key_listed(&hv->mods, row, j))
+            continue;
         double pj = exp(t->s[j - c0] - m_use);
         t->l[r] += pj;
         pj *= dropout_factor(&hv->mods, row, j);
@@ -459,6 +482,8 @@ static void bwd_row(const bwd_head *bh, const fa_kernel_params *kp, int64_t row,
     double dsum = end > first ? dot_rows(bh->dt, bh->d_o, dor, bh->o, bh->o0 + row * bh->os, d)
                               : 0.0;
     for (int64_t j = first; j < end; j++) {
+        if (!key_listed(&bh->mods, row, j))
+            continue;
         double dot = dot_rows(bh->dt, bh->q, qr, bh->k, bh->k0 + j * bh->ks, d), dcap;
         double s = modified_score(&bh->mods, f32_range(dot, dot * scale), row, j, &dcap);
         double p = exp(s - (double)lse), z = dropout_factor(&bh->mods, row, j);
@@ -776,7 +801,8 @@ const fa__backend_ops fa__cpu_ops = {
     .buffer_write = cpu_buffer_write,
     .buffer_read = cpu_buffer_read,
     .launch = cpu_launch,
-    .supported_features = {[FA__OP_FORWARD] = FA_FEATURES_ALL,
-                           [FA__OP_BACKWARD] = FA_FEATURES_ALL},
+    /* Block-sparse runs here first: the golden that the kernels will be checked against. */
+    .supported_features = {[FA__OP_FORWARD] = FA_FEATURES_ALL | FA_FEATURE_BLOCK_SPARSE,
+                           [FA__OP_BACKWARD] = FA_FEATURES_ALL | FA_FEATURE_BLOCK_SPARSE},
     .buffer_region = cpu_buffer_region,
 };

@@ -30,13 +30,17 @@ class Problem(ctypes.Structure):
         ("window_right", c_i64), ("sinks", c_i32), ("dropout_p", ctypes.c_float),
         ("dropout_seed", c_u64), ("dropout_offset", c_u32), ("varlen", c_i32),
         ("seqlens_k", c_i32), ("page_size", c_i64), ("num_pages", c_i64),
-        ("pages_per_seq", c_i64), ("kv_splits", c_i32)]
+        ("pages_per_seq", c_i64), ("kv_splits", c_i32),
+        ("block_sparse", c_i32), ("sparse_block_q", c_i32), ("sparse_block_k", c_i32),
+        ("sparse_batch", c_i32), ("sparse_heads", c_i32), ("sparse_full", c_i32)]
 
 
 # fa_tensors' members, in the header's order; each a const or non-const fa_buffer pointer.
 TENSOR_NAMES = ("q", "k", "v", "o", "lse", "d_o", "dq", "dk", "dv", "alibi_slopes", "bias",
                 "sinks", "d_sinks", "cu_seqlens_q", "cu_seqlens_k", "seqlens_k", "block_table",
-                "o_parts", "lse_parts")
+                "o_parts", "lse_parts", "kv_num_blocks", "kv_indices", "full_kv_num_blocks",
+                "full_kv_indices", "q_num_blocks", "q_indices", "full_q_num_blocks",
+                "full_q_indices")
 
 
 class Tensors(ctypes.Structure):
