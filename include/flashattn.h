@@ -73,7 +73,8 @@ FA_API const char *fa_version(void);
     X(INVALID_WINDOW, "invalid sliding window: a bound below -1, or a bad switch")             \
     X(INVALID_BIAS, "invalid attention bias: its dtype, offset or strides")                    \
     X(INVALID_SEQLENS, "invalid sequence lengths: cu_seqlens or seqlens_k")                    \
-    X(INVALID_BLOCK_TABLE, "invalid block table: a page outside the pool or the table")
+    X(INVALID_BLOCK_TABLE, "invalid block table: a page outside the pool or the table")       \
+    X(TRANSPORT_ERROR, "a transfer between ranks failed or timed out (flashattn_ring)")
 
 typedef enum fa_status {
 #define FA__STATUS_ENUM(name, msg) FA_STATUS_##name,

@@ -1,0 +1,19 @@
+/*
+ * fake_transport.h - the callback transport of a single-process fake ring: P ranks are threads
+ * that exchange messages through one mailbox (copied on send, matched by sender, receiver and
+ * tag in order). A rank can be made silent (its sends vanish) to test the bounded waits.
+ */
+#ifndef FA_TEST_FAKE_TRANSPORT_H
+#define FA_TEST_FAKE_TRANSPORT_H
+
+#include "flashattn_ring.h"
+
+typedef struct fake_world fake_world;
+
+/* A world of `size` ranks; a rank equal to `silent` (or -1: none) never delivers a message. */
+fake_world *fake_world_create(int size, int silent);
+void fake_world_destroy(fake_world *w);
+/* The transport of `rank` in the world (its user pointer lives in the world). */
+fa_ring_transport fake_transport(fake_world *w, int rank);
+
+#endif /* FA_TEST_FAKE_TRANSPORT_H */
