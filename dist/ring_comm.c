@@ -134,10 +134,12 @@ void ring_xfer_finish(ring_run *run, ring_xfer *x)
 
 void ring_agree(ring_run *run)
 {
+    double waited = run->st.wait_s; /* wait_s counts the steps' transfers, not agreement */
     for (int round = 0; round + 1 < run->t->size && !run->broken; round++) {
         ring_header out, in;
         ring_xfer x;
         ring_xfer_start(run, &x, RING_TAG_AGREE, &out, sizeof out, &in, sizeof in);
         ring_xfer_finish(run, &x);
     }
+    run->st.wait_s = waited;
 }

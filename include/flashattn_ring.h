@@ -84,7 +84,9 @@ typedef struct fa_ring_transport {
 typedef struct fa_ring_stats {
     double total_s;   /* the whole call */
     double compute_s; /* partial attention, merges and gradient sums */
-    double wait_s;    /* blocked waiting for transfers: the part of transfer time not hidden */
+    double wait_s;    /* blocked in the steps' transfers (K/V, dK/dV; not the agreement
+                         rounds): transfer time not hidden by compute, and any time spent
+                         waiting for a slower neighbour */
     uint64_t bytes_sent;
     int32_t steps; /* P */
     int32_t pairs; /* (query chunk, key chunk) blocks computed; skipped ones not counted */
