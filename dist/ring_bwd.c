@@ -308,7 +308,8 @@ static void write_outputs(bwd_state *f)
     if (st == FA_STATUS_OK)
         st = fa_buffer_write(f->x->dq, 0, img, (size_t)qe * elem);
     /* The own sums came home into the buffer the last exchange received (no exchange: 0). */
-    const float *sums = (const float *)(f->dkv[f->run->t->size == 1 ? 0 : f->run->t->size % 2] + sizeof(ring_header));
+    int home = f->run->t->size == 1 ? 0 : f->run->t->size % 2;
+    const float *sums = (const float *)(f->dkv[home] + sizeof(ring_header));
     fa_buffer *out[2] = {f->x->dk, f->x->dv};
     fa_tensor_layout l = ring_layout(f->o->tensor_layout, w->heads_kv, n, D, 0);
     for (int g = 0; g < 2 && st == FA_STATUS_OK; g++) {

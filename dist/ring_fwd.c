@@ -109,7 +109,8 @@ static fa_status setup(fwd_state *f)
         if (!(f->stage[i] = malloc(f->stage_bytes)))
             return ring_fail(f->run, FA_STATUS_OUT_OF_MEMORY, "host staging buffers");
     if (P > 1 && kv_max > 0 &&
-        (make_buffer(f, kv_max, &f->kdev, "K block") || make_buffer(f, kv_max, &f->vdev, "V block")))
+        (make_buffer(f, kv_max, &f->kdev, "K block") ||
+         make_buffer(f, kv_max, &f->vdev, "V block")))
         return FA_STATUS_OUT_OF_MEMORY;
     for (int a = 0; a < f->mine.chunks; a++)
         if (setup_chunk(f, a))
