@@ -265,10 +265,11 @@ static void steps(bwd_state *f)
         if (step + 1 < P)
             ring_xfer_start(f->run, &kv_xf, RING_TAG_KV, f->stage[step % 2], kv_msg_bytes(f, s),
                             f->stage[(step + 1) % 2], kv_msg_bytes(f, s_next));
-        double c0 = ring_now();
+        double c0 = ring_now(), cpu0 = ring_cpu_now();
         if (!ring_failed(f->run))
             block_backward(f, s, step == 0 ? f->x->k : f->kdev, step == 0 ? f->x->v : f->vdev);
         f->run->st.compute_s += ring_now() - c0;
+        f->run->st.compute_cpu_s += ring_cpu_now() - cpu0;
         if (step + 1 < P) {
             ring_xfer_finish(f->run, &kv_xf);
             ring_upload_kv(f->run, f->ctx, f->stage[(step + 1) % 2],

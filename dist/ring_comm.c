@@ -18,6 +18,13 @@ double ring_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+double ring_cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 void ring_run_init(ring_run *run, const fa_ring_transport *t, const fa_ring_options *opts)
 {
     memset(run, 0, sizeof *run);

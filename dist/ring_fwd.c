@@ -218,10 +218,11 @@ static void steps(fwd_state *f)
             ring_xfer_start(f->run, &xf, RING_TAG_KV, f->stage[step % 2], out,
                             f->stage[(step + 1) % 2], in);
         }
-        double c0 = ring_now();
+        double c0 = ring_now(), cpu0 = ring_cpu_now();
         if (!ring_failed(f->run))
             block_forward(f, s, step == 0 ? f->x->k : f->kdev, step == 0 ? f->x->v : f->vdev);
         f->run->st.compute_s += ring_now() - c0;
+        f->run->st.compute_cpu_s += ring_cpu_now() - cpu0;
         if (more) {
             ring_xfer_finish(f->run, &xf);
             ring_upload_kv(f->run, f->ctx, f->stage[(step + 1) % 2],

@@ -35,6 +35,8 @@ typedef struct ring_run {
 } ring_run;
 
 double ring_now(void);
+/* CPU seconds this process has used (all threads). */
+double ring_cpu_now(void);
 void ring_run_init(ring_run *run, const fa_ring_transport *t, const fa_ring_options *opts);
 /* Records a failure of this rank (the first one wins). Returns status. */
 fa_status ring_fail(ring_run *run, fa_status status, const char *fmt, ...)

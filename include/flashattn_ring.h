@@ -87,6 +87,9 @@ typedef struct fa_ring_stats {
     double wait_s;    /* blocked in the steps' transfers (K/V, dK/dV; not the agreement
                          rounds): transfer time not hidden by compute, and any time spent
                          waiting for a slower neighbour */
+    double compute_cpu_s; /* CPU time of this process (every thread) during the compute: the
+                             work done, whatever else ran on the cores; not the device's time
+                             on an accelerator */
     uint64_t bytes_sent;
     int32_t steps; /* P */
     int32_t pairs; /* (query chunk, key chunk) blocks computed; skipped ones not counted */
