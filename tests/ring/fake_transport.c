@@ -28,6 +28,10 @@ struct fake_world {
     fake_msg *head, *tail;
     int size, silent;
     fake_rank ranks[16];
+    int sends[16];                  /* sends made by each rank */
+    int inject_rank, inject_nth;    /* the send that carries the injected head; -1: none */
+    unsigned char inject_head[512];
+    size_t inject_bytes;
 };
 
 /* A pending operation: sends complete at once (the data is copied), receives on a match. */
@@ -48,11 +52,20 @@ fake_world *fake_world_create(int size, int silent)
     pthread_cond_init(&w->cv, NULL);
     w->size = size;
     w->silent = silent;
+    w->inject_rank = -1;
     for (int r = 0; r < size; r++) {
         w->ranks[r].w = w;
         w->ranks[r].rank = r;
     }
     return w;
+}
+
+void fake_world_inject(fake_world *w, int rank, int nth, const void *head, size_t bytes)
+{
+    w->inject_rank = rank;
+    w->inject_nth = nth;
+    w->inject_bytes = bytes < sizeof w->inject_head ? bytes : sizeof w->inject_head;
+    memcpy(w->inject_head, head, w->inject_bytes);
 }
 
 void fake_world_destroy(fake_world *w)
@@ -87,6 +100,11 @@ static int fake_send(void *user, int peer, int tag, const void *data, size_t byt
         return 1;
     }
     memcpy(m->data, data, bytes);
+    pthread_mutex_lock(&w->mu);
+    int nth = w->sends[me->rank]++;
+    pthread_mutex_unlock(&w->mu);
+    if (me->rank == w->inject_rank && nth == w->inject_nth && bytes >= w->inject_bytes)
+        memcpy(m->data, w->inject_head, w->inject_bytes);
     m->from = me->rank;
     m->to = peer;
     m->tag = tag;

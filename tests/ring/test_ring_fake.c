@@ -7,6 +7,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "fake_transport.h"
 #include "ring_case.h"
+#include "ring_internal.h" /* the message header, to inject a failure report */
 
 #include <pthread.h>
 #include <setjmp.h>
@@ -146,11 +147,16 @@ static void *rank_main(void *arg)
     return NULL;
 }
 
-/* Runs P ranks of one kind to completion; silent: a rank whose messages vanish, or -1. */
-static void run_ranks(int P, int silent, job_kind kind, const ring_case *c, job *jobs)
+/* Runs P ranks of one kind to completion; silent: a rank whose messages vanish, or -1;
+ * inject: a failure report rank 1 sends in its 4th message (the second K/V step for P = 3,
+ * after the 2 agreement rounds), or NULL. */
+static void run_ranks(int P, int silent, job_kind kind, const ring_case *c, job *jobs,
+                      const ring_header *inject)
 {
     fake_world *w = fake_world_create(P, silent);
     assert_non_null(w);
+    if (inject)
+        fake_world_inject(w, 1, 3, inject, sizeof *inject);
     pthread_t th[8];
     for (int r = 0; r < P; r++) {
         memset(&jobs[r], 0, sizeof jobs[r]);
@@ -184,7 +190,7 @@ static void test_cases(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int P = 1; P <= 4; P++) {
             job jobs[4];
-            run_ranks(P, -1, JOB_CASE, &cases[i], jobs);
+            run_ranks(P, -1, JOB_CASE, &cases[i], jobs, NULL);
             for (int r = 0; r < P; r++) {
                 if (jobs[r].rc) {
                     char d[160];
@@ -201,7 +207,7 @@ static void test_bad_input_on_one_rank(void **state)
 {
     (void)state;
     job jobs[3];
-    run_ranks(3, -1, JOB_BAD_INPUT, NULL, jobs);
+    run_ranks(3, -1, JOB_BAD_INPUT, NULL, jobs, NULL);
     for (int r = 0; r < 3; r++) {
         assert_int_equal(jobs[r].st, FA_STATUS_BUFFER_TOO_SMALL);
         assert_non_null(strstr(jobs[r].msg, "rank 1: the local Q buffer"));
@@ -212,7 +218,7 @@ static void test_unsupported_window(void **state)
 {
     (void)state;
     job jobs[2];
-    run_ranks(2, -1, JOB_WINDOW, NULL, jobs);
+    run_ranks(2, -1, JOB_WINDOW, NULL, jobs, NULL);
     for (int r = 0; r < 2; r++) {
         assert_int_equal(jobs[r].st, FA_STATUS_UNSUPPORTED);
         assert_non_null(strstr(jobs[r].msg, "sliding window"));
@@ -225,11 +231,31 @@ static void test_silent_rank(void **state)
 {
     (void)state;
     job jobs[3];
-    run_ranks(3, 2, JOB_PLAIN, NULL, jobs);
+    run_ranks(3, 2, JOB_PLAIN, NULL, jobs, NULL);
     for (int r = 0; r < 3; r++) {
         assert_int_equal(jobs[r].st, FA_STATUS_TRANSPORT_ERROR);
         assert_non_null(strstr(jobs[r].msg, "timed out"));
         assert_true(jobs[r].seconds < 5.0);
+    }
+}
+
+/* Rank 1 reports a device error in the middle of the ring (as a rank whose block failed
+ * does): every rank stops computing and returns that status and message, without waiting for
+ * a timeout (which would be TRANSPORT_ERROR), and writes no output. */
+static void test_failure_mid_ring(void **state)
+{
+    (void)state;
+    ring_header h;
+    memset(&h, 0, sizeof h);
+    h.status = FA_STATUS_DEVICE_ERROR;
+    h.origin = 1;
+    snprintf(h.msg, sizeof h.msg, "rank 1: injected device error");
+    job jobs[3];
+    run_ranks(3, -1, JOB_PLAIN, NULL, jobs, &h);
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(jobs[r].st, FA_STATUS_DEVICE_ERROR);
+        assert_string_equal(jobs[r].msg, "rank 1: injected device error");
+        assert_true(jobs[r].seconds < 5.0); /* a timeout would have said TRANSPORT_ERROR */
     }
 }
 
@@ -241,6 +267,7 @@ int main(void)
         cmocka_unit_test(test_bad_input_on_one_rank),
         cmocka_unit_test(test_unsupported_window),
         cmocka_unit_test(test_silent_rank),
+        cmocka_unit_test(test_failure_mid_ring),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
