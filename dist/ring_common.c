@@ -122,9 +122,18 @@ fa_status ring_check_whole(ring_run *run, const fa_problem *w, const fa_ring_opt
     const char *what = unsupported_feature(w);
     if (what)
         return ring_fail(run, FA_STATUS_UNSUPPORTED, "ring attention does not support %s", what);
-    if (w->batch < 0 || w->seqlen_q < 0 || w->heads_q < 1 || w->heads_kv < 1 ||
-        w->head_dim < 1 || w->head_dim > FA_MAX_HEAD_DIM)
+    if (w->batch < 0 || w->seqlen_q < 0 || w->heads_q < 1 || w->heads_kv < 1)
         return ring_fail(run, FA_STATUS_INVALID_SHAPE, "a size of the whole problem is invalid");
+    if (w->head_dim < 1 || w->head_dim > FA_MAX_HEAD_DIM)
+        return ring_fail(run, FA_STATUS_UNSUPPORTED_HEAD_DIM, "head_dim %lld is not in 1..%d",
+                         (long long)w->head_dim, FA_MAX_HEAD_DIM);
+    if (w->heads_q % w->heads_kv != 0)
+        return ring_fail(run, FA_STATUS_HEADS_MISMATCH, "heads_q %lld is not a multiple of "
+                         "heads_kv %lld", (long long)w->heads_q, (long long)w->heads_kv);
+    if (!fa_dtype_name(w->dtype))
+        return ring_fail(run, FA_STATUS_UNSUPPORTED_DTYPE, "unknown dtype %d", (int)w->dtype);
+    if (!fa_mask_name(w->mask))
+        return ring_fail(run, FA_STATUS_INVALID_MASK, "unknown mask %d", (int)w->mask);
     return FA_STATUS_OK;
 }
 

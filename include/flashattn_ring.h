@@ -103,7 +103,9 @@ typedef struct fa_ring_options {
 } fa_ring_options;
 
 /*
- * The local tensors of one rank, contiguous in options.tensor_layout with the slice's rows:
+ * The local tensors of one rank, contiguous in options.tensor_layout with the slice's rows
+ * (one struct serves both calls: the forward reads q, k, v and writes o and lse, ignoring the
+ * others; the backward reads q, k, v, o, lse and d_o and writes dq, dk and dv):
  * q, o, d_o, dq [batch, heads_q, rows, head_dim]; k, v, dk, dv [batch, heads_kv, rows,
  * head_dim] (BHSD; BSHD swaps heads and rows), in the whole problem's dtype; lse f32
  * [batch, heads_q, rows].
@@ -123,8 +125,14 @@ typedef struct fa_ring_tensors {
  * depend on positions (window, ALiBi, dropout), bias, sinks, varlen and paged K/V: UNSUPPORTED.
  * O is merged in the storage dtype, one rounding per merged block (f32: exact to rounding).
  * Returns FA_STATUS_OK on every rank, or on every rank the status of the lowest failing rank
- * with "rank R: message" in why (truncated to why_size, NUL-terminated); TRANSPORT_ERROR for a
- * transfer that failed or timed out. Outputs are written only when every rank succeeded.
+ * with "rank R: message" in why (truncated to why_size, NUL-terminated): NULL_POINTER,
+ * INVALID_ARGUMENT (a layout), INVALID_SHAPE, UNSUPPORTED_HEAD_DIM, HEADS_MISMATCH,
+ * UNSUPPORTED_DTYPE, INVALID_MASK, UNSUPPORTED, BUFFER_TOO_SMALL (a local buffer), or what a
+ * block's fa_plan_create, fa_run or fa_merge returned (DEVICE_ERROR, OUT_OF_MEMORY ...);
+ * TRANSPORT_ERROR for a transfer that failed or timed out (then on the ranks that saw it; the
+ * others time out in turn). A missing context, transport or tensors struct is NULL_POINTER on
+ * that rank alone, which cannot tell the others. Outputs are written only when every rank
+ * succeeded.
  */
 FA_API fa_status fa_ring_forward(fa_context *ctx, const fa_ring_transport *transport,
                                  const fa_problem *whole, const fa_ring_options *options,

@@ -259,6 +259,58 @@ static void test_failure_mid_ring(void **state)
     }
 }
 
+/* Bad whole problems and options on one rank: each its own status, the output untouched. */
+static void test_invalid_whole(void **state)
+{
+    (void)state;
+    fake_world *w = fake_world_create(1, -1);
+    fa_ring_transport t = fake_transport(w, 0);
+    fa_context_options co = {FA_BACKEND_CPU, 0};
+    fa_context *ctx = NULL;
+    assert_int_equal(fa_context_create(&ctx, &co, NULL, 0), FA_STATUS_OK);
+    fa_buffer *b[4];
+    float init[4 * 6 * 8] = {0};
+    init[0] = 3.0f;
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(fa_buffer_create(ctx, sizeof init, &b[i]), FA_STATUS_OK);
+        assert_int_equal(fa_buffer_write(b[i], 0, init, sizeof init), FA_STATUS_OK);
+    }
+    fa_ring_tensors x = {b[0], b[1], b[2], b[3], NULL, NULL, NULL, NULL, NULL};
+    fa_ring_options o = {FA_RING_ZIGZAG, FA_LAYOUT_BHSD, 300, NULL};
+    struct {
+        int what;
+        fa_status want;
+    } bad[] = {{0, FA_STATUS_HEADS_MISMATCH},  {1, FA_STATUS_UNSUPPORTED_DTYPE},
+                 {2, FA_STATUS_INVALID_MASK},    {3, FA_STATUS_UNSUPPORTED},
+                 {4, FA_STATUS_UNSUPPORTED_HEAD_DIM}, {5, FA_STATUS_INVALID_ARGUMENT},
+                 {6, FA_STATUS_NULL_POINTER}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fa_problem p;
+        fa_problem_init(&p, FA_DTYPE_F32, FA_LAYOUT_BHSD, 1, 4, 4, 6, 6, 8);
+        fa_ring_options oi = o;
+        const fa_ring_options *po = &oi;
+        switch (bad[i].what) {
+        case 0: p.heads_kv = 3; break;
+        case 1: p.dtype = (fa_dtype)9; break;
+        case 2: p.mask = (fa_mask)5; break;
+        case 3: p.seqlen_k = 7; break;
+        case 4: p.head_dim = 300; break;
+        case 5: oi.layout = (fa_ring_layout)4; break;
+        default: po = NULL; break;
+        }
+        char why[256] = "";
+        assert_int_equal(fa_ring_forward(ctx, &t, &p, po, &x, why, sizeof why), bad[i].want);
+        assert_non_null(strstr(why, "rank 0: "));
+        float first = 0.0f;
+        assert_int_equal(fa_buffer_read(b[3], 0, &first, 4), FA_STATUS_OK);
+        assert_true(first == 3.0f);
+    }
+    for (int i = 0; i < 4; i++)
+        fa_buffer_destroy(b[i]);
+    fa_context_destroy(ctx);
+    fake_world_destroy(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -268,6 +320,7 @@ int main(void)
         cmocka_unit_test(test_unsupported_window),
         cmocka_unit_test(test_silent_rank),
         cmocka_unit_test(test_failure_mid_ring),
+        cmocka_unit_test(test_invalid_whole),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
