@@ -75,7 +75,8 @@ FA_API const char *fa_version(void);
     X(INVALID_SEQLENS, "invalid sequence lengths: cu_seqlens or seqlens_k")                    \
     X(INVALID_BLOCK_TABLE, "invalid block table: a page outside the pool or the table")     \
     X(INVALID_BLOCK_SIZE, "a block mask's block size is not a power of two in [16, 256]")    \
-    X(INVALID_BLOCK_MASK, "invalid block mask: a count, an index or an order in its lists")
+    X(INVALID_BLOCK_MASK, "invalid block mask: a count, an index or an order in its lists")  \
+    X(TRANSPORT_ERROR, "a transfer between ranks failed or timed out (flashattn_ring)")
 
 typedef enum fa_status {
 #define FA__STATUS_ENUM(name, msg) FA_STATUS_##name,

@@ -19,6 +19,8 @@
 #   clang, libclang-rt-dev              the libFuzzer harnesses (tests/fuzz/fuzz.sh)
 #   clang-15, libclc-15                 the OpenCL kernels compiled for AMD and NVIDIA GPUs without
 #                                       a GPU (tools/cl_gpu_check.sh, ctest cl_gpu_compile)
+#   openmpi-bin, libopenmpi-dev         ring attention over MPI (dist/, flashattn_ring): the
+#                                       library, `flashattn ring` and the tests run by mpirun
 # The CUDA Toolkit is not installed here: the build uses it when it is present (nvcc on PATH or
 # /usr/local/cuda) and builds without it otherwise.
 set -eu
@@ -27,6 +29,8 @@ cd "$(dirname "$0")/.."
 packages=(cmake gcc make pkg-config ocl-icd-opencl-dev opencl-headers pocl-opencl-icd
     libcmocka-dev oclgrind gnuplot-nox libclblast-dev clinfo clang libclang-rt-dev clang-15
     libclc-15)
+# Ring attention over MPI (dist/, tests/ring/).
+packages+=(openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

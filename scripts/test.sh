@@ -15,6 +15,9 @@ unset FLASHATTN_BACKEND FLASHATTN_DEVICE FLASHATTN_BLOCK_R FLASHATTN_BLOCK_C FLA
 jobs=$(nproc)
 
 bash scripts/bootstrap.sh
+# Ring attention over MPI: bootstrap.sh installs Open MPI, so its tests must have been built.
+[ -x build/tests/ring/test_ring_mpi ] ||
+    { echo "test.sh: flashattn_ring was not built (CMake found no MPI)"; exit 1; }
 # NVRTC comes with the CUDA Toolkit: where the Toolkit is, its compile tests must run.
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
     export FLASHATTN_REQUIRE_NVRTC=1

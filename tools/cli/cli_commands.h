@@ -18,5 +18,8 @@ int cli_cmd_run(int argc, char **argv);
 int cli_cmd_bench_any(int argc, char **argv);
 /* `flashattn bench` without --decode: flash vs naive attention over a sweep (cli_bench.c). */
 int cli_cmd_bench(int argc, char **argv);
+/* `flashattn ring`: ring attention across MPI ranks (cli_ring.c; cli_ring_none.c in a build
+ * without MPI, which says so). */
+int cli_cmd_ring(int argc, char **argv);
 
 #endif /* FLASHATTN_TOOLS_CLI_COMMANDS_H */

@@ -22,6 +22,7 @@ static const cli_subcommand cli_subcommands[] = {
     {"run", cli_cmd_run, "run, time and optionally --check one forward pass (then --backward)"},
     {"bench", cli_cmd_bench_any,
      "sweep seq lengths: flash vs naive, time and memory (--pass); --decode: decoding"},
+    {"ring", cli_cmd_ring, "ring attention across MPI ranks (mpirun -np P flashattn ring)"},
 };
 
 #define CLI_NSUB (sizeof cli_subcommands / sizeof cli_subcommands[0])

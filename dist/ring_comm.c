@@ -1,0 +1,152 @@
+/*
+ * ring_comm.c - the ring's communication around the transport: the exchange with the two
+ * neighbours (bounded waits), the error every message carries, and the agreement rounds that
+ * leave every rank with the same outcome.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "ring_internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+double ring_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double ring_cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void ring_run_init(ring_run *run, const fa_ring_transport *t, const fa_ring_options *opts)
+{
+    memset(run, 0, sizeof *run);
+    run->t = t;
+    run->timeout_ms = opts && opts->timeout_ms > 0 ? opts->timeout_ms : RING_DEFAULT_TIMEOUT_MS;
+    run->err.status = FA_STATUS_OK;
+    run->err.origin = -1;
+    run->st.steps = t ? t->size : 0;
+    run->started = ring_now();
+}
+
+int ring_failed(const ring_run *run)
+{
+    return run->err.status != FA_STATUS_OK;
+}
+
+fa_status ring_fail(ring_run *run, fa_status status, const char *fmt, ...)
+{
+    if (ring_failed(run))
+        return status;
+    char text[RING_MSG_BYTES - 16]; /* room for the "rank N: " prefix */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    int rank = run->t ? run->t->rank : 0;
+    run->err.status = (int32_t)status;
+    run->err.origin = rank;
+    snprintf(run->err.msg, sizeof run->err.msg, "rank %d: %s", rank, text);
+    return status;
+}
+
+void ring_adopt(ring_run *run, const ring_header *h)
+{
+    if (h->status == FA_STATUS_OK || h->origin < 0)
+        return;
+    if (ring_failed(run) && run->err.origin <= h->origin)
+        return;
+    run->err = *h;
+    run->err.msg[RING_MSG_BYTES - 1] = '\0';
+}
+
+fa_status ring_finish(ring_run *run, const fa_ring_options *opts, char *why, size_t why_size)
+{
+    run->st.total_s = ring_now() - run->started;
+    if (opts && opts->stats)
+        *opts->stats = run->st;
+    if (why && why_size > 0)
+        snprintf(why, why_size, "%s", ring_failed(run) ? run->err.msg : "");
+    return (fa_status)run->err.status;
+}
+
+/* Waits for one request within the run's timeout; a failure breaks the ring here. */
+static void wait_request(ring_run *run, void **req, const char *what)
+{
+    if (!*req)
+        return;
+    double t0 = ring_now();
+    int rc = run->t->wait(run->t->user, *req, run->timeout_ms);
+    run->st.wait_s += ring_now() - t0;
+    if (rc == FA_RING_WAIT_DONE) {
+        *req = NULL;
+        return;
+    }
+    if (rc == FA_RING_WAIT_TIMEOUT && run->t->cancel)
+        run->t->cancel(run->t->user, *req);
+    *req = NULL;
+    run->broken = 1;
+    run->err.status = FA_STATUS_OK; /* a transport failure here outranks what was known */
+    ring_fail(run, FA_STATUS_TRANSPORT_ERROR, "%s %s", what,
+              rc == FA_RING_WAIT_TIMEOUT ? "timed out (a peer failed or stopped)" : "failed");
+}
+
+void ring_xfer_start(ring_run *run, ring_xfer *x, int tag, void *send_buf, size_t send_bytes,
+                     void *recv_buf, size_t recv_bytes)
+{
+    memset(x, 0, sizeof *x);
+    if (run->broken)
+        return;
+    const fa_ring_transport *t = run->t;
+    int next = (t->rank + 1) % t->size, prev = (t->rank + t->size - 1) % t->size;
+    memcpy(send_buf, &run->err, sizeof run->err);
+    x->recv_buf = recv_buf;
+    if (t->recv(t->user, prev, tag, recv_buf, recv_bytes, &x->recv_req) != 0) {
+        x->recv_req = NULL;
+        run->broken = 1;
+        ring_fail(run, FA_STATUS_TRANSPORT_ERROR, "receive from rank %d failed to start", prev);
+        return;
+    }
+    if (t->send(t->user, next, tag, send_buf, send_bytes, &x->send_req) != 0) {
+        x->send_req = NULL;
+        run->broken = 1;
+        ring_fail(run, FA_STATUS_TRANSPORT_ERROR, "send to rank %d failed to start", next);
+        return;
+    }
+    run->st.bytes_sent += send_bytes;
+}
+
+void ring_xfer_finish(ring_run *run, ring_xfer *x)
+{
+    int had_recv = x->recv_req != NULL;
+    wait_request(run, &x->recv_req, "receive from the previous rank");
+    if (x->send_req && run->broken && run->t->cancel) {
+        run->t->cancel(run->t->user, x->send_req);
+        x->send_req = NULL;
+    }
+    wait_request(run, &x->send_req, "send to the next rank");
+    if (had_recv && !run->broken) {
+        ring_header h;
+        memcpy(&h, x->recv_buf, sizeof h);
+        ring_adopt(run, &h);
+    }
+}
+
+void ring_agree(ring_run *run)
+{
+    double waited = run->st.wait_s; /* wait_s counts the steps' transfers, not agreement */
+    for (int round = 0; round + 1 < run->t->size && !run->broken; round++) {
+        ring_header out, in;
+        ring_xfer x;
+        ring_xfer_start(run, &x, RING_TAG_AGREE, &out, sizeof out, &in, sizeof in);
+        ring_xfer_finish(run, &x);
+    }
+    run->st.wait_s = waited;
+}

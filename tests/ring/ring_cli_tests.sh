@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# ring_cli_tests.sh FLASHATTN MPIRUN [MPIRUN_FLAGS...] - `flashattn ring`: --help and a bad
+# option without mpirun; under mpirun (2 and 3 ranks) random inputs with --check, forward and
+# backward, on cpu and (when it has a device) opencl; inputs from .npy files (written by
+# `flashattn run --save-inputs`) with every output written, each output file checked to exist
+# with its .npy shape; a bad --seq-k (unsupported) fails on every rank with the message.
+set -u
+cli=$1
+shift
+mpirun=("$@")
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+expect() { # expect CODE NAME CMD...: the command exits with CODE
+    local want=$1 name=$2
+    shift 2
+    "$@" >"$tmp/out" 2>&1
+    local got=$?
+    if [ "$got" -ne "$want" ]; then
+        echo "FAIL $name: exit $got, expected $want"
+        sed 's/^/    /' "$tmp/out" | tail -20
+        fails=$((fails + 1))
+    else
+        echo "ok   $name"
+    fi
+}
+contains() { # contains NAME TEXT: the last command's output holds TEXT
+    if ! grep -q -- "$2" "$tmp/out"; then
+        echo "FAIL $1: output lacks '$2'"
+        fails=$((fails + 1))
+    fi
+}
+
+expect 0 "help without mpirun" "$cli" ring --help
+contains "help names the ring layout" "--ring-layout"
+expect 2 "bad ring layout without mpirun" "$cli" ring --ring-layout diagonal
+contains "bad ring layout message" "zigzag or contiguous"
+
+expect 0 "cpu P=2 zigzag causal f32 bwd --check" "${mpirun[@]}" -np 2 "$cli" ring \
+    --backend cpu --seq 67 --heads 4 --heads-kv 2 --dim 16 --causal bottom-right --backward --check
+contains "cpu P=2 check lines" "check dK"
+contains "cpu P=2 summary" "compute max/mean"
+expect 0 "cpu P=3 contiguous bf16 bshd --check" "${mpirun[@]}" -np 3 "$cli" ring \
+    --backend cpu --seq 50 --heads 2 --dim 32 --dtype bf16 --layout bshd --ring-layout contiguous \
+    --causal top-left --check
+
+# Files in, files out: the inputs of a plain run, every output of the ring written.
+"$cli" run --backend cpu --seq 40 --heads 2 --dim 16 --dtype f16 --backward \
+    --save-inputs "$tmp" >/dev/null 2>&1 || { echo "FAIL run --save-inputs"; fails=$((fails + 1)); }
+expect 0 "cpu P=2 files" "${mpirun[@]}" -np 2 "$cli" ring --backend cpu --dtype f16 \
+    --q "$tmp/q.npy" --k "$tmp/k.npy" --v "$tmp/v.npy" --do "$tmp/do.npy" --causal top-left \
+    --out "$tmp/o.npy" --lse "$tmp/lse.npy" --dq "$tmp/dq.npy" --dk "$tmp/dk.npy" \
+    --dv "$tmp/dv.npy" --check
+for f in o lse dq dk dv; do
+    if ! head -c 128 "$tmp/$f.npy" 2>/dev/null | grep -q "'shape': (1, 2, 40"; then
+        echo "FAIL files: $f.npy missing or not of shape (1, 2, 40, ...)"
+        fails=$((fails + 1))
+    fi
+done
+
+expect 1 "unsupported seq-k fails on every rank" "${mpirun[@]}" -np 2 "$cli" ring \
+    --backend cpu --seq 30 --seq-k 31 --dim 8
+contains "unsupported message" "must equal seqlen_k"
+
+if "$cli" devices 2>/dev/null | grep -q "^opencl: [1-9]"; then
+    expect 0 "opencl P=2 zigzag causal f16 bwd --check" "${mpirun[@]}" -np 2 "$cli" ring \
+        --backend opencl --seq 45 --heads 2 --dim 16 --dtype f16 --causal top-left --backward \
+        --check
+fi
+[ "$fails" -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
+echo "all ring CLI tests passed"

@@ -1,0 +1,326 @@
+/*
+ * test_ring_fake.c - the ring in one process: P ranks as threads over the callback transport
+ * (fake_transport.c), on the cpu backend. The slices, forward and backward against the golden
+ * for P = 1..4 in both layouts, and the failure paths: a rank with bad input, an unsupported
+ * feature, a silent rank (bounded waits), every rank returning the error.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "fake_transport.h"
+#include "ring_case.h"
+#include "ring_internal.h" /* the message header, to inject a failure report */
+
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+/* ---- slices ----------------------------------------------------------------------------- */
+
+/* Every row of the sequence belongs to exactly one chunk of one rank, chunk sizes differ by
+ * at most one, zigzag pairs chunk r with 2P-1-r. */
+static void test_slices(void **state)
+{
+    (void)state;
+    for (int layout = 0; layout < 2; layout++)
+        for (int P = 1; P <= 5; P++)
+            for (int64_t N = 0; N <= 23; N++) {
+                int seen[23] = {0};
+                int64_t lo = N, hi = 0;
+                for (int r = 0; r < P; r++) {
+                    fa_ring_slice s;
+                    assert_int_equal(fa_ring_slice_of((fa_ring_layout)layout, N, P, r, &s),
+                                     FA_STATUS_OK);
+                    assert_int_equal(s.chunks, layout ? 2 : 1);
+                    assert_int_equal(s.rows, s.len[0] + (layout ? s.len[1] : 0));
+                    for (int c = 0; c < s.chunks; c++) {
+                        lo = s.len[c] < lo ? s.len[c] : lo;
+                        hi = s.len[c] > hi ? s.len[c] : hi;
+                        for (int64_t i = 0; i < s.len[c]; i++)
+                            seen[s.start[c] + i]++;
+                    }
+                    if (layout && s.len[1] > 0)
+                        assert_true(s.start[1] >= s.start[0] + s.len[0]);
+                }
+                for (int64_t i = 0; i < N; i++)
+                    assert_int_equal(seen[i], 1);
+                assert_true(hi - lo <= 1);
+            }
+    fa_ring_slice s;
+    assert_int_equal(fa_ring_slice_of(FA_RING_ZIGZAG, 10, 0, 0, &s), FA_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(fa_ring_slice_of(FA_RING_ZIGZAG, 10, 2, 2, &s), FA_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(fa_ring_slice_of((fa_ring_layout)7, 10, 2, 0, &s),
+                     FA_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(fa_ring_slice_of(FA_RING_ZIGZAG, -1, 2, 0, &s), FA_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(fa_ring_slice_of(FA_RING_ZIGZAG, 10, 2, 0, NULL), FA_STATUS_NULL_POINTER);
+    fa_ring_layout l;
+    assert_int_equal(fa_ring_layout_from_name("ZigZag", &l), FA_STATUS_OK);
+    assert_int_equal(l, FA_RING_ZIGZAG);
+    assert_int_equal(fa_ring_layout_from_name("ring", &l), FA_STATUS_INVALID_ARGUMENT);
+}
+
+/* ---- P threads ---------------------------------------------------------------------------- */
+
+typedef enum job_kind { JOB_CASE, JOB_BAD_INPUT, JOB_WINDOW, JOB_PLAIN } job_kind;
+
+typedef struct job {
+    fake_world *w;
+    int rank;
+    job_kind kind;
+    const ring_case *c;
+    int rc;
+    fa_status st;
+    char msg[512];
+    double seconds;
+} job;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A small forward on this rank where rank 1 may give a Q buffer one byte short (bad input)
+ * or every rank a window (unsupported). */
+static fa_status small_forward(job *j, fa_context *ctx, const fa_ring_transport *t)
+{
+    fa_problem p;
+    fa_problem_init(&p, FA_DTYPE_F32, FA_LAYOUT_BHSD, 1, 2, 2, 20, 20, 8);
+    p.mask = FA_MASK_CAUSAL_TOP_LEFT;
+    if (j->kind == JOB_WINDOW) {
+        p.window = 1;
+        p.window_left = 4;
+        p.window_right = 0;
+    }
+    fa_ring_slice s;
+    fa_ring_slice_of(FA_RING_ZIGZAG, 20, t->size, t->rank, &s);
+    size_t bytes = (size_t)(2 * s.rows * 8) * 4;
+    size_t q_bytes = bytes - (j->kind == JOB_BAD_INPUT && t->rank == 1 ? 4 : 0);
+    fa_buffer *q = NULL, *k = NULL, *v = NULL, *o = NULL;
+    static const float zeros[2 * 20 * 8];
+    fa_buffer_create(ctx, q_bytes, &q);
+    fa_buffer_create(ctx, bytes, &k);
+    fa_buffer_create(ctx, bytes, &v);
+    fa_buffer_create(ctx, bytes, &o);
+    fa_buffer_write(q, 0, zeros, q_bytes);
+    fa_buffer_write(k, 0, zeros, bytes);
+    fa_buffer_write(v, 0, zeros, bytes);
+    float before = 7.0f, after = 0.0f;
+    fa_buffer_write(o, 0, &before, 4);
+    fa_ring_options opts = {FA_RING_ZIGZAG, FA_LAYOUT_BHSD, 300, NULL};
+    fa_ring_tensors x = {q, k, v, o, NULL, NULL, NULL, NULL, NULL};
+    fa_status st = fa_ring_forward(ctx, t, &p, &opts, &x, j->msg, sizeof j->msg);
+    fa_buffer_read(o, 0, &after, 4);
+    if (st != FA_STATUS_OK && after != before)
+        snprintf(j->msg, sizeof j->msg, "O was written on a failure");
+    fa_buffer_destroy(q);
+    fa_buffer_destroy(k);
+    fa_buffer_destroy(v);
+    fa_buffer_destroy(o);
+    return st;
+}
+
+static void *rank_main(void *arg)
+{
+    job *j = arg;
+    fa_context_options co = {FA_BACKEND_CPU, 0};
+    fa_context *ctx = NULL, *golden = NULL;
+    fa_ring_transport t = fake_transport(j->w, j->rank);
+    double t0 = now_s();
+    if (fa_context_create(&ctx, &co, NULL, 0) != FA_STATUS_OK ||
+        fa_context_create(&golden, &co, NULL, 0) != FA_STATUS_OK) {
+        j->rc = 1;
+        snprintf(j->msg, sizeof j->msg, "no cpu context");
+    } else if (j->kind == JOB_CASE) {
+        j->rc = ring_case_run(ctx, golden, &t, j->c, j->msg, sizeof j->msg);
+    } else {
+        j->st = small_forward(j, ctx, &t);
+    }
+    j->seconds = now_s() - t0;
+    fa_context_destroy(ctx);
+    fa_context_destroy(golden);
+    return NULL;
+}
+
+/* Runs P ranks of one kind to completion; silent: a rank whose messages vanish, or -1;
+ * inject: a failure report rank 1 sends in its 4th message (the second K/V step for P = 3,
+ * after the 2 agreement rounds), or NULL. */
+static void run_ranks(int P, int silent, job_kind kind, const ring_case *c, job *jobs,
+                      const ring_header *inject)
+{
+    fake_world *w = fake_world_create(P, silent);
+    assert_non_null(w);
+    if (inject)
+        fake_world_inject(w, 1, 3, inject, sizeof *inject);
+    pthread_t th[8];
+    for (int r = 0; r < P; r++) {
+        memset(&jobs[r], 0, sizeof jobs[r]);
+        jobs[r].w = w;
+        jobs[r].rank = r;
+        jobs[r].kind = kind;
+        jobs[r].c = c;
+        assert_int_equal(pthread_create(&th[r], NULL, rank_main, &jobs[r]), 0);
+    }
+    for (int r = 0; r < P; r++)
+        pthread_join(th[r], NULL);
+    fake_world_destroy(w);
+}
+
+static const ring_case cases[] = {
+    {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_CAUSAL_TOP_LEFT, FA_DTYPE_F32, 1, 4, 2, 37, 16,
+     0.0f, 1},
+    {"", FA_RING_ZIGZAG, FA_LAYOUT_BSHD, FA_MASK_CAUSAL_BOTTOM_RIGHT, FA_DTYPE_F16, 2, 2, 1, 29,
+     8, 0.0f, 1},
+    {"", FA_RING_CONTIGUOUS, FA_LAYOUT_BHSD, FA_MASK_NONE, FA_DTYPE_BF16, 1, 2, 2, 31, 32, 0.0f,
+     1},
+    {"", FA_RING_CONTIGUOUS, FA_LAYOUT_BSHD, FA_MASK_CAUSAL_TOP_LEFT, FA_DTYPE_F32, 1, 3, 1, 23,
+     16, 5.0f, 1},
+    {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_NONE, FA_DTYPE_F32, 1, 2, 2, 5, 8, 0.0f, 1},
+};
+
+/* Each case for P = 1..4 against the golden on every rank. */
+static void test_cases(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int P = 1; P <= 4; P++) {
+            job jobs[4];
+            run_ranks(P, -1, JOB_CASE, &cases[i], jobs, NULL);
+            for (int r = 0; r < P; r++) {
+                if (jobs[r].rc) {
+                    char d[160];
+                    ring_case_describe(&cases[i], d, sizeof d);
+                    fail_msg("P=%d rank %d, %s: %s", P, r, d, jobs[r].msg);
+                }
+            }
+        }
+}
+
+/* One rank's Q one element short: every rank returns its BUFFER_TOO_SMALL with its message,
+ * and no rank writes O. */
+static void test_bad_input_on_one_rank(void **state)
+{
+    (void)state;
+    job jobs[3];
+    run_ranks(3, -1, JOB_BAD_INPUT, NULL, jobs, NULL);
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(jobs[r].st, FA_STATUS_BUFFER_TOO_SMALL);
+        assert_non_null(strstr(jobs[r].msg, "rank 1: the local Q buffer"));
+    }
+}
+
+static void test_unsupported_window(void **state)
+{
+    (void)state;
+    job jobs[2];
+    run_ranks(2, -1, JOB_WINDOW, NULL, jobs, NULL);
+    for (int r = 0; r < 2; r++) {
+        assert_int_equal(jobs[r].st, FA_STATUS_UNSUPPORTED);
+        assert_non_null(strstr(jobs[r].msg, "sliding window"));
+    }
+}
+
+/* A rank whose messages never arrive: every rank returns TRANSPORT_ERROR within a few of the
+ * 300 ms waits, none hangs. */
+static void test_silent_rank(void **state)
+{
+    (void)state;
+    job jobs[3];
+    run_ranks(3, 2, JOB_PLAIN, NULL, jobs, NULL);
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(jobs[r].st, FA_STATUS_TRANSPORT_ERROR);
+        assert_non_null(strstr(jobs[r].msg, "timed out"));
+        assert_true(jobs[r].seconds < 5.0);
+    }
+}
+
+/* Rank 1 reports a device error in the middle of the ring (as a rank whose block failed
+ * does): every rank stops computing and returns that status and message, without waiting for
+ * a timeout (which would be TRANSPORT_ERROR), and writes no output. */
+static void test_failure_mid_ring(void **state)
+{
+    (void)state;
+    ring_header h;
+    memset(&h, 0, sizeof h);
+    h.status = FA_STATUS_DEVICE_ERROR;
+    h.origin = 1;
+    snprintf(h.msg, sizeof h.msg, "rank 1: injected device error");
+    job jobs[3];
+    run_ranks(3, -1, JOB_PLAIN, NULL, jobs, &h);
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(jobs[r].st, FA_STATUS_DEVICE_ERROR);
+        assert_string_equal(jobs[r].msg, "rank 1: injected device error");
+        assert_true(jobs[r].seconds < 5.0); /* a timeout would have said TRANSPORT_ERROR */
+    }
+}
+
+/* Bad whole problems and options on one rank: each its own status, the output untouched. */
+static void test_invalid_whole(void **state)
+{
+    (void)state;
+    fake_world *w = fake_world_create(1, -1);
+    fa_ring_transport t = fake_transport(w, 0);
+    fa_context_options co = {FA_BACKEND_CPU, 0};
+    fa_context *ctx = NULL;
+    assert_int_equal(fa_context_create(&ctx, &co, NULL, 0), FA_STATUS_OK);
+    fa_buffer *b[4];
+    float init[4 * 6 * 8] = {0};
+    init[0] = 3.0f;
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(fa_buffer_create(ctx, sizeof init, &b[i]), FA_STATUS_OK);
+        assert_int_equal(fa_buffer_write(b[i], 0, init, sizeof init), FA_STATUS_OK);
+    }
+    fa_ring_tensors x = {b[0], b[1], b[2], b[3], NULL, NULL, NULL, NULL, NULL};
+    fa_ring_options o = {FA_RING_ZIGZAG, FA_LAYOUT_BHSD, 300, NULL};
+    struct {
+        int what;
+        fa_status want;
+    } bad[] = {{0, FA_STATUS_HEADS_MISMATCH},  {1, FA_STATUS_UNSUPPORTED_DTYPE},
+                 {2, FA_STATUS_INVALID_MASK},    {3, FA_STATUS_UNSUPPORTED},
+                 {4, FA_STATUS_UNSUPPORTED_HEAD_DIM}, {5, FA_STATUS_INVALID_ARGUMENT},
+                 {6, FA_STATUS_NULL_POINTER}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fa_problem p;
+        fa_problem_init(&p, FA_DTYPE_F32, FA_LAYOUT_BHSD, 1, 4, 4, 6, 6, 8);
+        fa_ring_options oi = o;
+        const fa_ring_options *po = &oi;
+        switch (bad[i].what) {
+        case 0: p.heads_kv = 3; break;
+        case 1: p.dtype = (fa_dtype)9; break;
+        case 2: p.mask = (fa_mask)5; break;
+        case 3: p.seqlen_k = 7; break;
+        case 4: p.head_dim = 300; break;
+        case 5: oi.layout = (fa_ring_layout)4; break;
+        default: po = NULL; break;
+        }
+        char why[256] = "";
+        assert_int_equal(fa_ring_forward(ctx, &t, &p, po, &x, why, sizeof why), bad[i].want);
+        assert_non_null(strstr(why, "rank 0: "));
+        float first = 0.0f;
+        assert_int_equal(fa_buffer_read(b[3], 0, &first, 4), FA_STATUS_OK);
+        assert_true(first == 3.0f);
+    }
+    for (int i = 0; i < 4; i++)
+        fa_buffer_destroy(b[i]);
+    fa_context_destroy(ctx);
+    fake_world_destroy(w);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_slices),
+        cmocka_unit_test(test_cases),
+        cmocka_unit_test(test_bad_input_on_one_rank),
+        cmocka_unit_test(test_unsupported_window),
+        cmocka_unit_test(test_silent_rank),
+        cmocka_unit_test(test_failure_mid_ring),
+        cmocka_unit_test(test_invalid_whole),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
