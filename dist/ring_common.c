@@ -103,6 +103,8 @@ static const char *unsupported_feature(const fa_problem *p)
         return "varlen, seqlens_k or paged K/V";
     if (p->kv_splits > 1)
         return "split-KV (the ring splits the keys itself)";
+    if (p->block_sparse)
+        return "block-sparse attention (its lists index the whole sequence's blocks)";
     return NULL;
 }
 
