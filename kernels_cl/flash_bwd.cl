@@ -10,12 +10,16 @@
  *   flash_bwd_dq    one work-group per (query tile, head, batch), TPR work-items per query row,
  *                   like the forward: S and dP rows per key tile, then dQ += dS K.
  *
+ * and with sinks a fourth, flash_bwd_dsinks (dsink[h] from LSE and D, one work-group per head).
  * A row's (or key's) TPR lanes (1 on CPUs; d / 32 on GPUs, so a lane keeps 32 floats of each
  * accumulator row) split the tile's scores as the forward's do, meet at a barrier once the
  * row of P and dS is written, and then each accumulates its d / TPR columns over the whole row.
+ * Each pass is one kernel whose steps carry the comments of the CUDA kernels' tile functions
+ * (kernels_cu/flash_bwd.cu) and the golden's bwd_row, in their order; the modifiers' and the
+ * plain P and dS are chosen by a compile-time condition (grad_row_dq or plain_grad_dq,
+ * grad_row_dkdv or the mask and row_grad), so a plain kernel is the plain code.
  *
- * and with sinks a fourth, flash_bwd_dsinks (dsink[h] from LSE and D, one work-group per head),
- * with P = exp(S - LSE) and dS = P * (dP - D). Both passes recompute S and dP; that costs about
+ * P = exp(S - LSE) and dS = P * (dP - D). Both passes recompute S and dP; that costs about
  * 40% more multiply-adds than one pass with atomic dQ, and buys determinism. A kernel's BLOCK_R
  * is always the rows its work-group owns (dK/dV pass: keys, BLOCK_R = the plan's Bc) and BLOCK_C
  * the tile it streams (there: queries, the plan's Br), so the forward's helpers serve both.
@@ -28,6 +32,12 @@
  */
 #ifndef FA_FLASH_COMMON_CL
 #include "flash_common.cl"
+#endif
+#if TPR > 1
+/* A row's lanes wrote their keys of its S and dS rows; each lane then reads the whole row. */
+#define ROW_WRITTEN() barrier(CLK_LOCAL_MEM_FENCE)
+#else
+#define ROW_WRITTEN()
 #endif
 
 /* ---- shared by both passes ---------------------------------------------------------------- */
@@ -163,37 +173,6 @@ __global const bias_t *bias_row_of(const fa_kernel_params *p BIAS_ARG, long b, l
            i * p->bias_stride_s;
 }
 
-/* Keys j0 + e, e in [0, KEYS_PER_VEC), of a bias row in log2 units, those from `sk` on (a
- * partial vector at the sequence's end) 0; all 0 without a bias row. */
-INLINE_ON_GPU float_keys bias_keys_log2(__global const bias_t *bias_row, long j0, long sk)
-{
-    if (!(FEATURES & FA_FEATURE_BIAS) || !bias_row)
-        return 0.0f;
-    if (j0 + KEYS_PER_VEC <= sk)
-        return LOG2E * load_bias_keys(bias_row + j0);
-    float part[KEYS_PER_VEC];
-    for (int e = 0; e < KEYS_PER_VEC; e++)
-        part[e] = j0 + e < sk ? LOG2E * load_bias(bias_row + j0 + e) : 0.0f;
-    return VLOAD_KEYS(part);
-}
-
-/* Key j's bias in log2 units for the query rows i0 + e, e in [0, KEYS_PER_VEC), of (b, h) (the
- * dK/dV pass, where the bias is a column): gathered row by row where row i0 + e sees j (keys[e]:
- * its key end); 0 elsewhere and without a bias. */
-INLINE_ON_GPU float_keys bias_column_log2(const fa_kernel_params *p BIAS_ARG, long b, long h,
-                                          long j, long i0, __local const int *keys)
-{
-    if (!(FEATURES & FA_FEATURE_BIAS))
-        return 0.0f;
-    float part[KEYS_PER_VEC];
-    for (int e = 0; e < KEYS_PER_VEC; e++) {
-        const long i = i0 + e;
-        const bool seen = j < keys[e] && j >= fa_keys_begin(p, FEATURES, i);
-        part[e] = seen ? LOG2E * load_bias(bias_row_of(p BIAS_PASS, b, h, i) + j) : 0.0f;
-    }
-    return VLOAD_KEYS(part);
-}
-
 /* ---- the dQ pass --------------------------------------------------------------------------- */
 
 /* The dQ pass's row i with the modifiers: the lane's keys j = k0 + c, c in [c0, c0 + BLOCK_C /
@@ -210,7 +189,15 @@ INLINE_ON_GPU void grad_row_dq(__local float *s_row, __local float *dp_row,
         const float hi = (float)clamp(end - j0, -1L, (long)KEYS_PER_VEC);
         const int_keys visible = LANE_INDEX >= lo && LANE_INDEX < hi;
         const float_keys dist = (float)(i + p->seqlen_k - p->seqlen_q - j0) - LANE_INDEX;
-        const float_keys bias2 = bias_keys_log2(bias_row, j0, p->seqlen_k);
+        float_keys bias2 = 0.0f;
+        if ((FEATURES & FA_FEATURE_BIAS) && bias_row && j0 + KEYS_PER_VEC <= p->seqlen_k) {
+            bias2 = LOG2E * load_bias_keys(bias_row + j0);
+        } else if ((FEATURES & FA_FEATURE_BIAS) && bias_row) { /* a partial vector at Sk */
+            float part[KEYS_PER_VEC];
+            for (int e = 0; e < KEYS_PER_VEC; e++)
+                part[e] = j0 + e < p->seqlen_k ? LOG2E * load_bias(bias_row + j0 + e) : 0.0f;
+            bias2 = VLOAD_KEYS(part);
+        }
         float_keys ds;
         S_STORE_KEYS(grad_keys(S_LOAD_KEYS(s_row + at), S_LOAD_KEYS(dp_row + at), p, slope,
                                dist, bias2, visible, (float_keys)lse2, (float_keys)d, &ds),
@@ -221,8 +208,8 @@ INLINE_ON_GPU void grad_row_dq(__local float *s_row, __local float *dp_row,
 
 /* The dQ pass's row without modifiers: the mask (the lane's keys from row_keys - k0 on get
  * -inf), then P and dS by row_grad. */
-void plain_grad_dq(__local float *s_row, __local float *dp_row, long k0, int c0, long row_keys,
-                   float lse2, float d)
+INLINE_ON_GPU void plain_grad_dq(__local float *s_row, __local float *dp_row, long k0, int c0,
+                                 long row_keys, float lse2, float d)
 {
     for (long c = max(row_keys - k0, (long)c0); c < c0 + LANE_KEYS; c++)
         s_row[c] = -INFINITY;
@@ -275,13 +262,14 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
     const float lse_row = row < sq ? lse[at] : -INFINITY;
     const float lse2 = lse2_of(lse_row), d = row < sq ? delta[at] : 0.0f;
     /* Keys [row_begin, row_keys) of this row count (mask and window); none for a row with no
-     * key or past Sq. Its modifier inputs: ALiBi's slope, its bias row. */
-    const long row_begin = fa_keys_begin(&p, FEATURES, row);
+     * key or past Sq. Then the key tiles, and the row's modifier inputs: ALiBi's slope, its
+     * bias row (in this order: row_begin before the range cost gfx90a 2 SGPR spills). */
     const long row_keys = lse_row == -INFINITY ? 0 : fa_keys_end(&p, MASK, FEATURES, row);
-    const float slope = ALIBI_SLOPE(h);
-    __global const bias_t *bias_row = row < sq ? bias_row_of(&p BIAS_PASS, b, h, row) : 0;
     long kv_begin, kv_end;
     loop_range(kv_range, keys_first_tile(&p, r0), keys_to_visit(&p, r0), &kv_begin, &kv_end);
+    const long row_begin = fa_keys_begin(&p, FEATURES, row);
+    const float slope = ALIBI_SLOPE(h);
+    __global const bias_t *bias_row = row < sq ? bias_row_of(&p BIAS_PASS, b, h, row) : 0;
 
     float_dims acc[VECS_PER_LANE_DIMS]; /* dQ[r][x0 ..] / scale, f32 */
     UNROLL_ON_GPU
@@ -380,7 +368,16 @@ INLINE_ON_GPU void grad_row_dkdv(__local float *st_row, __local float *dpt_row,
             visible = visible && LANE_INDEX <= last;
         }
         const float_keys dist = (float)(i0 + p->seqlen_k - p->seqlen_q - j) + LANE_INDEX;
-        const float_keys bias2 = bias_column_log2(p BIAS_PASS, b, h, j, i0, keys_v + at);
+        float_keys bias2 = 0.0f;
+        if (FEATURES & FA_FEATURE_BIAS) { /* a column here: gathered row by row where seen */
+            float part[KEYS_PER_VEC];
+            for (int e = 0; e < KEYS_PER_VEC; e++) {
+                const long i = i0 + e;
+                const bool seen = j < keys_v[at + e] && j >= fa_keys_begin(p, FEATURES, i);
+                part[e] = seen ? LOG2E * load_bias(bias_row_of(p BIAS_PASS, b, h, i) + j) : 0.0f;
+            }
+            bias2 = VLOAD_KEYS(part);
+        }
         float_keys ds;
         S_STORE_KEYS(grad_keys(S_LOAD_KEYS(st_row + at), S_LOAD_KEYS(dpt_row + at), p, slope,
                                dist, bias2, visible, S_LOAD_KEYS(lse2_v + at),
@@ -388,21 +385,6 @@ INLINE_ON_GPU void grad_row_dkdv(__local float *st_row, __local float *dpt_row,
                      st_row + at);
         S_STORE_KEYS(ds, dpt_row + at);
     }
-}
-
-/* The dK/dV pass's key without modifiers: the mask (key >= a row's key count: -inf), then P^T
- * and dS^T by row_grad with each row's LSE and D. */
-void plain_grad_dkdv(__local float *st_row, __local float *dpt_row, long key, int c0,
-                     __local const float *lse2_v, __local const float *d_v,
-                     __local const int *keys_v)
-{
-    for (int kvec = 0; kvec < VECS_PER_LANE_KEYS; kvec++) {
-        int at = c0 + kvec * KEYS_PER_VEC;
-        float_keys s = S_LOAD_KEYS(st_row + at);
-        S_STORE_KEYS(select((float_keys)(-INFINITY), s, (int_keys)key < VLOAD_KEYS(keys_v + at)),
-                     st_row + at);
-    }
-    row_grad(st_row + c0, dpt_row + c0, lse2_v + c0, d_v + c0, 0.0f, 0.0f);
 }
 
 /* dK = scale * dS^T Q and dV = P^T dO for one (key tile, K/V head, batch): work-item (c, lane)
@@ -479,8 +461,16 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
             if (GRAD_MODS)
                 grad_row_dkdv(st_row, dpt_row, &p ALIBI_PASS BIAS_PASS, b, h, key, r0, c0,
                               lse2_v, d_v, keys_v);
-            else
-                plain_grad_dkdv(st_row, dpt_row, key, c0, lse2_v, d_v, keys_v);
+            else { /* the mask in place: as a helper, gfx90a's d 32 f16 pass took 206 VGPRs */
+                for (int kvec = 0; kvec < VECS_PER_LANE_KEYS; kvec++) { /* key >= row's keys */
+                    int at = c0 + kvec * KEYS_PER_VEC;
+                    float_keys s = S_LOAD_KEYS(st_row + at);
+                    S_STORE_KEYS(select((float_keys)(-INFINITY), s,
+                                        (int_keys)key < VLOAD_KEYS(keys_v + at)),
+                                 st_row + at);
+                }
+                row_grad(st_row + c0, dpt_row + c0, lse2_v + c0, d_v + c0, 0.0f, 0.0f);
+            }
             if (FEATURES & FA_FEATURE_DROPOUT)
                 dropout_key_rows(st_row + c0, &p, b, h, key, r0 + c0, LANE_KEYS);
             ROW_WRITTEN();

@@ -141,13 +141,9 @@ float across_lanes_sum(__local float *share, int r, int lane, float v)
         sum += share[r * TPR + t];
     return sum;
 }
-
-/* A row's lanes wrote their keys of its S (and dS) rows; each lane then reads the whole row. */
-#define ROW_WRITTEN() barrier(CLK_LOCAL_MEM_FENCE)
 #else
 #define across_lanes_max(share, r, lane, v) (v)
 #define across_lanes_sum(share, r, lane, v) (v)
-#define ROW_WRITTEN()
 #endif
 
 /* The keys [0, end) that the tile starting at row r0 visits: those its last row may attend
