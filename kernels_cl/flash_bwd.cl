@@ -10,12 +10,16 @@
  *   flash_bwd_dq    one work-group per (query tile, head, batch), TPR work-items per query row,
  *                   like the forward: S and dP rows per key tile, then dQ += dS K.
  *
+ * and with sinks a fourth, flash_bwd_dsinks (dsink[h] from LSE and D, one work-group per head).
  * A row's (or key's) TPR lanes (1 on CPUs; d / 32 on GPUs, so a lane keeps 32 floats of each
  * accumulator row) split the tile's scores as the forward's do, meet at a barrier once the
  * row of P and dS is written, and then each accumulates its d / TPR columns over the whole row.
+ * Each pass is one kernel whose steps carry the comments of the CUDA kernels' tile functions
+ * (kernels_cu/flash_bwd.cu) and the golden's bwd_row, in their order; the modifiers' and the
+ * plain P and dS are chosen by a compile-time condition (grad_row_dq or plain_grad_dq,
+ * grad_row_dkdv or the mask and row_grad), so a plain kernel is the plain code.
  *
- * and with sinks a fourth, flash_bwd_dsinks (dsink[h] from LSE and D, one work-group per head),
- * with P = exp(S - LSE) and dS = P * (dP - D). Both passes recompute S and dP; that costs about
+ * P = exp(S - LSE) and dS = P * (dP - D). Both passes recompute S and dP; that costs about
  * 40% more multiply-adds than one pass with atomic dQ, and buys determinism. A kernel's BLOCK_R
  * is always the rows its work-group owns (dK/dV pass: keys, BLOCK_R = the plan's Bc) and BLOCK_C
  * the tile it streams (there: queries, the plan's Br), so the forward's helpers serve both.
@@ -36,13 +40,7 @@
 #define ROW_WRITTEN()
 #endif
 
-#if KEYS_PER_VEC == 1
-typedef int int_keys;
-#define VLOAD_KEYS(p) (*(p)) /* KEYS_PER_VEC elements of any type and address space */
-#else
-typedef CAT(int, KEYS_PER_VEC) int_keys;
-#define VLOAD_KEYS(p) CAT(vload, KEYS_PER_VEC)(0, p)
-#endif
+/* ---- shared by both passes ---------------------------------------------------------------- */
 
 /* One stored element of a global tensor as f32. */
 float load_global(__global const store_t *p)
@@ -135,14 +133,13 @@ void dropout_key_rows(__local float *x, const fa_kernel_params *p, long b, long 
 }
 
 /* With softcap, ALiBi, a bias or a window, P and dS are computed by grad_keys, where softcap's
- * derivative joins dS and the window's mask has two sides. Without them the vector path above
+ * derivative joins dS and the window's mask has two sides. Without them the vector path
  * (row_grad) runs; the sinks only the LSE carries. Dropout's Z joins dP before either path and
  * the dK/dV pass's P after it, by vectors (dropout_row, dropout_key_rows): dS = P (Z dP - D),
  * dV's weight P Z. Element by element (a scalar Philox call per element, too), the backward
  * with any of them took 2.5 to 5 times as long as without (docs/benchmarks.md). */
 #define GRAD_MODS (FEATURES & ~(FA_FEATURE_SINKS | FA_FEATURE_DROPOUT))
 
-#if GRAD_MODS
 /* P and dS of a float_keys vector of a score tile's elements (query i, key j): s = q.k *
  * SCORE_SCALE, zdp = Z dO_i . V_j (Z the dropout factor, 1 without dropout), dist = i + Sk - Sq
  * - j (ALiBi's), bias2 the bias in log2 units, lse2 and d row i's LSE (log2 units) and D.
@@ -153,17 +150,15 @@ float_keys grad_keys(float_keys s, float_keys zdp, const fa_kernel_params *p, fl
                      float_keys d, float_keys *ds)
 {
     float_keys dcap = 1.0f;
-#if FEATURES & FA_FEATURE_SOFTCAP
-    float_keys t = softcap_tanh_keys(s, p->softcap); /* s = cap * tanh(s / cap), log2 units */
-    s = (p->softcap * LOG2E) * t;
-    dcap = 1.0f - t * t;
-#endif
-#if FEATURES & FA_FEATURE_ALIBI
-    s -= alibi_keys(slope, fabs(dist)); /* -slope |i' - j| */
-#endif
-#if FEATURES & FA_FEATURE_BIAS
-    s += bias2;
-#endif
+    if (FEATURES & FA_FEATURE_SOFTCAP) {
+        float_keys t = softcap_tanh_keys(s, p->softcap); /* s = cap * tanh(s / cap), log2 units */
+        s = (p->softcap * LOG2E) * t;
+        dcap = 1.0f - t * t;
+    }
+    if (FEATURES & FA_FEATURE_ALIBI)
+        s -= alibi_keys(slope, fabs(dist)); /* -slope |i' - j| */
+    if (FEATURES & FA_FEATURE_BIAS)
+        s += bias2;
     float_keys pr = FLUSH_TINY(float_keys, exp2(s - lse2)); /* P = exp(S - LSE) */
     *ds = select((float_keys)0.0f, pr * (zdp - d) * dcap, visible);
     return select((float_keys)0.0f, pr, visible);
@@ -172,28 +167,17 @@ float_keys grad_keys(float_keys s, float_keys zdp, const fa_kernel_params *p, fl
 /* Row i's bias (bias_t, keys contiguous) of (batch b, query head h); 0 without a bias. */
 __global const bias_t *bias_row_of(const fa_kernel_params *p BIAS_ARG, long b, long h, long i)
 {
-#if FEATURES & FA_FEATURE_BIAS
-    return bias + p->bias_offset + b * p->bias_stride_b + h * p->bias_stride_h +
+    if (!(FEATURES & FA_FEATURE_BIAS))
+        return 0;
+    return BIAS_PTR + p->bias_offset + b * p->bias_stride_b + h * p->bias_stride_h +
            i * p->bias_stride_s;
-#else
-    return 0;
-#endif
 }
 
-/* The ALiBi slope of query head h; 0 without ALiBi. */
-float slope_of(const fa_kernel_params *p ALIBI_ARG, long h)
-{
-    (void)p; /* p only leads the argument list, so the optional slopes can follow it */
-#if FEATURES & FA_FEATURE_ALIBI
-    return alibi_slopes[h];
-#else
-    return 0.0f;
-#endif
-}
+/* ---- the dQ pass --------------------------------------------------------------------------- */
 
-/* The dQ pass's row i: the lane's keys j = k0 + c, c in [c0, c0 + BLOCK_C / TPR), of the tile,
- * visible in [begin, end), by float_keys vectors (lane e: key j0 + e). s_row (S) becomes P and
- * dp_row (Z dP) dS. */
+/* The dQ pass's row i with the modifiers: the lane's keys j = k0 + c, c in [c0, c0 + BLOCK_C /
+ * TPR), of the tile, visible in [begin, end), by float_keys vectors (lane e: key j0 + e). s_row
+ * (S) becomes P and dp_row (Z dP) dS. */
 INLINE_ON_GPU void grad_row_dq(__local float *s_row, __local float *dp_row,
                                const fa_kernel_params *p, float slope,
                                __global const bias_t *bias_row, long i, long k0, int c0,
@@ -206,16 +190,14 @@ INLINE_ON_GPU void grad_row_dq(__local float *s_row, __local float *dp_row,
         const int_keys visible = LANE_INDEX >= lo && LANE_INDEX < hi;
         const float_keys dist = (float)(i + p->seqlen_k - p->seqlen_q - j0) - LANE_INDEX;
         float_keys bias2 = 0.0f;
-#if FEATURES & FA_FEATURE_BIAS
-        if (bias_row && j0 + KEYS_PER_VEC <= p->seqlen_k) {
+        if ((FEATURES & FA_FEATURE_BIAS) && bias_row && j0 + KEYS_PER_VEC <= p->seqlen_k) {
             bias2 = LOG2E * load_bias_keys(bias_row + j0);
-        } else if (bias_row) { /* the keys of a partial vector at the sequence's end */
+        } else if ((FEATURES & FA_FEATURE_BIAS) && bias_row) { /* a partial vector at Sk */
             float part[KEYS_PER_VEC];
             for (int e = 0; e < KEYS_PER_VEC; e++)
                 part[e] = j0 + e < p->seqlen_k ? LOG2E * load_bias(bias_row + j0 + e) : 0.0f;
             bias2 = VLOAD_KEYS(part);
         }
-#endif
         float_keys ds;
         S_STORE_KEYS(grad_keys(S_LOAD_KEYS(s_row + at), S_LOAD_KEYS(dp_row + at), p, slope,
                                dist, bias2, visible, (float_keys)lse2, (float_keys)d, &ds),
@@ -224,68 +206,20 @@ INLINE_ON_GPU void grad_row_dq(__local float *s_row, __local float *dp_row,
     }
 }
 
-/* The dK/dV pass's key j against the lane's query rows i = r0 + c, c in [c0, c0 + BLOCK_C /
- * TPR), of (b, h), by float_keys vectors (lane e: row i0 + e): st_row (S^T) becomes P^T and
- * dpt_row (Z dP^T) dS^T. keys_v holds each row's key end (0 for a row with no key); a window's
- * begin grows with the row, so the rows seeing j are those up to a lane. The bias, a column
- * here, is gathered row by row where the row sees j. */
-INLINE_ON_GPU void grad_row_dkdv(__local float *st_row, __local float *dpt_row,
-                                 const fa_kernel_params *p ALIBI_ARG BIAS_ARG, long b, long h,
-                                 long j, long r0, int c0, __local const float *lse2_v,
-                                 __local const float *d_v, __local const int *keys_v)
+/* The dQ pass's row without modifiers: the mask (the lane's keys from row_keys - k0 on get
+ * -inf), then P and dS by row_grad. */
+INLINE_ON_GPU void plain_grad_dq(__local float *s_row, __local float *dp_row, long k0, int c0,
+                                 long row_keys, float lse2, float d)
 {
-    const float slope = slope_of(p ALIBI_PASS, h);
-    for (int at = c0; at < c0 + LANE_KEYS; at += KEYS_PER_VEC) {
-        const long i0 = r0 + at;
-        int_keys visible = (int_keys)(int)j < VLOAD_KEYS(keys_v + at);
-#if FEATURES & FA_FEATURE_WINDOW
-        if (p->window_left >= 0) { /* j >= fa_window_begin(i) = i + Sk - Sq - left */
-            const float last = (float)clamp(
-                j - (i0 + p->seqlen_k - p->seqlen_q - p->window_left), -1L, (long)KEYS_PER_VEC);
-            visible = visible && LANE_INDEX <= last;
-        }
-#endif
-        const float_keys dist = (float)(i0 + p->seqlen_k - p->seqlen_q - j) + LANE_INDEX;
-        float_keys bias2 = 0.0f;
-#if FEATURES & FA_FEATURE_BIAS
-        float part[KEYS_PER_VEC];
-        for (int e = 0; e < KEYS_PER_VEC; e++) {
-            const long i = i0 + e;
-            const bool seen = j < keys_v[at + e] && j >= fa_keys_begin(p, FEATURES, i);
-            part[e] = seen ? LOG2E * load_bias(bias_row_of(p BIAS_PASS, b, h, i) + j) : 0.0f;
-        }
-        bias2 = VLOAD_KEYS(part);
-#endif
-        float_keys ds;
-        S_STORE_KEYS(grad_keys(S_LOAD_KEYS(st_row + at), S_LOAD_KEYS(dpt_row + at), p, slope,
-                               dist, bias2, visible, S_LOAD_KEYS(lse2_v + at),
-                               S_LOAD_KEYS(d_v + at), &ds),
-                     st_row + at);
-        S_STORE_KEYS(ds, dpt_row + at);
-    }
-}
-#endif
-
-__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
-flash_bwd_pre(__global const store_t *o, __global const store_t *d_o,
-              __global float *delta SEQ_ARG, PARAMS_ARG)
-{
-    const long row = (long)get_group_id(0) * BLOCK_R + get_local_id(0) / TPR;
-    const long h = (long)get_group_id(1), b = (long)get_group_id(2);
-    SEQ_SETUP(b);
-    if (row >= p.seqlen_q || get_local_id(0) % TPR != 0)
-        return; /* a row's first lane sums it: D is a small part of the backward */
-    const long t = seq.q_start + row; /* the row's token */
-    __global const store_t *o_row = o + p.o_offset + b * p.o_stride_b + h * p.o_stride_h +
-                                    t * p.o_stride_s;
-    __global const store_t *do_row = d_o + p.do_offset + b * p.do_stride_b +
-                                     h * p.do_stride_h + t * p.do_stride_s;
-    float sum = 0.0f;
-    for (int x = 0; x < HEAD_DIM; x++)
-        sum += load_global(do_row + x) * load_global(o_row + x);
-    delta[fa_lse_index(&p, b, h, seq.q_start, row)] = sum;
+    for (long c = max(row_keys - k0, (long)c0); c < c0 + LANE_KEYS; c++)
+        s_row[c] = -INFINITY;
+    row_grad(s_row + c0, dp_row + c0, 0, 0, lse2, d);
 }
 
+/* dQ = scale * dS K for one (query tile, head, batch): work-item (r, lane) = get_local_id(0) /
+ * TPR, % TPR owns query row r0 + r, keys [c0, c0 + Bc / TPR) of each S and dP row and dims
+ * [x0, x0 + d / TPR) of dQ. The last query tiles first: under a causal mask they visit the most
+ * key tiles, and the longest work-groups should not be the last ones started. */
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global const store_t *v,
              __global const float *lse, __global const store_t *d_o,
@@ -299,17 +233,14 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
     __local tile_t k_tile[BLOCK_C * HEAD_DIM];  /* K:    Bc x d */
     __local float s_tile[BLOCK_R * BLOCK_C];     /* S, then P */
     __local float dp_tile[BLOCK_R * BLOCK_C];    /* dP, then dS */
+    LOCAL_RANGE(kv_range);                       /* the key tiles, loop_range says why */
 
-    /* The item's row of the tile and its lane: keys [c0, c0 + Bc / TPR) of each S and dP row,
-     * dims [x0, x0 + d / TPR) of dQ. */
     const int r = (int)get_local_id(0) / TPR, lane = (int)get_local_id(0) % TPR;
     const int c0 = lane * LANE_KEYS, x0 = lane * LANE_DIMS;
-    /* The last query tiles first: under a causal mask they visit the most key tiles, and the
-     * longest work-groups should not be the last ones started. */
     const long r0 = (long)(get_num_groups(0) - 1 - get_group_id(0)) * BLOCK_R, row = r0 + r;
     const long h = (long)get_group_id(1), b = (long)get_group_id(2);
     SEQ_SETUP(b); /* p: sequence b's lengths; rows from token seq.q_start, keys seq.k_start */
-    const long h_kv = h / (p.heads_q / p.heads_kv);
+    const long h_kv = h / (p.heads_q / p.heads_kv); /* GQA: query heads share a K/V head */
     const long sq = p.seqlen_q, sk = p.seqlen_k;
     if (SEQ && r0 >= sq)
         return; /* a tile past a shorter sequence's rows, the whole work-group */
@@ -319,6 +250,7 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
                                               p.v_stride_s, b, h_kv, seq.k_start);
     __local float *s_row = s_tile + r * BLOCK_C, *dp_row = dp_tile + r * BLOCK_C;
 
+    /* Load the Q and dO tiles (rows past Sq are zeros; their results are never written). */
     load_tile(q_tile,
               q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h + seq.q_start * p.q_stride_s,
               r0, sq, p.q_stride_s, BLOCK_R, 1);
@@ -329,64 +261,66 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
     const long at = fa_lse_index(&p, b, h, seq.q_start, row); /* this row in LSE and D */
     const float lse_row = row < sq ? lse[at] : -INFINITY;
     const float lse2 = lse2_of(lse_row), d = row < sq ? delta[at] : 0.0f;
-    /* Keys [0, row_keys) of this row count; none for a row with no key or past Sq. */
+    /* Keys [row_begin, row_keys) of this row count (mask and window); none for a row with no
+     * key or past Sq. Then the key tiles, and the row's modifier inputs: ALiBi's slope, its
+     * bias row (in this order: row_begin before the range cost gfx90a 2 SGPR spills). */
     const long row_keys = lse_row == -INFINITY ? 0 : fa_keys_end(&p, MASK, FEATURES, row);
-#if SHARE_RANGES
-    __local long kv_range[2]; /* the key tiles [kv_begin, kv_end), share_range says why */
-    share_range(kv_range, keys_first_tile(&p, r0), keys_to_visit(&p, r0));
-    const long kv_begin = kv_range[0], kv_end = kv_range[1];
-#else
-    const long kv_begin = 0, kv_end = keys_to_visit(&p, r0);
-#endif
-#if GRAD_MODS
-    const long row_begin = fa_keys_begin(&p, FEATURES, row); /* window: keys from here */
-    const float slope = slope_of(&p ALIBI_PASS, h);
+    long kv_begin, kv_end;
+    loop_range(kv_range, keys_first_tile(&p, r0), keys_to_visit(&p, r0), &kv_begin, &kv_end);
+    const long row_begin = fa_keys_begin(&p, FEATURES, row);
+    const float slope = ALIBI_SLOPE(h);
     __global const bias_t *bias_row = row < sq ? bias_row_of(&p BIAS_PASS, b, h, row) : 0;
-#endif
 
     float_dims acc[VECS_PER_LANE_DIMS]; /* dQ[r][x0 ..] / scale, f32 */
     UNROLL_ON_GPU
     for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++)
         acc[dvec] = 0.0f;
+
+    /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc (tiles outside
+     * the window skipped). */
     for (long k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C) {
         barrier(CLK_LOCAL_MEM_FENCE); /* the previous tiles are no longer read */
         load_tile(kt_tile, k_head, k0, sk, p.k_stride_s, BLOCK_C, 1);
         load_tile(vt_tile, v_head, k0, sk, p.v_stride_s, BLOCK_C, 1);
         load_tile(k_tile, k_head, k0, sk, p.k_stride_s, BLOCK_C, 0);
         barrier(CLK_LOCAL_MEM_FENCE);
-        row_scores(s_row + c0, q_tile + r, kt_tile + c0, SCORE_SCALE(p), &p, 0); /* S, log2 */
-        row_scores(dp_row + c0, do_tile + r, vt_tile + c0, 1.0f, &p, 0);         /* dP = dO V^T */
-#if FEATURES & FA_FEATURE_DROPOUT
-        dropout_row(dp_row + c0, &p, b, h, row, k0 + c0, /* Z dP */
-                    (int)clamp(sk - (k0 + c0), 0L, (long)LANE_KEYS));
-#endif
-#if GRAD_MODS
-        /* The modifiers, the mask, P and dS = P (Z dP - D) dcap, by vectors of keys. */
-        grad_row_dq(s_row, dp_row, &p, slope, bias_row, row, k0, c0, row_begin, row_keys,
-                    lse2, d);
-#else
-        for (long c = max(row_keys - k0, (long)c0); c < c0 + LANE_KEYS; c++)
-            s_row[c] = -INFINITY;
-        row_grad(s_row + c0, dp_row + c0, 0, 0, lse2, d);
-#endif
+
+        /* S = Q K^T (log2 units) and dP = dO V^T, of the lane's keys; with dropout, Z dP. */
+        row_scores(s_row + c0, q_tile + r, kt_tile + c0, SCORE_SCALE(p), &p, 0);
+        row_scores(dp_row + c0, do_tile + r, vt_tile + c0, 1.0f, &p, 0);
+        if (FEATURES & FA_FEATURE_DROPOUT)
+            dropout_row(dp_row + c0, &p, b, h, row, k0 + c0,
+                        (int)clamp(sk - (k0 + c0), 0L, (long)LANE_KEYS));
+
+        /* The modifiers (softcap, ALiBi, bias), the mask (keys outside [row_begin, row_keys)),
+         * P = exp2(S - LSE2) and dS = P (Z dP - D) dcap, by vectors of keys. */
+        if (GRAD_MODS)
+            grad_row_dq(s_row, dp_row, &p, slope, bias_row, row, k0, c0, row_begin, row_keys,
+                        lse2, d);
+        else
+            plain_grad_dq(s_row, dp_row, k0, c0, row_keys, lse2, d);
         ROW_WRITTEN();
+
+        /* dQ += dS K over the keys that exist. */
         accumulate_rows(acc, dp_row, k_tile + x0, (int)min((long)BLOCK_C, sk - k0));
     }
+
+    /* dQ = scale * acc in the storage type. */
     if (row < sq)
         store_row_scaled(acc, p.scale,
                          dq + p.dq_offset + b * p.dq_stride_b + h * p.dq_stride_h +
                              (seq.q_start + row) * p.dq_stride_s + x0);
 }
 
+/* ---- the dK/dV pass ------------------------------------------------------------------------ */
+
 /* The first query row that sees key `key` (the mask and window rules of kernel_params.h,
  * inverted: j <= i' + window_right means i >= j - window_right - (Sk - Sq)). */
 long first_row_seeing(long key, const fa_kernel_params *p)
 {
     long first = MASK == 0 ? 0 : key - (MASK == 2 ? p->seqlen_k - p->seqlen_q : 0);
-#if FEATURES & FA_FEATURE_WINDOW
-    if (p->window_right >= 0)
+    if ((FEATURES & FA_FEATURE_WINDOW) && p->window_right >= 0)
         first = max(first, key - p->window_right - (p->seqlen_k - p->seqlen_q));
-#endif
     return clamp(first, 0L, p->seqlen_q);
 }
 
@@ -394,10 +328,8 @@ long first_row_seeing(long key, const fa_kernel_params *p)
  * window_left means i <= j + window_left - (Sk - Sq)); Sq without a window. */
 long rows_seeing_end(long key, const fa_kernel_params *p)
 {
-#if FEATURES & FA_FEATURE_WINDOW
-    if (p->window_left >= 0)
+    if ((FEATURES & FA_FEATURE_WINDOW) && p->window_left >= 0)
         return clamp(key + p->window_left - (p->seqlen_k - p->seqlen_q) + 1, 0L, p->seqlen_q);
-#endif
     return p->seqlen_q;
 }
 
@@ -416,6 +348,48 @@ void load_row_stats(__local float *lse2_v, __local float *d_v, __local int *keys
     }
 }
 
+/* The dK/dV pass's key j with the modifiers, against the lane's query rows i = r0 + c, c in
+ * [c0, c0 + BLOCK_C / TPR), of (b, h), by float_keys vectors (lane e: row i0 + e): st_row (S^T)
+ * becomes P^T and dpt_row (Z dP^T) dS^T. keys_v holds each row's key end (0 for a row with no
+ * key); a window's begin grows with the row, so the rows seeing j are those up to a lane. */
+INLINE_ON_GPU void grad_row_dkdv(__local float *st_row, __local float *dpt_row,
+                                 const fa_kernel_params *p ALIBI_ARG BIAS_ARG, long b, long h,
+                                 long j, long r0, int c0, __local const float *lse2_v,
+                                 __local const float *d_v, __local const int *keys_v)
+{
+    const float slope = ALIBI_SLOPE(h);
+    for (int at = c0; at < c0 + LANE_KEYS; at += KEYS_PER_VEC) {
+        const long i0 = r0 + at;
+        int_keys visible = (int_keys)(int)j < VLOAD_KEYS(keys_v + at);
+        if ((FEATURES & FA_FEATURE_WINDOW) && p->window_left >= 0) {
+            /* j >= fa_window_begin(i) = i + Sk - Sq - left */
+            const float last = (float)clamp(
+                j - (i0 + p->seqlen_k - p->seqlen_q - p->window_left), -1L, (long)KEYS_PER_VEC);
+            visible = visible && LANE_INDEX <= last;
+        }
+        const float_keys dist = (float)(i0 + p->seqlen_k - p->seqlen_q - j) + LANE_INDEX;
+        float_keys bias2 = 0.0f;
+        if (FEATURES & FA_FEATURE_BIAS) { /* a column here: gathered row by row where seen */
+            float part[KEYS_PER_VEC];
+            for (int e = 0; e < KEYS_PER_VEC; e++) {
+                const long i = i0 + e;
+                const bool seen = j < keys_v[at + e] && j >= fa_keys_begin(p, FEATURES, i);
+                part[e] = seen ? LOG2E * load_bias(bias_row_of(p BIAS_PASS, b, h, i) + j) : 0.0f;
+            }
+            bias2 = VLOAD_KEYS(part);
+        }
+        float_keys ds;
+        S_STORE_KEYS(grad_keys(S_LOAD_KEYS(st_row + at), S_LOAD_KEYS(dpt_row + at), p, slope,
+                               dist, bias2, visible, S_LOAD_KEYS(lse2_v + at),
+                               S_LOAD_KEYS(d_v + at), &ds),
+                     st_row + at);
+        S_STORE_KEYS(ds, dpt_row + at);
+    }
+}
+
+/* dK = scale * dS^T Q and dV = P^T dO for one (key tile, K/V head, batch): work-item (c, lane)
+ * owns key k0 + c, query rows [c0, c0 + BLOCK_C / TPR) of each S^T and dP^T row and dims
+ * [x0, x0 + d / TPR) of dK and dV. */
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global const store_t *v,
                __global const float *lse, __global const store_t *d_o,
@@ -432,9 +406,8 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
     __local float dpt_tile[BLOCK_R * BLOCK_C];    /* dP^T, then dS^T */
     __local float lse2_v[BLOCK_C], d_v[BLOCK_C];  /* per query row of the tile */
     __local int keys_v[BLOCK_C];
+    LOCAL_RANGE(rows_range); /* the query rows, loop_range says why */
 
-    /* The item's key of the tile and its lane: query rows [c0, c0 + BLOCK_C / TPR) of each S^T
-     * and dP^T row, dims [x0, x0 + d / TPR) of dK and dV. */
     const int c = (int)get_local_id(0) / TPR, lane = (int)get_local_id(0) % TPR;
     const int c0 = lane * LANE_KEYS, x0 = lane * LANE_DIMS;
     const long k0 = (long)get_group_id(0) * BLOCK_R, key = k0 + c;
@@ -445,6 +418,7 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
         return; /* a tile past a shorter sequence's keys, the whole work-group */
     __local float *st_row = st_tile + c * BLOCK_C, *dpt_row = dpt_tile + c * BLOCK_C;
 
+    /* Load the block's K and V tiles, transposed (keys past Sk are zeros, never written). */
     load_tile(kt_tile, key_head(k, p.k_offset, p.k_stride_b, p.k_stride_h, p.k_stride_s, b, h_kv,
                                 seq.k_start),
               k0, sk, p.k_stride_s, BLOCK_R, 1);
@@ -456,20 +430,18 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
     for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++)
         acc_k[dvec] = acc_v[dvec] = 0.0f;
     /* Causal and window: rows before `first` or from `last_end` on see none of the keys. */
-#if SHARE_RANGES
-    __local long rows_range[2]; /* share_range says why */
-    share_range(rows_range, first_row_seeing(k0, &p), rows_seeing_end(k0 + BLOCK_R - 1, &p));
-    const long first = rows_range[0], last_end = rows_range[1];
-#else
-    const long first = first_row_seeing(k0, &p), last_end = p.seqlen_q;
-#endif
+    long first, last_end;
+    loop_range(rows_range, first_row_seeing(k0, &p), rows_seeing_end(k0 + BLOCK_R - 1, &p),
+               &first, &last_end);
 
+    /* Loop over the group's query heads, then their query tiles [r0, r0 + Br), in order. */
     for (long h = h_kv * group; h < (h_kv + 1) * group; h++) {
         __global const store_t *q_head = q + p.q_offset + b * p.q_stride_b +
                                          h * p.q_stride_h + seq.q_start * p.q_stride_s;
         __global const store_t *do_head = d_o + p.do_offset + b * p.do_stride_b +
                                           h * p.do_stride_h + seq.q_start * p.do_stride_s;
         for (long r0 = first; r0 < last_end; r0 += BLOCK_C) {
+            /* Load the query tile: Q and dO (transposed and as is), the rows' LSE, D and keys. */
             barrier(CLK_LOCAL_MEM_FENCE); /* the previous query tile is no longer read */
             load_tile(qt_tile, q_head, r0, sq, p.q_stride_s, BLOCK_C, 1);
             load_tile(dot_tile, do_head, r0, sq, p.do_stride_s, BLOCK_C, 1);
@@ -477,34 +449,40 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
             load_tile(do_tile, do_head, r0, sq, p.do_stride_s, BLOCK_C, 0);
             load_row_stats(lse2_v, d_v, keys_v, lse, delta, &p, b, h, seq.q_start, r0);
             barrier(CLK_LOCAL_MEM_FENCE);
-            row_scores(st_row + c0, kt_tile + c, qt_tile + c0, SCORE_SCALE(p), &p, 0); /* S^T */
-            row_scores(dpt_row + c0, vt_tile + c, dot_tile + c0, 1.0f, &p, 0); /* dP^T = V dO^T */
-#if FEATURES & FA_FEATURE_DROPOUT
-            dropout_key_rows(dpt_row + c0, &p, b, h, key, r0 + c0, LANE_KEYS); /* Z dP^T */
-#endif
-#if GRAD_MODS
-            /* The modifiers, the mask, P^T and dS^T = P (Z dP - D) dcap, by vectors of rows. */
-            grad_row_dkdv(st_row, dpt_row, &p ALIBI_PASS BIAS_PASS, b, h, key, r0, c0, lse2_v,
-                          d_v, keys_v);
-#else
-            for (int kvec = 0; kvec < VECS_PER_LANE_KEYS; kvec++) { /* mask: key >= row's keys */
-                int at = c0 + kvec * KEYS_PER_VEC;
-                float_keys s = S_LOAD_KEYS(st_row + at);
-                S_STORE_KEYS(select((float_keys)(-INFINITY), s,
-                                    (int_keys)key < VLOAD_KEYS(keys_v + at)),
-                             st_row + at);
+
+            /* S^T = K Q^T and dP^T = V dO^T, of the lane's rows; with dropout, Z dP^T. */
+            row_scores(st_row + c0, kt_tile + c, qt_tile + c0, SCORE_SCALE(p), &p, 0);
+            row_scores(dpt_row + c0, vt_tile + c, dot_tile + c0, 1.0f, &p, 0);
+            if (FEATURES & FA_FEATURE_DROPOUT)
+                dropout_key_rows(dpt_row + c0, &p, b, h, key, r0 + c0, LANE_KEYS);
+
+            /* The modifiers, the mask (key >= the row's count, or before its window), P^T and
+             * dS^T = P^T (Z dP^T - D) dcap, by vectors of rows; with dropout, P^T Z. */
+            if (GRAD_MODS)
+                grad_row_dkdv(st_row, dpt_row, &p ALIBI_PASS BIAS_PASS, b, h, key, r0, c0,
+                              lse2_v, d_v, keys_v);
+            else { /* the mask in place: as a helper, gfx90a's d 32 f16 pass took 206 VGPRs */
+                for (int kvec = 0; kvec < VECS_PER_LANE_KEYS; kvec++) { /* key >= row's keys */
+                    int at = c0 + kvec * KEYS_PER_VEC;
+                    float_keys s = S_LOAD_KEYS(st_row + at);
+                    S_STORE_KEYS(select((float_keys)(-INFINITY), s,
+                                        (int_keys)key < VLOAD_KEYS(keys_v + at)),
+                                 st_row + at);
+                }
+                row_grad(st_row + c0, dpt_row + c0, lse2_v + c0, d_v + c0, 0.0f, 0.0f);
             }
-            row_grad(st_row + c0, dpt_row + c0, lse2_v + c0, d_v + c0, 0.0f, 0.0f); /* P^T, dS^T */
-#endif
-#if FEATURES & FA_FEATURE_DROPOUT
-            dropout_key_rows(st_row + c0, &p, b, h, key, r0 + c0, LANE_KEYS); /* P^T Z */
-#endif
+            if (FEATURES & FA_FEATURE_DROPOUT)
+                dropout_key_rows(st_row + c0, &p, b, h, key, r0 + c0, LANE_KEYS);
             ROW_WRITTEN();
+
+            /* dK += dS^T Q and dV += P^T dO over the query rows that exist. */
             int rows = (int)min((long)BLOCK_C, sq - r0);
             accumulate_rows(acc_k, dpt_row, q_tile + x0, rows);
             accumulate_rows(acc_v, st_row, do_tile + x0, rows);
         }
     }
+
+    /* dK = scale * acc_k and dV = acc_v in the storage type (varlen: at token k_start + key). */
     if (key >= sk)
         return;
     const long t = seq.k_start + key; /* the key's row in dK and dV */
@@ -514,6 +492,29 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
     store_row_scaled(acc_v, 1.0f,
                      dv + p.dv_offset + b * p.dv_stride_b + h_kv * p.dv_stride_h +
                          t * p.dv_stride_s + x0);
+}
+
+/* ---- D and the sinks' gradient -------------------------------------------------------------- */
+
+/* D[i] = rowsum(dO[i] * O[i]) at row i's LSE index, one work-item per query row. */
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+flash_bwd_pre(__global const store_t *o, __global const store_t *d_o,
+              __global float *delta SEQ_ARG, PARAMS_ARG)
+{
+    const long row = (long)get_group_id(0) * BLOCK_R + get_local_id(0) / TPR;
+    const long h = (long)get_group_id(1), b = (long)get_group_id(2);
+    SEQ_SETUP(b);
+    if (row >= p.seqlen_q || get_local_id(0) % TPR != 0)
+        return; /* a row's first lane sums it: D is a small part of the backward */
+    const long t = seq.q_start + row; /* the row's token */
+    __global const store_t *o_row = o + p.o_offset + b * p.o_stride_b + h * p.o_stride_h +
+                                    t * p.o_stride_s;
+    __global const store_t *do_row = d_o + p.do_offset + b * p.do_stride_b +
+                                     h * p.do_stride_h + t * p.do_stride_s;
+    float sum = 0.0f;
+    for (int x = 0; x < HEAD_DIM; x++)
+        sum += load_global(do_row + x) * load_global(o_row + x);
+    delta[fa_lse_index(&p, b, h, seq.q_start, row)] = sum;
 }
 
 /*

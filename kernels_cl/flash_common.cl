@@ -78,6 +78,9 @@
 #ifndef BIAS_DTYPE
 #define BIAS_DTYPE 0 /* the bias's storage: 0 f32, 1 f16, 2 bf16 */
 #endif
+#ifndef PARTS_DTYPE
+#define PARTS_DTYPE 0 /* flash_merge's partials' storage: 0 f32, 1 f16, 2 bf16 */
+#endif
 #ifndef SEQ
 #define SEQ 0 /* FA_SEQ_* bits: varlen, per-sequence key counts, paged K/V */
 #endif
@@ -86,6 +89,9 @@
 #endif
 #ifndef GPU
 #define GPU 0 /* 1: the device is a GPU (the host passes it from CL_DEVICE_TYPE) */
+#endif
+#ifndef TILE_F32
+#define TILE_F32 0 /* 1: local tiles hold f32 for f16 and bf16 storage (flash_storage.cl) */
 #endif
 
 /* Loops over a work-item's accumulator rows, unrolled on GPUs only: a loop left rolled indexes

@@ -31,11 +31,9 @@
 #include "flash_common.cl"
 #endif
 
-
-/* Inlined on every device: the tile loop's bounds (item_keys) and the paths (fwd_tile) left
- * to pocl's choice made its causal tile loop 1.8x slower, its bounds no longer seen as uniform
+/* The tile loop's bounds (item_keys) and the paths (fwd_tile) are ALWAYS_INLINE: left to pocl's
+ * choice, its causal tile loop ran 1.8x slower, its bounds no longer seen as uniform
  * (share_range says why that matters). */
-#define ALWAYS_INLINE __attribute__((always_inline))
 
 /* ---- the work item: a Q tile of (head, batch), with SPLIT a key chunk --------------------- */
 
@@ -91,14 +89,7 @@ void load_q_tile(__local tile_t *q_tile, __global const store_t *q, const fa_ker
 ALWAYS_INLINE void item_keys(__local long *kv_range, const fa_kernel_params *p,
                              const fwd_item *it, long rule_r0, long *begin, long *end)
 {
-#if SHARE_RANGES
-    share_range(kv_range, keys_first_tile(p, rule_r0), keys_to_visit(p, rule_r0));
-    *begin = kv_range[0];
-    *end = kv_range[1];
-#else
-    *begin = 0;
-    *end = keys_to_visit(p, rule_r0);
-#endif
+    loop_range(kv_range, keys_first_tile(p, rule_r0), keys_to_visit(p, rule_r0), begin, end);
     if (SPLIT) {
         *begin = max(*begin, it->split * p->split_keys);
         *end = min(*end, (it->split + 1) * p->split_keys);
@@ -572,7 +563,7 @@ ALWAYS_INLINE void fwd_tile(__global const store_t *q, __global const store_t *k
  * no other place for it), only where used: a null pointer stands for what a kernel lacks (an
  * unused array still takes pocl's local memory, and one of a few bytes misaligned the tiles
  * after it). The staged path's K^T (d x Bc) and V (Bc x d) tiles; the lanes' share of a row's
- * max and sum (across_lanes_*, TPR > 1); the tile loop's bounds (item_keys, SHARE_RANGES). */
+ * max and sum (across_lanes_*, TPR > 1); the tile loop's bounds (item_keys: LOCAL_RANGE). */
 #if DIRECT_KV
 #define LOCAL_KV_TILES __local tile_t *k_tile = 0, *v_tile = 0
 #else
@@ -582,11 +573,6 @@ ALWAYS_INLINE void fwd_tile(__global const store_t *q, __global const store_t *k
 #define LOCAL_LANE_SHARES __local float share_max[TPR * BLOCK_R], share_sum[TPR * BLOCK_R]
 #else
 #define LOCAL_LANE_SHARES __local float *share_max = 0, *share_sum = 0
-#endif
-#if SHARE_RANGES
-#define LOCAL_KV_RANGE __local long kv_range[2]
-#else
-#define LOCAL_KV_RANGE __local long *kv_range = 0
 #endif
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
@@ -598,7 +584,7 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
     LOCAL_KV_TILES;                            /* K^T: d x Bc, V: Bc x d */
     __local float s_tile[BLOCK_R * BLOCK_C];   /* S, then P: Br x Bc f32 */
     LOCAL_LANE_SHARES;
-    LOCAL_KV_RANGE;
+    LOCAL_RANGE(kv_range);
 
     const long b = (long)get_group_id(2);
     SEQ_SETUP(b); /* p: sequence b's lengths; its rows start at token seq.q_start */

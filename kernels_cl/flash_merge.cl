@@ -9,21 +9,11 @@
 #include "flash_common.cl"
 #endif
 
-#ifndef PARTS_DTYPE
-#define PARTS_DTYPE 0 /* the partials' storage: 0 f32, 1 f16, 2 bf16 */
-#endif
-/* The partial O flash_merge reads (PARTS_DTYPE), and LOAD_PART(ptr), one element as f32: 0 f32
- * (a split forward's scratch), else fa_merge's partials in the storage type, 1 f16 or 2 bf16. */
-#if PARTS_DTYPE == 0
-typedef float part_t;
-#define LOAD_PART(ptr) (*(ptr))
-#elif PARTS_DTYPE == 1
-typedef ushort part_t;
-#define LOAD_PART(ptr) vload_half(0, (__global const half *)(ptr))
-#else
-typedef ushort part_t;
-#define LOAD_PART(ptr) as_float((uint)(*(ptr)) << 16)
-#endif
+/* The partial O flash_merge reads (PARTS_DTYPE, by the storage rows of flash_storage.cl), and
+ * LOAD_PART(ptr), one element as f32: 0 f32 (a split forward's scratch), else fa_merge's
+ * partials in the storage type, 1 f16 or 2 bf16. */
+typedef CAT(STORE_T_, PARTS_DTYPE) part_t;
+#define LOAD_PART(ptr) CAT(LOAD_N_F32_IN_, PARTS_DTYPE)(__global, 1, ptr)
 
 /* flash_merge: O and LSE from p.splits partials (the merge rule and their layout in
  * kernel_params.h), one work-group per (query tile, head, batch) as the forward's unsplit grid.

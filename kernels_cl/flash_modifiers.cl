@@ -11,16 +11,20 @@
 #if FEATURES & FA_FEATURE_ALIBI
 #define ALIBI_ARG , __global const float *alibi_slopes
 #define ALIBI_PASS , alibi_slopes
+#define ALIBI_SLOPE(h) alibi_slopes[h] /* the slope of query head h; 0 without ALiBi */
 #else
 #define ALIBI_ARG
 #define ALIBI_PASS
+#define ALIBI_SLOPE(h) 0.0f
 #endif
 #if FEATURES & FA_FEATURE_BIAS
 #define BIAS_ARG , __global const bias_t *bias
 #define BIAS_PASS , bias
+#define BIAS_PTR bias /* the bias argument; a null pointer without a bias */
 #else
 #define BIAS_ARG
 #define BIAS_PASS
+#define BIAS_PTR ((__global const bias_t *)0)
 #endif
 #if FEATURES & FA_FEATURE_SINKS
 #define SINKS_ARG , __global const float *sinks
@@ -30,46 +34,21 @@
 #define SINKS_PASS
 #endif
 
-#if BIAS_DTYPE == 0
-typedef float bias_t;
-#else
-typedef ushort bias_t; /* f16 or bf16 bits */
-#endif
-
-/* One bias element as f32. */
+/* The bias's element type (f32, or f16 or bf16 bits) and its loads as f32, by the storage rows
+ * of flash_storage.cl: one element, and p[0 .. KEYS_PER_VEC). */
+typedef CAT(STORE_T_, BIAS_DTYPE) bias_t;
 float load_bias(__global const bias_t *p)
 {
-#if BIAS_DTYPE == 0
-    return *p;
-#elif BIAS_DTYPE == 1
-    return vload_half(0, (__global const half *)p);
-#else
-    return as_float((uint)(*p) << 16);
-#endif
+    return CAT(LOAD_N_F32_IN_, BIAS_DTYPE)(__global, 1, p);
 }
-
-/* bias p[0 .. KEYS_PER_VEC) as f32. */
 float_keys load_bias_keys(__global const bias_t *p)
 {
-#if KEYS_PER_VEC == 1
-    return load_bias(p);
-#elif BIAS_DTYPE == 0
-    return CAT(vload, KEYS_PER_VEC)(0, p);
-#elif BIAS_DTYPE == 1
-    return CAT(vload_half, KEYS_PER_VEC)(0, (__global const half *)p);
-#else
-    return CAT(as_float, KEYS_PER_VEC)(
-        CAT(convert_uint, KEYS_PER_VEC)(CAT(vload, KEYS_PER_VEC)(0, p)) << 16);
-#endif
+    return CAT(LOAD_N_F32_IN_, BIAS_DTYPE)(__global, KEYS_PER_VEC, p);
 }
 
 /* 0, 1, 2 .. : lane e of a float_keys vector is key c + e. */
 __constant float lane_index[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-#if KEYS_PER_VEC == 1
-#define LANE_INDEX 0.0f
-#else
-#define LANE_INDEX CAT(vload, KEYS_PER_VEC)(0, lane_index)
-#endif
+#define LANE_INDEX VLOAD_KEYS(lane_index)
 
 /* tanh(s / cap) by lanes as (2^a - 1) / (2^a + 1), a = 2 s / cap in log2 units: +-1 at the
  * infinities (a is clamped to [-64, 64], where tanh is +-1 in f32 already), a NaN stays NaN.
@@ -94,11 +73,7 @@ float_keys softcap_tanh_keys(float_keys s, float cap)
 
 /* The score the plain kernel's S = Q K^T * scale is multiplied by: natural units where softcap
  * needs them (tanh of the true score), else log2 units directly. */
-#if FEATURES & FA_FEATURE_SOFTCAP
-#define SCORE_SCALE(p) ((p).scale)
-#else
-#define SCORE_SCALE(p) ((p).scale_log2)
-#endif
+#define SCORE_SCALE(p) ((FEATURES & FA_FEATURE_SOFTCAP) ? (p).scale : (p).scale_log2)
 
 /* What the score modifiers read for one query row of (batch, head): the ALiBi slope, the
  * distance i' - k0 = row + Sk - Sq - k0 to the tile's first key, and the row's bias from key k0
@@ -123,12 +98,10 @@ float_keys alibi_keys(float slope, float_keys dist)
  * falls by one per lane. */
 float_keys modify_keys(float_keys s, const fa_kernel_params *p, const row_mods *rm, int at)
 {
-#if FEATURES & FA_FEATURE_SOFTCAP
-    s = (p->softcap * LOG2E) * softcap_tanh_keys(s, p->softcap); /* cap tanh(s / cap) */
-#endif
-#if FEATURES & FA_FEATURE_ALIBI
-    s -= alibi_keys(rm->slope, fabs((float_keys)(float)(rm->dist0 - at) - LANE_INDEX));
-#endif
+    if (FEATURES & FA_FEATURE_SOFTCAP)
+        s = (p->softcap * LOG2E) * softcap_tanh_keys(s, p->softcap); /* cap tanh(s / cap) */
+    if (FEATURES & FA_FEATURE_ALIBI)
+        s -= alibi_keys(rm->slope, fabs((float_keys)(float)(rm->dist0 - at) - LANE_INDEX));
     return s;
 }
 
@@ -138,10 +111,8 @@ float_keys modify_keys(float_keys s, const fa_kernel_params *p, const row_mods *
 void store_scores(float_keys s, __local float *s_row, int at, const fa_kernel_params *p,
                   const row_mods *rm)
 {
-#if FEATURES & (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI)
-    if (rm)
+    if ((FEATURES & (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI)) && rm)
         s = modify_keys(s, p, rm, at);
-#endif
     S_STORE_KEYS(s, s_row + at);
 }
 
@@ -149,15 +120,10 @@ void store_scores(float_keys s, __local float *s_row, int at, const fa_kernel_pa
  * moves them to a tile). */
 row_mods row_mods_of(const fa_kernel_params *p ALIBI_ARG BIAS_ARG, long b, long h, long row)
 {
-    row_mods rm = {0.0f, row + p->seqlen_k - p->seqlen_q, 0, 0};
-#if FEATURES & FA_FEATURE_ALIBI
-    rm.slope = alibi_slopes[h];
-#endif
-#if FEATURES & FA_FEATURE_BIAS
-    if (row < p->seqlen_q) /* rows past Sq read nothing */
-        rm.bias_row = bias + p->bias_offset + b * p->bias_stride_b + h * p->bias_stride_h +
+    row_mods rm = {ALIBI_SLOPE(h), row + p->seqlen_k - p->seqlen_q, 0, 0};
+    if ((FEATURES & FA_FEATURE_BIAS) && row < p->seqlen_q) /* rows past Sq read nothing */
+        rm.bias_row = BIAS_PTR + p->bias_offset + b * p->bias_stride_b + h * p->bias_stride_h +
                       row * p->bias_stride_s;
-#endif
     return rm;
 }
 
@@ -169,6 +135,14 @@ void row_mods_at_tile(row_mods *rm, const row_mods *base, long k0, int valid_key
     rm->bias_row = base->bias_row ? base->bias_row + k0 : 0;
     rm->bias_keys = base->bias_row ? valid_keys : 0;
 }
+
+/* row_scores is forced inline on GPUs only with softcap or ALiBi (INLINE_ON_GPU says why); a
+ * plain one keeps clang's choice: forced, gfx90a's d 32 f16 forward grew from 109 to 144 VGPRs. */
+#if FEATURES & (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI)
+#define ROW_SCORES_INLINE INLINE_ON_GPU
+#else
+#define ROW_SCORES_INLINE
+#endif
 
 /* One lane's keys of an S row, in log2 units: S[r][c] = sum_x Q[r][x] * K[c][x] * scale *
  * log2(e) for Bc / TPR keys c of the tile (the whole row where TPR is 1, as in the backward),

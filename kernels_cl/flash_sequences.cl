@@ -28,6 +28,30 @@ void share_range(__local long *range, long first, long end)
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
+/* LOCAL_RANGE(name): the kernel's local memory for a shared range, declared at its scope
+ * (OpenCL C 1.2 has no other place for it) only where SHARE_RANGES uses it: an unused array
+ * still takes pocl's local memory, and one of a few bytes misaligned the tiles after it. */
+#if SHARE_RANGES
+#define LOCAL_RANGE(name) __local long name[2]
+#else
+#define LOCAL_RANGE(name) __local long *name = 0
+#endif
+
+/* The bounds [*begin, *end) of a loop over tiles from [first, end): through `range`
+ * (LOCAL_RANGE) where SHARE_RANGES says so. Inlined on every device: left to pocl's choice, the
+ * forward's causal tile loop ran 1.8x slower, its bounds no longer seen as uniform. */
+ALWAYS_INLINE void loop_range(__local long *range, long first, long end, long *begin_out,
+                              long *end_out)
+{
+    if (SHARE_RANGES) {
+        share_range(range, first, end);
+        first = range[0];
+        end = range[1];
+    }
+    *begin_out = first;
+    *end_out = end;
+}
+
 /* ---- sequences and split-KV (SEQ, SPLIT; flashattn.h, "Sequences, pages and split-KV") ----- */
 
 /* The sequence buffers (int32) after the modifier tensors, in the host's order (src/op_launches.c,
@@ -86,45 +110,42 @@ __global const store_t *key_head(__global const store_t *t, long offset, long st
 long key_row(long j, long stride_b, long stride_s, const fa_kernel_params *p,
              __global const int *block_table, long b)
 {
-#if SEQ & FA_SEQ_PAGED
-    return fa_key_row(p, SEQ, block_table, b, 0, j, stride_b, stride_s);
-#else
+    if (SEQ & FA_SEQ_PAGED)
+        return fa_key_row(p, SEQ, block_table, b, 0, j, stride_b, stride_s);
     return j * stride_s;
-#endif
 }
 
-/* Copies keys [k0, k0 + Bc) of K or V (row 0 at `head`, key_head) into a local tile as
- * load_tile does, zero past `sk`. Paged, key j's row is at fa_key_row (its page from the block
- * table), so each element finds its own. */
-void load_keys(__local tile_t *tile, __global const store_t *head, long k0, long sk,
-               long stride_b, long stride_s, int transposed, const fa_kernel_params *p,
-               __global const int *block_table, long b)
+/* Copies keys [k0, k0 + Bc) of paged K or V into a local tile as load_tile does, zero past
+ * `sk`: key j's row is at fa_key_row (its page from the block table), looked up once per key a
+ * work-item meets, not once per element: with one work-item per work-group (a decode's Br = 1
+ * on pocl) a lookup per element made the paged forward 2.9x slower than the contiguous one (B1
+ * Sk 32768 d128 f16); now it is one division per key. */
+void load_page_keys(__local tile_t *tile, __global const store_t *head, long k0, long sk,
+                    long stride_b, long stride_s, int transposed, const fa_kernel_params *p,
+                    __global const int *block_table, long b)
 {
-#if SEQ & FA_SEQ_PAGED
-    /* A key's row is looked up once per key a work-item meets, not once per element: with one
-     * work-item per work-group (a decode's Br = 1 on pocl) a lookup per element made the paged
-     * forward 2.9x slower than the contiguous one (B1 Sk 32768 d128 f16); now it is one
-     * division per key. */
     int row_of = -1;
     long row = 0;
-    const int step = VEC_TILE_LOADS ? 8 : 1; /* elements copied at once */
-    for (int idx = (int)get_local_id(0) * step; idx < BLOCK_C * HEAD_DIM;
-         idx += WG_SIZE * step) {
+    for (int idx = (int)get_local_id(0) * TILE_LOAD_STEP; idx < BLOCK_C * HEAD_DIM;
+         idx += WG_SIZE * TILE_LOAD_STEP) {
         int c = idx / HEAD_DIM, x = idx - c * HEAD_DIM; /* key k0 + c, elements x .. */
         long j = k0 + c;
         if (c != row_of && j < sk) {
             row_of = c;
             row = key_row(j, stride_b, stride_s, p, block_table, b);
         }
-#if VEC_TILE_LOADS
-        float8 val = j < sk ? LOAD_N_F32_IN(__global, 8, head + row + x) : (float8)0.0f;
-        store_tile8(tile, val, c, x, BLOCK_C, transposed);
-#else
-        tile_t val = j < sk ? TILE_ELEM(head + row + x) : (tile_t)0;
-        tile[transposed ? x * BLOCK_C + c : idx] = val;
-#endif
+        copy_tile_elems(tile, head + row + x, j < sk, c, x, BLOCK_C, transposed);
     }
-#else
-    load_tile(tile, head, k0, sk, stride_s, BLOCK_C, transposed);
-#endif
+}
+
+/* Copies keys [k0, k0 + Bc) of K or V (row 0 at `head`, key_head) into a local tile as
+ * load_tile does, zero past `sk`; paged, each key from its page (load_page_keys). */
+void load_keys(__local tile_t *tile, __global const store_t *head, long k0, long sk,
+               long stride_b, long stride_s, int transposed, const fa_kernel_params *p,
+               __global const int *block_table, long b)
+{
+    if (SEQ & FA_SEQ_PAGED)
+        load_page_keys(tile, head, k0, sk, stride_b, stride_s, transposed, p, block_table, b);
+    else
+        load_tile(tile, head, k0, sk, stride_s, BLOCK_C, transposed);
 }

@@ -53,6 +53,16 @@ void load_tile(__local tile_t *tile, __global const store_t *src, long row0, lon
         store_tile8(tile, val, r, x, rows, transposed);
     }
 }
+
+/* Copies elements x .. x + TILE_LOAD_STEP of a row (r, of `rows`, from src; zeros where !valid)
+ * into a tile as load_tile does: for copies row by row (flash_sequences.cl's pages). */
+#define TILE_LOAD_STEP 8
+void copy_tile_elems(__local tile_t *tile, __global const store_t *src, bool valid, int r, int x,
+                     int rows, int transposed)
+{
+    store_tile8(tile, valid ? LOAD_N_F32_IN(__global, 8, src) : (float8)0.0f, r, x, rows,
+                transposed);
+}
 #else
 void load_tile(__local tile_t *tile, __global const store_t *src, long row0, long seq,
                long stride, int rows, int transposed)
@@ -63,6 +73,13 @@ void load_tile(__local tile_t *tile, __global const store_t *src, long row0, lon
         tile_t val = row < seq ? TILE_ELEM(src + row * stride + x) : (tile_t)0;
         tile[transposed ? x * rows + r : idx] = val;
     }
+}
+
+#define TILE_LOAD_STEP 1
+void copy_tile_elems(__local tile_t *tile, __global const store_t *src, bool valid, int r, int x,
+                     int rows, int transposed)
+{
+    tile[transposed ? x * rows + r : r * HEAD_DIM + x] = valid ? TILE_ELEM(src) : (tile_t)0;
 }
 #endif
 

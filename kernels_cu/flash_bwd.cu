@@ -308,10 +308,10 @@ __device__ void tile_bwd_dq_cuda_cores(const store_t *__restrict__ q,
         load_tile(k_tile, k_head, k0, sk, p.k_stride_s, BLOCK_C, false);
         __syncthreads();
 
+        /* S = Q K^T and dP = dO V^T, of the lane's keys; with dropout, Z dP: Z of the row's
+         * keys first, into s_row, the forward's draw: lane t the Philox words of the key groups
+         * 4G .. 4G+3 (G = k0/4 + t, + TPR, ...) of this tile, one call per 4 keys. */
 #if FEATURES & FA_FEATURE_DROPOUT
-        /* Dropout's Z of the row's keys into s_row, the forward's draw: lane t the Philox words
-         * of the key groups 4G .. 4G+3 (G = k0/4 + t, + TPR, ...) of this tile, one call per 4
-         * keys. */
         for (i64 grp = (k0 >> 2) + t; grp * 4 < k0 + BLOCK_C; grp += THREADS_PER_ROW) {
             fa_kp_u32 w[4];
             fa_dropout_words(&p, b, h, row, grp * 4, w);
@@ -324,13 +324,14 @@ __device__ void tile_bwd_dq_cuda_cores(const store_t *__restrict__ q,
         }
         __syncwarp(lanes); /* the row's Z is visible to all its lanes */
 #endif
-        /* S = Q K^T and dP = dO V^T; then the modifiers (softcap, ALiBi, bias), the mask (keys
-         * outside [row_begin, row_keys): after the row's diagonal, outside the window, past Sk,
-         * all of a row without keys get P = 0), P = exp2(S - LSE2) and dS = P (Z dP - D) dcap
-         * into s_row (each lane its own columns). */
         float s[COLS_PER_THREAD], dp[COLS_PER_THREAD];
         row_dots(s, q_tile + r, kt_tile, t);
         row_dots(dp, do_tile + r, vt_tile, t);
+
+        /* The modifiers (softcap, ALiBi, bias), the mask (keys outside [row_begin, row_keys):
+         * after the row's diagonal, outside the window, past Sk, all of a row without keys get
+         * P = 0), P = exp2(S - LSE2) and dS = P (Z dP - D) dcap into s_row (each lane its own
+         * columns). */
 #pragma unroll
         for (int i = 0; i < COLS_PER_THREAD; i++) {
             int c = t + i * THREADS_PER_ROW;
@@ -412,18 +413,21 @@ __device__ void tile_bwd_dkdv_cuda_cores(const store_t *__restrict__ q,
                                             p.do_stride_s, seq, b, h);
         const head_mods hm = head_mods_of(mods, p, b, h);
         for (i64 r0 = first; r0 < last_end; r0 += BLOCK_C) {
+            /* Load the query tile: Q and dO (transposed and as is), the rows' LSE, D and keys. */
             __syncthreads(); /* the previous query tile is no longer read */
             load_tile(qt_tile, q_head, r0, sq, p.q_stride_s, BLOCK_C, true);
             load_tile(dot_tile, do_head, r0, sq, p.do_stride_s, BLOCK_C, true);
             load_query_tile(q_tile, do_tile, lse2_v, delta_v, keys_v, q_head, do_head, lse,
                             delta, p, b, h, seq.q_start, r0, k0);
 
-            /* S^T = K Q^T and dP^T = V dO^T; then the modifiers, the mask (key c >= the row's
-             * count, or before its window), P^T Z = exp2(S^T - LSE2) Z and dS^T =
-             * P^T (Z dP^T - D) dcap, Z from one Philox call per element. */
+            /* S^T = K Q^T and dP^T = V dO^T, of the lane's rows; with dropout, Z dP^T (Z from
+             * one Philox call per element, in the loop below). */
             float s[COLS_PER_THREAD], dp[COLS_PER_THREAD];
             row_dots(s, kt_tile + c, qt_tile, t);
             row_dots(dp, vt_tile + c, dot_tile, t);
+
+            /* The modifiers, the mask (key c >= the row's count, or before its window), P^T and
+             * dS^T = P^T (Z dP^T - D) dcap; with dropout, P^T Z. */
 #pragma unroll
             for (int i = 0; i < COLS_PER_THREAD; i++) {
                 int r = t + i * THREADS_PER_ROW;
@@ -729,6 +733,7 @@ __device__ void tile_bwd_dkdv_mma(const store_t *__restrict__ q, const store_t *
                                             p.do_stride_s, seq, b, h);
         const head_mods hm = head_mods_of(mods, p, b, h);
         for (i64 r0 = first; r0 < last_end; r0 += BLOCK_C) {
+            /* Load the query tile: Q and dO, the rows' LSE, D and keys. */
             __syncthreads(); /* the previous query tile is no longer read */
             load_query_tile(q_tile, do_tile, lse2_v, delta_v, keys_v, q_head, do_head, lse,
                             delta, p, b, h, seq.q_start, r0, k0);

@@ -481,21 +481,26 @@ static void bwd_row(const bwd_head *bh, const fa_kernel_params *kp, int64_t row,
     /* D = rowsum(dO * O): the softmax's own term of dP, from the stored O. */
     double dsum = end > first ? dot_rows(bh->dt, bh->d_o, dor, bh->o, bh->o0 + row * bh->os, d)
                               : 0.0;
+    /* Loop over the row's keys [first, end) (the mask and the window), in order. */
     for (int64_t j = first; j < end; j++) {
         if (!key_listed(&bh->mods, row, j))
-            continue;
+            continue; /* a block the lists leave out */
+        /* S = Q K^T * scale and dP = dO V^T (with dropout, Z dP); the modifiers, P = exp(S -
+         * LSE) and dS = P (Z dP - D) dcap, with respect to q.k: softcap's derivative and the
+         * scale of S = scale * Q K^T. */
         double dot = dot_rows(bh->dt, bh->q, qr, bh->k, bh->k0 + j * bh->ks, d), dcap;
         double s = modified_score(&bh->mods, f32_range(dot, dot * scale), row, j, &dcap);
         double p = exp(s - (double)lse), z = dropout_factor(&bh->mods, row, j);
         double dp = z * dot_rows(bh->dt, bh->d_o, dor, bh->v, bh->v0 + j * bh->vs, d);
-        /* dS with respect to q.k: softcap's derivative and the scale of S = scale * Q K^T */
         double ds = p * (dp - dsum) * dcap * scale;
+        /* dQ += dS K; dK += dS^T Q and dV += P^T Z dO, in f64 accumulators. */
         for (int64_t x = 0; x < d; x++) {
             acc_v[j * d + x] += p * z * load(bh->dt, bh->d_o, dor + x);
             acc_k[j * d + x] += ds * load(bh->dt, bh->q, qr + x);
             dq_row[x] += ds * load(bh->dt, bh->k, bh->k0 + j * bh->ks + x);
         }
     }
+    /* dQ in the storage type (dK and dV once the K/V head is done: bwd_store_kv). */
     for (int64_t x = 0; x < d; x++)
         store(bh->dt, bh->dq, bh->dq0 + row * bh->dqs + x, dq_row[x]);
 }
