@@ -4,85 +4,17 @@
  * accumulate P V, final 1/l) but accumulates in fp64, so its only error is the final rounding
  * of O to the storage type. Every other backend is checked against it.
  *
- * No SIMD, no threads: the point is to be obviously right. "Device memory" is host memory from
- * malloc, and the on-chip memory the planner divides is a CPU cache (L2, else L1d, else 256 KiB)
- * read from the system.
+ * No SIMD, no threads: the point is to be obviously right. Its device and memory (host memory,
+ * a CPU cache as the on-chip memory) are cpu_device.c's.
  */
-#define _POSIX_C_SOURCE 200809L /* sysconf cache queries where the C library has them */
-
 #include "internal.h"
+#include "cpu_internal.h"
 
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-/* When the system does not say how big its caches are. */
-#define CPU_FALLBACK_CACHE_BYTES (256u * 1024u)
-
-/* Reads a cache size such as "512K" from sysfs; 0 when absent. */
-static uint64_t sysfs_cache_bytes(int index)
-{
-    char path[96];
-    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", index);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    unsigned long long v = 0;
-    char unit = 0;
-    int n = fscanf(f, "%llu%c", &v, &unit);
-    fclose(f);
-    if (n < 1)
-        return 0;
-    if (n == 2 && (unit == 'K' || unit == 'k'))
-        v *= 1024;
-    else if (n == 2 && (unit == 'M' || unit == 'm'))
-        v *= 1024 * 1024;
-    return v;
-}
-
-/* The largest per-core data cache the system reports (index 0..3 cover L1d, L1i, L2, L3; L2 is
- * the one a tile loop of one core lives in, L3 is shared and skipped). */
-static uint64_t cpu_cache_bytes(void)
-{
-    uint64_t best = sysfs_cache_bytes(2); /* L2 on Linux */
-    if (best == 0)
-        best = sysfs_cache_bytes(0); /* L1d */
-#ifdef _SC_LEVEL2_CACHE_SIZE
-    if (best == 0) {
-        long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
-        best = v > 0 ? (uint64_t)v : 0;
-    }
-#endif
-    return best > 0 ? best : CPU_FALLBACK_CACHE_BYTES;
-}
-
-static fa_status cpu_device_count(int *count, char *why, size_t why_size)
-{
-    (void)why;
-    (void)why_size;
-    *count = 1;
-    return FA_STATUS_OK;
-}
-
-static fa_status cpu_device_props(int index, fa_device_props *out, char *why, size_t why_size)
-{
-    if (index != 0) {
-        fa__format(why, why_size, "the cpu backend has one device (0), not %d", index);
-        return FA_STATUS_DEVICE_NOT_FOUND;
-    }
-    memset(out, 0, sizeof *out);
-    fa__format(out->name, sizeof out->name, "scalar fp64 reference");
-    fa__format(out->vendor, sizeof out->vendor, "flashattn");
-    out->backend = FA_BACKEND_CPU;
-    out->sram_bytes = cpu_cache_bytes();
-    out->max_work_group_size = 1;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    out->compute_units = cores > 0 ? (uint32_t)cores : 1;
-    return FA_STATUS_OK;
-}
 
 /*
  * The golden's host scratch after the op's (the core allocates it for each run and counts it):
@@ -114,52 +46,6 @@ static void cpu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__
     rules->paths.launch_scratch = cpu_launch_scratch;
 }
 
-/* The CPU backend keeps no state: a non-NULL token so a context always has one. */
-static char cpu_state_token;
-
-static fa_status cpu_context_open(fa_context *ctx, int device, void **state)
-{
-    (void)ctx;
-    (void)device;
-    *state = &cpu_state_token;
-    return FA_STATUS_OK;
-}
-
-static void cpu_context_close(void *state)
-{
-    (void)state;
-}
-
-static fa_status cpu_buffer_alloc(fa_context *ctx, size_t bytes, void **mem)
-{
-    void *m = malloc(bytes);
-    if (!m)
-        return fa__error(ctx, FA_STATUS_OUT_OF_MEMORY, "cpu: cannot allocate %zu bytes", bytes);
-    *mem = m;
-    return FA_STATUS_OK;
-}
-
-static void cpu_buffer_free(fa_context *ctx, void *mem)
-{
-    (void)ctx;
-    free(mem);
-}
-
-static fa_status cpu_buffer_write(fa_context *ctx, void *mem, size_t offset, const void *src,
-                                  size_t bytes)
-{
-    (void)ctx;
-    memmove((unsigned char *)mem + offset, src, bytes);
-    return FA_STATUS_OK;
-}
-
-static fa_status cpu_buffer_read(fa_context *ctx, void *mem, size_t offset, void *dst,
-                                 size_t bytes)
-{
-    (void)ctx;
-    memmove(dst, (const unsigned char *)mem + offset, bytes);
-    return FA_STATUS_OK;
-}
 
 /* ---- the tile loop ------------------------------------------------------------------------ */
 
@@ -784,30 +670,22 @@ static fa_status cpu_launch(fa_context *ctx, const fa_plan *plan, const fa__laun
     }
 }
 
-/* Every buffer is host memory: one address space. */
-static void cpu_buffer_region(fa_context *ctx, void *mem, const void **space, uint64_t *addr)
-{
-    (void)ctx;
-    *space = NULL;
-    *addr = (uint64_t)(uintptr_t)mem;
-}
-
 const fa__backend_ops fa__cpu_ops = {
     .api_version = FA__BACKEND_API_VERSION,
     .backend = FA_BACKEND_CPU,
     .supported_ops = (1u << FA__OP_FORWARD) | (1u << FA__OP_BACKWARD) | (1u << FA__OP_MERGE),
-    .device_count = cpu_device_count,
-    .device_props = cpu_device_props,
+    .device_count = fa__cpu_device_count,
+    .device_props = fa__cpu_device_props,
     .plan_rules = cpu_plan_rules,
-    .context_open = cpu_context_open,
-    .context_close = cpu_context_close,
-    .buffer_alloc = cpu_buffer_alloc,
-    .buffer_free = cpu_buffer_free,
-    .buffer_write = cpu_buffer_write,
-    .buffer_read = cpu_buffer_read,
+    .context_open = fa__cpu_context_open,
+    .context_close = fa__cpu_context_close,
+    .buffer_alloc = fa__cpu_buffer_alloc,
+    .buffer_free = fa__cpu_buffer_free,
+    .buffer_write = fa__cpu_buffer_write,
+    .buffer_read = fa__cpu_buffer_read,
     .launch = cpu_launch,
     /* Block-sparse runs here first: the golden that the kernels will be checked against. */
     .supported_features = {[FA__OP_FORWARD] = FA_FEATURES_ALL | FA_FEATURE_BLOCK_SPARSE,
                            [FA__OP_BACKWARD] = FA_FEATURES_ALL | FA_FEATURE_BLOCK_SPARSE},
-    .buffer_region = cpu_buffer_region,
+    .buffer_region = fa__cpu_buffer_region,
 };
