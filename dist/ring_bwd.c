@@ -329,14 +329,8 @@ fa_status fa_ring_backward(fa_context *ctx, const fa_ring_transport *transport,
                            const fa_ring_tensors *tensors, char *why, size_t why_size)
 {
     ring_run run;
-    ring_run_init(&run, transport, options);
-    if (!ctx || !transport || !transport->send || !transport->recv || !transport->wait ||
-        !tensors || transport->size < 1 || transport->rank < 0 ||
-        transport->rank >= transport->size) {
-        ring_fail(&run, FA_STATUS_NULL_POINTER, "a context, transport or tensors is missing "
-                                                "(no rank can be told)");
+    if (!ring_run_start(&run, ctx, transport, options, tensors))
         return ring_finish(&run, options, why, why_size);
-    }
     bwd_state f;
     memset(&f, 0, sizeof f);
     f.ctx = ctx;

@@ -36,6 +36,18 @@ void ring_run_init(ring_run *run, const fa_ring_transport *t, const fa_ring_opti
     run->started = ring_now();
 }
 
+int ring_run_start(ring_run *run, fa_context *ctx, const fa_ring_transport *t,
+                   const fa_ring_options *opts, const void *tensors)
+{
+    ring_run_init(run, t, opts);
+    if (ctx && t && t->send && t->recv && t->wait && tensors && t->size >= 1 && t->rank >= 0 &&
+        t->rank < t->size)
+        return 1;
+    ring_fail(run, FA_STATUS_NULL_POINTER, "a context, transport or tensors is missing (no rank "
+                                           "can be told)");
+    return 0;
+}
+
 int ring_failed(const ring_run *run)
 {
     return run->err.status != FA_STATUS_OK;

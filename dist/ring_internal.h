@@ -38,6 +38,10 @@ double ring_now(void);
 /* CPU seconds this process has used (all threads). */
 double ring_cpu_now(void);
 void ring_run_init(ring_run *run, const fa_ring_transport *t, const fa_ring_options *opts);
+/* ring_run_init, then the arguments no rank can be told about checked: false (the failure
+ * recorded, for ring_finish) when the context, the transport or the tensors are unusable. */
+int ring_run_start(ring_run *run, fa_context *ctx, const fa_ring_transport *t,
+                   const fa_ring_options *opts, const void *tensors);
 /* Records a failure of this rank (the first one wins). Returns status. */
 fa_status ring_fail(ring_run *run, fa_status status, const char *fmt, ...)
 #if defined(__GNUC__)
