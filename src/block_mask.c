@@ -131,17 +131,24 @@ static fa_status lists_given(const fa_block_lists *l, const char *name, char *wh
     return FA_STATUS_OK;
 }
 
+/* The shape, then at least one of the lists, each whole. */
+static fa_status check_args(const fa_block_mask_shape *s, const fa_block_lists *kv,
+                            const fa_block_lists *q, char *why, size_t why_size)
+{
+    fa_status st = fa_block_mask_check_shape(s, why, why_size);
+    if (st == FA_STATUS_OK && !kv && !q)
+        st = fail(FA_STATUS_NULL_POINTER, why, why_size, "both lists are NULL");
+    if (st == FA_STATUS_OK)
+        st = lists_given(kv, "kv", why, why_size);
+    return st == FA_STATUS_OK ? lists_given(q, "q", why, why_size) : st;
+}
+
 fa_status fa_block_mask_lists(const fa_block_mask_shape *s, const uint8_t *dense,
                               fa_block_lists *kv, fa_block_lists *q, char *why, size_t why_size)
 {
-    fa_status st = fa_block_mask_check_shape(s, why, why_size);
-    if (st == FA_STATUS_OK && (!dense || (!kv && !q)))
-        st = fail(FA_STATUS_NULL_POINTER, why, why_size,
-                  "the dense block mask, or both lists, is NULL");
-    if (st == FA_STATUS_OK)
-        st = lists_given(kv, "kv", why, why_size);
-    if (st == FA_STATUS_OK)
-        st = lists_given(q, "q", why, why_size);
+    fa_status st = check_args(s, kv, q, why, why_size);
+    if (st == FA_STATUS_OK && !dense)
+        st = fail(FA_STATUS_NULL_POINTER, why, why_size, "the dense block mask is NULL");
     if (st != FA_STATUS_OK)
         return st;
     int64_t nq = blocks(s->seqlen_q, s->block_q), nk = blocks(s->seqlen_k, s->block_k);
@@ -235,13 +242,7 @@ static fa_status check_direction(const fa_block_lists *l, const direction *d, in
 fa_status fa_block_mask_check(const fa_block_mask_shape *s, const fa_block_lists *kv,
                               const fa_block_lists *q, char *why, size_t why_size)
 {
-    fa_status st = fa_block_mask_check_shape(s, why, why_size);
-    if (st == FA_STATUS_OK && !kv && !q)
-        st = fail(FA_STATUS_NULL_POINTER, why, why_size, "both lists are NULL");
-    if (st == FA_STATUS_OK)
-        st = lists_given(kv, "kv", why, why_size);
-    if (st == FA_STATUS_OK)
-        st = lists_given(q, "q", why, why_size);
+    fa_status st = check_args(s, kv, q, why, why_size);
     if (st != FA_STATUS_OK)
         return st;
     int64_t nq = blocks(s->seqlen_q, s->block_q), nk = blocks(s->seqlen_k, s->block_k);
