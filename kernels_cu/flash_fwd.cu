@@ -82,23 +82,29 @@ __device__ __forceinline__ kv_rows kv_rows_of(const store_t *k, const store_t *v
     return kv;
 }
 
+/* Key k0 + r of a paged sequence: its row through the block table (fa_key_row). */
+struct paged_rows {
+    const fa_kernel_params *p;
+    const int *block_table;
+    i64 b, k0, stride_b, stride_s;
+    __device__ __forceinline__ i64 offset(int r) const
+    {
+        return fa_key_row(p, SEQ, block_table, b, 0, k0 + r, stride_b, stride_s);
+    }
+};
+
 /* Copies keys [k0, k0 + Bc) of K or V (src: kv's k or v, row strides stride_b, stride_s) into a
- * shared tile as load_tile does, zeros past Sk; paged, each key's row through fa_key_row. */
+ * shared tile as load_tile does, zeros past Sk; paged, each key's row through fa_key_row (in
+ * 16-byte chunks where the pool's row and page strides keep rows aligned). */
 __device__ __forceinline__ void load_key_tile(store_t *tile, const store_t *src,
                                               const kv_rows &kv, const fa_kernel_params &p,
                                               i64 stride_b, i64 stride_s, i64 k0,
                                               bool transposed)
 {
 #if SEQ & FA_SEQ_PAGED
-    for (int idx = (int)threadIdx.x; idx < BLOCK_C * HEAD_DIM; idx += WG_SIZE) {
-        int r = idx / HEAD_DIM, x = idx - r * HEAD_DIM;
-        i64 j = k0 + r;
-        store_t val =
-            j < p.seqlen_k
-                ? src[fa_key_row(&p, SEQ, kv.block_table, kv.b, 0, j, stride_b, stride_s) + x]
-                : (store_t)0;
-        tile[transposed ? x * BLOCK_C + r : idx] = val;
-    }
+    const paged_rows at = {&p, kv.block_table, kv.b, k0, stride_b, stride_s};
+    copy_rows(tile, src, at, BLOCK_C, p.seqlen_k - k0, transposed,
+              chunked_rows(src, stride_s, stride_b));
 #else
     (void)kv;
     (void)stride_b;
@@ -252,6 +258,13 @@ __device__ __forceinline__ float dropout_factor(const fa_kernel_params &p, fa_kp
     return word >= p.dropout_threshold ? p.dropout_scale : 0.0f;
 }
 
+/* Word i (0..3) of a Philox call, by selects: a register array indexed at run time would be
+ * placed in local memory. */
+__device__ __forceinline__ fa_kp_u32 word_at(const fa_kp_u32 w[4], i64 i)
+{
+    return (i & 2) ? ((i & 1) ? w[3] : w[2]) : ((i & 1) ? w[1] : w[0]);
+}
+
 #if FEATURES & FA_FEATURE_DROPOUT
 /* Dropout's factors z[e] of one 8-key mma block (the tensor-core paths of the forward and the
  * dQ pass): element e is row rows[e / 2], key key0 + 2t + e % 2, key0 a multiple of 8 (k0 is
@@ -312,6 +325,21 @@ __device__ __forceinline__ float row_lse(float m, float l)
 #define SPLIT 0 /* 1: split-KV, each block one key chunk; O and LSE are f32 partials */
 #endif
 static_assert(SPLIT == 0 || SPLIT == 1, "SPLIT: 0 or 1");
+#ifndef PACKED
+#define PACKED 0 /* 1: GQA packing, the rows of head h are the query heads h * Sq + row */
+#endif
+static_assert(PACKED == 0 || PACKED == 1, "PACKED: 0 or 1");
+
+/* PACKED: a one-row decode's query heads of a K/V head as the rows of one head (the host packs
+ * only where every head sees the same keys, src/packing.c), so the rules read the one row of
+ * the problem unpacked: in the packed problem's terms its last row (rule_row), whose window and
+ * ALiBi distance are row 0's; sinks and slopes are per row, of query head q_head_of (rows past
+ * Sq take the last head's, so none is read past the heads). */
+__device__ __forceinline__ i64 rule_row(i64 sq, i64 row) { return PACKED ? sq - 1 : row; }
+__device__ __forceinline__ i64 q_head_of(i64 h, i64 sq, i64 row)
+{
+    return PACKED ? h * sq + min(row, sq - 1) : h;
+}
 
 /* Query tile `tile` of head h of sequence b (s: where its rows and keys are, seq_of) and, with
  * SPLIT, key chunk `split`: keys [split * split_keys, + split_keys), split_keys a multiple of
@@ -335,8 +363,8 @@ __device__ __forceinline__ out_t to_out(float v) { return to_store(v); }
 __device__ __forceinline__ void item_keys(const fa_kernel_params &p, const fwd_item &it, i64 r0,
                                           i64 *begin, i64 *end)
 {
-    *begin = keys_to_skip(p, r0);
-    *end = keys_to_visit(p, r0);
+    *begin = keys_to_skip(p, rule_row(p.seqlen_q, r0));
+    *end = keys_to_visit(p, rule_row(p.seqlen_q, r0));
 #if SPLIT
     *begin = max(*begin, it.split * p.split_keys);
     *end = min(*end, (it.split + 1) * p.split_keys);
@@ -345,12 +373,12 @@ __device__ __forceinline__ void item_keys(const fa_kernel_params &p, const fwd_i
 #endif
 }
 
-/* The modifiers of the item's (b, h); only a split forward's first chunk starts from the sink,
- * so the merge counts it once. */
+/* The modifiers of the item's (b, h), of query head q_head_of(h, Sq, row) when PACKED; only a
+ * split forward's first chunk starts from the sink, so the merge counts it once. */
 __device__ __forceinline__ head_mods item_mods(const modifier_args &a, const fa_kernel_params &p,
-                                               const fwd_item &it)
+                                               const fwd_item &it, i64 row)
 {
-    head_mods hm = head_mods_of(a, p, it.b, it.h);
+    head_mods hm = head_mods_of(a, p, it.b, q_head_of(it.h, p.seqlen_q, row));
     if (SPLIT && it.split > 0)
         hm.sink_log2 = NEG_INF;
     return hm;
@@ -414,10 +442,11 @@ __device__ void tile_fwd_cuda_cores(const store_t *__restrict__ q,
      * paged. */
     const kv_rows kv = kv_rows_of(k, v, seqs, p, b, h_kv, it.s);
     float *s_row = s_tile + r * BLOCK_C; /* S[r][0 .. Bc) */
-    const head_mods hm = item_mods(mods, p, it);
+    const head_mods hm = item_mods(mods, p, it, row);
+    const i64 rule = rule_row(sq, row); /* the row the mask, window and ALiBi read */
     /* The keys row may attend to (mask and window): [first, last); none for rows past Sq. */
-    const i64 first = fa_keys_begin(&p, FEATURES, row);
-    const i64 last = row < sq ? fa_keys_end(&p, MASK, FEATURES, row) : 0;
+    const i64 first = fa_keys_begin(&p, FEATURES, rule);
+    const i64 last = row < sq ? fa_keys_end(&p, MASK, FEATURES, rule) : 0;
 
     /* Load Q tile (rows past Sq are zeros; their results are never written). */
     load_q_tile(q_tile, q, p, b, h, it.s.q_start, r0, true);
@@ -461,7 +490,7 @@ __device__ void tile_fwd_cuda_cores(const store_t *__restrict__ q,
         for (int i = 0; i < KEYS_PER_THREAD; i++) {
             int c = t + i * THREADS_PER_ROW;
             bool visible = c < BLOCK_C && c < allowed && c >= allowed_from;
-            s[i] = visible ? score_log2(s[i], p, hm, row, k0 + c) : NEG_INF;
+            s[i] = visible ? score_log2(s[i], p, hm, rule, k0 + c) : NEG_INF;
             tile_max = fmaxf(tile_max, s[i]);
         }
 
@@ -604,12 +633,14 @@ __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__res
     /* The keys of K[b][h_kv] and V[b][h_kv]: Sk x d, row strides k_stride_s, v_stride_s, or
      * paged. */
     const kv_rows kv = kv_rows_of(k, v, seqs, p, b, h_kv, it.s);
-    const head_mods hm = item_mods(mods, p, it);
+    const head_mods hm[2] = {item_mods(mods, p, it, rows[0]), item_mods(mods, p, it, rows[1])};
+    /* The rows the mask, window and ALiBi read (rule_row). */
+    const i64 rule[2] = {rule_row(sq, rows[0]), rule_row(sq, rows[1])};
     /* The keys rows[i] may attend to (mask and window): [first[i], last[i]); none past Sq. */
-    const i64 first[2] = {fa_keys_begin(&p, FEATURES, rows[0]),
-                          fa_keys_begin(&p, FEATURES, rows[1])};
-    const i64 last[2] = {rows[0] < sq ? fa_keys_end(&p, MASK, FEATURES, rows[0]) : 0,
-                         rows[1] < sq ? fa_keys_end(&p, MASK, FEATURES, rows[1]) : 0};
+    const i64 first[2] = {fa_keys_begin(&p, FEATURES, rule[0]),
+                          fa_keys_begin(&p, FEATURES, rule[1])};
+    const i64 last[2] = {rows[0] < sq ? fa_keys_end(&p, MASK, FEATURES, rule[0]) : 0,
+                         rows[1] < sq ? fa_keys_end(&p, MASK, FEATURES, rule[1]) : 0};
 
     /* Load Q tile (rows past Sq are zeros; their results are never written). */
     load_q_tile(q_tile, q, p, b, h, it.s.q_start, r0, false);
@@ -618,8 +649,8 @@ __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__res
     item_keys(p, it, r0, &kv_begin, &kv_end);
 
     float m[2], l[2]; /* rows g, g+8: running max (log2 units) and sum, from a sink if any */
-    initial_state(hm, &m[0], &l[0]);
-    initial_state(hm, &m[1], &l[1]);
+    initial_state(hm[0], &m[0], &l[0]);
+    initial_state(hm[1], &m[1], &l[1]);
     float acc[O_TILES][4]; /* O tile n: rows g, g+8 x dims 8n+2t, 8n+2t+1, f32 */
 #pragma unroll
     for (int n = 0; n < O_TILES; n++)
@@ -664,7 +695,7 @@ __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__res
             for (int e = 0; e < 4; e++) {
                 int i = e / 2, c = n * 8 + 2 * t + (e & 1);
                 bool visible = c < allowed[i] && c >= allowed_from[i];
-                s[n][e] = visible ? score_log2(s[n][e], p, hm, rows[i], k0 + c) : NEG_INF;
+                s[n][e] = visible ? score_log2(s[n][e], p, hm[i], rule[i], k0 + c) : NEG_INF;
                 tile_max[i] = fmaxf(tile_max[i], s[n][e]);
             }
 

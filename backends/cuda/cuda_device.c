@@ -244,34 +244,58 @@ static void backward_rules(const fa_device_props *dev, const fa_problem *p,
                                    "overrides multiples of 16)";
 }
 
+/* Lanes per query row on CUDA cores: FA_CU_THREADS_PER_ROW, and for a forward's few rows (a
+ * decode, Sq < 8) more, up to a warp, until Sq * lanes fills one: a block of 4 threads per row
+ * leaves 28 lanes of its warp idle and copies each K/V tile with 4 threads. */
+static uint32_t cuda_core_lanes(const fa_problem *p, fa__op op)
+{
+    const int64_t sq = p->seqlen_q > 1 ? p->seqlen_q : 1;
+    uint32_t lanes = FA_CU_THREADS_PER_ROW;
+    while (op == FA__OP_FORWARD && lanes < 32 && sq * lanes < 32)
+        lanes *= 2;
+    return lanes;
+}
+
 void fa__cu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op op,
                        fa__plan_rules *rules)
 {
     rules->shape.row_lanes = FA_CU_THREADS_PER_ROW;
     rules->paths.split_kv = 1; /* 40-132 SMs: a decode's few blocks leave most idle */
+    /* A one-row decode's query heads of a K/V head as one tile's rows (src/packing.c): its K
+     * and V are read once per group, and the group's rows fill the block's lanes. */
+    rules->paths.gqa_pack = op == FA__OP_FORWARD ? 1 : 0;
     if (op == FA__OP_BACKWARD) {
         backward_rules(dev, p, rules);
         return;
     }
     if (tensor_cores(dev, p)) {
         /* One warp per 16 rows; Br and Bc multiples of the mma shape (sequences of at least
-         * 16 keep them so after clamping); Br <= 128 (8 warps) and Bc so that the S and O
-         * accumulators (Bc/2 + d/2 floats per thread) stay within 128 registers. S lives in
-         * those registers, so the shared memory is the Q, K and V tiles only. */
+         * 16 keep them so after clamping); Br <= 128 (8 warps) and Bc 64: the S and O
+         * accumulators (Bc/2 + d/2 floats per thread) then take at most 96 registers. Bc 128
+         * at d 64 compiled to 255 registers (NVRTC 13, sm_80..sm_90; spills with modifiers),
+         * Bc 64 to about 200 (tools/cuda_census). S lives in those registers, so the shared
+         * memory is the Q, K and V tiles only. */
         rules->shape.items_per_row = 32 / FA_CU_MMA_M;
         rules->shape.tile_multiple = FA_CU_MMA_M;
         rules->shape.max_block_r = 128;
-        rules->shape.max_block_c = p->head_dim <= 64 ? 128 : 64;
+        rules->shape.max_block_c = 64;
         rules->memory.onchip.score_tiles = 0;
         rules->memory.onchip.what = "Q, K, V tiles; the kernel keeps S in registers";
         rules->build.mma = 1;
         rules->paths.path_note = "tensor cores (mma.sync m16n8k16, f32 accumulation)";
         return;
     }
-    rules->shape.items_per_row = FA_CU_THREADS_PER_ROW;
+    rules->shape.items_per_row = cuda_core_lanes(p, op);
+    rules->shape.row_lanes = (int32_t)rules->shape.items_per_row;
     rules->shape.tile_multiple = 8;
     rules->shape.max_block_c = 128;
     rules->shape.max_block_r = 0;
+    /* Above d 128 a thread keeps d/4 O and up to 32 S values: blocks of at most 256 threads,
+     * whose register cap (255) holds them. Blocks of 448-640 threads fit the shared memory of
+     * sm_80 and sm_90, but __launch_bounds__ then caps a thread at 65536 / WG registers (96 at
+     * 640) and ptxas spilled (d 160 and 256 in tools/cuda_census). */
+    if (op == FA__OP_FORWARD && p->head_dim > 128)
+        rules->shape.max_block_r = FA_CU_MAX_THREADS_ABOVE_D128 / rules->shape.items_per_row;
     rules->paths.path_note = "CUDA cores (tensor cores need sm_80+, f16 or bf16, d a multiple "
                              "of 16 up to 128, both sequences >= 16 and tile overrides "
                              "multiples of 16)";

@@ -15,6 +15,8 @@
 
 /* Threads that share one owned row in kernels_cu/flash_fwd.cu and flash_bwd.cu (their TPR). */
 #define FA_CU_THREADS_PER_ROW 4
+/* The largest CUDA-core forward block above d 128 (cuda_device.c, fa__cu_plan_rules). */
+#define FA_CU_MAX_THREADS_ABOVE_D128 256
 /* The tensor-core path (-DMMA=1): rows of one mma.sync tile, one warp each; largest d. */
 #define FA_CU_MMA_M 16
 #define FA_CU_MMA_MAX_HEAD_DIM 128
@@ -111,9 +113,11 @@ fa_status fa__cu_status(CUresult err);
 fa_status fa__cu_fail(fa_context *ctx, const fa__cu_api *api, CUresult err, const char *call);
 
 /* One compiled module and its kernel, kept in the context's cache under its entry point and -D
- * options until the context closes. */
+ * options until the context closes. Entry points of one program with the same options share
+ * the module of the first one built (cuda_module.c). */
 typedef struct fa__cu_module {
     CUmodule module;
+    int owns_module;   /* 1: this entry loaded the module and unloads it; 0: borrowed */
     CUfunction kernel; /* the entry point */
     int max_threads;   /* CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK of the compiled kernel */
     int static_shared; /* CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES */

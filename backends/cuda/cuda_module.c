@@ -5,8 +5,9 @@
  * forward, then flash_bwd.cu (which builds on the forward's helpers) for the backward's dK/dV
  * and dQ passes, flash_bwd_rows.cu for its per-row passes, flash_merge.cu for the merge; all
  * embedded at build time (cmake/embed.cmake), or the files from FLASHATTN_KERNEL_DIR. A module
- * is compiled once per (entry point, -D options) for the context's architecture and kept until
- * the context closes; a failed compile reports the full NVRTC log. fa__cuda_compile_check
+ * is compiled once per (program, -D options) for the context's architecture, so entry points of
+ * one program share it, and kept until the context closes; a failed compile reports the full
+ * NVRTC log. fa__cuda_compile_check
  * compiles without a driver, for tests and CI.
  */
 #include "cuda_internal.h"
@@ -306,20 +307,13 @@ fa_status fa__cuda_compile_check(const char *arch, fa__kernel kernel, const char
 
 /* ---- the per-context cache ---------------------------------------------------------------- */
 
-/* Loads a compiled image and reads what the kernel can do on this device. */
-static fa_status load(fa_context *ctx, fa__cu_state *s, fa__kernel kernel, fa__cu_module *e,
-                      const char *image)
+/* The entry point's function in e's module, and what it can do on this device. */
+static fa_status get_function(fa_context *ctx, fa__cu_state *s, fa__kernel kernel,
+                              fa__cu_module *e)
 {
     const char *entry = fa__kernel_entry(kernel);
     const fa__cu_api *api = &s->api;
-    CUresult err = api->ModuleLoadData(&e->module, image);
-    if (err != CUDA_SUCCESS) {
-        char call[96];
-        e->module = NULL;
-        fa__format(call, sizeof call, "cuModuleLoadData(%s)", file_of(kernel));
-        return fa__cu_fail(ctx, api, err, call);
-    }
-    err = api->ModuleGetFunction(&e->kernel, e->module, entry);
+    CUresult err = api->ModuleGetFunction(&e->kernel, e->module, entry);
     if (err != CUDA_SUCCESS) {
         char call[96];
         fa__format(call, sizeof call, "cuModuleGetFunction(%s)", entry);
@@ -333,11 +327,42 @@ static fa_status load(fa_context *ctx, fa__cu_state *s, fa__kernel kernel, fa__c
     return err == CUDA_SUCCESS ? FA_STATUS_OK : fa__cu_fail(ctx, api, err, "cuFuncGetAttribute");
 }
 
-/* The cache's build callback: object is a zeroed fa__cu_module. */
+/* Loads a compiled image as e's own module, then its entry point's function. */
+static fa_status load(fa_context *ctx, fa__cu_state *s, fa__kernel kernel, fa__cu_module *e,
+                      const char *image)
+{
+    const fa__cu_api *api = &s->api;
+    CUresult err = api->ModuleLoadData(&e->module, image);
+    if (err != CUDA_SUCCESS) {
+        char call[96];
+        e->module = NULL;
+        fa__format(call, sizeof call, "cuModuleLoadData(%s)", file_of(kernel));
+        return fa__cu_fail(ctx, api, err, call);
+    }
+    e->owns_module = 1;
+    return get_function(ctx, s, kernel, e);
+}
+
+static bool same_program(fa__kernel a, fa__kernel b)
+{
+    return program_of(a) == program_of(b);
+}
+
+/* The cache's build callback: object is a zeroed fa__cu_module. Entry points of one program
+ * with the same options share one compile and module (the backward's flash_bwd_dq and
+ * flash_bwd_dkdv where Br = Bc, flash_bwd_pre and flash_bwd_dsinks): the first entry's module
+ * is borrowed, and only it unloads the module. */
 static fa_status build(fa_context *ctx, void *backend, fa__kernel kernel, const char *options,
                        void *object)
 {
     fa__cu_state *s = backend;
+    fa__cu_module *e = object;
+    const fa__cu_module *built = fa__kernel_cache_sibling(&s->modules, kernel, options,
+                                                          same_program);
+    if (built) {
+        e->module = built->module;
+        return get_function(ctx, s, kernel, e);
+    }
     if (!s->have_nvrtc)
         return fa__error(ctx, FA_STATUS_KERNEL_BUILD_ERROR, "CUDA: cannot compile the kernel: %s",
                          s->nvrtc_why);
@@ -349,7 +374,7 @@ static fa_status build(fa_context *ctx, void *backend, fa__kernel kernel, const 
         free(msg);
         return st;
     }
-    st = load(ctx, s, kernel, object, image);
+    st = load(ctx, s, kernel, e, image);
     free(image);
     return st;
 }
@@ -359,7 +384,7 @@ static void release(void *backend, void *object)
 {
     fa__cu_state *s = backend;
     fa__cu_module *e = object;
-    if (e->module)
+    if (e->module && e->owns_module) /* a borrowed module is its owner's to unload */
         s->api.ModuleUnload(e->module); /* a failure here leaves nothing to recover */
 }
 
