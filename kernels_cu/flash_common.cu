@@ -45,6 +45,14 @@
 #ifndef SEQ
 #define SEQ 0 /* FA_SEQ_* bits: varlen, seqlens_k, paged K/V */
 #endif
+#ifndef PIPELINE
+#define PIPELINE 0 /* 1: flash_fwd's tensor cores with double-buffered asynchronous K/V copies */
+#endif
+/* Elements per row of a row-major shared tile: d, or with PIPELINE d + 8 (16 bytes), so the 8
+ * rows an mma fragment reads start in different banks (d 64 or 128 rows are whole multiples of
+ * the 32 banks' 128 bytes, and 8 such rows hit one bank 8 times). */
+#define TILE_PAD (PIPELINE ? 8 : 0)
+#define TILE_LD (HEAD_DIM + TILE_PAD)
 /* The host's name is TPR (its -D option); the kernel reads this one. */
 #define THREADS_PER_ROW TPR
 #ifndef WG_SIZE
@@ -67,6 +75,7 @@ static_assert(WG_SIZE == BLOCK_R * 2, "MMA: WG_SIZE must be one warp per 16 rows
 static_assert(WG_SIZE == BLOCK_R * TPR, "WG_SIZE must be BLOCK_R * TPR");
 #endif
 static_assert(BIAS_DTYPE == 0 || BIAS_DTYPE == DTYPE, "BIAS_DTYPE: f32 or the storage type");
+static_assert(PIPELINE == 0 || (PIPELINE == 1 && MMA), "PIPELINE: 1 on the tensor-core path");
 
 #define LN2 0.69314718055994530942f
 #define LOG2E 1.44269504088896340736f
@@ -188,24 +197,24 @@ __device__ __forceinline__ bool chunked_rows(const store_t *src, i64 stride, i64
 }
 
 /* Writes chunk c as the elements (r, x .. x + CHUNK_ELEMS) of a rows x d tile: transposed,
- * tile[(x + e) * rows + r], else tile[r * d + x + e] (one 16-byte store where the tile is
+ * tile[(x + e) * rows + r], else tile[r * TILE_LD + x + e] (one 16-byte store where the tile is
  * 16-byte aligned, `aligned`). */
 __device__ __forceinline__ void store_chunk(store_t *tile, const chunk16 &c, int r, int x,
                                             int rows, bool transposed, bool aligned)
 {
     if (!transposed && aligned) {
-        *(chunk16 *)(tile + r * HEAD_DIM + x) = c;
+        *(chunk16 *)(tile + r * TILE_LD + x) = c;
         return;
     }
 #pragma unroll
     for (int e = 0; e < CHUNK_ELEMS; e++)
-        tile[transposed ? (x + e) * rows + r : r * HEAD_DIM + x + e] = chunk_elem(c, e);
+        tile[transposed ? (x + e) * rows + r : r * TILE_LD + x + e] = chunk_elem(c, e);
 }
 
 /* Copies `rows` rows of d elements into a shared tile, zeros for rows at or past `valid`: row r
- * starts at src + at.offset(r). Element idx = r * d + x of the rows x d block: transposed,
- * tile[x * rows + r] (d x rows), else tile[idx] (rows x d). Rows in 16-byte chunks where
- * `chunked` says they allow it (chunked_rows), else element by element. */
+ * starts at src + at.offset(r). Element (r, x) of the rows x d block: transposed,
+ * tile[x * rows + r] (d x rows), else tile[r * TILE_LD + x] (rows x d). Rows in 16-byte chunks
+ * where `chunked` says they allow it (chunked_rows), else element by element. */
 template <typename RowAt>
 __device__ void copy_rows(store_t *tile, const store_t *src, const RowAt &at, int rows,
                           i64 valid, bool transposed, bool chunked)
@@ -224,7 +233,7 @@ __device__ void copy_rows(store_t *tile, const store_t *src, const RowAt &at, in
     for (int idx = (int)threadIdx.x; idx < rows * HEAD_DIM; idx += WG_SIZE) {
         int r = idx / HEAD_DIM, x = idx - r * HEAD_DIM;
         store_t val = r < valid ? src[at.offset(r) + x] : (store_t)0;
-        tile[transposed ? x * rows + r : idx] = val;
+        tile[transposed ? x * rows + r : r * TILE_LD + x] = val;
     }
 }
 
@@ -235,7 +244,8 @@ struct strided_rows {
 };
 
 /* Copies rows [row0, row0 + rows) of a [seq, d] slice (row stride `stride`) into a shared tile,
- * zero past `seq`: transposed, tile[x * rows + r] (d x rows), else tile[r * d + x] (rows x d). */
+ * zero past `seq`: transposed, tile[x * rows + r] (d x rows), else tile[r * TILE_LD + x]
+ * (rows x d). */
 __device__ __forceinline__ void load_tile(store_t *tile, const store_t *src, i64 row0, i64 seq,
                                           i64 stride, int rows, bool transposed)
 {

@@ -574,10 +574,11 @@ __device__ __forceinline__ unsigned load_row_pair(const store_t *s)
     return pack_b32(s[0], s[1]);
 }
 
-/* Elements s[0], s[d] of one tile column: consecutive rows of a row-major (rows x d) tile. */
+/* Elements s[0], s[TILE_LD] of one tile column: consecutive rows of a row-major (rows x d)
+ * tile. */
 __device__ __forceinline__ unsigned load_col_pair(const store_t *s)
 {
-    return pack_b32(s[0], s[HEAD_DIM]);
+    return pack_b32(s[0], s[TILE_LD]);
 }
 
 /* Two f32 values rounded to the storage type, as one register. */
@@ -608,6 +609,133 @@ __device__ __forceinline__ void mma_m16n8k16(float c[4], const unsigned a[4],
 #endif
 }
 
+/* ---- the K/V tiles of the tensor-core path: copied at the top of each tile, or (PIPELINE)
+ * double-buffered, the next tile's cp.async copy in flight while this one is used ---------- */
+#if PIPELINE
+/* One 16-byte asynchronous copy global -> shared (cp.async, sm_80+; the emulator copies now). */
+__device__ __forceinline__ void cp_async16(store_t *dst, const store_t *src)
+{
+#ifdef FA_EMULATED
+    memcpy(dst, src, 16);
+#else
+    unsigned shared_addr;
+    asm volatile("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }"
+                 : "=r"(shared_addr)
+                 : "l"(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared_addr), "l"(src)
+                 : "memory");
+#endif
+}
+
+/* Closes the group of copies issued so far / waits until at most the newest group is in
+ * flight (this thread's copies; a barrier after makes every thread's visible). */
+__device__ __forceinline__ void cp_async_commit()
+{
+#ifndef FA_EMULATED
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void cp_async_wait_newest()
+{
+#ifndef FA_EMULATED
+    asm volatile("cp.async.wait_group 1;" ::: "memory");
+#endif
+}
+
+/* Starts copying keys [k0, k0 + Bc) of K or V (src: kv's k or v) into a row-major tile as
+ * load_key_tile does: 16-byte cp.async chunks where the rows allow them (rows past Sk get
+ * zeros), else the synchronous copy. */
+__device__ __forceinline__ void issue_key_tile(store_t *tile, const store_t *src,
+                                               const kv_rows &kv, const fa_kernel_params &p,
+                                               i64 stride_b, i64 stride_s, i64 k0)
+{
+#if SEQ & FA_SEQ_PAGED
+    const paged_rows at = {&p, kv.block_table, kv.b, k0, stride_b, stride_s};
+    const bool chunked = chunked_rows(src, stride_s, stride_b);
+#else
+    (void)kv;
+    (void)stride_b;
+    src += k0 * stride_s;
+    const strided_rows at = {stride_s};
+    const bool chunked = chunked_rows(src, stride_s, 0);
+#endif
+    const i64 valid = p.seqlen_k - k0;
+    if (!chunked) {
+        copy_rows(tile, src, at, BLOCK_C, valid, false, false);
+        return;
+    }
+    for (int idx = (int)threadIdx.x; idx < BLOCK_C * ROW_CHUNKS; idx += WG_SIZE) {
+        int r = idx / ROW_CHUNKS, x = (idx - r * ROW_CHUNKS) * CHUNK_ELEMS;
+        if (r < valid)
+            cp_async16(tile + r * TILE_LD + x, src + at.offset(r) + x);
+        else
+            *(chunk16 *)(tile + r * TILE_LD + x) = chunk16{{0u, 0u, 0u, 0u}};
+    }
+}
+
+/* Buffer i (0, 1) of the K/V tiles: K then V, Bc x TILE_LD each. */
+__device__ __forceinline__ store_t *kv_buffer(store_t *kv_tiles, int i)
+{
+    return kv_tiles + i * 2 * BLOCK_C * TILE_LD;
+}
+
+/* Starts the copy of keys [k0, k0 + Bc) into buffer i, as one group. */
+__device__ __forceinline__ void issue_kv(store_t *kv_tiles, int i, const kv_rows &kv,
+                                         const fa_kernel_params &p, i64 k0)
+{
+    store_t *k_tile = kv_buffer(kv_tiles, i);
+    issue_key_tile(k_tile, kv.k, kv, p, p.k_stride_b, p.k_stride_s, k0);
+    issue_key_tile(k_tile + BLOCK_C * TILE_LD, kv.v, kv, p, p.v_stride_b, p.v_stride_s, k0);
+    cp_async_commit();
+}
+#endif
+
+/* Before the K/V loop: PIPELINE starts the first tile's copy into buffer 0 (the Q tile's load
+ * has waited for the previous work item); else nothing. */
+__device__ __forceinline__ void kv_prefetch(store_t *kv_tiles, const kv_rows &kv,
+                                            const fa_kernel_params &p, i64 kv_begin,
+                                            i64 kv_end)
+{
+#if PIPELINE
+    if (kv_begin < kv_end)
+        issue_kv(kv_tiles, 0, kv, p, kv_begin);
+#else
+    (void)kv_tiles;
+    (void)kv;
+    (void)p;
+    (void)kv_begin;
+    (void)kv_end;
+#endif
+}
+
+/* The K and V tiles of keys [k0, k0 + Bc), complete and visible to the block. Without
+ * PIPELINE: copied now (load_kv_tiles). With it: once every thread is done with buffer buf ^ 1
+ * (the previous tile), the copy of the next tile into it starts; then this tile's copy (buffer
+ * buf, started one tile earlier) is awaited. */
+__device__ __forceinline__ void next_kv_tiles(store_t *kv_tiles, const kv_rows &kv,
+                                              const fa_kernel_params &p, i64 k0, i64 kv_end,
+                                              int buf, const store_t **k_tile,
+                                              const store_t **v_tile)
+{
+#if PIPELINE
+    __syncthreads();
+    if (k0 + BLOCK_C < kv_end)
+        issue_kv(kv_tiles, buf ^ 1, kv, p, k0 + BLOCK_C);
+    else
+        cp_async_commit(); /* an empty group, so that waiting for all but one waits for this */
+    cp_async_wait_newest();
+    __syncthreads();
+    *k_tile = kv_buffer(kv_tiles, buf);
+#else
+    (void)kv_end;
+    (void)buf;
+    load_kv_tiles(kv_tiles, kv_tiles + BLOCK_C * HEAD_DIM, kv, p, k0, false);
+    *k_tile = kv_tiles;
+#endif
+    *v_tile = *k_tile + BLOCK_C * TILE_LD;
+}
+
 /* One work item of the block (fwd_item: a Q tile of (head, batch), a key chunk with SPLIT):
  * warp w owns tile rows warp_row0 = 16w .. 16w+15; each lane holds rows g and g+8 of them (index
  * i = 0, 1 below), and in each 16 x 8 accumulator tile the columns 2t, 2t+1 (element e: row
@@ -618,9 +746,8 @@ __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__res
                              const seq_args &seqs, const fa_kernel_params &p, const fwd_item &it,
                              char *smem)
 {
-    store_t *q_tile = (store_t *)smem;             /* Q: Br x d store_t, row-major */
-    store_t *k_tile = q_tile + BLOCK_R * HEAD_DIM; /* K: Bc x d store_t, row-major */
-    store_t *v_tile = k_tile + BLOCK_C * HEAD_DIM; /* V: Bc x d store_t, row-major */
+    store_t *q_tile = (store_t *)smem;            /* Q: Br x d store_t, row-major, TILE_LD */
+    store_t *kv_tiles = q_tile + BLOCK_R * TILE_LD; /* K and V: Bc x d each (kv_buffers) */
 
     const int lane = (int)threadIdx.x % 32, warp_row0 = (int)threadIdx.x / 32 * 16;
     const int g = lane / 4, t = lane % 4;          /* PTX's groupID and threadID_in_group */
@@ -656,9 +783,13 @@ __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__res
     for (int n = 0; n < O_TILES; n++)
         acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 
-    /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc. */
-    for (i64 k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C) {
-        load_kv_tiles(k_tile, v_tile, kv, p, k0, false);
+    /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc (PIPELINE: the
+     * next tile's copy in flight during this one's products). */
+    kv_prefetch(kv_tiles, kv, p, kv_begin, kv_end);
+    int buf = 0;
+    for (i64 k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C, buf ^= 1) {
+        const store_t *k_tile, *v_tile;
+        next_kv_tiles(kv_tiles, kv, p, k0, kv_end, buf, &k_tile, &v_tile);
 
         /* S = Q K^T: S[r][c] = sum_x Q[r][x] * K[c][x], 16 x Bc per warp, as S_TILES 16 x 8
          * tiles s[n] (keys 8n .. 8n+7), summed over 16-wide slices x0 .. x0+15 of d. A is
@@ -670,14 +801,14 @@ __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__res
 #pragma unroll
         for (int x0 = 0; x0 < HEAD_DIM; x0 += 16) {
             /* Q[warp_row0 + g][x0 + 2t]: a = Q rows g, g+8 x cols 2t, 2t+1, 2t+8, 2t+9 */
-            const store_t *q_src = q_tile + (warp_row0 + g) * HEAD_DIM + x0 + 2 * t;
-            unsigned a_frag[4] = {load_row_pair(q_src), load_row_pair(q_src + 8 * HEAD_DIM),
+            const store_t *q_src = q_tile + (warp_row0 + g) * TILE_LD + x0 + 2 * t;
+            unsigned a_frag[4] = {load_row_pair(q_src), load_row_pair(q_src + 8 * TILE_LD),
                                   load_row_pair(q_src + 8),
-                                  load_row_pair(q_src + 8 * HEAD_DIM + 8)};
+                                  load_row_pair(q_src + 8 * TILE_LD + 8)};
 #pragma unroll
             for (int n = 0; n < S_TILES; n++) {
                 /* K[8n + g][x0 + 2t]: b = K row 8n+g x cols 2t, 2t+1 and 2t+8, 2t+9 */
-                const store_t *k_src = k_tile + (n * 8 + g) * HEAD_DIM + x0 + 2 * t;
+                const store_t *k_src = k_tile + (n * 8 + g) * TILE_LD + x0 + 2 * t;
                 unsigned b_frag[2] = {load_row_pair(k_src), load_row_pair(k_src + 8)};
                 mma_m16n8k16(s[n], a_frag, b_frag);
             }
@@ -746,8 +877,8 @@ __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__res
 #pragma unroll
             for (int n = 0; n < O_TILES; n++) {
                 /* V[c0 + 2t][8n + g]: b = V rows 2t, 2t+1 and 2t+8, 2t+9 x col g */
-                const store_t *v_src = v_tile + (c0 + 2 * t) * HEAD_DIM + n * 8 + g;
-                unsigned b_frag[2] = {load_col_pair(v_src), load_col_pair(v_src + 8 * HEAD_DIM)};
+                const store_t *v_src = v_tile + (c0 + 2 * t) * TILE_LD + n * 8 + g;
+                unsigned b_frag[2] = {load_col_pair(v_src), load_col_pair(v_src + 8 * TILE_LD)};
                 mma_m16n8k16(acc[n], a_frag, b_frag);
             }
         }

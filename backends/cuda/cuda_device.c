@@ -7,6 +7,7 @@
 #include "cuda_internal.h"
 #include "flashattn_cuda.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 fa_status fa__cu_device_count(int *count, char *why, size_t why_size)
@@ -244,6 +245,28 @@ static void backward_rules(const fa_device_props *dev, const fa_problem *p,
                                    "overrides multiples of 16)";
 }
 
+bool fa__cu_pipeline_on(void)
+{
+    const char *e = getenv("FLASHATTN_CUDA_PIPELINE");
+    return e && strcmp(e, "1") == 0;
+}
+
+/* The tensor-core forward's pipelined variant (PIPELINE=1, FLASHATTN_CUDA_PIPELINE=1): K and V
+ * tiles in two buffers each, the next tile's copy (cp.async) in flight while this one is used,
+ * and every tile row padded by 8 elements (16 bytes), so the 8 rows of an mma fragment load
+ * fall in different shared-memory banks (a row of d 64 or 128 is a multiple of 32 words). */
+static void pipeline_rules(fa__plan_rules *rules)
+{
+    rules->memory.onchip.col_tiles = 4;
+    rules->memory.onchip.row_pad = FA_CU_TILE_PAD;
+    rules->memory.onchip.what = "Q, two K and two V tiles, rows padded by 8 elements; the "
+                                "kernel keeps S in registers";
+    rules->build.pipeline = 1;
+    rules->paths.path_note = "tensor cores (mma.sync m16n8k16, f32 accumulation), pipelined "
+                             "(FLASHATTN_CUDA_PIPELINE=1: double-buffered cp.async K/V copies, "
+                             "padded tiles)";
+}
+
 /* Lanes per query row on CUDA cores: FA_CU_THREADS_PER_ROW, and for a forward's few rows (a
  * decode, Sq < 8) more, up to a warp, until Sq * lanes fills one: a block of 4 threads per row
  * leaves 28 lanes of its warp idle and copies each K/V tile with 4 threads. */
@@ -283,6 +306,8 @@ void fa__cu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op o
         rules->memory.onchip.what = "Q, K, V tiles; the kernel keeps S in registers";
         rules->build.mma = 1;
         rules->paths.path_note = "tensor cores (mma.sync m16n8k16, f32 accumulation)";
+        if (op == FA__OP_FORWARD && fa__cu_pipeline_on())
+            pipeline_rules(rules);
         return;
     }
     rules->shape.items_per_row = cuda_core_lanes(p, op);

@@ -20,6 +20,8 @@
 /* The tensor-core path (-DMMA=1): rows of one mma.sync tile, one warp each; largest d. */
 #define FA_CU_MMA_M 16
 #define FA_CU_MMA_MAX_HEAD_DIM 128
+/* PIPELINE=1: elements past d in each row of the forward's tiles (kernels_cu: TILE_PAD). */
+#define FA_CU_TILE_PAD 8
 
 /*
  * The driver API entry points the backend uses, by their unversioned names. The loader fills
@@ -160,6 +162,9 @@ fa_status fa__cu_device_props(int index, fa_device_props *out, char *why, size_t
 /* Props of an already-opened device through a loaded API table. */
 fa_status fa__cu_props_of(const fa__cu_api *api, CUdevice dev, fa_device_props *out, char *why,
                           size_t why_size);
+/* Whether FLASHATTN_CUDA_PIPELINE=1 asks for the tensor-core forward's pipelined variant
+ * (anything else: today's path). */
+bool fa__cu_pipeline_on(void);
 /* The kernel's plan rules (the ops table's plan_rules). */
 void fa__cu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op op,
                        fa__plan_rules *rules);
