@@ -315,12 +315,6 @@ void fa__cu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op o
     rules->shape.tile_multiple = 8;
     rules->shape.max_block_c = 128;
     rules->shape.max_block_r = 0;
-    /* Above d 128 a thread keeps d/4 O and up to 32 S values: blocks of at most 256 threads,
-     * whose register cap (255) holds them. Blocks of 448-640 threads fit the shared memory of
-     * sm_80 and sm_90, but __launch_bounds__ then caps a thread at 65536 / WG registers (96 at
-     * 640) and ptxas spilled (d 160 and 256 in tools/cuda_census). */
-    if (op == FA__OP_FORWARD && p->head_dim > 128)
-        rules->shape.max_block_r = FA_CU_MAX_THREADS_ABOVE_D128 / rules->shape.items_per_row;
     rules->paths.path_note = "CUDA cores (tensor cores need sm_80+, f16 or bf16, d a multiple "
                              "of 16 up to 128, both sequences >= 16 and tile overrides "
                              "multiples of 16)";

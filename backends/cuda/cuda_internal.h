@@ -15,8 +15,6 @@
 
 /* Threads that share one owned row in kernels_cu/flash_fwd.cu and flash_bwd.cu (their TPR). */
 #define FA_CU_THREADS_PER_ROW 4
-/* The largest CUDA-core forward block above d 128 (cuda_device.c, fa__cu_plan_rules). */
-#define FA_CU_MAX_THREADS_ABOVE_D128 256
 /* The tensor-core path (-DMMA=1): rows of one mma.sync tile, one warp each; largest d. */
 #define FA_CU_MMA_M 16
 #define FA_CU_MMA_MAX_HEAD_DIM 128
