@@ -1,7 +1,8 @@
 /*
  * cuda_census.c - the CUDA kernels' resource census without a GPU: plans a production grid
  * (forward prefill, decode of 16 heads and of 16 in GQA groups of 4, backward, prefill and
- * backward with the score modifiers and dropout; f16, bf16, f32; several head dims) on the known props of
+ * backward with the score modifiers and dropout, the tensor-core prefill's pipelined variant;
+ * f16, bf16, f32; several head dims) on the known props of
  * each architecture, compiles each distinct module with NVRTC and ptxas --verbose, and prints
  * per launch the registers, spill stores / loads, stack frame and shared memory, with an
  * estimate of blocks per SM (the least of registers, shared memory, threads and 16 allow;
@@ -16,6 +17,7 @@
  * FLASHATTN_NVRTC_SAMPLE=1 (the sanitizer tree): sm_80, d 64, f16 only.
  * Exit: 0 clean, 1 an unlisted spill or a failed compile, 77 without NVRTC.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include "cuda_internal.h"
 
 #include <stdio.h>
@@ -135,6 +137,7 @@ typedef struct shape {
     int64_t heads_kv; /* of 16 query heads */
     int mods;         /* 1: softcap, ALiBi, a window, sinks and dropout (no bias: it needs a
                          tensor) */
+    int pipelined;    /* 1: planned with FLASHATTN_CUDA_PIPELINE=1 */
 } shape;
 
 /* The score modifiers and dropout that a shape's `mods` turns on. */
@@ -169,12 +172,13 @@ int main(int argc, char **argv)
     /* The sanitizer tree (scripts/test.sh) checks the host code: one arch, d and dtype. */
     const char *sample = getenv("FLASHATTN_NVRTC_SAMPLE");
     const int tiny = !all && sample && strcmp(sample, "1") == 0;
-    const shape shapes[] = {{"prefill", 4096, 4096, 0, 16, 0},
-                            {"prefill+mods", 4096, 4096, 0, 16, 1},
-                            {"decode", 1, 4096, 0, 16, 0},
-                            {"decode-gqa4", 1, 4096, 0, 4, 0},
-                            {"backward", 4096, 4096, 1, 16, 0},
-                            {"backward+mods", 4096, 4096, 1, 16, 1}};
+    const shape shapes[] = {{"prefill", 4096, 4096, 0, 16, 0, 0},
+                            {"prefill+mods", 4096, 4096, 0, 16, 1, 0},
+                            {"prefill-pipelined", 4096, 4096, 0, 16, 0, 1},
+                            {"decode", 1, 4096, 0, 16, 0, 0},
+                            {"decode-gqa4", 1, 4096, 0, 4, 0, 0},
+                            {"backward", 4096, 4096, 1, 16, 0, 0},
+                            {"backward+mods", 4096, 4096, 1, 16, 1, 0}};
     const size_t n_shapes = sizeof shapes / sizeof shapes[0];
     const int64_t dims_all[] = {32, 64, 96, 128, 160, 256}, dims_sample[] = {64, 128};
     const size_t n_dims = all ? 6u : tiny ? 1u : 2u;
@@ -210,9 +214,17 @@ int main(int argc, char **argv)
                                                    sh->seq_q, sh->seq_k, d);
                     if (st == FA_STATUS_OK && sh->mods)
                         mods_on(&p);
+                    if (sh->pipelined && setenv("FLASHATTN_CUDA_PIPELINE", "1", 1) != 0)
+                        st = FA_STATUS_OUT_OF_MEMORY;
                     if (st == FA_STATUS_OK)
                         st = sh->backward ? fa_plan_create_backward(ctx, &p, &plan)
                                           : fa_plan_create(ctx, &p, &plan);
+                    if (sh->pipelined)
+                        unsetenv("FLASHATTN_CUDA_PIPELINE");
+                    if (st == FA_STATUS_OK && sh->pipelined && !plan->launches[0].variant.mma) {
+                        fa_plan_destroy(plan); /* CUDA cores: the same kernels as "prefill" */
+                        continue;
+                    }
                     if (st != FA_STATUS_OK) {
                         printf("FAIL %s %s: %s\n", a->arch, what, fa_context_last_error(ctx));
                         bad++;
