@@ -3,11 +3,13 @@
  * version can take (cuDriverGetVersion's number is a parameter, so any driver can be faked),
  * PTX only where the driver can JIT it, an architecture NVRTC dropped (sm_70 under NVRTC 13)
  * said clearly, the 48 KiB shared-memory opt-in counting static memory, and the module cache
- * (one compile per program and options) on a faked driver.
+ * (one compile per program and options) on a faked driver, and the FLASHATTN_CUDA_PIPELINE
+ * switch.
  *
  * usage: test_cuda_host   (exit 77 when NVRTC is missing, unless FLASHATTN_REQUIRE_NVRTC=1 or
  *                          FLASHATTN_REQUIRE_BACKENDS names cuda)
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -194,11 +196,58 @@ static void test_module_per_program(void **state)
     fa_context_destroy(ctx);
 }
 
+/* The forward planned for sm_80, f16, d 64 (tensor cores) under FLASHATTN_CUDA_PIPELINE=value
+ * (NULL: unset): the plan's status, and its launch's pipeline flag in *pipeline. */
+static fa_status plan_with_pipeline(const char *value, int *pipeline, char *error, size_t size)
+{
+    fa_context *ctx = NULL;
+    char why[256] = "";
+    assert_int_equal(fa_context_create_planning(&ctx, FA_BACKEND_CUDA, "sm_80", why, sizeof why),
+                     OK);
+    fa_problem p;
+    assert_int_equal(fa_problem_init(&p, FA_DTYPE_F16, FA_LAYOUT_BHSD, 1, 4, 4, 512, 512, 64), OK);
+    if (value)
+        assert_int_equal(setenv("FLASHATTN_CUDA_PIPELINE", value, 1), 0);
+    else
+        assert_int_equal(unsetenv("FLASHATTN_CUDA_PIPELINE"), 0);
+    fa_plan *plan = NULL;
+    fa_status st = fa_plan_create(ctx, &p, &plan);
+    assert_int_equal(unsetenv("FLASHATTN_CUDA_PIPELINE"), 0);
+    *pipeline = plan ? plan->launches[0].variant.pipeline : -1;
+    if (plan)
+        assert_true(plan->launches[0].variant.mma);
+    fa__format(error, size, "%s", st == OK ? "" : fa_context_last_error(ctx));
+    fa_plan_destroy(plan);
+    fa_context_destroy(ctx);
+    return st;
+}
+
+/* FLASHATTN_CUDA_PIPELINE: 1 plans the pipelined tensor-core forward (with its larger shared
+ * memory), 0, empty and unset today's path, anything else is refused with the variable named. */
+static void test_pipeline_switch(void **state)
+{
+    (void)state;
+    char error[512];
+    int pipeline = -1;
+    assert_int_equal(plan_with_pipeline(NULL, &pipeline, error, sizeof error), OK);
+    assert_int_equal(pipeline, 0);
+    assert_int_equal(plan_with_pipeline("0", &pipeline, error, sizeof error), OK);
+    assert_int_equal(pipeline, 0);
+    assert_int_equal(plan_with_pipeline("", &pipeline, error, sizeof error), OK);
+    assert_int_equal(pipeline, 0);
+    assert_int_equal(plan_with_pipeline("1", &pipeline, error, sizeof error), OK);
+    assert_int_equal(pipeline, 1);
+    assert_int_equal(plan_with_pipeline("yes", &pipeline, error, sizeof error),
+                     FA_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(error, "FLASHATTN_CUDA_PIPELINE=\"yes\""));
+}
+
 int main(void)
 {
     const struct CMUnitTest host_tests[] = {
         cmocka_unit_test(test_shared_optin),
         cmocka_unit_test(test_driver_takes),
+        cmocka_unit_test(test_pipeline_switch),
     };
     const struct CMUnitTest nvrtc_tests[] = {
         cmocka_unit_test(test_nvrtc_for_old_driver),

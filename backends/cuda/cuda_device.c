@@ -245,10 +245,12 @@ static void backward_rules(const fa_device_props *dev, const fa_problem *p,
                                    "overrides multiples of 16)";
 }
 
-bool fa__cu_pipeline_on(void)
+int fa__cu_pipeline_setting(void)
 {
     const char *e = getenv("FLASHATTN_CUDA_PIPELINE");
-    return e && strcmp(e, "1") == 0;
+    if (!e || !*e || strcmp(e, "0") == 0)
+        return 0;
+    return strcmp(e, "1") == 0 ? 1 : -1;
 }
 
 /* The tensor-core forward's pipelined variant (PIPELINE=1, FLASHATTN_CUDA_PIPELINE=1): K and V
@@ -306,7 +308,7 @@ void fa__cu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op o
         rules->memory.onchip.what = "Q, K, V tiles; the kernel keeps S in registers";
         rules->build.mma = 1;
         rules->paths.path_note = "tensor cores (mma.sync m16n8k16, f32 accumulation)";
-        if (op == FA__OP_FORWARD && fa__cu_pipeline_on())
+        if (op == FA__OP_FORWARD && fa__cu_pipeline_setting() == 1)
             pipeline_rules(rules);
         return;
     }

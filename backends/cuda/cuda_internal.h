@@ -160,9 +160,9 @@ fa_status fa__cu_device_props(int index, fa_device_props *out, char *why, size_t
 /* Props of an already-opened device through a loaded API table. */
 fa_status fa__cu_props_of(const fa__cu_api *api, CUdevice dev, fa_device_props *out, char *why,
                           size_t why_size);
-/* Whether FLASHATTN_CUDA_PIPELINE=1 asks for the tensor-core forward's pipelined variant
- * (anything else: today's path). */
-bool fa__cu_pipeline_on(void);
+/* FLASHATTN_CUDA_PIPELINE: 1 asks for the tensor-core forward's pipelined variant, 0 (also
+ * unset or empty) for today's path; -1: another value, which plan creation refuses. */
+int fa__cu_pipeline_setting(void);
 /* The kernel's plan rules (the ops table's plan_rules). */
 void fa__cu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op op,
                        fa__plan_rules *rules);
