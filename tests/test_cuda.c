@@ -539,12 +539,17 @@ static void test_compile_error_log(void **state)
 {
     (void)state;
     static char log[1 << 16];
-    char dir[] = "/tmp/fa_cuda_kernel.XXXXXX", path[64], common[64];
+    char dir[] = "/tmp/fa_cuda_kernel.XXXXXX", path[64], common[64], kv[64];
     assert_non_null(mkdtemp(dir));
     snprintf(common, sizeof common, "%s/flash_common.cu", dir); /* every program's first */
+    snprintf(kv, sizeof kv, "%s/flash_kv.cu", dir);             /* the forward's second */
     FILE *f = fopen(common, "w");
     assert_non_null(f);
     fputs("/* nothing shared */\n", f);
+    fclose(f);
+    f = fopen(kv, "w");
+    assert_non_null(f);
+    fputs("/* no key tiles */\n", f);
     fclose(f);
     snprintf(path, sizeof path, "%s/flash_fwd.cu", dir);
     f = fopen(path, "w");
@@ -561,6 +566,7 @@ static void test_compile_error_log(void **state)
     if (st == FA_STATUS_KERNEL_BUILD_ERROR) /* the folder now has no kernel file */
         st_missing = fa__cuda_compile_check("sm_80", FA__KERNEL_FWD, "-DHEAD_DIM=64", NULL, 0);
     unlink(common);
+    unlink(kv);
     rmdir(dir);
     harness_env_restore(&saved);
     assert_int_equal(st, FA_STATUS_KERNEL_BUILD_ERROR);
