@@ -152,8 +152,9 @@ fa_status fa__cu_device_props(int index, fa_device_props *out, char *why, size_t
 }
 
 /*
- * The kernel (kernels_cu/flash_fwd.cu) runs FA_CU_THREADS_PER_ROW threads per query row, so a
- * block is Br * 4 threads and the device's threads-per-block limit caps Br. Br and Bc above 8
+ * The kernel (kernels_cu/flash_fwd.cu) runs FA_CU_THREADS_PER_ROW threads per query row (a
+ * decode's few rows more: cuda_core_lanes), so a block is Br * 4 threads and the device's
+ * threads-per-block limit caps Br. Br and Bc above 8
  * are rounded to multiples of 8: a block is then whole warps (8 rows x 4 threads = 32). The
  * on-chip budget is exactly the planner's: Q, K, V tiles in the storage type and the S tile in
  * f32, all in dynamic shared memory up to the opt-in limit per block (M). Bc is capped at 128:
