@@ -174,7 +174,7 @@ __device__ __forceinline__ float dropout_z(const fa_kernel_params &p, i64 b, i64
 #if FEATURES & FA_FEATURE_DROPOUT
     fa_kp_u32 w[4];
     fa_dropout_words(&p, b, h, row, key, w);
-    return dropout_factor(p, w[key & 3]);
+    return dropout_factor(p, word_at(w, key & 3));
 #else
     (void)p;
     (void)b;
@@ -683,6 +683,46 @@ __device__ void tile_bwd_dq_mma(const store_t *__restrict__ q, const store_t *__
     store_block_scaled(acc, p.scale, dst, t);
 }
 
+#if FEATURES & FA_FEATURE_DROPOUT
+/* Dropout's factors z[j][e] of the dK/dV pass's 16 keys x 16 query rows block: element (j, e)
+ * is key key0 + g + 8(e / 2) of query row row0 + 8j + 2t + e % 2. The four lanes of a key group
+ * (keys key0 + 4(g/4) .. +3, lanes 4g + t for g % 4 = 0..3, same t) need the words of 8
+ * (row, group) pairs: lane i = g % 4 draws pairs 2i and 2i + 1 (rows row0 + 8(i % 2) + 2t + a,
+ * group + 8(i / 2), a = 0, 1), one Philox call per 4 keys, and the lanes swap words by xor
+ * shuffles: from lane i ^ o, word i of its pair 2(i ^ o) + a. Selects, not indexing, pick the
+ * words and the elements, so nothing goes to local memory. */
+__device__ __forceinline__ void dkdv_dropout_factors(const fa_kernel_params &p, i64 b, i64 h,
+                                                     i64 row0, i64 key0, int g, int t,
+                                                     float z[2][4])
+{
+    const int i = g & 3;
+    const i64 group0 = key0 + (g & ~3); /* the first key of this lane's group (keys g) */
+    fa_kp_u32 w[2][4];
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+        fa_dropout_words(&p, b, h, row0 + 8 * (i & 1) + 2 * t + a, group0 + 8 * (i >> 1), w[a]);
+#pragma unroll
+    for (int o = 0; o < 4; o++)
+#pragma unroll
+        for (int a = 0; a < 2; a++) {
+            const fa_kp_u32 give = word_at(w[a], i ^ o); /* word (i ^ o): lane i ^ o's key */
+            const fa_kp_u32 got =
+                o == 0 ? give
+                       : (fa_kp_u32)__float_as_int(__shfl_xor_sync(
+                             0xffffffffu, __int_as_float((int)give), 4 * o, 32));
+            const int src = i ^ o; /* got is word i of pair 2 src + a: j = src % 2, key half
+                                      src / 2 */
+            const float f = dropout_factor(p, got);
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int half = 0; half < 2; half++)
+                    if (src == 2 * half + j)
+                        z[j][2 * half + a] = f;
+        }
+}
+#endif
+
 /* One (key tile, K/V head, batch) work item: warp w owns keys warp_key0 = 16w .. 16w+15 of the
  * tile; each lane holds keys g and g+8 of them (i = 0, 1) and, in a 16 x 8 tile, query columns
  * 2t, 2t+1. */
@@ -744,9 +784,13 @@ __device__ void tile_bwd_dkdv_mma(const store_t *__restrict__ q, const store_t *
                 float st[2][4], dpt[2][4];
                 warp_scores(st, k_tile, warp_key0, q_tile + c0 * HEAD_DIM, g, t);
                 warp_scores(dpt, v_tile, warp_key0, do_tile + c0 * HEAD_DIM, g, t);
+                /* Dropout's Z of the block (1 without dropout). */
+                float z_block[2][4] = {{1.0f, 1.0f, 1.0f, 1.0f}, {1.0f, 1.0f, 1.0f, 1.0f}};
+#if FEATURES & FA_FEATURE_DROPOUT
+                dkdv_dropout_factors(p, b, h, r0 + c0, k0 + warp_key0, g, t, z_block);
+#endif
                 /* The modifiers, the mask (key >= the row's count, or before its window), P^T Z =
-                 * exp2(S^T - LSE2) Z in st and dS^T = P^T (Z dP^T - D) dcap in dpt, Z from one
-                 * Philox call per element. */
+                 * exp2(S^T - LSE2) Z in st and dS^T = P^T (Z dP^T - D) dcap in dpt. */
 #pragma unroll
                 for (int j = 0; j < 2; j++)
 #pragma unroll
@@ -755,7 +799,7 @@ __device__ void tile_bwd_dkdv_mma(const store_t *__restrict__ q, const store_t *
                         const i64 key = k0 + c, row = r0 + r;
                         const bool visible =
                             c < keys_v[r] && key >= fa_keys_begin(&p, FEATURES, row);
-                        const float z = visible ? dropout_z(p, b, h, row, key) : 1.0f;
+                        const float z = visible ? z_block[j][e] : 1.0f;
                         float ds;
                         st[j][e] = grad_element(st[j][e], dpt[j][e], z, p, hm, row, key, visible,
                                                 lse2_v[r], delta_v[r], &ds);

@@ -45,6 +45,14 @@
 #ifndef SEQ
 #define SEQ 0 /* FA_SEQ_* bits: varlen, seqlens_k, paged K/V */
 #endif
+#ifndef PIPELINE
+#define PIPELINE 0 /* 1: flash_fwd's tensor cores with double-buffered asynchronous K/V copies */
+#endif
+/* Elements per row of a row-major shared tile: d, or with PIPELINE d + 8 (16 bytes), so the 8
+ * rows an mma fragment reads start in different banks (d 64 or 128 rows are whole multiples of
+ * the 32 banks' 128 bytes, and 8 such rows hit one bank 8 times). */
+#define TILE_PAD (PIPELINE ? 8 : 0)
+#define TILE_LD (HEAD_DIM + TILE_PAD)
 /* The host's name is TPR (its -D option); the kernel reads this one. */
 #define THREADS_PER_ROW TPR
 #ifndef WG_SIZE
@@ -67,6 +75,7 @@ static_assert(WG_SIZE == BLOCK_R * 2, "MMA: WG_SIZE must be one warp per 16 rows
 static_assert(WG_SIZE == BLOCK_R * TPR, "WG_SIZE must be BLOCK_R * TPR");
 #endif
 static_assert(BIAS_DTYPE == 0 || BIAS_DTYPE == DTYPE, "BIAS_DTYPE: f32 or the storage type");
+static_assert(PIPELINE == 0 || (PIPELINE == 1 && MMA), "PIPELINE: 1 on the tensor-core path");
 
 #define LN2 0.69314718055994530942f
 #define LOG2E 1.44269504088896340736f
@@ -147,18 +156,102 @@ __device__ __forceinline__ float row_sum(float v, unsigned lanes)
     return v;
 }
 
-/* Copies rows [row0, row0 + rows) of a [seq, d] slice (row stride `stride`) into a shared tile,
- * zero past `seq`. Element idx = r * d + x of the rows x d block, r in [0, rows), x in [0, d):
- * transposed, tile[x * rows + r] (d x rows), else tile[idx] (rows x d). */
-__device__ void load_tile(store_t *tile, const store_t *src, i64 row0, i64 seq, i64 stride,
-                          int rows, bool transposed)
+/* ---- tile copies global -> shared, 16 bytes a load where the rows allow it ---------------- */
+/* A 16-byte chunk of a row: CHUNK_ELEMS storage elements (4 f32, 8 f16 / bf16); ROW_CHUNKS of
+ * them make a d-row (0: d is not whole chunks, and every copy goes element by element). */
+#define CHUNK_ELEMS (16 / (int)sizeof(store_t))
+#define ROW_CHUNKS (HEAD_DIM % CHUNK_ELEMS == 0 ? HEAD_DIM / CHUNK_ELEMS : 0)
+
+struct __align__(16) chunk16 {
+    unsigned w[4]; /* element e: the low half of w[e / 2] first (2-byte types), else w[e] */
+};
+
+/* One 16-byte load (ld.global.v4 on a GPU; the emulator copies the bytes). */
+__device__ __forceinline__ chunk16 load_chunk(const store_t *s)
 {
+#ifdef FA_EMULATED
+    chunk16 c;
+    memcpy(&c, s, sizeof c);
+    return c;
+#else
+    return *(const chunk16 *)s;
+#endif
+}
+
+/* Element e of a chunk. */
+__device__ __forceinline__ store_t chunk_elem(const chunk16 &c, int e)
+{
+#if DTYPE == 0
+    return __int_as_float((int)c.w[e]);
+#else
+    return (store_t)(c.w[e / 2] >> (16 * (e & 1)));
+#endif
+}
+
+/* Whether rows at src, `stride` elements apart (and `stride2`, a page's, for paged keys), start
+ * on 16-byte boundaries, so each row can be read in chunks; uniform over the block. */
+__device__ __forceinline__ bool chunked_rows(const store_t *src, i64 stride, i64 stride2)
+{
+    return ROW_CHUNKS > 0 && ((unsigned long long)src & 15u) == 0 && stride % CHUNK_ELEMS == 0 &&
+           stride2 % CHUNK_ELEMS == 0;
+}
+
+/* Writes chunk c as the elements (r, x .. x + CHUNK_ELEMS) of a rows x d tile: transposed,
+ * tile[(x + e) * rows + r], else tile[r * TILE_LD + x + e] (one 16-byte store where the tile is
+ * 16-byte aligned, `aligned`). */
+__device__ __forceinline__ void store_chunk(store_t *tile, const chunk16 &c, int r, int x,
+                                            int rows, bool transposed, bool aligned)
+{
+    if (!transposed && aligned) {
+        *(chunk16 *)(tile + r * TILE_LD + x) = c;
+        return;
+    }
+#pragma unroll
+    for (int e = 0; e < CHUNK_ELEMS; e++)
+        tile[transposed ? (x + e) * rows + r : r * TILE_LD + x + e] = chunk_elem(c, e);
+}
+
+/* Copies `rows` rows of d elements into a shared tile, zeros for rows at or past `valid`: row r
+ * starts at src + at.offset(r). Element (r, x) of the rows x d block: transposed,
+ * tile[x * rows + r] (d x rows), else tile[r * TILE_LD + x] (rows x d). Rows in 16-byte chunks
+ * where `chunked` says they allow it (chunked_rows), else element by element. */
+template <typename RowAt>
+__device__ void copy_rows(store_t *tile, const store_t *src, const RowAt &at, int rows,
+                          i64 valid, bool transposed, bool chunked)
+{
+    if (chunked) {
+        const bool aligned = ((unsigned long long)tile & 15u) == 0;
+        for (int idx = (int)threadIdx.x; idx < rows * ROW_CHUNKS; idx += WG_SIZE) {
+            int r = idx / ROW_CHUNKS, x = (idx - r * ROW_CHUNKS) * CHUNK_ELEMS;
+            chunk16 c = {{0u, 0u, 0u, 0u}};
+            if (r < valid)
+                c = load_chunk(src + at.offset(r) + x);
+            store_chunk(tile, c, r, x, rows, transposed, aligned);
+        }
+        return;
+    }
     for (int idx = (int)threadIdx.x; idx < rows * HEAD_DIM; idx += WG_SIZE) {
         int r = idx / HEAD_DIM, x = idx - r * HEAD_DIM;
-        i64 row = row0 + r;
-        store_t val = row < seq ? src[row * stride + x] : (store_t)0;
-        tile[transposed ? x * rows + r : idx] = val;
+        store_t val = r < valid ? src[at.offset(r) + x] : (store_t)0;
+        tile[transposed ? x * rows + r : r * TILE_LD + x] = val;
     }
+}
+
+/* Row r of a strided slice: r * stride elements on. */
+struct strided_rows {
+    i64 stride;
+    __device__ __forceinline__ i64 offset(int r) const { return r * stride; }
+};
+
+/* Copies rows [row0, row0 + rows) of a [seq, d] slice (row stride `stride`) into a shared tile,
+ * zero past `seq`: transposed, tile[x * rows + r] (d x rows), else tile[r * TILE_LD + x]
+ * (rows x d). */
+__device__ __forceinline__ void load_tile(store_t *tile, const store_t *src, i64 row0, i64 seq,
+                                          i64 stride, int rows, bool transposed)
+{
+    const store_t *first = src + row0 * stride;
+    copy_rows(tile, first, strided_rows{stride}, rows, seq - row0, transposed,
+              chunked_rows(first, stride, 0));
 }
 
 /* ---- sequences (SEQ: FA_SEQ_* bits; kernel_params.h's fa_seq_of, fa_key_row, fa_lse_index) - */

@@ -35,12 +35,13 @@
  * q_tiles * splits, chunk-major; each block visits one chunk of the keys (only the first starts
  * from the sink) and writes its normalised partial O (f32) and LSE into scratch for
  * flash_merge.cu.
- * The tunables, the storage type and the sequences' plumbing are in flash_common.cu, which the
- * host prepends (with kernel_params.h); this file includes it when compiled alone (-I src
+ * The tunables, the storage type and the sequences' plumbing are in flash_common.cu, the K/V
+ * tile copies (paged, and PIPELINE's asynchronous double buffers) in flash_kv.cu, which the host
+ * prepends (with kernel_params.h); this file includes them when compiled alone (-I src
  * -I kernels_cu).
  */
-#ifndef FA_FLASH_COMMON_CU
-#include "flash_common.cu"
+#ifndef FA_FLASH_KV_CU
+#include "flash_kv.cu"
 #endif
 #define FA_FLASH_FWD_CU /* flash_bwd.cu builds on this file */
 
@@ -56,67 +57,6 @@ __device__ __forceinline__ void load_q_tile(store_t *q_tile, const store_t *q,
     load_tile(q_tile,
               q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h + q_start * p.q_stride_s, r0,
               p.seqlen_q, p.q_stride_s, BLOCK_R, transposed);
-}
-
-/* Where a work item's keys are: K and V of head h_kv of sequence b. Not paged, k and v point at
- * the sequence's key 0 (fa_key_row's b * stride_b + k_start * stride_s) and key j is j rows
- * further; paged (SEQ & FA_SEQ_PAGED), at the head's row 0 of page 0, and key j's row is
- * fa_key_row's, through the block table. */
-struct kv_rows {
-    const store_t *k, *v;
-    const int *block_table; /* paged: the launch's block table */
-    i64 b;                  /* the sequence */
-};
-
-__device__ __forceinline__ kv_rows kv_rows_of(const store_t *k, const store_t *v,
-                                              const seq_args &a, const fa_kernel_params &p,
-                                              i64 b, i64 h_kv, const fa_seq &s)
-{
-    const bool paged = (SEQ & FA_SEQ_PAGED) != 0;
-    kv_rows kv = {k + p.k_offset + h_kv * p.k_stride_h, v + p.v_offset + h_kv * p.v_stride_h,
-                  a.block_table, b};
-    if (!paged) {
-        kv.k += b * p.k_stride_b + s.k_start * p.k_stride_s;
-        kv.v += b * p.v_stride_b + s.k_start * p.v_stride_s;
-    }
-    return kv;
-}
-
-/* Copies keys [k0, k0 + Bc) of K or V (src: kv's k or v, row strides stride_b, stride_s) into a
- * shared tile as load_tile does, zeros past Sk; paged, each key's row through fa_key_row. */
-__device__ __forceinline__ void load_key_tile(store_t *tile, const store_t *src,
-                                              const kv_rows &kv, const fa_kernel_params &p,
-                                              i64 stride_b, i64 stride_s, i64 k0,
-                                              bool transposed)
-{
-#if SEQ & FA_SEQ_PAGED
-    for (int idx = (int)threadIdx.x; idx < BLOCK_C * HEAD_DIM; idx += WG_SIZE) {
-        int r = idx / HEAD_DIM, x = idx - r * HEAD_DIM;
-        i64 j = k0 + r;
-        store_t val =
-            j < p.seqlen_k
-                ? src[fa_key_row(&p, SEQ, kv.block_table, kv.b, 0, j, stride_b, stride_s) + x]
-                : (store_t)0;
-        tile[transposed ? x * BLOCK_C + r : idx] = val;
-    }
-#else
-    (void)kv;
-    (void)stride_b;
-    load_tile(tile, src, k0, p.seqlen_k, stride_s, BLOCK_C, transposed);
-#endif
-}
-
-/* Loads K/V tile rows [k0, k0 + Bc) of a work item's keys (kv) into k_tile (Bc x d or,
- * transposed, d x Bc) and v_tile (Bc x d), zeros past Sk. The barriers: the previous tiles are
- * no longer read; the new ones are complete before any thread reads them. */
-__device__ __forceinline__ void load_kv_tiles(store_t *k_tile, store_t *v_tile,
-                                              const kv_rows &kv, const fa_kernel_params &p,
-                                              i64 k0, bool k_transposed)
-{
-    __syncthreads();
-    load_key_tile(k_tile, kv.k, kv, p, p.k_stride_b, p.k_stride_s, k0, k_transposed);
-    load_key_tile(v_tile, kv.v, kv, p, p.v_stride_b, p.v_stride_s, k0, false);
-    __syncthreads();
 }
 
 /* The keys [keys_to_skip, keys_to_visit) that the tile starting at row r0 visits: up to the
@@ -252,6 +192,13 @@ __device__ __forceinline__ float dropout_factor(const fa_kernel_params &p, fa_kp
     return word >= p.dropout_threshold ? p.dropout_scale : 0.0f;
 }
 
+/* Word i (0..3) of a Philox call, by selects: a register array indexed at run time would be
+ * placed in local memory. */
+__device__ __forceinline__ fa_kp_u32 word_at(const fa_kp_u32 w[4], i64 i)
+{
+    return (i & 2) ? ((i & 1) ? w[3] : w[2]) : ((i & 1) ? w[1] : w[0]);
+}
+
 #if FEATURES & FA_FEATURE_DROPOUT
 /* Dropout's factors z[e] of one 8-key mma block (the tensor-core paths of the forward and the
  * dQ pass): element e is row rows[e / 2], key key0 + 2t + e % 2, key0 a multiple of 8 (k0 is
@@ -312,6 +259,21 @@ __device__ __forceinline__ float row_lse(float m, float l)
 #define SPLIT 0 /* 1: split-KV, each block one key chunk; O and LSE are f32 partials */
 #endif
 static_assert(SPLIT == 0 || SPLIT == 1, "SPLIT: 0 or 1");
+#ifndef PACKED
+#define PACKED 0 /* 1: GQA packing, the rows of head h are the query heads h * Sq + row */
+#endif
+static_assert(PACKED == 0 || PACKED == 1, "PACKED: 0 or 1");
+
+/* PACKED: a one-row decode's query heads of a K/V head as the rows of one head (the host packs
+ * only where every head sees the same keys, src/packing.c), so the rules read the one row of
+ * the problem unpacked: in the packed problem's terms its last row (rule_row), whose window and
+ * ALiBi distance are row 0's; sinks and slopes are per row, of query head q_head_of (rows past
+ * Sq take the last head's, so none is read past the heads). */
+__device__ __forceinline__ i64 rule_row(i64 sq, i64 row) { return PACKED ? sq - 1 : row; }
+__device__ __forceinline__ i64 q_head_of(i64 h, i64 sq, i64 row)
+{
+    return PACKED ? h * sq + min(row, sq - 1) : h;
+}
 
 /* Query tile `tile` of head h of sequence b (s: where its rows and keys are, seq_of) and, with
  * SPLIT, key chunk `split`: keys [split * split_keys, + split_keys), split_keys a multiple of
@@ -335,8 +297,8 @@ __device__ __forceinline__ out_t to_out(float v) { return to_store(v); }
 __device__ __forceinline__ void item_keys(const fa_kernel_params &p, const fwd_item &it, i64 r0,
                                           i64 *begin, i64 *end)
 {
-    *begin = keys_to_skip(p, r0);
-    *end = keys_to_visit(p, r0);
+    *begin = keys_to_skip(p, rule_row(p.seqlen_q, r0));
+    *end = keys_to_visit(p, rule_row(p.seqlen_q, r0));
 #if SPLIT
     *begin = max(*begin, it.split * p.split_keys);
     *end = min(*end, (it.split + 1) * p.split_keys);
@@ -345,12 +307,12 @@ __device__ __forceinline__ void item_keys(const fa_kernel_params &p, const fwd_i
 #endif
 }
 
-/* The modifiers of the item's (b, h); only a split forward's first chunk starts from the sink,
- * so the merge counts it once. */
+/* The modifiers of the item's (b, h), of query head q_head_of(h, Sq, row) when PACKED; only a
+ * split forward's first chunk starts from the sink, so the merge counts it once. */
 __device__ __forceinline__ head_mods item_mods(const modifier_args &a, const fa_kernel_params &p,
-                                               const fwd_item &it)
+                                               const fwd_item &it, i64 row)
 {
-    head_mods hm = head_mods_of(a, p, it.b, it.h);
+    head_mods hm = head_mods_of(a, p, it.b, q_head_of(it.h, p.seqlen_q, row));
     if (SPLIT && it.split > 0)
         hm.sink_log2 = NEG_INF;
     return hm;
@@ -414,10 +376,11 @@ __device__ void tile_fwd_cuda_cores(const store_t *__restrict__ q,
      * paged. */
     const kv_rows kv = kv_rows_of(k, v, seqs, p, b, h_kv, it.s);
     float *s_row = s_tile + r * BLOCK_C; /* S[r][0 .. Bc) */
-    const head_mods hm = item_mods(mods, p, it);
+    const head_mods hm = item_mods(mods, p, it, row);
+    const i64 rule = rule_row(sq, row); /* the row the mask, window and ALiBi read */
     /* The keys row may attend to (mask and window): [first, last); none for rows past Sq. */
-    const i64 first = fa_keys_begin(&p, FEATURES, row);
-    const i64 last = row < sq ? fa_keys_end(&p, MASK, FEATURES, row) : 0;
+    const i64 first = fa_keys_begin(&p, FEATURES, rule);
+    const i64 last = row < sq ? fa_keys_end(&p, MASK, FEATURES, rule) : 0;
 
     /* Load Q tile (rows past Sq are zeros; their results are never written). */
     load_q_tile(q_tile, q, p, b, h, it.s.q_start, r0, true);
@@ -461,7 +424,7 @@ __device__ void tile_fwd_cuda_cores(const store_t *__restrict__ q,
         for (int i = 0; i < KEYS_PER_THREAD; i++) {
             int c = t + i * THREADS_PER_ROW;
             bool visible = c < BLOCK_C && c < allowed && c >= allowed_from;
-            s[i] = visible ? score_log2(s[i], p, hm, row, k0 + c) : NEG_INF;
+            s[i] = visible ? score_log2(s[i], p, hm, rule, k0 + c) : NEG_INF;
             tile_max = fmaxf(tile_max, s[i]);
         }
 
@@ -545,10 +508,11 @@ __device__ __forceinline__ unsigned load_row_pair(const store_t *s)
     return pack_b32(s[0], s[1]);
 }
 
-/* Elements s[0], s[d] of one tile column: consecutive rows of a row-major (rows x d) tile. */
+/* Elements s[0], s[TILE_LD] of one tile column: consecutive rows of a row-major (rows x d)
+ * tile. */
 __device__ __forceinline__ unsigned load_col_pair(const store_t *s)
 {
-    return pack_b32(s[0], s[HEAD_DIM]);
+    return pack_b32(s[0], s[TILE_LD]);
 }
 
 /* Two f32 values rounded to the storage type, as one register. */
@@ -589,9 +553,8 @@ __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__res
                              const seq_args &seqs, const fa_kernel_params &p, const fwd_item &it,
                              char *smem)
 {
-    store_t *q_tile = (store_t *)smem;             /* Q: Br x d store_t, row-major */
-    store_t *k_tile = q_tile + BLOCK_R * HEAD_DIM; /* K: Bc x d store_t, row-major */
-    store_t *v_tile = k_tile + BLOCK_C * HEAD_DIM; /* V: Bc x d store_t, row-major */
+    store_t *q_tile = (store_t *)smem;            /* Q: Br x d store_t, row-major, TILE_LD */
+    store_t *kv_tiles = q_tile + BLOCK_R * TILE_LD; /* K and V: Bc x d each (kv_buffers) */
 
     const int lane = (int)threadIdx.x % 32, warp_row0 = (int)threadIdx.x / 32 * 16;
     const int g = lane / 4, t = lane % 4;          /* PTX's groupID and threadID_in_group */
@@ -604,12 +567,14 @@ __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__res
     /* The keys of K[b][h_kv] and V[b][h_kv]: Sk x d, row strides k_stride_s, v_stride_s, or
      * paged. */
     const kv_rows kv = kv_rows_of(k, v, seqs, p, b, h_kv, it.s);
-    const head_mods hm = item_mods(mods, p, it);
+    const head_mods hm[2] = {item_mods(mods, p, it, rows[0]), item_mods(mods, p, it, rows[1])};
+    /* The rows the mask, window and ALiBi read (rule_row). */
+    const i64 rule[2] = {rule_row(sq, rows[0]), rule_row(sq, rows[1])};
     /* The keys rows[i] may attend to (mask and window): [first[i], last[i]); none past Sq. */
-    const i64 first[2] = {fa_keys_begin(&p, FEATURES, rows[0]),
-                          fa_keys_begin(&p, FEATURES, rows[1])};
-    const i64 last[2] = {rows[0] < sq ? fa_keys_end(&p, MASK, FEATURES, rows[0]) : 0,
-                         rows[1] < sq ? fa_keys_end(&p, MASK, FEATURES, rows[1]) : 0};
+    const i64 first[2] = {fa_keys_begin(&p, FEATURES, rule[0]),
+                          fa_keys_begin(&p, FEATURES, rule[1])};
+    const i64 last[2] = {rows[0] < sq ? fa_keys_end(&p, MASK, FEATURES, rule[0]) : 0,
+                         rows[1] < sq ? fa_keys_end(&p, MASK, FEATURES, rule[1]) : 0};
 
     /* Load Q tile (rows past Sq are zeros; their results are never written). */
     load_q_tile(q_tile, q, p, b, h, it.s.q_start, r0, false);
@@ -618,16 +583,20 @@ __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__res
     item_keys(p, it, r0, &kv_begin, &kv_end);
 
     float m[2], l[2]; /* rows g, g+8: running max (log2 units) and sum, from a sink if any */
-    initial_state(hm, &m[0], &l[0]);
-    initial_state(hm, &m[1], &l[1]);
+    initial_state(hm[0], &m[0], &l[0]);
+    initial_state(hm[1], &m[1], &l[1]);
     float acc[O_TILES][4]; /* O tile n: rows g, g+8 x dims 8n+2t, 8n+2t+1, f32 */
 #pragma unroll
     for (int n = 0; n < O_TILES; n++)
         acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 
-    /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc. */
-    for (i64 k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C) {
-        load_kv_tiles(k_tile, v_tile, kv, p, k0, false);
+    /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc (PIPELINE: the
+     * next tile's copy in flight during this one's products). */
+    kv_prefetch(kv_tiles, kv, p, kv_begin, kv_end);
+    int buf = 0;
+    for (i64 k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C, buf ^= 1) {
+        const store_t *k_tile, *v_tile;
+        next_kv_tiles(kv_tiles, kv, p, k0, kv_end, buf, &k_tile, &v_tile);
 
         /* S = Q K^T: S[r][c] = sum_x Q[r][x] * K[c][x], 16 x Bc per warp, as S_TILES 16 x 8
          * tiles s[n] (keys 8n .. 8n+7), summed over 16-wide slices x0 .. x0+15 of d. A is
@@ -639,14 +608,14 @@ __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__res
 #pragma unroll
         for (int x0 = 0; x0 < HEAD_DIM; x0 += 16) {
             /* Q[warp_row0 + g][x0 + 2t]: a = Q rows g, g+8 x cols 2t, 2t+1, 2t+8, 2t+9 */
-            const store_t *q_src = q_tile + (warp_row0 + g) * HEAD_DIM + x0 + 2 * t;
-            unsigned a_frag[4] = {load_row_pair(q_src), load_row_pair(q_src + 8 * HEAD_DIM),
+            const store_t *q_src = q_tile + (warp_row0 + g) * TILE_LD + x0 + 2 * t;
+            unsigned a_frag[4] = {load_row_pair(q_src), load_row_pair(q_src + 8 * TILE_LD),
                                   load_row_pair(q_src + 8),
-                                  load_row_pair(q_src + 8 * HEAD_DIM + 8)};
+                                  load_row_pair(q_src + 8 * TILE_LD + 8)};
 #pragma unroll
             for (int n = 0; n < S_TILES; n++) {
                 /* K[8n + g][x0 + 2t]: b = K row 8n+g x cols 2t, 2t+1 and 2t+8, 2t+9 */
-                const store_t *k_src = k_tile + (n * 8 + g) * HEAD_DIM + x0 + 2 * t;
+                const store_t *k_src = k_tile + (n * 8 + g) * TILE_LD + x0 + 2 * t;
                 unsigned b_frag[2] = {load_row_pair(k_src), load_row_pair(k_src + 8)};
                 mma_m16n8k16(s[n], a_frag, b_frag);
             }
@@ -664,7 +633,7 @@ __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__res
             for (int e = 0; e < 4; e++) {
                 int i = e / 2, c = n * 8 + 2 * t + (e & 1);
                 bool visible = c < allowed[i] && c >= allowed_from[i];
-                s[n][e] = visible ? score_log2(s[n][e], p, hm, rows[i], k0 + c) : NEG_INF;
+                s[n][e] = visible ? score_log2(s[n][e], p, hm[i], rule[i], k0 + c) : NEG_INF;
                 tile_max[i] = fmaxf(tile_max[i], s[n][e]);
             }
 
@@ -715,8 +684,8 @@ __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__res
 #pragma unroll
             for (int n = 0; n < O_TILES; n++) {
                 /* V[c0 + 2t][8n + g]: b = V rows 2t, 2t+1 and 2t+8, 2t+9 x col g */
-                const store_t *v_src = v_tile + (c0 + 2 * t) * HEAD_DIM + n * 8 + g;
-                unsigned b_frag[2] = {load_col_pair(v_src), load_col_pair(v_src + 8 * HEAD_DIM)};
+                const store_t *v_src = v_tile + (c0 + 2 * t) * TILE_LD + n * 8 + g;
+                unsigned b_frag[2] = {load_col_pair(v_src), load_col_pair(v_src + 8 * TILE_LD)};
                 mma_m16n8k16(acc[n], a_frag, b_frag);
             }
         }

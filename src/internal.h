@@ -74,6 +74,8 @@ typedef struct fa__onchip_formula {
     uint32_t row_floats;  /* f32 values per query row of a tile (backward: LSE and D) */
     uint32_t tile_bytes;  /* bytes of a row or col tile's element: 0, the storage type's;
                              4 where the kernel converts tiles to f32 as it loads them */
+    uint32_t row_pad;     /* elements a row or col tile's rows hold past d (padding that moves
+                             each row to other shared-memory banks); 0: none */
     const char *what;     /* the tiles, named for the explanation */
 } fa__onchip_formula;
 
@@ -151,6 +153,8 @@ typedef struct fa__build_rules {
     int32_t vector_width; /* VEC_MAX: the widest float vector; 0: not a define */
     int32_t gpu;          /* GPU=1: GPU-only unrolling and layouts */
     int32_t tile_f32;     /* TILE_F32=1: f16 / bf16 tiles held as f32 on chip */
+    int32_t pipeline;     /* PIPELINE=1: the forward's asynchronous, double-buffered K/V copies
+                             into padded tiles (CUDA's tensor-core path) */
 } fa__build_rules;
 
 /* What a backend's kernel for an op asks of a plan, beyond the device's props, in four parts.
@@ -249,6 +253,8 @@ typedef struct fa__kernel_variant {
                                 (fa__heads_pack; a define only when nonzero) */
     int32_t packed;          /* PACKED=1: flash_fwd of a GQA- or heads-packed problem, whose
                                 rows are query heads (a define only when 1) */
+    int32_t pipeline;        /* PIPELINE=1: flash_fwd's double-buffered asynchronous K/V copies
+                                (CUDA tensor cores; a define only when 1) */
 } fa__kernel_variant;
 
 /* Writes "<prefix>HEAD_DIM=64 <prefix>BLOCK_R=..." for a variant (prefix "-D " for OpenCL C,

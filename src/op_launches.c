@@ -60,6 +60,8 @@ void fa__variant_defines(const fa__kernel_variant *v, const char *prefix, char *
         fa__append(dst, size, " %sHEAD_ROWS=%d", prefix, (int)v->head_rows);
     if (v->packed)
         fa__append(dst, size, " %sPACKED=1", prefix);
+    if (v->pipeline)
+        fa__append(dst, size, " %sPIPELINE=1", prefix);
 }
 
 void fa__cl_build_options(const fa__kernel_variant *v, char *dst, size_t size)
@@ -149,6 +151,7 @@ static void plan_launch(const fa_plan *plan, const fa__plan_rules *rules, fa__la
         .vector_width = rules->build.vector_width,
         .gpu = rules->build.gpu,
         .tile_f32 = rules->build.tile_f32,
+        .pipeline = rules->build.pipeline,
     };
     l->onchip_bytes = t->sram_bytes;
 }
@@ -166,6 +169,7 @@ static void merge_launch(fa__launch *l, fa__tensor o_parts, fa__tensor lse_parts
     set_launch(l, FA__KERNEL_MERGE, (uint64_t)kp->q_tiles, (uint64_t)kp->heads_q,
                (uint64_t)kp->batch, args, 4);
     l->variant.features = 0; /* it reads no modifier */
+    l->variant.pipeline = 0; /* nor K and V */
     l->variant.bias_dtype = 0;
     l->variant.parts_dtype = parts_dtype;
     add_seq_args(l);

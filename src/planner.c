@@ -11,7 +11,7 @@
 uint64_t fa__tile_bytes(const fa__onchip_formula *f, int64_t block_r, int64_t block_c,
                         int64_t head_dim, size_t elem)
 {
-    uint64_t r = (uint64_t)block_r, c = (uint64_t)block_c, d = (uint64_t)head_dim;
+    uint64_t r = (uint64_t)block_r, c = (uint64_t)block_c, d = (uint64_t)head_dim + f->row_pad;
     return (f->row_tiles * r * d + f->col_tiles * c * d) * elem + f->score_tiles * r * c * 4 +
            f->row_floats * r * 4;
 }
@@ -79,18 +79,18 @@ static fa_status align(plan_state *s, bool is_r, int64_t m)
 /* The largest Bc whose key-side and score tiles fit beside the row tiles (Q), or 0. */
 static uint64_t bc_that_fits(const plan_state *s, uint64_t sram, int64_t d, size_t elem)
 {
-    uint64_t row_bytes = (s->f->row_tiles * (uint64_t)d * elem + s->f->row_floats * 4) *
-                         (uint64_t)s->br;
-    uint64_t per_key =
-        s->f->col_tiles * (uint64_t)d * elem + s->f->score_tiles * 4 * (uint64_t)s->br;
+    const uint64_t row = (uint64_t)d + s->f->row_pad; /* a tile row's elements */
+    uint64_t row_bytes = (s->f->row_tiles * row * elem + s->f->row_floats * 4) * (uint64_t)s->br;
+    uint64_t per_key = s->f->col_tiles * row * elem + s->f->score_tiles * 4 * (uint64_t)s->br;
     return sram > row_bytes ? (sram - row_bytes) / per_key : 0;
 }
 
 /* The largest Br whose row-side and score tiles fit beside the key tiles (K, V), or 0. */
 static uint64_t br_that_fits(const plan_state *s, uint64_t sram, int64_t d, size_t elem)
 {
-    uint64_t col_bytes = s->f->col_tiles * (uint64_t)s->bc * (uint64_t)d * elem;
-    uint64_t per_row = s->f->row_tiles * (uint64_t)d * elem + s->f->row_floats * 4 +
+    const uint64_t row = (uint64_t)d + s->f->row_pad; /* a tile row's elements */
+    uint64_t col_bytes = s->f->col_tiles * (uint64_t)s->bc * row * elem;
+    uint64_t per_row = s->f->row_tiles * row * elem + s->f->row_floats * 4 +
                        s->f->score_tiles * 4 * (uint64_t)s->bc;
     return sram > col_bytes ? (sram - col_bytes) / per_row : 0;
 }

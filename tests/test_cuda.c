@@ -400,14 +400,15 @@ static void remember_compiled(fa__kernel kernel, const char *keys)
 /* The premise of compiled_before: no kernel text branches on the arch, and no kernel file
  * includes a header that could (kernel_params.h includes <stdint.h> for host compilers only). */
 extern const unsigned char fa__cu_embed_kernel_params[], fa__cu_embed_flash_common[],
-    fa__cu_embed_flash_fwd[], fa__cu_embed_flash_bwd[], fa__cu_embed_flash_bwd_rows[],
+    fa__cu_embed_flash_kv[], fa__cu_embed_flash_fwd[], fa__cu_embed_flash_bwd[], fa__cu_embed_flash_bwd_rows[],
     fa__cu_embed_flash_merge[];
 
 static void no_arch_dependent_code(void)
 {
-    const unsigned char *const texts[] = {fa__cu_embed_kernel_params, fa__cu_embed_flash_common,
-                                          fa__cu_embed_flash_fwd,     fa__cu_embed_flash_bwd,
-                                          fa__cu_embed_flash_bwd_rows, fa__cu_embed_flash_merge};
+    const unsigned char *const texts[] = {
+        fa__cu_embed_kernel_params, fa__cu_embed_flash_common,   fa__cu_embed_flash_kv,
+        fa__cu_embed_flash_fwd,     fa__cu_embed_flash_bwd,      fa__cu_embed_flash_bwd_rows,
+        fa__cu_embed_flash_merge};
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
         const char *t = (const char *)texts[i];
         assert_null(strstr(t, "__CUDA_ARCH__"));
@@ -538,12 +539,17 @@ static void test_compile_error_log(void **state)
 {
     (void)state;
     static char log[1 << 16];
-    char dir[] = "/tmp/fa_cuda_kernel.XXXXXX", path[64], common[64];
+    char dir[] = "/tmp/fa_cuda_kernel.XXXXXX", path[64], common[64], kv[64];
     assert_non_null(mkdtemp(dir));
     snprintf(common, sizeof common, "%s/flash_common.cu", dir); /* every program's first */
+    snprintf(kv, sizeof kv, "%s/flash_kv.cu", dir);             /* the forward's second */
     FILE *f = fopen(common, "w");
     assert_non_null(f);
     fputs("/* nothing shared */\n", f);
+    fclose(f);
+    f = fopen(kv, "w");
+    assert_non_null(f);
+    fputs("/* no key tiles */\n", f);
     fclose(f);
     snprintf(path, sizeof path, "%s/flash_fwd.cu", dir);
     f = fopen(path, "w");
@@ -560,6 +566,7 @@ static void test_compile_error_log(void **state)
     if (st == FA_STATUS_KERNEL_BUILD_ERROR) /* the folder now has no kernel file */
         st_missing = fa__cuda_compile_check("sm_80", FA__KERNEL_FWD, "-DHEAD_DIM=64", NULL, 0);
     unlink(common);
+    unlink(kv);
     rmdir(dir);
     harness_env_restore(&saved);
     assert_int_equal(st, FA_STATUS_KERNEL_BUILD_ERROR);

@@ -15,6 +15,7 @@
  * Parameters, grids and argument orders are the plan's launches, as the plan functions built
  * them.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include "cuda_internal.h"
 #include "emu_api.h"
 #include "emu_plan.h"
@@ -401,6 +402,7 @@ static void fill_random(const emu_case *c, void *t, size_t n, const char *salt)
  * kernel that overruns by as much), and the launcher's report lands in shared_breach. */
 static size_t shared_shortfall;
 static long long shared_breach;
+static bool want_pipeline; /* test_pipeline_cases: the plan must be the pipelined variant */
 
 /* Plans, runs and compares one case; scale_error multiplies the kernel's softmax scale (1: the
  * real run). Returns the number of mismatching elements. */
@@ -421,6 +423,7 @@ static int run_case(const emu_case *c, float scale_error)
     /* What the backend would compile and launch: the plan's one launch, as built. */
     const fa__launch *launch = &plan->launches[0];
     assert_int_equal(plan->n_launches, 1);
+    assert_int_equal(launch->variant.pipeline, want_pipeline ? 1 : 0);
     char options[256];
     const fa_emu_kernel *kernel = emu_launch_kernel(c->name, launch, options, sizeof options);
     fa_kernel_params kp = launch->params;
@@ -536,6 +539,33 @@ static void test_emulator_catches_overrun(void **state)
             fail_msg("%s: a 128-byte overrun gave %lld", both[i]->name, shared_breach);
     }
     shared_shortfall = 0;
+}
+
+/* The tensor-core forward's pipelined variant (FLASHATTN_CUDA_PIPELINE=1: double-buffered
+ * cp.async K/V copies, emulated as copies, into tiles padded by 8 elements a row) on the
+ * tensor-core cases: one and several key tiles, tails, masks with keyless rows, padded (so
+ * unaligned: the synchronous fallback) and folded grids, every modifier; and the canary sees a
+ * write past its larger shared memory (two K/V buffers of padded rows). */
+static void test_pipeline_cases(void **state)
+{
+    (void)state;
+    const emu_case *mma[] = {&cases[8],  &cases[9],      &cases[10],     &cases[11],
+                             &cases[12], &cases[14],     &mod_cases[15], &mod_cases[17]};
+    assert_int_equal(setenv("FLASHATTN_CUDA_PIPELINE", "1", 1), 0);
+    want_pipeline = true;
+    for (size_t i = 0; i < sizeof mma / sizeof mma[0]; i++) {
+        int bad = run_case(mma[i], 1.0f);
+        if (bad)
+            fail_msg("%s (pipelined): %d elements differ from the golden", mma[i]->name, bad);
+    }
+    shared_shortfall = 128;
+    shared_breach = 0;
+    run_case(&cases[10], 1.0f);
+    shared_shortfall = 0;
+    want_pipeline = false;
+    assert_int_equal(unsetenv("FLASHATTN_CUDA_PIPELINE"), 0);
+    if (shared_breach <= 0 || shared_breach > 128)
+        fail_msg("%s (pipelined): a 128-byte overrun gave %lld", cases[10].name, shared_breach);
 }
 
 /* ---- the backward: flash_bwd_pre, flash_bwd_dkdv, flash_bwd_dq (kernels_cu/flash_bwd.cu) --- */
@@ -902,6 +932,7 @@ int main(void)
         cmocka_unit_test(test_emulator_catches_overrun),
         cmocka_unit_test(test_cases),
         cmocka_unit_test(test_modifier_cases),
+        cmocka_unit_test(test_pipeline_cases),
         cmocka_unit_test(test_backward_catches_errors),
         cmocka_unit_test(test_backward_cases),
         cmocka_unit_test(test_backward_modifier_cases),

@@ -46,8 +46,10 @@ typedef enum sq_mode {
 
 typedef enum sq_mods {
     MODS_NONE,
-    MODS_SINKS, /* random in [-1, 2), the last head's -inf (no sink) */
-    MODS_ALL    /* softcap, ALiBi, an f32 bias, a window, sinks and dropout */
+    MODS_SINKS,  /* random in [-1, 2), the last head's -inf (no sink) */
+    MODS_DECODE, /* those a GQA-packed decode applies per row: softcap, ALiBi, sinks, a window
+                    of 70 keys */
+    MODS_ALL     /* softcap, ALiBi, an f32 bias, a window, sinks and dropout */
 } sq_mods;
 
 typedef struct sq_case {
@@ -64,53 +66,64 @@ typedef struct sq_case {
     int32_t block_r, block_c;
     sq_mods mods;
     int32_t first_token; /* varlen: cu_seqlens_q[0] = cu_seqlens_k[0] (rows before stay NaN) */
+    bool packed;         /* the plan must GQA-pack the decode (PACKED) */
 } sq_case;
 
 static const sq_case fwd_cases[] = {
     /* Split-KV: 150 keys in 5 tiles of 32, 3 chunks of 64 keys; the sinks start chunk 0 only. */
     {"split_sinks_bottom_right_f32", SQ_DENSE, FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT, 2, 4, 2,
-     64, {16, 16}, {150, 150}, 0, 0, 3, 3, 16, 32, MODS_SINKS, 0},
+     64, {16, 16}, {150, 150}, 0, 0, 3, 3, 16, 32, MODS_SINKS, 0, false},
     /* Varlen and split on tensor cores: a sequence without rows; top-left rows 0..36 see only
      * the first chunks, so later chunks are empty (LSE -inf) for them. */
     {"varlen_split_top_left_f16_mma", SQ_VARLEN, FA_DTYPE_F16, FA_MASK_CAUSAL_TOP_LEFT, 3, 4, 1,
-     64, {37, 0, 20}, {150, 9, 70}, 0, 0, 4, 3, 16, 32, MODS_NONE, 0},
+     64, {37, 0, 20}, {150, 9, 70}, 0, 0, 4, 3, 16, 32, MODS_NONE, 0, false},
     /* Varlen with every modifier (per-sequence lengths for ALiBi, the window and bottom-right;
      * a sequence without keys). */
     /* cu_seqlens from 300, past batch x seqlen_q rows: the partials are laid out by token. */
     {"varlen_split_first_token_f16_mma", SQ_VARLEN, FA_DTYPE_F16, FA_MASK_CAUSAL_TOP_LEFT, 3, 4,
-     1, 64, {37, 0, 20}, {150, 9, 70}, 0, 0, 4, 3, 16, 32, MODS_NONE, 300},
+     1, 64, {37, 0, 20}, {150, 9, 70}, 0, 0, 4, 3, 16, 32, MODS_NONE, 300, false},
     {"varlen_mods_bottom_right_f32", SQ_VARLEN, FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT, 3, 4,
-     2, 40, {7, 1, 30}, {20, 0, 45}, 0, 0, 1, 1, 8, 24, MODS_ALL, 0},
+     2, 40, {7, 1, 30}, {20, 0, 45}, 0, 0, 1, 1, 8, 24, MODS_ALL, 0, false},
     {"varlen_bottom_right_f32", SQ_VARLEN, FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT, 3, 4, 2, 40,
-     {7, 0, 19}, {12, 5, 30}, 0, 0, 1, 1, 8, 24, MODS_NONE, 0},
+     {7, 0, 19}, {12, 5, 30}, 0, 0, 1, 1, 8, 24, MODS_NONE, 0, false},
     {"varlen_top_left_bf16_mma", SQ_VARLEN, FA_DTYPE_BF16, FA_MASK_CAUSAL_TOP_LEFT, 3, 2, 2, 64,
-     {17, 40, 0}, {50, 33, 16}, 0, 0, 1, 1, 16, 32, MODS_NONE, 0},
+     {17, 40, 0}, {50, 33, 16}, 0, 0, 1, 1, 16, 32, MODS_NONE, 0, false},
     /* Decoding with seqlens_k (padding keys NaN) and the planner's own split: one row per
      * sequence (Br 1, CUDA cores), 19 key tiles, 6 work-groups for 108 SMs: 4 chunks. */
     {"seqlens_k_decode_planned_split_bf16", SQ_SEQLENS_K, FA_DTYPE_BF16,
      FA_MASK_CAUSAL_BOTTOM_RIGHT, 3, 2, 2, 64, {1, 1, 1}, {0, 17, 590}, 600, 0, 0, 4, 16, 32,
-     MODS_NONE, 0},
+     MODS_NONE, 0, false},
+    /* Decoding, GQA-packed (the query heads of a K/V head as one tile's rows, PACKED) with the
+     * modifiers it applies per row: 4 heads a group on CUDA cores (8 lanes a row, a warp per
+     * tile) with the planner's split; 16 heads of MQA on tensor cores. */
+    {"gqa_decode_packed_mods_f16", SQ_DENSE, FA_DTYPE_F16, FA_MASK_CAUSAL_BOTTOM_RIGHT, 2, 8, 2,
+     64, {1, 1}, {300, 300}, 0, 0, 0, 2, 0, 32, MODS_DECODE, 0, true},
+    {"mqa_decode_packed_mma_mods_bf16", SQ_DENSE, FA_DTYPE_BF16, FA_MASK_NONE, 2, 16, 1, 64,
+     {1, 1}, {200, 200}, 0, 0, 0, 1, 0, 0, MODS_DECODE, 0, true},
+    /* A one-row decode of K/V pages (a warp a row, 16-byte chunks of each key's row). */
+    {"paged_decode_f32", SQ_PAGED, FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT, 2, 2, 2, 64, {1, 1},
+     {100, 100}, 0, 16, 1, 1, 0, 0, MODS_NONE, 0, false},
     /* Paged: tiles straddle pages of 3 keys, and pages of one key. */
     {"paged_p3_bottom_right_f32", SQ_PAGED, FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT, 2, 2, 1,
-     40, {9, 9}, {50, 50}, 0, 3, 1, 1, 8, 24, MODS_NONE, 0},
+     40, {9, 9}, {50, 50}, 0, 3, 1, 1, 8, 24, MODS_NONE, 0, false},
     {"paged_p1_bottom_right_f32", SQ_PAGED, FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT, 2, 2, 2,
-     40, {8, 8}, {30, 30}, 0, 1, 1, 1, 8, 24, MODS_NONE, 0},
+     40, {8, 8}, {30, 30}, 0, 1, 1, 1, 8, 24, MODS_NONE, 0, false},
     {"paged_p16_seqlens_k_split_f16_mma", SQ_PAGED_LENS, FA_DTYPE_F16, FA_MASK_NONE, 3, 4, 2, 64,
-     {20, 20, 20}, {40, 0, 150}, 160, 16, 3, 3, 16, 32, MODS_NONE, 0},
+     {20, 20, 20}, {40, 0, 150}, 160, 16, 3, 3, 16, 32, MODS_NONE, 0, false},
 };
 
 /* The varlen backward: (d, Br, Bc) serves flash_bwd_pre, flash_bwd_dq, flash_bwd_dsinks,
  * (d, Bc, Br) flash_bwd_dkdv. */
 static const sq_case bwd_cases[] = {
     {"bwd_varlen_bottom_right_f32", SQ_VARLEN, FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT, 3, 4, 2,
-     40, {7, 0, 19}, {12, 5, 30}, 0, 0, 1, 1, 8, 24, MODS_NONE, 0},
+     40, {7, 0, 19}, {12, 5, 30}, 0, 0, 1, 1, 8, 24, MODS_NONE, 0, false},
     {"bwd_varlen_mods_bottom_right_f32", SQ_VARLEN, FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT, 3,
-     4, 2, 40, {7, 1, 30}, {20, 0, 45}, 0, 0, 1, 1, 8, 24, MODS_ALL, 0},
+     4, 2, 40, {7, 1, 30}, {20, 0, 45}, 0, 0, 1, 1, 8, 24, MODS_ALL, 0, false},
     /* D = rowsum(dO * O) in scratch, indexed by token from cu_seqlens_q[0] = 200 */
     {"bwd_varlen_first_token_f32", SQ_VARLEN, FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT, 3, 4, 2,
-     40, {7, 0, 19}, {12, 5, 30}, 0, 0, 1, 1, 8, 24, MODS_NONE, 200},
+     40, {7, 0, 19}, {12, 5, 30}, 0, 0, 1, 1, 8, 24, MODS_NONE, 200, false},
     {"bwd_varlen_top_left_bf16_mma", SQ_VARLEN, FA_DTYPE_BF16, FA_MASK_CAUSAL_TOP_LEFT, 3, 2, 2,
-     64, {17, 40, 0}, {50, 33, 16}, 0, 0, 1, 1, 16, 32, MODS_NONE, 0},
+     64, {17, 40, 0}, {50, 33, 16}, 0, 0, 1, 1, 16, 32, MODS_NONE, 0, false},
 };
 
 /* ---- a case's problem and host images ------------------------------------------------------ */
@@ -181,13 +194,18 @@ static void mods_build(sq_images *im, harness_rng *rng)
     for (int64_t h = 0; h < c->hq; h++)
         sinks[h] = (float)harness_rng_uniform(rng, -1.0, 2.0);
     sinks[c->hq - 1] = -INFINITY;
-    if (c->mods != MODS_ALL)
+    if (c->mods == MODS_SINKS)
         return;
     p->softcap = 0.5f;
     p->alibi = 1;
     float *slopes = alloc_bytes(im, FA__TENSOR_ALIBI, (size_t)c->hq * 4, 0);
     for (int64_t h = 0; h < c->hq; h++)
         slopes[h] = exp2f(-8.0f * (float)(h + 1) / (float)c->hq);
+    p->window = 1;
+    p->window_left = c->mods == MODS_DECODE ? 70 : 9;
+    p->window_right = 4;
+    if (c->mods == MODS_DECODE)
+        return;
     /* bias f32 [B, Hq, Sq, Sk] of the longest lengths, rows padded by 3, offset 2 */
     p->bias = 1;
     p->bias_dtype = FA_DTYPE_F32;
@@ -199,9 +217,6 @@ static void mods_build(sq_images *im, harness_rng *rng)
     float *bias = alloc_bytes(im, FA__TENSOR_BIAS, n * 4, 0);
     for (size_t i = 0; i < n; i++)
         bias[i] = (float)harness_rng_uniform(rng, -1.0, 1.0);
-    p->window = 1;
-    p->window_left = 9;
-    p->window_right = 4;
     p->dropout_p = 0.25f;
     p->dropout_seed = 0x0123456789abcdefull;
     p->dropout_offset = 7;
@@ -548,12 +563,14 @@ static int run_forward_case(const sq_case *c)
     fa_plan *plan = cuda_plan(c->name, &im.p, FA__OP_FORWARD, 0);
     assert_int_equal(fa_plan_kv_splits(plan), c->want_splits);
     assert_int_equal(plan->n_launches, c->want_splits > 1 ? 2 : 1);
+    assert_int_equal(plan->packed, c->packed ? 1 : 0);
     const fa__tensor outs[] = {FA__TENSOR_O, FA__TENSOR_LSE};
     double t0 = harness_seconds();
     run_twice(&im, plan, outs, 2);
     int bad = compare_forward(&im, plan_uses_mma(plan));
-    print_message("  %-46s Br %d Bc %d, %d chunk(s), %.2f s: %s\n", c->name,
-                  (int)plan->tiles.block_r, (int)plan->tiles.block_c, (int)plan->kv_splits,
+    print_message("  %-46s Br %d Bc %d TPR %d, %d chunk(s), %.2f s: %s\n", c->name,
+                  (int)plan->tiles.block_r, (int)plan->tiles.block_c,
+                  (int)plan->launches[0].variant.row_lanes, (int)plan->kv_splits,
                   harness_seconds() - t0, bad ? "MISMATCH" : "matches the golden");
     fa_plan_destroy(plan);
     images_free(&im);
@@ -673,7 +690,7 @@ static int run_merge_case(const merge_case *c)
 {
     /* seqlen_k 64: the tile overrides stay as they are (the planner clamps to the lengths) */
     sq_case sc = {c->name, SQ_DENSE, c->dtype, FA_MASK_NONE, c->batch, c->hq, c->hq, c->d,
-                  {0}, {0}, 64, 0, 1, 1, c->block_r, c->block_c, MODS_NONE, 0};
+                  {0}, {0}, 64, 0, 1, 1, c->block_r, c->block_c, MODS_NONE, 0, false};
     for (int64_t b = 0; b < c->batch; b++)
         sc.lq[b] = sc.lk[b] = (int32_t)c->sq;
     sq_images im;

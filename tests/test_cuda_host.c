@@ -2,11 +2,14 @@
  * test_cuda_host.c - the CUDA backend's host rules that need no GPU: which NVRTC a driver
  * version can take (cuDriverGetVersion's number is a parameter, so any driver can be faked),
  * PTX only where the driver can JIT it, an architecture NVRTC dropped (sm_70 under NVRTC 13)
- * said clearly, and the 48 KiB shared-memory opt-in counting static memory.
+ * said clearly, the 48 KiB shared-memory opt-in counting static memory, and the module cache
+ * (one compile per program and options) on a faked driver, and the FLASHATTN_CUDA_PIPELINE
+ * switch.
  *
  * usage: test_cuda_host   (exit 77 when NVRTC is missing, unless FLASHATTN_REQUIRE_NVRTC=1 or
  *                          FLASHATTN_REQUIRE_BACKENDS names cuda)
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -118,15 +121,138 @@ static void test_arch_choice(void **state)
     free(msg);
 }
 
+/* ---- the module cache, on a faked driver (real NVRTC) ------------------------------------- */
+static int fake_loads, fake_unloads;
+
+static CUresult fake_load(CUmodule *module, const void *image)
+{
+    (void)image;
+    fake_loads++;
+    *module = (CUmodule)(uintptr_t)(0x1000 * fake_loads);
+    return CUDA_SUCCESS;
+}
+
+static CUresult fake_unload(CUmodule module)
+{
+    (void)module;
+    fake_unloads++;
+    return CUDA_SUCCESS;
+}
+
+/* A function handle that says which module and entry it came from. */
+static CUresult fake_function(CUfunction *fn, CUmodule module, const char *name)
+{
+    *fn = (CUfunction)((uintptr_t)module + strlen(name));
+    return CUDA_SUCCESS;
+}
+
+static CUresult fake_attribute(int *value, CUfunction_attribute attr, CUfunction fn)
+{
+    (void)fn;
+    *value = attr == CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK ? 1024 : 0;
+    return CUDA_SUCCESS;
+}
+
+/* Entry points of one program with the same options share one compile and module (the
+ * backward's dQ and dK/dV passes at Br = Bc); other options or another program compile again;
+ * the module is unloaded once, by its owner. */
+static void test_module_per_program(void **state)
+{
+    (void)state;
+    fa_context *ctx = NULL;
+    char why[1024] = "";
+    assert_int_equal(fa_context_create_planning(&ctx, FA_BACKEND_CUDA, "sm_80", why, sizeof why),
+                     OK);
+    fa__cu_state s;
+    memset(&s, 0, sizeof s);
+    assert_int_equal(fa__nvrtc_load(&s.nvrtc, 0, why, sizeof why), OK);
+    s.have_nvrtc = 1;
+    fa__format(s.arch, sizeof s.arch, "sm_80");
+    s.api.ModuleLoadData = fake_load;
+    s.api.ModuleUnload = fake_unload;
+    s.api.ModuleGetFunction = fake_function;
+    s.api.FuncGetAttribute = fake_attribute;
+    const char *a = "-DHEAD_DIM=32 -DBLOCK_R=16 -DBLOCK_C=16 -DDTYPE=0 -DMASK=0 -DWG_SIZE=64 "
+                    "-DTPR=4",
+               *b = "-DHEAD_DIM=32 -DBLOCK_R=8 -DBLOCK_C=8 -DDTYPE=0 -DMASK=0 -DWG_SIZE=32 "
+                    "-DTPR=4";
+    fa__cu_module *dq = NULL, *dkdv = NULL, *again = NULL, *pre = NULL, *dq_b = NULL;
+    fake_loads = fake_unloads = 0;
+    assert_int_equal(fa__cu_module_get(ctx, &s, FA__KERNEL_BWD_DQ, a, &dq), OK);
+    assert_int_equal(fake_loads, 1);
+    assert_int_equal(fa__cu_module_get(ctx, &s, FA__KERNEL_BWD_DKDV, a, &dkdv), OK);
+    assert_int_equal(fake_loads, 1); /* shared: no second compile */
+    assert_ptr_equal(dkdv->module, dq->module);
+    assert_true(dkdv->kernel != dq->kernel); /* each entry its own function */
+    assert_int_equal(fa__cu_module_get(ctx, &s, FA__KERNEL_BWD_DQ, a, &again), OK);
+    assert_ptr_equal(again, dq);
+    assert_int_equal(fa__cu_module_get(ctx, &s, FA__KERNEL_BWD_PRE, a, &pre), OK);
+    assert_int_equal(fake_loads, 2); /* flash_bwd_rows.cu: another program */
+    assert_int_equal(fa__cu_module_get(ctx, &s, FA__KERNEL_BWD_DQ, b, &dq_b), OK);
+    assert_int_equal(fake_loads, 3);
+    assert_true(dq_b->module != dq->module);
+    fa__cu_modules_release(&s);
+    assert_int_equal(fake_unloads, 3); /* the borrowed module is not unloaded twice */
+    fa_context_destroy(ctx);
+}
+
+/* The forward planned for sm_80, f16, d 64 (tensor cores) under FLASHATTN_CUDA_PIPELINE=value
+ * (NULL: unset): the plan's status, and its launch's pipeline flag in *pipeline. */
+static fa_status plan_with_pipeline(const char *value, int *pipeline, char *error, size_t size)
+{
+    fa_context *ctx = NULL;
+    char why[256] = "";
+    assert_int_equal(fa_context_create_planning(&ctx, FA_BACKEND_CUDA, "sm_80", why, sizeof why),
+                     OK);
+    fa_problem p;
+    assert_int_equal(fa_problem_init(&p, FA_DTYPE_F16, FA_LAYOUT_BHSD, 1, 4, 4, 512, 512, 64), OK);
+    if (value)
+        assert_int_equal(setenv("FLASHATTN_CUDA_PIPELINE", value, 1), 0);
+    else
+        assert_int_equal(unsetenv("FLASHATTN_CUDA_PIPELINE"), 0);
+    fa_plan *plan = NULL;
+    fa_status st = fa_plan_create(ctx, &p, &plan);
+    assert_int_equal(unsetenv("FLASHATTN_CUDA_PIPELINE"), 0);
+    *pipeline = plan ? plan->launches[0].variant.pipeline : -1;
+    if (plan)
+        assert_true(plan->launches[0].variant.mma);
+    fa__format(error, size, "%s", st == OK ? "" : fa_context_last_error(ctx));
+    fa_plan_destroy(plan);
+    fa_context_destroy(ctx);
+    return st;
+}
+
+/* FLASHATTN_CUDA_PIPELINE: 1 plans the pipelined tensor-core forward (with its larger shared
+ * memory), 0, empty and unset today's path, anything else is refused with the variable named. */
+static void test_pipeline_switch(void **state)
+{
+    (void)state;
+    char error[512];
+    int pipeline = -1;
+    assert_int_equal(plan_with_pipeline(NULL, &pipeline, error, sizeof error), OK);
+    assert_int_equal(pipeline, 0);
+    assert_int_equal(plan_with_pipeline("0", &pipeline, error, sizeof error), OK);
+    assert_int_equal(pipeline, 0);
+    assert_int_equal(plan_with_pipeline("", &pipeline, error, sizeof error), OK);
+    assert_int_equal(pipeline, 0);
+    assert_int_equal(plan_with_pipeline("1", &pipeline, error, sizeof error), OK);
+    assert_int_equal(pipeline, 1);
+    assert_int_equal(plan_with_pipeline("yes", &pipeline, error, sizeof error),
+                     FA_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(error, "FLASHATTN_CUDA_PIPELINE=\"yes\""));
+}
+
 int main(void)
 {
     const struct CMUnitTest host_tests[] = {
         cmocka_unit_test(test_shared_optin),
         cmocka_unit_test(test_driver_takes),
+        cmocka_unit_test(test_pipeline_switch),
     };
     const struct CMUnitTest nvrtc_tests[] = {
         cmocka_unit_test(test_nvrtc_for_old_driver),
         cmocka_unit_test(test_arch_choice),
+        cmocka_unit_test(test_module_per_program),
     };
     int failed = cmocka_run_group_tests_name("cuda host rules", host_tests, NULL, NULL);
     fa__nvrtc_api nv;

@@ -1,6 +1,8 @@
 /*
  * cuda_census.c - the CUDA kernels' resource census without a GPU: plans a production grid
- * (forward prefill, decode, backward; f16, bf16, f32; several head dims) on the known props of
+ * (forward prefill, decode of 16 heads and of 16 in GQA groups of 4, backward, prefill and
+ * backward with the score modifiers and dropout, the tensor-core prefill's pipelined variant;
+ * f16, bf16, f32; several head dims) on the known props of
  * each architecture, compiles each distinct module with NVRTC and ptxas --verbose, and prints
  * per launch the registers, spill stores / loads, stack frame and shared memory, with an
  * estimate of blocks per SM (the least of registers, shared memory, threads and 16 allow;
@@ -10,10 +12,12 @@
  *
  * usage: cuda_census KNOWN_LIST   (CENSUS_ALL=1: every arch, dtype and head dim of the grid;
  *                                  default: a sample, sm_80 and sm_90, d 64 and 128, f16 and
- *                                  f32, which keeps CI to a few minutes)
+ *                                  f32, which keeps CI to a few minutes; CENSUS_ARCH=sm_90: that
+ *                                  arch alone)
  * FLASHATTN_NVRTC_SAMPLE=1 (the sanitizer tree): sm_80, d 64, f16 only.
  * Exit: 0 clean, 1 an unlisted spill or a failed compile, 77 without NVRTC.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include "cuda_internal.h"
 
 #include <stdio.h>
@@ -130,7 +134,24 @@ typedef struct shape {
     const char *name;
     int64_t seq_q, seq_k;
     int backward;
+    int64_t heads_kv; /* of 16 query heads */
+    int mods;         /* 1: softcap, ALiBi, a window, sinks and dropout (no bias: it needs a
+                         tensor) */
+    int pipelined;    /* 1: planned with FLASHATTN_CUDA_PIPELINE=1 */
 } shape;
+
+/* The score modifiers and dropout that a shape's `mods` turns on. */
+static void mods_on(fa_problem *p)
+{
+    p->softcap = 30.0f;
+    p->alibi = 1;
+    p->window = 1;
+    p->window_left = 256;
+    p->window_right = 0;
+    p->sinks = 1;
+    p->dropout_p = 0.1f;
+    p->dropout_seed = 42;
+}
 
 int main(int argc, char **argv)
 {
@@ -147,12 +168,20 @@ int main(int argc, char **argv)
         return 77;
     }
     const int all = getenv("CENSUS_ALL") && strcmp(getenv("CENSUS_ALL"), "1") == 0;
+    const char *only_arch = getenv("CENSUS_ARCH"); /* one arch of the grid, e.g. sm_90 */
     /* The sanitizer tree (scripts/test.sh) checks the host code: one arch, d and dtype. */
     const char *sample = getenv("FLASHATTN_NVRTC_SAMPLE");
     const int tiny = !all && sample && strcmp(sample, "1") == 0;
-    const shape shapes[] = {{"prefill", 4096, 4096, 0}, {"decode", 1, 4096, 0},
-                            {"backward", 4096, 4096, 1}};
-    const int64_t dims_all[] = {32, 64, 96, 128, 256}, dims_sample[] = {64, 128};
+    const shape shapes[] = {{"prefill", 4096, 4096, 0, 16, 0, 0},
+                            {"prefill+mods", 4096, 4096, 0, 16, 1, 0},
+                            {"prefill-pipelined", 4096, 4096, 0, 16, 0, 1},
+                            {"decode", 1, 4096, 0, 16, 0, 0},
+                            {"decode-gqa4", 1, 4096, 0, 4, 0, 0},
+                            {"backward", 4096, 4096, 1, 16, 0, 0},
+                            {"backward+mods", 4096, 4096, 1, 16, 1, 0}};
+    const size_t n_shapes = sizeof shapes / sizeof shapes[0];
+    const int64_t dims_all[] = {32, 64, 96, 128, 160, 256}, dims_sample[] = {64, 128};
+    const size_t n_dims = all ? 6u : tiny ? 1u : 2u;
     const fa_dtype dtypes_all[] = {FA_DTYPE_F16, FA_DTYPE_BF16, FA_DTYPE_F32},
                    dtypes_sample[] = {FA_DTYPE_F16, FA_DTYPE_F32};
     printf("cuda_census: NVRTC %d.%d (%s), %s grid\n", nv.version / 1000,
@@ -162,15 +191,17 @@ int main(int argc, char **argv)
         const arch_sm *a = &all_archs[ai];
         if (!all && strcmp(a->arch, "sm_80") != 0 && (tiny || strcmp(a->arch, "sm_90") != 0))
             continue;
+        if (only_arch && strcmp(a->arch, only_arch) != 0)
+            continue;
         fa_context *ctx = NULL;
         if (fa_context_create_planning(&ctx, FA_BACKEND_CUDA, a->arch, why, sizeof why) != 0) {
             printf("FAIL %s: %s\n", a->arch, why);
             bad++;
             continue;
         }
-        for (size_t di = 0; di < (all ? 5u : tiny ? 1u : 2u); di++)
+        for (size_t di = 0; di < n_dims; di++)
             for (size_t ti = 0; ti < (all ? 3u : tiny ? 1u : 2u); ti++)
-                for (size_t si = 0; si < 3; si++) {
+                for (size_t si = 0; si < n_shapes; si++) {
                     int64_t d = all ? dims_all[di] : dims_sample[di];
                     fa_dtype dt = all ? dtypes_all[ti] : dtypes_sample[ti];
                     const shape *sh = &shapes[si];
@@ -179,10 +210,22 @@ int main(int argc, char **argv)
                     char what[64];
                     snprintf(what, sizeof what, "%s %s d%lld", sh->name, fa_dtype_name(dt),
                              (long long)d);
-                    if (fa_problem_init(&p, dt, FA_LAYOUT_BHSD, 1, 16, 16, sh->seq_q, sh->seq_k,
-                                        d) != FA_STATUS_OK ||
-                        (sh->backward ? fa_plan_create_backward(ctx, &p, &plan)
-                                      : fa_plan_create(ctx, &p, &plan)) != FA_STATUS_OK) {
+                    fa_status st = fa_problem_init(&p, dt, FA_LAYOUT_BHSD, 1, 16, sh->heads_kv,
+                                                   sh->seq_q, sh->seq_k, d);
+                    if (st == FA_STATUS_OK && sh->mods)
+                        mods_on(&p);
+                    if (sh->pipelined && setenv("FLASHATTN_CUDA_PIPELINE", "1", 1) != 0)
+                        st = FA_STATUS_OUT_OF_MEMORY;
+                    if (st == FA_STATUS_OK)
+                        st = sh->backward ? fa_plan_create_backward(ctx, &p, &plan)
+                                          : fa_plan_create(ctx, &p, &plan);
+                    if (sh->pipelined)
+                        unsetenv("FLASHATTN_CUDA_PIPELINE");
+                    if (st == FA_STATUS_OK && sh->pipelined && !plan->launches[0].variant.mma) {
+                        fa_plan_destroy(plan); /* CUDA cores: the same kernels as "prefill" */
+                        continue;
+                    }
+                    if (st != FA_STATUS_OK) {
                         printf("FAIL %s %s: %s\n", a->arch, what, fa_context_last_error(ctx));
                         bad++;
                         continue;

@@ -6,8 +6,12 @@
 #   3. compute-sanitizer memcheck, racecheck and synccheck on a tiny subset of the forward, the
 #      backward and the decode suites (both CUDA paths: f32 runs the CUDA cores, f16/bf16
 #      tensor cores; split-KV with its merge, paged K/V, varlen);
-#   4. tools/bench_decode.sh on cuda (and opencl): split-KV and paged decoding, B 1 and 8;
-#   5. tools/bench_torch.py: our forward against PyTorch SDPA (flash) and a naive attention.
+#   4. tools/bench_decode.sh on cuda (and opencl): split-KV and paged decoding, B 1 and 8
+#      (32 query heads on 8 K/V heads: GQA-packed, a warp per row group on cuda);
+#   5. the A/B of the tensor-core forward: today's path (FLASHATTN_CUDA_PIPELINE=0) against the
+#      pipelined one (=1: double-buffered cp.async K/V copies into padded tiles), f16 and bf16,
+#      d 64 and 128, the points of seq 256 checked against the golden;
+#   6. tools/bench_torch.py: our forward against PyTorch SDPA (flash) and a naive attention.
 # A machine without cmocka, an OpenCL loader or pkg-config (and no network) gets them from the
 # Debian packages tools/gpu_bundle.sh fetched into .bundle beforehand: they are unpacked into
 # /tmp/fa-bundle (BUNDLE_PREFIX) and NVIDIA's OpenCL driver is registered there, so the opencl
@@ -15,21 +19,50 @@
 #   bash tools/gpu_check.sh 2>&1 | tee $OUT/gpu_check.log; cp build-gpu/bench_*.md $OUT/
 #
 # usage: tools/gpu_check.sh [BUILD_DIR]     (default: build-gpu)
-#   SUITE=0, SANITIZE=0, DECODE=0, BENCH=0 skip the test suite, compute-sanitizer or a
+#   SUITE=0, SANITIZE=0, DECODE=0, AB=0, BENCH=0 skip the test suite, compute-sanitizer or a
 #   benchmark (to split the work between calls of at most 10 minutes); BUNDLE=DIR for another
-#   bundle folder.
+#   bundle folder. DRY_RUN=1 (or --dry-run as the first argument) prints the build, test and
+#   benchmark commands instead of running them, so the prepared command can be read and
+#   checked on a machine without a GPU. Issue 38's decode and A/B alone:
+#   SUITE=0 SANITIZE=0 BENCH=0 bash tools/gpu_check.sh
 # Exit status: non-zero when a build, a test or a sanitizer run fails.
 set -euo pipefail
 
+if [ "${1:-}" = --dry-run ]; then
+    DRY_RUN=1
+    shift
+fi
+DRY_RUN=${DRY_RUN:-0}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${1:-$ROOT/build-gpu}
 JOBS=$(nproc 2>/dev/null || echo 4)
 BUNDLE=${BUNDLE:-$ROOT/.bundle}
 
 step() { printf '\n==== %s\n' "$*"; }
+# Runs a command, or under DRY_RUN prints it (with the environment it is given).
+run() {
+    if [ "$DRY_RUN" = 1 ]; then
+        printf '+'
+        printf ' %q' "$@"
+        printf '\n'
+    else
+        "$@"
+    fi
+}
+# Runs a command into a table file as well (tee), or prints it under DRY_RUN.
+run_to() {
+    local out=$1
+    shift
+    if [ "$DRY_RUN" = 1 ]; then
+        run "$@"
+        echo "  > $out"
+    else
+        "$@" | tee "$out"
+    fi
+}
 
 step "GPU"
-nvidia-smi -L || { echo "gpu_check.sh: nvidia-smi finds no GPU" >&2; exit 1; }
+run nvidia-smi -L || { echo "gpu_check.sh: nvidia-smi finds no GPU" >&2; exit 1; }
 
 if compgen -G "$BUNDLE/*.deb" >/dev/null; then
     step "bundle ($BUNDLE)"
@@ -39,29 +72,29 @@ if compgen -G "$BUNDLE/*.deb" >/dev/null; then
 fi
 
 step "build ($BUILD)"
-cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLASHATTN_CUDA=ON
-cmake --build "$BUILD" -j"$JOBS"
+run cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLASHATTN_CUDA=ON
+run cmake --build "$BUILD" -j"$JOBS"
 FA="$BUILD/tools/flashattn"
-"$FA" devices
+run "$FA" devices
 
 # OpenCL is required only where a platform exists (clinfo, else what the library sees).
 REQUIRE=cpu,cuda
 if command -v clinfo >/dev/null 2>&1; then
     if clinfo -l 2>/dev/null | grep -q 'Platform'; then REQUIRE=cpu,opencl,cuda; fi
-elif "$FA" devices --backend opencl | grep -Eq '^opencl: [1-9]'; then
+elif [ "$DRY_RUN" != 1 ] && "$FA" devices --backend opencl | grep -Eq '^opencl: [1-9]'; then
     REQUIRE=cpu,opencl,cuda
 fi
 
 if [ "${SUITE:-1}" != 0 ]; then
     step "test suite (FLASHATTN_REQUIRE_BACKENDS=$REQUIRE)"
-    (cd "$BUILD" && FLASHATTN_REQUIRE_BACKENDS=$REQUIRE FLASHATTN_REQUIRE_NVRTC=1 \
-        ctest -j"$JOBS" --output-on-failure)
+    run env -C "$BUILD" FLASHATTN_REQUIRE_BACKENDS=$REQUIRE FLASHATTN_REQUIRE_NVRTC=1 \
+        ctest -j"$JOBS" --output-on-failure
 fi
 
 if [ "${SANITIZE:-1}" != 0 ]; then
     step "compute-sanitizer"
     SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-    if [ ! -x "$SAN" ]; then
+    if [ "$DRY_RUN" != 1 ] && [ ! -x "$SAN" ]; then
         echo "gpu_check.sh: compute-sanitizer not found (CUDA Toolkit bin/ not on PATH)" >&2
         exit 1
     fi
@@ -69,14 +102,14 @@ if [ "${SANITIZE:-1}" != 0 ]; then
         for suite in test_forward test_backward; do
             for case in mha97 q113_k17_br gqa_padded; do
                 echo "-- $tool: $suite cuda --case=$case"
-                FLASHATTN_REQUIRE_BACKENDS=cuda "$SAN" --tool "$tool" --error-exitcode 1 \
+                run env FLASHATTN_REQUIRE_BACKENDS=cuda "$SAN" --tool "$tool" --error-exitcode 1 \
                     "$BUILD/tests/$suite" cuda --case="$case"
             done
         done
         # the decode path: split-KV and its merge, a shuffled shared page pool, varlen split
         for case in "split3 f32" "paged3 f16" "varlen f16 causal-br split"; do
             echo "-- $tool: test_decode cuda --case=$case"
-            FLASHATTN_REQUIRE_BACKENDS=cuda "$SAN" --tool "$tool" --error-exitcode 1 \
+            run env FLASHATTN_REQUIRE_BACKENDS=cuda "$SAN" --tool "$tool" --error-exitcode 1 \
                 "$BUILD/tests/test_decode" cuda --case="$case"
         done
     done
@@ -86,17 +119,32 @@ if [ "${DECODE:-1}" != 0 ]; then
     # issue 14's decode tables on the GPU: split-KV on / off and paged / contiguous, B 1 and 8
     for backend in cuda $([ "$REQUIRE" = cpu,opencl,cuda ] && echo opencl); do
         step "decode benchmark, $backend (tools/bench_decode.sh)"
-        BENCH_DECODE_ARGS=--quiet bash "$ROOT/tools/bench_decode.sh" "$FA" "$backend" 131072 |
-            tee "$BUILD/bench_decode_$backend.md"
+        run_to "$BUILD/bench_decode_$backend.md" env BENCH_DECODE_ARGS=--quiet \
+            bash "$ROOT/tools/bench_decode.sh" "$FA" "$backend" 131072
+    done
+fi
+
+if [ "${AB:-1}" != 0 ]; then
+    # issue 38's A/B: the tensor-core forward as it is, then pipelined (the same points)
+    for pipeline in 0 1; do
+        step "tensor-core forward, FLASHATTN_CUDA_PIPELINE=$pipeline"
+        run_to "$BUILD/bench_pipeline_$pipeline.md" env FLASHATTN_CUDA_PIPELINE=$pipeline \
+            "$FA" bench --backend cuda --dtype f16,bf16 --dim 64,128 --batch 4 --heads 16 \
+            --seq-list 256,1024,4096,16384 --mask none,bottom-right --repeat 9 \
+            --check-max-seq 256 --quiet
     done
 fi
 
 if [ "${BENCH:-1}" != 0 ]; then
     step "benchmark (tools/bench_torch.py)"
-    python3 "$ROOT/tools/bench_torch.py" --flashattn "$FA" | tee "$BUILD/bench_torch.md"
+    run_to "$BUILD/bench_torch.md" python3 "$ROOT/tools/bench_torch.py" --flashattn "$FA"
 fi
 skipped=""
-for v in SUITE SANITIZE DECODE BENCH; do
+for v in SUITE SANITIZE DECODE AB BENCH; do
     [ "${!v:-1}" != 0 ] || skipped="$skipped $v=0"
 done
-step "all GPU checks passed${skipped:+ (skipped:$skipped)}"
+if [ "$DRY_RUN" = 1 ]; then
+    step "dry run: nothing was run${skipped:+ (skipped:$skipped)}"
+else
+    step "all GPU checks passed${skipped:+ (skipped:$skipped)}"
+fi

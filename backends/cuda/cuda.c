@@ -251,6 +251,10 @@ static fa_status cu_launch_prepare(fa_context *ctx, const fa_plan *plan,
 {
     (void)plan;
     fa__cu_state *s = ctx->state;
+    if (fa__cu_pipeline_setting() < 0) /* the rules read it as 0: say so rather than guess */
+        return fa__error(ctx, FA_STATUS_INVALID_ARGUMENT,
+                         "FLASHATTN_CUDA_PIPELINE=\"%s\": 0 or 1 (unset or empty: 0)",
+                         getenv("FLASHATTN_CUDA_PIPELINE"));
     if (!s)
         return FA_STATUS_OK; /* planning only: nothing to build for a device that is not here */
     char options[256];

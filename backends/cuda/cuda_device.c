@@ -7,6 +7,7 @@
 #include "cuda_internal.h"
 #include "flashattn_cuda.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 fa_status fa__cu_device_count(int *count, char *why, size_t why_size)
@@ -151,8 +152,9 @@ fa_status fa__cu_device_props(int index, fa_device_props *out, char *why, size_t
 }
 
 /*
- * The kernel (kernels_cu/flash_fwd.cu) runs FA_CU_THREADS_PER_ROW threads per query row, so a
- * block is Br * 4 threads and the device's threads-per-block limit caps Br. Br and Bc above 8
+ * The kernel (kernels_cu/flash_fwd.cu) runs FA_CU_THREADS_PER_ROW threads per query row (a
+ * decode's few rows more: cuda_core_lanes), so a block is Br * 4 threads and the device's
+ * threads-per-block limit caps Br. Br and Bc above 8
  * are rounded to multiples of 8: a block is then whole warps (8 rows x 4 threads = 32). The
  * on-chip budget is exactly the planner's: Q, K, V tiles in the storage type and the S tile in
  * f32, all in dynamic shared memory up to the opt-in limit per block (M). Bc is capped at 128:
@@ -244,31 +246,75 @@ static void backward_rules(const fa_device_props *dev, const fa_problem *p,
                                    "overrides multiples of 16)";
 }
 
+int fa__cu_pipeline_setting(void)
+{
+    const char *e = getenv("FLASHATTN_CUDA_PIPELINE");
+    if (!e || !*e || strcmp(e, "0") == 0)
+        return 0;
+    return strcmp(e, "1") == 0 ? 1 : -1;
+}
+
+/* The tensor-core forward's pipelined variant (PIPELINE=1, FLASHATTN_CUDA_PIPELINE=1): K and V
+ * tiles in two buffers each, the next tile's copy (cp.async) in flight while this one is used,
+ * and every tile row padded by 8 elements (16 bytes), so the 8 rows of an mma fragment load
+ * fall in different shared-memory banks (a row of d 64 or 128 is a multiple of 32 words). */
+static void pipeline_rules(fa__plan_rules *rules)
+{
+    rules->memory.onchip.col_tiles = 4;
+    rules->memory.onchip.row_pad = FA_CU_TILE_PAD;
+    rules->memory.onchip.what = "Q, two K and two V tiles, rows padded by 8 elements; the "
+                                "kernel keeps S in registers";
+    rules->build.pipeline = 1;
+    rules->paths.path_note = "tensor cores (mma.sync m16n8k16, f32 accumulation), pipelined "
+                             "(FLASHATTN_CUDA_PIPELINE=1: double-buffered cp.async K/V copies, "
+                             "padded tiles)";
+}
+
+/* Lanes per query row on CUDA cores: FA_CU_THREADS_PER_ROW, and for a forward's few rows (a
+ * decode, Sq < 8) more, up to a warp, until Sq * lanes fills one: a block of 4 threads per row
+ * leaves 28 lanes of its warp idle and copies each K/V tile with 4 threads. */
+static uint32_t cuda_core_lanes(const fa_problem *p, fa__op op)
+{
+    const int64_t sq = p->seqlen_q > 1 ? p->seqlen_q : 1;
+    uint32_t lanes = FA_CU_THREADS_PER_ROW;
+    while (op == FA__OP_FORWARD && lanes < 32 && sq * lanes < 32)
+        lanes *= 2;
+    return lanes;
+}
+
 void fa__cu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op op,
                        fa__plan_rules *rules)
 {
     rules->shape.row_lanes = FA_CU_THREADS_PER_ROW;
     rules->paths.split_kv = 1; /* 40-132 SMs: a decode's few blocks leave most idle */
+    /* A one-row decode's query heads of a K/V head as one tile's rows (src/packing.c): its K
+     * and V are read once per group, and the group's rows fill the block's lanes. */
+    rules->paths.gqa_pack = op == FA__OP_FORWARD ? 1 : 0;
     if (op == FA__OP_BACKWARD) {
         backward_rules(dev, p, rules);
         return;
     }
     if (tensor_cores(dev, p)) {
         /* One warp per 16 rows; Br and Bc multiples of the mma shape (sequences of at least
-         * 16 keep them so after clamping); Br <= 128 (8 warps) and Bc so that the S and O
-         * accumulators (Bc/2 + d/2 floats per thread) stay within 128 registers. S lives in
-         * those registers, so the shared memory is the Q, K and V tiles only. */
+         * 16 keep them so after clamping); Br <= 128 (8 warps) and Bc 64: the S and O
+         * accumulators (Bc/2 + d/2 floats per thread) then take at most 96 registers. Bc 128
+         * at d 64 compiled to 255 registers (NVRTC 13, sm_80..sm_90; spills with modifiers),
+         * Bc 64 to about 200 (tools/cuda_census). S lives in those registers, so the shared
+         * memory is the Q, K and V tiles only. */
         rules->shape.items_per_row = 32 / FA_CU_MMA_M;
         rules->shape.tile_multiple = FA_CU_MMA_M;
         rules->shape.max_block_r = 128;
-        rules->shape.max_block_c = p->head_dim <= 64 ? 128 : 64;
+        rules->shape.max_block_c = 64;
         rules->memory.onchip.score_tiles = 0;
         rules->memory.onchip.what = "Q, K, V tiles; the kernel keeps S in registers";
         rules->build.mma = 1;
         rules->paths.path_note = "tensor cores (mma.sync m16n8k16, f32 accumulation)";
+        if (op == FA__OP_FORWARD && fa__cu_pipeline_setting() == 1)
+            pipeline_rules(rules);
         return;
     }
-    rules->shape.items_per_row = FA_CU_THREADS_PER_ROW;
+    rules->shape.items_per_row = cuda_core_lanes(p, op);
+    rules->shape.row_lanes = (int32_t)rules->shape.items_per_row;
     rules->shape.tile_multiple = 8;
     rules->shape.max_block_c = 128;
     rules->shape.max_block_r = 0;

@@ -18,6 +18,8 @@
 /* The tensor-core path (-DMMA=1): rows of one mma.sync tile, one warp each; largest d. */
 #define FA_CU_MMA_M 16
 #define FA_CU_MMA_MAX_HEAD_DIM 128
+/* PIPELINE=1: elements past d in each row of the forward's tiles (kernels_cu: TILE_PAD). */
+#define FA_CU_TILE_PAD 8
 
 /*
  * The driver API entry points the backend uses, by their unversioned names. The loader fills
@@ -111,9 +113,11 @@ fa_status fa__cu_status(CUresult err);
 fa_status fa__cu_fail(fa_context *ctx, const fa__cu_api *api, CUresult err, const char *call);
 
 /* One compiled module and its kernel, kept in the context's cache under its entry point and -D
- * options until the context closes. */
+ * options until the context closes. Entry points of one program with the same options share
+ * the module of the first one built (cuda_module.c). */
 typedef struct fa__cu_module {
     CUmodule module;
+    int owns_module;   /* 1: this entry loaded the module and unloads it; 0: borrowed */
     CUfunction kernel; /* the entry point */
     int max_threads;   /* CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK of the compiled kernel */
     int static_shared; /* CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES */
@@ -156,6 +160,9 @@ fa_status fa__cu_device_props(int index, fa_device_props *out, char *why, size_t
 /* Props of an already-opened device through a loaded API table. */
 fa_status fa__cu_props_of(const fa__cu_api *api, CUdevice dev, fa_device_props *out, char *why,
                           size_t why_size);
+/* FLASHATTN_CUDA_PIPELINE: 1 asks for the tensor-core forward's pipelined variant, 0 (also
+ * unset or empty) for today's path; -1: another value, which plan creation refuses. */
+int fa__cu_pipeline_setting(void);
 /* The kernel's plan rules (the ops table's plan_rules). */
 void fa__cu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op op,
                        fa__plan_rules *rules);

@@ -2,7 +2,8 @@
  * emu_kernel.cpp - the CUDA kernels compiled as host C++ for one configuration, given by the
  * build with the same -D options NVRTC gets (HEAD_DIM, BLOCK_R, BLOCK_C, DTYPE, MASK, WG_SIZE,
  * TPR, MMA; FEATURES with BIAS_DTYPE for the score modifiers; SEQ, SPLIT, PARTS_DTYPE for
- * sequences, split-KV and the merge) plus FA_EMU_ID, a name for the configuration. A
+ * sequences, split-KV and the merge; PACKED for a GQA-packed decode; PIPELINE for the
+ * tensor-core forward's pipelined K/V copies) plus FA_EMU_ID, a name for the configuration. A
  * configuration holds every entry point a module of those options can have: flash_fwd, the
  * backward's flash_bwd_pre, flash_bwd_dkdv, flash_bwd_dq and, with sinks, flash_bwd_dsinks, and
  * flash_merge (every kernels_cu file, in one translation unit), except where the options say
@@ -24,8 +25,8 @@
 #else
 #define FA_EMU_FEATURE_OPTIONS ""
 #endif
-/* The sequences', split-KV's and the merge's, in fa__variant_defines's order (each only when
- * given). */
+/* The sequences', split-KV's, the merge's and packing's, in fa__variant_defines's order (each
+ * only when given). */
 #ifdef SEQ
 #define FA_EMU_SEQ_OPTIONS " -DSEQ=" FA_EMU_STR(SEQ)
 #else
@@ -40,6 +41,16 @@
 #define FA_EMU_PARTS_OPTIONS " -DPARTS_DTYPE=" FA_EMU_STR(PARTS_DTYPE)
 #else
 #define FA_EMU_PARTS_OPTIONS ""
+#endif
+#ifdef PACKED
+#define FA_EMU_PACKED_OPTIONS " -DPACKED=" FA_EMU_STR(PACKED)
+#else
+#define FA_EMU_PACKED_OPTIONS ""
+#endif
+#ifdef PIPELINE
+#define FA_EMU_PIPELINE_OPTIONS " -DPIPELINE=" FA_EMU_STR(PIPELINE)
+#else
+#define FA_EMU_PIPELINE_OPTIONS ""
 #endif
 
 /* The kernels' extern "C" entry points need names of their own per configuration. */
@@ -197,7 +208,7 @@ const char options[] = "-DHEAD_DIM=" FA_EMU_STR(HEAD_DIM) " -DBLOCK_R=" FA_EMU_S
                        " -DMASK=" FA_EMU_STR(MASK) " -DWG_SIZE=" FA_EMU_STR(WG_SIZE)
                        " -DTPR=" FA_EMU_STR(TPR) FA_EMU_MMA_OPTIONS
                        FA_EMU_FEATURE_OPTIONS FA_EMU_SEQ_OPTIONS FA_EMU_SPLIT_OPTIONS
-                       FA_EMU_PARTS_OPTIONS;
+                       FA_EMU_PARTS_OPTIONS FA_EMU_PACKED_OPTIONS FA_EMU_PIPELINE_OPTIONS;
 
 const fa_emu_kernel entries[] = {
 #if FA_EMU_PROGRAMS & 1
