@@ -507,6 +507,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     fz_backward(&c, checked, plan);
     fa_plan_destroy(plan);
+    fa_context_release_scratch(fz_ctx); /* the runs' scratch, which the context keeps */
     fa_context_memory(fz_ctx, &current, NULL);
     FZ_CHECK(current == 0, "%llu device bytes still counted after everything was released",
              (unsigned long long)current);
