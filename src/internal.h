@@ -249,6 +249,8 @@ typedef struct fa__kernel_variant {
                                 (fa__heads_pack; a define only when nonzero) */
     int32_t packed;          /* PACKED=1: flash_fwd of a GQA- or heads-packed problem, whose
                                 rows are query heads (a define only when 1) */
+    int32_t sparse_full;     /* SPARSE_FULL=1: a block-sparse kernel reads the full lists too
+                                (a define only when 1) */
 } fa__kernel_variant;
 
 /* Writes "<prefix>HEAD_DIM=64 <prefix>BLOCK_R=..." for a variant (prefix "-D " for OpenCL C,
