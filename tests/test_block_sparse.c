@@ -5,7 +5,8 @@
  * modifiers, dropout, GQA and odd lengths, f32/f16/bf16, forward and backward; full blocks; a
  * density-1 mask bitwise equal to the dense run; rows with no block exactly O = 0, LSE = -inf;
  * bad lists refused with outputs untouched. A backend without the feature must refuse it at
- * plan time naming it. Run: test_block_sparse cpu|opencl|cuda.
+ * plan time naming it. Run: test_block_sparse cpu|opencl|cuda [--case=TEXT] (TEXT: only the
+ * reference cases whose name holds it).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -31,6 +32,7 @@ static fa_context *ctx;
 /* Which ops have block-sparse kernels on the backend: the cpu golden both, OpenCL the forward
  * (its backward kernels come next), CUDA none yet; test_support checks each claim. */
 static bool sparse_forward, sparse_backward;
+static const char *case_filter; /* --case=TEXT: only the reference cases whose name holds it */
 
 enum { T_Q, T_K, T_V, T_O, T_LSE, T_DO, T_DQ, T_DK, T_DV, T_SINKS, T_COUNT };
 enum { L_KV_NUM, L_KV_IDX, L_FKV_NUM, L_FKV_IDX, L_Q_NUM, L_Q_IDX, L_FQ_NUM, L_FQ_IDX, L_COUNT };
@@ -310,6 +312,8 @@ static const sparse_case cases[] = {
      FA_MASK_CAUSAL_BOTTOM_RIGHT, 90, -1, 16, 16, 50, true, true, 30.0f, 0.2f, true, 0},
     {"bf16 200 d128 GQA 128x32", FA_DTYPE_BF16, 1, 4, 1, 200, 200, 128, FA_MASK_NONE, NOWIN, 128,
      32, 50, false, false, 0, 0, false, 0},
+    {"f32 small 40x70 d16 causal 16x16 per head full", FA_DTYPE_F32, 1, 2, 1, 40, 70, 16,
+     FA_MASK_CAUSAL_BOTTOM_RIGHT, NOWIN, 16, 16, 50, true, true, 0, 0, false, 0},
     {"f32 1 x 700 decode 16x32 split-KV 3", FA_DTYPE_F32, 2, 4, 2, 1, 700, 64, FA_MASK_NONE,
      NOWIN, 16, 32, 30, true, false, 0, 0, false, 3},
     {"f16 97x500 causal split-KV 4 full", FA_DTYPE_F16, 1, 2, 1, 97, 500, 32,
@@ -319,13 +323,19 @@ static const sparse_case cases[] = {
 static void test_against_reference(void **state)
 {
     (void)state;
+    int ran = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (case_filter && !strstr(cases[i].name, case_filter))
+            continue;
+        ran++;
         run r;
         run_open(&r, &cases[i], 1234u + (uint32_t)i);
         run_both(&r);
         expect_reference(&r);
         run_close(&r);
     }
+    if (ran == 0)
+        fail_msg("no case's name holds \"%s\"", case_filter);
 }
 
 /* A mask of every block gives bitwise the dense run (the same keys in the same order). */
@@ -479,7 +489,13 @@ static int open_context(void **state)
     (void)state;
     char why[600] = "";
     fa_context_options opts = {the_backend, 0};
-    return fa_context_create(&ctx, &opts, why, sizeof why) == OK ? 0 : -1;
+    if (fa_context_create(&ctx, &opts, why, sizeof why) != OK)
+        return -1;
+    fa_device_props props;
+    if (fa_context_device_props(ctx, &props) != OK)
+        return -1;
+    printf("  device: %s (%s)\n", props.name, props.vendor); /* oclgrind_tests.sh reads it */
+    return 0;
 }
 
 static int close_context(void **state)
@@ -500,11 +516,18 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_support),
     };
     const struct CMUnitTest refusal[] = {cmocka_unit_test(test_support)};
+    const struct CMUnitTest filtered[] = {cmocka_unit_test(test_against_reference)};
+    for (int i = 1; i < argc; i++)
+        if (strncmp(argv[i], "--case=", 7) == 0)
+            case_filter = argv[i] + 7;
     sparse_forward = the_backend != FA_BACKEND_CUDA;
     sparse_backward = the_backend == FA_BACKEND_CPU;
     /* The backends without the feature run its refusal: the rest needs a plan. */
     if (!sparse_forward)
         return cmocka_run_group_tests_name(fa_backend_name(the_backend), refusal, open_context,
+                                           close_context);
+    if (case_filter)
+        return cmocka_run_group_tests_name(fa_backend_name(the_backend), filtered, open_context,
                                            close_context);
     return cmocka_run_group_tests_name(fa_backend_name(the_backend), runs, open_context,
                                        close_context);
