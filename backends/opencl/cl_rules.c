@@ -176,6 +176,25 @@ static void gpu_rules(const fa_device_props *dev, const fa_problem *p, fa__op op
 }
 
 /*
+ * Block-sparse forward: a key tile no longer than a key block (a preference, so an override
+ * still plans as asked), so the tiles that no query block of theirs lists are skipped whole and
+ * the keys computed follow the listed blocks; a longer tile is computed when any block in it
+ * is listed, its other keys masked. Br is left to the other rules (a GPU's work-group floor):
+ * a query tile across several blocks computes the union of their lists, each row masked to its
+ * own.
+ */
+static void block_sparse_rules(const fa_problem *p, fa__op op, fa__plan_rules *rules)
+{
+    const uint32_t bk = (uint32_t)p->sparse_block_k;
+    if (op != FA__OP_FORWARD || !p->block_sparse ||
+        (rules->shape.pref_block_c > 0 && rules->shape.pref_block_c <= bk))
+        return;
+    rules->shape.pref_block_c = bk;
+    rules->shape.pref_block_c_why = "block-sparse: a key tile within one key block "
+                                    "(sparse_block_k), so a tile no query block lists is skipped";
+}
+
+/*
  * The kernels run one work-item per query row (items_per_row 1: a work-group is Br items; more
  * lanes on GPUs) and load tiles with the whole work-group; key loops use vectors, so Br and Bc
  * above 8 are multiples of 8. The forward's on-chip bytes are the op's formula (Q, K, V tiles
@@ -191,6 +210,7 @@ void fa__cl_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op o
     rules->paths.split_kv = 1;
     rules->shape.pow2_clamp = 1;
     apply_preferences(dev, p, op, rules);
+    block_sparse_rules(p, op, rules);
     if (dev->gpu)
         gpu_rules(dev, p, op, rules);
     if (op == FA__OP_BACKWARD)
