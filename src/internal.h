@@ -90,6 +90,9 @@ typedef struct fa__shape_rules {
     uint32_t pref_block_c;  /* 0: none; else a measured preference below max_block_c, which the
                                planner applies only where Bc is not overridden */
     const char *pref_block_c_why; /* why, for the explanation */
+    uint32_t pref_block_r;  /* 0: none; else Br's preferred limit, applied where Br is not
+                               overridden (the minimums below may raise it again) */
+    const char *pref_block_r_why; /* why, for the explanation */
     uint32_t max_block_r;   /* 0: no limit; else the kernel's largest Br */
     uint32_t min_block_r;   /* 0: none; else Br below it is raised towards it after the fit,
                                as far as the sequence, the work-group limit and the on-chip

@@ -45,7 +45,8 @@ def buffer(ctx, arr):
 
 
 def time_ms(ctx, n, heads, d, dense, repeat):
-    """Median ms of fa_run (and a 4-byte read of O, which waits for it); dense None: off."""
+    """Median ms of fa_run (and a 4-byte read of O, which waits for it), and the plan's tiles
+    as "Br x Bc"; dense None: block-sparse off."""
     p = Problem()
     check(lib.fa_problem_init(ctypes.byref(p), 0, 0, 1, heads, heads, n, n, d))
     rng = np.random.default_rng(1)
@@ -59,6 +60,7 @@ def time_ms(ctx, n, heads, d, dense, repeat):
         bufs["kv_num_blocks"], bufs["kv_indices"] = buffer(ctx, num), buffer(ctx, idx)
     plan = ctypes.c_void_p()
     check(lib.fa_plan_create(ctx.handle, ctypes.byref(p), ctypes.byref(plan)), ctx.handle)
+    tiles = "%d x %d" % (lib.fa_plan_block_r(plan), lib.fa_plan_block_c(plan))
     tensors = _core.Tensors()
     for name, buf in bufs.items():
         setattr(tensors, name, buf.value)
@@ -73,7 +75,7 @@ def time_ms(ctx, n, heads, d, dense, repeat):
     lib.fa_plan_destroy(plan)
     for buf in bufs.values():
         lib.fa_buffer_destroy(buf)
-    return statistics.median(times)
+    return statistics.median(times), tiles
 
 
 def masks(blocks, window, density):
@@ -101,15 +103,16 @@ def main():
                                         datetime.date.today().isoformat()))
     print("B1 H%d d%d f32, blocks %dx%d, median of %d runs\n" % (a.heads, a.dim, BLOCK, BLOCK,
                                                                  a.repeat))
-    print("| N | mask | density | ms | x dense time |")
-    print("|---|---|---|---|---|")
+    print("| N | mask | density | Br x Bc | ms | x dense time |")
+    print("|---|---|---|---|---|---|")
     for n in (int(x) for x in a.seq.split(",")):
-        dense_ms = time_ms(ctx, n, a.heads, a.dim, None, a.repeat)
-        print("| %d | dense (off) | 1 | %.2f | 1.00 |" % (n, dense_ms))
+        dense_ms, tiles = time_ms(ctx, n, a.heads, a.dim, None, a.repeat)
+        print("| %d | dense (off) | 1 | %s | %.2f | 1.00 |" % (n, tiles, dense_ms))
         blocks = (n + BLOCK - 1) // BLOCK
         for name, m in masks(blocks, a.window, a.density):
-            ms = time_ms(ctx, n, a.heads, a.dim, m, a.repeat)
-            print("| %d | %s | %.3f | %.2f | %.2f |" % (n, name, m.mean(), ms, ms / dense_ms))
+            ms, tiles = time_ms(ctx, n, a.heads, a.dim, m, a.repeat)
+            print("| %d | %s | %.3f | %s | %.2f | %.2f |" % (n, name, m.mean(), tiles, ms,
+                                                            ms / dense_ms))
         sys.stdout.flush()
 
 

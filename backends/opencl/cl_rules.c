@@ -176,22 +176,30 @@ static void gpu_rules(const fa_device_props *dev, const fa_problem *p, fa__op op
 }
 
 /*
- * Block-sparse forward: a key tile no longer than a key block (a preference, so an override
- * still plans as asked), so the tiles that no query block of theirs lists are skipped whole and
- * the keys computed follow the listed blocks; a longer tile is computed when any block in it
- * is listed, its other keys masked. Br is left to the other rules (a GPU's work-group floor):
- * a query tile across several blocks computes the union of their lists, each row masked to its
- * own.
+ * Block-sparse forward: tiles no larger than a block (preferences, so overrides still plan as
+ * asked), so a key tile that the query tile's block does not list is skipped whole and the
+ * keys computed follow the listed blocks. A query tile across several query blocks computes
+ * the union of their lists (each row masked to its own): at Br 256 over blocks of 64, a random
+ * 10% mask at N 4096 took 0.56 of the dense time on pocl, at Br 64 0.12 (docs/benchmarks.md).
+ * The dense tiles' Br floor (min_block_r) is lowered to the block; a GPU's work-group floor
+ * (min_work_group) may still raise Br.
  */
 static void block_sparse_rules(const fa_problem *p, fa__op op, fa__plan_rules *rules)
 {
-    const uint32_t bk = (uint32_t)p->sparse_block_k;
-    if (op != FA__OP_FORWARD || !p->block_sparse ||
-        (rules->shape.pref_block_c > 0 && rules->shape.pref_block_c <= bk))
+    const uint32_t bq = (uint32_t)p->sparse_block_q, bk = (uint32_t)p->sparse_block_k;
+    if (op != FA__OP_FORWARD || !p->block_sparse)
         return;
-    rules->shape.pref_block_c = bk;
-    rules->shape.pref_block_c_why = "block-sparse: a key tile within one key block "
-                                    "(sparse_block_k), so a tile no query block lists is skipped";
+    if (rules->shape.pref_block_c == 0 || rules->shape.pref_block_c > bk) {
+        rules->shape.pref_block_c = bk;
+        rules->shape.pref_block_c_why = "block-sparse: a key tile within one key block "
+                                        "(sparse_block_k), so a tile no query block lists is "
+                                        "skipped";
+    }
+    rules->shape.pref_block_r = bq;
+    if (rules->shape.min_block_r > bq) /* the measured floor of dense tiles: not here */
+        rules->shape.min_block_r = bq;
+    rules->shape.pref_block_r_why = "block-sparse: a query tile within one query block "
+                                    "(sparse_block_q), so it visits its block's list only";
 }
 
 /*
