@@ -424,8 +424,8 @@ typedef struct fa_problem {
      * reads the transposed q_num_blocks / q_indices), int32 [sparse_batch, sparse_heads, rows,
      * cols]; with sparse_full the full pairs too, whose blocks the run checks are wholly inside
      * the causal mask and the window. Each run reads the lists and checks them
-     * (fa_block_mask_check; FA_STATUS_INVALID_BLOCK_MASK). The cpu backend runs it; the others
-     * answer FA_STATUS_UNSUPPORTED for now. */
+     * (fa_block_mask_check; FA_STATUS_INVALID_BLOCK_MASK). The cpu backend runs it, OpenCL its
+     * forward; the other ops and backends answer FA_STATUS_UNSUPPORTED for now. */
     int32_t block_sparse;   /* 1: on; 0: off */
     int32_t sparse_block_q; /* query rows per block: a power of two in [16, 256] */
     int32_t sparse_block_k; /* keys per block: a power of two in [16, 256] */

@@ -43,6 +43,9 @@
 #ifndef DIRECT_KV
 #define DIRECT_KV 0
 #endif
+#ifndef SPARSE_FULL
+#define SPARSE_FULL 0 /* 1: a block-sparse forward reads the full lists too */
+#endif
 /* PACKED 1 (flash_fwd only): GQA or heads packing, the rows of head h are the query heads
  * h * Sq + row of a one-row problem (the host packs only where every head sees the same keys),
  * so sinks and ALiBi's slopes are per row, and the window and ALiBi's distance are row 0's. */

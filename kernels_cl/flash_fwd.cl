@@ -337,8 +337,9 @@ void direct_scores_rows(__local float *s_tile, __local const tile_t *q_tile, lon
 ALWAYS_INLINE void fwd_tile(__global const store_t *q, __global const store_t *k,
                             __global const store_t *v, __global out_t *o,
                             __global float *lse ALIBI_ARG BIAS_ARG SINKS_ARG,
-                            __global const int *block_table, const fa_kernel_params *p,
-                            const fwd_item *it, __local tile_t *q_tile, __local tile_t *k_tile,
+                            __global const int *block_table, const block_lists *lists,
+                            const fa_kernel_params *p, const fwd_item *it,
+                            __local tile_t *q_tile, __local tile_t *k_tile,
                             __local tile_t *v_tile, __local float *s_tile,
                             __local float *share_max, __local float *share_sum,
                             __local long *kv_range)
@@ -386,6 +387,8 @@ ALWAYS_INLINE void fwd_tile(__global const store_t *q, __global const store_t *k
     for (long k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C) {
         int valid_keys = (int)min((long)BLOCK_C, sk - k0); /* keys [0, valid_keys) exist */
         int lane_keys = clamp(valid_keys, 0, LANE_KEYS);     /* of them, the one lane's */
+        if (!tile_listed(lists, p, b, h, r0, r0 + item_rows, k0, k0 + valid_keys))
+            continue; /* block-sparse: no row of the tile lists a key block of it */
         /* S = Q K^T * scale (in log2 units, for exp2) for all the rows, from K in global
          * memory. */
         direct_scores_rows(s_tile, q_tile, r0, item_rows, k_head, k0, valid_keys, p->k_stride_b,
@@ -403,6 +406,7 @@ ALWAYS_INLINE void fwd_tile(__global const store_t *q, __global const store_t *k
 
             /* Mask */
             mask_lane(s_row, 0, k0, tile_keys, row_keys[r], tile_begin, row_begin[r]);
+            mask_unlisted(s_row, 0, LANE_KEYS, k0, row, lists, p, b, h);
 
             /* m/l update (online softmax); S becomes P */
             float alpha = softmax_update(s_row, share_max, share_sum, r, 0, &m[r], &l[r], p, b,
@@ -464,8 +468,9 @@ INLINE_ON_GPU void load_kv_tiles(__local tile_t *k_tile, __local tile_t *v_tile,
 ALWAYS_INLINE void fwd_tile(__global const store_t *q, __global const store_t *k,
                             __global const store_t *v, __global out_t *o,
                             __global float *lse ALIBI_ARG BIAS_ARG SINKS_ARG,
-                            __global const int *block_table, const fa_kernel_params *p,
-                            const fwd_item *it, __local tile_t *q_tile, __local tile_t *k_tile,
+                            __global const int *block_table, const block_lists *lists,
+                            const fa_kernel_params *p, const fwd_item *it,
+                            __local tile_t *q_tile, __local tile_t *k_tile,
                             __local tile_t *v_tile, __local float *s_tile,
                             __local float *share_max, __local float *share_sum,
                             __local long *kv_range)
@@ -512,6 +517,8 @@ ALWAYS_INLINE void fwd_tile(__global const store_t *q, __global const store_t *k
     /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc. */
     for (long k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C) {
         int valid_keys = (int)min((long)BLOCK_C, sk - k0); /* keys [0, valid_keys) exist */
+        if (!tile_listed(lists, p, b, h, r0, min(r0 + BLOCK_R, sq), k0, k0 + valid_keys))
+            continue; /* block-sparse: no row of the tile lists a key block of it (uniform) */
         load_kv_tiles(k_tile, v_tile, k_head, v_head, k0, p, block_table, b);
         int lane_keys = clamp(valid_keys - c0, 0, LANE_KEYS); /* of the lane's keys */
 
@@ -524,6 +531,7 @@ ALWAYS_INLINE void fwd_tile(__global const store_t *q, __global const store_t *k
 
         /* Mask */
         mask_lane(s_row, c0, k0, tile_keys, row_keys, tile_begin, row_begin);
+        mask_unlisted(s_row, c0, c0 + LANE_KEYS, k0, row, lists, p, b, h);
 
         /* m/l update (online softmax); S becomes P */
         float alpha = softmax_update(s_lane, share_max, share_sum, r, lane, &m, &l, p, b, h, row,
@@ -577,7 +585,7 @@ ALWAYS_INLINE void fwd_tile(__global const store_t *q, __global const store_t *k
 
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 flash_fwd(__global const store_t *q, __global const store_t *k, __global const store_t *v,
-          __global out_t *o, __global float *lse ALIBI_ARG BIAS_ARG SINKS_ARG SEQ_ARG,
+          __global out_t *o, __global float *lse ALIBI_ARG BIAS_ARG SINKS_ARG SEQ_ARG LISTS_ARG,
           PARAMS_ARG)
 {
     __local tile_t q_tile[HEAD_DIM * BLOCK_R]; /* Q^T: d x Br (DIRECT_KV: Q, Br x d) */
@@ -588,9 +596,10 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
 
     const long b = (long)get_group_id(2);
     SEQ_SETUP(b); /* p: sequence b's lengths; its rows start at token seq.q_start */
+    LISTS_SETUP;  /* lists: the block-sparse lists (null pointers without them) */
     const fwd_item it = fwd_item_of(&p, seq, b);
     if (SEQ && it.tile * BLOCK_R >= p.seqlen_q)
         return; /* a tile past a shorter sequence's rows, the whole work-group */
-    fwd_tile(q, k, v, o, lse ALIBI_PASS BIAS_PASS SINKS_PASS, BLOCK_TABLE_PTR, &p, &it, q_tile,
-             k_tile, v_tile, s_tile, share_max, share_sum, kv_range);
+    fwd_tile(q, k, v, o, lse ALIBI_PASS BIAS_PASS SINKS_PASS, BLOCK_TABLE_PTR, &lists, &p, &it,
+             q_tile, k_tile, v_tile, s_tile, share_max, share_sum, kv_range);
 }

@@ -1,6 +1,7 @@
 /*
  * flash_modifiers.cl - the score modifiers (FEATURES): their kernel arguments, the bias loads,
- * softcap's tanh, ALiBi's term, each row's modifier inputs, and the score rows they apply to.
+ * softcap's tanh, ALiBi's term, each row's modifier inputs, and the score rows they apply to;
+ * the block-sparse lists and the tiles and keys they leave out.
  */
 /* ---- score modifiers and dropout (FEATURES; flashattn.h, "The modifiers, precisely") ------- */
 /* Each is compiled in only under its FA_FEATURE_* bit, so a kernel without it keeps the plain
@@ -180,5 +181,76 @@ ROW_SCORES_INLINE void row_scores(__local float *s_row, __local const tile_t *q_
             s0 += LOAD_ONE_F32(q_col + x * BLOCK_R) *
                   LOAD_KEYS_F32(k_t + x * BLOCK_C + kvec * KEYS_PER_VEC);
         store_scores(s0 * scale_log2, s_row, kvec * KEYS_PER_VEC, p, rm);
+    }
+}
+
+/* ---- block-sparse attention (FA_FEATURE_BLOCK_SPARSE; kernel_params.h, fa_block_listed) ---- */
+
+/* The forward's lists, int32, after the sequence buffers in the host's order (op_launches.c,
+ * add_block_list_args): kv_num_blocks, kv_indices, then with SPARSE_FULL the full pair. */
+typedef struct block_lists {
+    __global const int *num, *idx;           /* the lists of blocks to compute */
+    __global const int *full_num, *full_idx; /* SPARSE_FULL: the full blocks' lists */
+} block_lists;
+#if (FEATURES & FA_FEATURE_BLOCK_SPARSE) && SPARSE_FULL
+#define FULL_LISTS_ARG , __global const int *full_kv_num_blocks, __global const int *full_kv_indices
+#define FULL_LISTS_PTRS full_kv_num_blocks, full_kv_indices
+#else
+#define FULL_LISTS_ARG
+#define FULL_LISTS_PTRS 0, 0
+#endif
+#if FEATURES & FA_FEATURE_BLOCK_SPARSE
+#define LISTS_ARG , __global const int *kv_num_blocks, __global const int *kv_indices FULL_LISTS_ARG
+#define LISTS_SETUP const block_lists lists = {kv_num_blocks, kv_indices, FULL_LISTS_PTRS}
+#else
+#define LISTS_ARG
+#define LISTS_SETUP const block_lists lists = {0, 0, 0, 0}
+#endif
+
+/* Whether query block qb of (b, h) lists key block kb, in either list (a full block's elements
+ * all pass the masks, as the run checked, so it is computed like any other). */
+bool block_listed(const block_lists *bl, const fa_kernel_params *p, long b, long h, long qb,
+                  long kb)
+{
+    const long row = fa_block_list_row(p, b, h, qb, p->sparse_q_blocks);
+    bool listed = fa_block_listed(bl->num, bl->idx, row, p->sparse_k_blocks, (int)kb);
+#if SPARSE_FULL
+    listed = listed || fa_block_listed(bl->full_num, bl->full_idx, row, p->sparse_k_blocks,
+                                       (int)kb);
+#endif
+    return listed;
+}
+
+/* Whether rows [r0, r_end) of (b, h) list any key block of keys [k0, k_end): a key tile that
+ * none lists is skipped whole (the union over the query blocks the tile covers). Uniform over
+ * a work-group: every item reads the same lists. Always true without the feature. */
+bool tile_listed(const block_lists *bl, const fa_kernel_params *p, long b, long h, long r0,
+                 long r_end, long k0, long k_end)
+{
+    if (!(FEATURES & FA_FEATURE_BLOCK_SPARSE))
+        return true;
+    for (long qb = r0 / p->sparse_block_q; qb <= (r_end - 1) / p->sparse_block_q; qb++)
+        for (long kb = k0 / p->sparse_block_k; kb <= (k_end - 1) / p->sparse_block_k; kb++)
+            if (block_listed(bl, p, b, h, qb, kb))
+                return true;
+    return false;
+}
+
+/* Mask: keys [c0, c_end) of row `row`'s S row (key k0 + c) in a key block its query block
+ * does not list get -inf, one list search per key block. Rows past Sq are left alone: they
+ * have no list row and write nothing. */
+void mask_unlisted(__local float *s_row, int c0, int c_end, long k0, long row,
+                   const block_lists *bl, const fa_kernel_params *p, long b, long h)
+{
+    if (!(FEATURES & FA_FEATURE_BLOCK_SPARSE) || row >= p->seqlen_q)
+        return;
+    const long qb = row / p->sparse_block_q;
+    for (int c = c0; c < c_end;) {
+        const long kb = (k0 + c) / p->sparse_block_k;
+        const int next = (int)min((kb + 1) * p->sparse_block_k - k0, (long)c_end);
+        if (!block_listed(bl, p, b, h, qb, kb))
+            for (int x = c; x < next; x++)
+                s_row[x] = -INFINITY;
+        c = next;
     }
 }

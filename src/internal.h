@@ -92,6 +92,9 @@ typedef struct fa__shape_rules {
     uint32_t pref_block_c;  /* 0: none; else a measured preference below max_block_c, which the
                                planner applies only where Bc is not overridden */
     const char *pref_block_c_why; /* why, for the explanation */
+    uint32_t pref_block_r;  /* 0: none; else Br's preferred limit, applied where Br is not
+                               overridden (the minimums below may raise it again) */
+    const char *pref_block_r_why; /* why, for the explanation */
     uint32_t max_block_r;   /* 0: no limit; else the kernel's largest Br */
     uint32_t min_block_r;   /* 0: none; else Br below it is raised towards it after the fit,
                                as far as the sequence, the work-group limit and the on-chip
@@ -255,6 +258,8 @@ typedef struct fa__kernel_variant {
                                 rows are query heads (a define only when 1) */
     int32_t pipeline;        /* PIPELINE=1: flash_fwd's double-buffered asynchronous K/V copies
                                 (CUDA tensor cores; a define only when 1) */
+    int32_t sparse_full;     /* SPARSE_FULL=1: a block-sparse kernel reads the full lists too
+                                (a define only when 1) */
 } fa__kernel_variant;
 
 /* Writes "<prefix>HEAD_DIM=64 <prefix>BLOCK_R=..." for a variant (prefix "-D " for OpenCL C,

@@ -62,6 +62,8 @@ void fa__variant_defines(const fa__kernel_variant *v, const char *prefix, char *
         fa__append(dst, size, " %sPACKED=1", prefix);
     if (v->pipeline)
         fa__append(dst, size, " %sPIPELINE=1", prefix);
+    if (v->sparse_full)
+        fa__append(dst, size, " %sSPARSE_FULL=1", prefix);
 }
 
 void fa__cl_build_options(const fa__kernel_variant *v, char *dst, size_t size)
@@ -104,6 +106,24 @@ static void add_seq_args(fa__launch *l)
         l->args[l->n_args++] = FA__TENSOR_SEQLENS_K;
     if (s & FA_SEQ_PAGED)
         l->args[l->n_args++] = FA__TENSOR_BLOCK_TABLE;
+}
+
+/*
+ * Appends the forward's block-sparse lists, after the sequence buffers (kv_num_blocks,
+ * kv_indices, then with full lists their pair); the kernels declare the same arguments under
+ * FA_FEATURE_BLOCK_SPARSE and SPARSE_FULL.
+ */
+static void add_block_list_args(fa__launch *l, const fa_problem *p)
+{
+    if (!(l->params.features & FA_FEATURE_BLOCK_SPARSE))
+        return;
+    l->args[l->n_args++] = FA__TENSOR_KV_NUM_BLOCKS;
+    l->args[l->n_args++] = FA__TENSOR_KV_INDICES;
+    if (!p->sparse_full)
+        return;
+    l->args[l->n_args++] = FA__TENSOR_FULL_KV_NUM_BLOCKS;
+    l->args[l->n_args++] = FA__TENSOR_FULL_KV_INDICES;
+    l->variant.sparse_full = 1;
 }
 
 const char *fa__kernel_entry(fa__kernel kernel)
@@ -240,6 +260,7 @@ static void forward_launches(fa_plan *plan, const fa__plan_rules *rules)
     l->variant.direct_kv = plan->in_place;
     add_modifier_args(l, true);
     add_seq_args(l);
+    add_block_list_args(l, &plan->kernel_problem);
     plan->n_launches = 1;
     if (plan->kv_splits > 1)
         split_launches(plan, rules);

@@ -119,7 +119,8 @@ static void pack_problem(fa_context *ctx, fa_plan *plan, const fa_device_props *
     plan->head_rows = 0;
     plan->packed = 0;
     line[0] = '\0';
-    if (plan->op != FA__OP_FORWARD)
+    /* Block-sparse lists name a head's query blocks: packing would make rows of heads. */
+    if (plan->op != FA__OP_FORWARD || p->block_sparse)
         return;
     if (heads && rules->paths.in_place_rows > 0 && heads_together(p))
         plan->head_rows = (int32_t)fa__heads_pack(p, rules->paths.in_place_rows, kp);

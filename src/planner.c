@@ -388,6 +388,8 @@ fa_status fa__plan_tiles(const fa_device_props *dev, const fa__plan_rules *rules
         st = cap(&s, false, rules->shape.max_block_c, "the kernel's largest Bc");
     if (st == FA_STATUS_OK && !s.override_c) /* a preference: an override is planned as asked */
         st = cap(&s, false, rules->shape.pref_block_c, rules->shape.pref_block_c_why);
+    if (st == FA_STATUS_OK && !s.override_r)
+        st = cap(&s, true, rules->shape.pref_block_r, rules->shape.pref_block_r_why);
     if (st == FA_STATUS_OK && rules->shape.items_per_row > 0)
         st = cap(&s, true, dev->max_work_group_size / rules->shape.items_per_row,
                  "the work-group limit / work-items per row");

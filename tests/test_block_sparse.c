@@ -5,7 +5,8 @@
  * modifiers, dropout, GQA and odd lengths, f32/f16/bf16, forward and backward; full blocks; a
  * density-1 mask bitwise equal to the dense run; rows with no block exactly O = 0, LSE = -inf;
  * bad lists refused with outputs untouched. A backend without the feature must refuse it at
- * plan time naming it. Run: test_block_sparse cpu|opencl|cuda.
+ * plan time naming it. Run: test_block_sparse cpu|opencl|cuda [--case=TEXT] (TEXT: only the
+ * reference cases whose name holds it).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -28,6 +29,10 @@
 
 static fa_backend the_backend;
 static fa_context *ctx;
+/* Which ops have block-sparse kernels on the backend: the cpu golden both, OpenCL the forward
+ * (its backward kernels come next), CUDA none yet; test_support checks each claim. */
+static bool sparse_forward, sparse_backward;
+static const char *case_filter; /* --case=TEXT: only the reference cases whose name holds it */
 
 enum { T_Q, T_K, T_V, T_O, T_LSE, T_DO, T_DQ, T_DK, T_DV, T_SINKS, T_COUNT };
 enum { L_KV_NUM, L_KV_IDX, L_FKV_NUM, L_FKV_IDX, L_Q_NUM, L_Q_IDX, L_FQ_NUM, L_FQ_IDX, L_COUNT };
@@ -44,6 +49,7 @@ typedef struct sparse_case {
     bool full;          /* blocks wholly inside the masks become full (dense value 2) */
     float softcap, dropout;
     bool sinks;
+    int32_t kv_splits;  /* the forward's split-KV chunks; 0: the planner's choice */
 } sparse_case;
 
 /* One run's host images, buffers and lists. */
@@ -148,6 +154,7 @@ static void run_open(run *r, const sparse_case *c, uint32_t seed)
     p->sparse_batch = c->per_head ? (int32_t)c->b : 1;
     p->sparse_heads = c->per_head ? (int32_t)c->hq : 1;
     p->sparse_full = c->full;
+    p->kv_splits = c->kv_splits;
     const int64_t qn = c->b * c->hq * c->sq * c->d, kn = c->b * c->hkv * c->sk * c->d;
     const int64_t n[T_COUNT] = {qn, kn, kn, qn, c->b * c->hq * c->sq, qn, qn, kn, kn, c->hq};
     memcpy(r->n, n, sizeof n);
@@ -210,17 +217,19 @@ static void read_back(run *r, int t)
     assert_int_equal(fa_buffer_read(r->buf[t], 0, r->host[t], (size_t)r->n[t] * e), OK);
 }
 
-/* Forward then backward through fa_run; the outputs read back. */
+/* Forward then, where the backend has it, backward through fa_run; the outputs read back. */
 static void run_both(run *r)
 {
     fa_plan *fwd = NULL, *bwd = NULL;
     assert_int_equal(fa_plan_create(ctx, &r->p, &fwd), OK);
-    assert_int_equal(fa_plan_create_backward(ctx, &r->p, &bwd), OK);
     fa_tensors t = tensors_of(r, false);
     assert_int_equal(fa_run(ctx, fwd, &t), OK);
-    t = tensors_of(r, true);
-    assert_int_equal(fa_run(ctx, bwd, &t), OK);
-    for (int x = T_O; x <= T_DV; x++)
+    if (sparse_backward) {
+        assert_int_equal(fa_plan_create_backward(ctx, &r->p, &bwd), OK);
+        t = tensors_of(r, true);
+        assert_int_equal(fa_run(ctx, bwd, &t), OK);
+    }
+    for (int x = T_O; x <= (sparse_backward ? T_DV : T_LSE); x++)
         if (x != T_DO)
             read_back(r, x);
     fa_plan_destroy(fwd);
@@ -270,10 +279,12 @@ static void expect_reference(run *r)
                  .sinks = r->p.sinks ? in[T_SINKS] : NULL, .block_mask = r->dense};
     mod_ref_compute(&r->p, &f);
     const int64_t d = r->p.head_dim;
+    const bool grads = sparse_backward; /* the gradients: 0 where the backend has no backward */
     double w[5] = {err_ratio(r, T_O, f.o, f.row_empty, d),
                    err_ratio(r, T_LSE, f.lse, f.row_empty, 1),
-                   err_ratio(r, T_DQ, f.dq, f.row_empty, d), err_ratio(r, T_DK, f.dk, f.key_unseen, d),
-                   err_ratio(r, T_DV, f.dv, f.key_unseen, d)};
+                   grads ? err_ratio(r, T_DQ, f.dq, f.row_empty, d) : 0.0,
+                   grads ? err_ratio(r, T_DK, f.dk, f.key_unseen, d) : 0.0,
+                   grads ? err_ratio(r, T_DV, f.dv, f.key_unseen, d) : 0.0};
     printf("  %-44s err/tol o %.3f lse %.3f dq %.3f dk %.3f dv %.3f\n", r->c->name, w[0], w[1],
            w[2], w[3], w[4]);
     for (int i = 0; i < 5; i++)
@@ -288,48 +299,76 @@ static void expect_reference(run *r)
 #define NOWIN -2, -2
 static const sparse_case cases[] = {
     {"f32 256 d64 blocks 32x32 half", FA_DTYPE_F32, 1, 2, 2, 256, 256, 64, FA_MASK_NONE, NOWIN,
-     32, 32, 50, false, false, 0, 0, false},
+     32, 32, 50, false, false, 0, 0, false, 0},
     {"f32 odd 113x203 d40 causal 16x64 per head", FA_DTYPE_F32, 2, 4, 2, 113, 203, 40,
-     FA_MASK_CAUSAL_BOTTOM_RIGHT, NOWIN, 16, 64, 50, true, false, 0, 0, false},
+     FA_MASK_CAUSAL_BOTTOM_RIGHT, NOWIN, 16, 64, 50, true, false, 0, 0, false, 0},
     {"f32 300 window 64x16 tenth", FA_DTYPE_F32, 1, 3, 1, 300, 300, 32, FA_MASK_NONE, 70, 20, 64,
-     16, 10, false, false, 0, 0, false},
+     16, 10, false, false, 0, 0, false, 0},
     {"f32 empty mask", FA_DTYPE_F32, 1, 2, 1, 100, 130, 16, FA_MASK_NONE, NOWIN, 32, 32, 0, false,
-     false, 0, 0, false},
+     false, 0, 0, false, 0},
     {"f32 full mask causal top-left full blocks", FA_DTYPE_F32, 1, 2, 2, 160, 160, 32,
-     FA_MASK_CAUSAL_TOP_LEFT, NOWIN, 32, 32, 100, true, true, 0, 0, false},
+     FA_MASK_CAUSAL_TOP_LEFT, NOWIN, 32, 32, 100, true, true, 0, 0, false, 0},
     {"f16 255x127 modifiers dropout sinks full", FA_DTYPE_F16, 2, 2, 1, 255, 127, 64,
-     FA_MASK_CAUSAL_BOTTOM_RIGHT, 90, -1, 16, 16, 50, true, true, 30.0f, 0.2f, true},
+     FA_MASK_CAUSAL_BOTTOM_RIGHT, 90, -1, 16, 16, 50, true, true, 30.0f, 0.2f, true, 0},
     {"bf16 200 d128 GQA 128x32", FA_DTYPE_BF16, 1, 4, 1, 200, 200, 128, FA_MASK_NONE, NOWIN, 128,
-     32, 50, false, false, 0, 0, false},
+     32, 50, false, false, 0, 0, false, 0},
+    {"f32 small 40x70 d16 causal 16x16 per head full", FA_DTYPE_F32, 1, 2, 1, 40, 70, 16,
+     FA_MASK_CAUSAL_BOTTOM_RIGHT, NOWIN, 16, 16, 50, true, true, 0, 0, false, 0},
+    {"f32 1 x 700 decode 16x32 split-KV 3", FA_DTYPE_F32, 2, 4, 2, 1, 700, 64, FA_MASK_NONE,
+     NOWIN, 16, 32, 30, true, false, 0, 0, false, 3},
+    {"f16 97x500 causal split-KV 4 full", FA_DTYPE_F16, 1, 2, 1, 97, 500, 32,
+     FA_MASK_CAUSAL_BOTTOM_RIGHT, NOWIN, 32, 64, 50, false, true, 0, 0, false, 4},
 };
 
 static void test_against_reference(void **state)
 {
     (void)state;
+    int ran = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (case_filter && !strstr(cases[i].name, case_filter))
+            continue;
+        ran++;
         run r;
         run_open(&r, &cases[i], 1234u + (uint32_t)i);
         run_both(&r);
         expect_reference(&r);
         run_close(&r);
     }
+    if (ran == 0)
+        fail_msg("no case's name holds \"%s\"", case_filter);
 }
 
-/* A mask of every block gives bitwise the dense run (the same keys in the same order). */
+/* The dense problem planned at the block-sparse plan's tiles and splits (the kernels' planners
+ * keep a key tile within a key block, the cpu's need not): the same keys in the same order. */
+static void same_tiles(const fa_problem *sparse, fa_problem *dense)
+{
+    fa_plan *plan = NULL;
+    assert_int_equal(fa_plan_create(ctx, sparse, &plan), OK);
+    if (the_backend != FA_BACKEND_CPU) {
+        assert_true(fa_plan_block_c(plan) <= sparse->sparse_block_k);
+        assert_non_null(strstr(fa_plan_explain(plan), "block-sparse"));
+    }
+    dense->block_r = fa_plan_block_r(plan);
+    dense->block_c = fa_plan_block_c(plan);
+    dense->kv_splits = fa_plan_kv_splits(plan);
+    fa_plan_destroy(plan);
+}
+
+/* A mask of every block gives bitwise the dense run at the same tiles. */
 static void test_density_one_is_dense(void **state)
 {
     (void)state;
     const sparse_case c = {"f32 all blocks", FA_DTYPE_F32, 1, 2, 1, 150, 170, 32,
                            FA_MASK_CAUSAL_BOTTOM_RIGHT, NOWIN, 32, 16, 100, false, false, 0,
-                           0, false};
+                           0, false, 0};
     run s, d;
     run_open(&s, &c, 99);
     run_open(&d, &c, 99);
     d.p.block_sparse = 0;
+    same_tiles(&s.p, &d.p);
     fa_plan *fwd = NULL, *bwd = NULL;
     run_both(&s);
     assert_int_equal(fa_plan_create(ctx, &d.p, &fwd), OK);
-    assert_int_equal(fa_plan_create_backward(ctx, &d.p, &bwd), OK);
     fa_tensors t = {.q = d.buf[T_Q], .k = d.buf[T_K], .v = d.buf[T_V], .o = d.buf[T_O],
                     .lse = d.buf[T_LSE]};
     assert_int_equal(fa_run(ctx, fwd, &t), OK);
@@ -337,8 +376,11 @@ static void test_density_one_is_dense(void **state)
     t.dq = d.buf[T_DQ];
     t.dk = d.buf[T_DK];
     t.dv = d.buf[T_DV];
-    assert_int_equal(fa_run(ctx, bwd, &t), OK);
-    for (int x = T_O; x <= T_DV; x++) {
+    if (sparse_backward) {
+        assert_int_equal(fa_plan_create_backward(ctx, &d.p, &bwd), OK);
+        assert_int_equal(fa_run(ctx, bwd, &t), OK);
+    }
+    for (int x = T_O; x <= (sparse_backward ? T_DV : T_LSE); x++) {
         if (x == T_DO)
             continue;
         read_back(&d, x);
@@ -358,7 +400,7 @@ static void test_refused(void **state)
     (void)state;
     const sparse_case c = {"f32 refusals", FA_DTYPE_F32, 1, 1, 1, 64, 64, 16,
                            FA_MASK_CAUSAL_BOTTOM_RIGHT, NOWIN, 16, 16, 100, false, true, 0, 0,
-                           false};
+                           false, 0};
     run r;
     run_open(&r, &c, 5);
     fa_plan *fwd = NULL;
@@ -383,11 +425,13 @@ static void test_refused(void **state)
         assert_true(isnan(((float *)r.host[T_O])[i])); /* untouched */
     /* The backward without its transposed lists; lists for a plain problem. */
     fa_plan *bwd = NULL;
-    assert_int_equal(fa_plan_create_backward(ctx, &r.p, &bwd), OK);
-    t = tensors_of(&r, true);
-    t.q_indices = NULL;
-    assert_int_equal(fa_run(ctx, bwd, &t), FA_STATUS_NULL_POINTER);
-    assert_non_null(strstr(fa_context_last_error(ctx), "q_indices"));
+    if (sparse_backward) {
+        assert_int_equal(fa_plan_create_backward(ctx, &r.p, &bwd), OK);
+        t = tensors_of(&r, true);
+        t.q_indices = NULL;
+        assert_int_equal(fa_run(ctx, bwd, &t), FA_STATUS_NULL_POINTER);
+        assert_non_null(strstr(fa_context_last_error(ctx), "q_indices"));
+    }
     fa_problem plain = r.p;
     plain.block_sparse = 0;
     fa_plan *dense = NULL;
@@ -429,7 +473,20 @@ static void test_plan_refusals(void **state)
     }
 }
 
-/* Where the backend has no block-sparse kernels it says so at plan time, naming the feature. */
+/* An op the backend has block-sparse kernels for plans; one it has not is refused at plan time,
+ * naming the feature. */
+static void expect_support(fa_status st, fa_plan *plan, bool supported)
+{
+    if (supported) {
+        assert_int_equal(st, OK);
+        fa_plan_destroy(plan);
+        return;
+    }
+    assert_int_equal(st, FA_STATUS_UNSUPPORTED);
+    assert_null(plan);
+    assert_non_null(strstr(fa_context_last_error(ctx), "block_sparse"));
+}
+
 static void test_support(void **state)
 {
     (void)state;
@@ -439,14 +496,11 @@ static void test_support(void **state)
     p.sparse_block_q = p.sparse_block_k = 32;
     p.sparse_batch = p.sparse_heads = 1;
     fa_plan *plan = NULL;
-    fa_status st = fa_plan_create(ctx, &p, &plan);
-    if (the_backend == FA_BACKEND_CPU) {
-        assert_int_equal(st, OK);
-        fa_plan_destroy(plan);
-        return;
-    }
-    assert_int_equal(st, FA_STATUS_UNSUPPORTED);
-    assert_non_null(strstr(fa_context_last_error(ctx), "block_sparse"));
+    fa_status st = fa_plan_create(ctx, &p, &plan); /* before reading plan */
+    expect_support(st, plan, sparse_forward);
+    plan = NULL;
+    st = fa_plan_create_backward(ctx, &p, &plan);
+    expect_support(st, plan, sparse_backward);
 }
 
 static int open_context(void **state)
@@ -454,7 +508,13 @@ static int open_context(void **state)
     (void)state;
     char why[600] = "";
     fa_context_options opts = {the_backend, 0};
-    return fa_context_create(&ctx, &opts, why, sizeof why) == OK ? 0 : -1;
+    if (fa_context_create(&ctx, &opts, why, sizeof why) != OK)
+        return -1;
+    fa_device_props props;
+    if (fa_context_device_props(ctx, &props) != OK)
+        return -1;
+    printf("  device: %s (%s)\n", props.name, props.vendor); /* oclgrind_tests.sh reads it */
+    return 0;
 }
 
 static int close_context(void **state)
@@ -475,9 +535,18 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_support),
     };
     const struct CMUnitTest refusal[] = {cmocka_unit_test(test_support)};
+    const struct CMUnitTest filtered[] = {cmocka_unit_test(test_against_reference)};
+    for (int i = 1; i < argc; i++)
+        if (strncmp(argv[i], "--case=", 7) == 0)
+            case_filter = argv[i] + 7;
+    sparse_forward = the_backend != FA_BACKEND_CUDA;
+    sparse_backward = the_backend == FA_BACKEND_CPU;
     /* The backends without the feature run its refusal: the rest needs a plan. */
-    if (the_backend != FA_BACKEND_CPU)
+    if (!sparse_forward)
         return cmocka_run_group_tests_name(fa_backend_name(the_backend), refusal, open_context,
+                                           close_context);
+    if (case_filter)
+        return cmocka_run_group_tests_name(fa_backend_name(the_backend), filtered, open_context,
                                            close_context);
     return cmocka_run_group_tests_name(fa_backend_name(the_backend), runs, open_context,
                                        close_context);

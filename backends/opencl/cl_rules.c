@@ -176,6 +176,33 @@ static void gpu_rules(const fa_device_props *dev, const fa_problem *p, fa__op op
 }
 
 /*
+ * Block-sparse forward: tiles no larger than a block (preferences, so overrides still plan as
+ * asked), so a key tile that the query tile's block does not list is skipped whole and the
+ * keys computed follow the listed blocks. A query tile across several query blocks computes
+ * the union of their lists (each row masked to its own): at Br 256 over blocks of 64, a random
+ * 10% mask at N 4096 took 0.56 of the dense time on pocl, at Br 64 0.12 (docs/benchmarks.md).
+ * The dense tiles' Br floor (min_block_r) is lowered to the block; a GPU's work-group floor
+ * (min_work_group) may still raise Br.
+ */
+static void block_sparse_rules(const fa_problem *p, fa__op op, fa__plan_rules *rules)
+{
+    const uint32_t bq = (uint32_t)p->sparse_block_q, bk = (uint32_t)p->sparse_block_k;
+    if (op != FA__OP_FORWARD || !p->block_sparse)
+        return;
+    if (rules->shape.pref_block_c == 0 || rules->shape.pref_block_c > bk) {
+        rules->shape.pref_block_c = bk;
+        rules->shape.pref_block_c_why = "block-sparse: a key tile within one key block "
+                                        "(sparse_block_k), so a tile no query block lists is "
+                                        "skipped";
+    }
+    rules->shape.pref_block_r = bq;
+    if (rules->shape.min_block_r > bq) /* the measured floor of dense tiles: not here */
+        rules->shape.min_block_r = bq;
+    rules->shape.pref_block_r_why = "block-sparse: a query tile within one query block "
+                                    "(sparse_block_q), so it visits its block's list only";
+}
+
+/*
  * The kernels run one work-item per query row (items_per_row 1: a work-group is Br items; more
  * lanes on GPUs) and load tiles with the whole work-group; key loops use vectors, so Br and Bc
  * above 8 are multiples of 8. The forward's on-chip bytes are the op's formula (Q, K, V tiles
@@ -191,6 +218,7 @@ void fa__cl_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op o
     rules->paths.split_kv = 1;
     rules->shape.pow2_clamp = 1;
     apply_preferences(dev, p, op, rules);
+    block_sparse_rules(p, op, rules);
     if (dev->gpu)
         gpu_rules(dev, p, op, rules);
     if (op == FA__OP_BACKWARD)

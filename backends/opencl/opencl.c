@@ -339,8 +339,8 @@ const fa__backend_ops fa__opencl_ops = {
     .backend = FA_BACKEND_OPENCL,
     .supported_ops = (1u << FA__OP_FORWARD) | (1u << FA__OP_BACKWARD) | (1u << FA__OP_MERGE),
     /* kernels_cl/ compiles each modifier in under its FEATURES bit; the backward adds the
-     * sinks' gradient (flash_bwd_dsinks). */
-    .supported_features = {[FA__OP_FORWARD] = FA_FEATURES_ALL,
+     * sinks' gradient (flash_bwd_dsinks). Block-sparse: the forward's kernels so far. */
+    .supported_features = {[FA__OP_FORWARD] = FA_FEATURES_ALL | FA_FEATURE_BLOCK_SPARSE,
                            [FA__OP_BACKWARD] = FA_FEATURES_ALL},
     .device_count = cl_device_count,
     .device_props = cl_device_props,

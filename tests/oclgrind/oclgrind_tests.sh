@@ -107,6 +107,13 @@ for c in mha97_d64/f32 gqa113_d80/f16 q113_k17_br/ q17_k113_br/bf16 gqa_padded/b
     run "races $c" clean --data-races --check-api -- "$forward" opencl --case="$c"
 done
 
+# Block-sparse forward (flash_fwd with the lists): skipped key tiles, per-element block masks,
+# full lists, split-KV and a window, on the GPU rules' staged tiles with lanes.
+sparse=$build/tests/test_block_sparse
+for c in "small 40x70" "split-KV 3" "window 64x16"; do
+    run "block-sparse races $c" clean --data-races --check-api -- "$sparse" opencl --case="$c"
+done
+
 # The backward's three kernels (flash_bwd_pre, flash_bwd_dkdv, flash_bwd_dq), each case after
 # the forward that gives it O and LSE. Small shapes only (gqa113_d80/f16 alone takes ~4 min,
 # mha97_d64/f32 20 s): every mask, GQA 8/2 and 2/1 and K/V broadcast over the batch, padding on
