@@ -190,6 +190,7 @@ static void merge_launch(fa__launch *l, fa__tensor o_parts, fa__tensor lse_parts
                (uint64_t)kp->batch, args, 4);
     l->variant.features = 0; /* it reads no modifier */
     l->variant.pipeline = 0; /* nor K and V */
+    l->variant.sparse_full = 0; /* nor the block lists */
     l->variant.bias_dtype = 0;
     l->variant.parts_dtype = parts_dtype;
     add_seq_args(l);
