@@ -17,6 +17,12 @@
 enum { BLOCK_SKIPPED = 0, BLOCK_PARTIAL = 1, BLOCK_FULL = 2 };
 
 static fa_status fail(fa_status st, char *why, size_t why_size, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+
+static fa_status fail(fa_status st, char *why, size_t why_size, const char *fmt, ...)
 {
     if (why && why_size > 0) {
         va_list ap;
