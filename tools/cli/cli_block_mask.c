@@ -120,6 +120,29 @@ int cli_bm_validate(const cli_cmd *cmd, cli_bm_args *a)
     return rc == 0 && a->pattern ? parse_pattern(cmd, a) : rc;
 }
 
+/* "1" or "1 or N" for a dimension of n. */
+static void one_or(char *buf, size_t size, int64_t n)
+{
+    if (n == 1)
+        snprintf(buf, size, "1");
+    else
+        snprintf(buf, size, "1 or %" PRId64, n);
+}
+
+/* The message of a mask file whose shape (`got`, as text) is not the problem's. */
+static int mask_shape_error(const char *path, const char *got, const fa_problem *p,
+                            const fa_block_mask_shape *s)
+{
+    char b[32], h[32];
+    one_or(b, sizeof b, p->batch);
+    one_or(h, sizeof h, p->heads_q);
+    return cli_error("%s: shape %s) is not a block mask of this problem: want [%s, %s, %" PRId64
+                     ", %" PRId64 "] ([batch, heads, ceil(%" PRId64 " / %" PRId32 "), ceil(%"
+                     PRId64 " / %" PRId32 ")])", path, got, b, h, fa_block_mask_q_blocks(s),
+                     fa_block_mask_k_blocks(s), p->seqlen_q, s->block_q, p->seqlen_k,
+                     s->block_k);
+}
+
 /* The mask file into d->dense, its first two dimensions into d->shape; checks its shape. */
 static int read_mask(const char *path, const fa_problem *p, cli_bm_data *d)
 {
@@ -137,11 +160,7 @@ static int read_mask(const char *path, const fa_problem *p, cli_bm_data *d)
             snprintf(got + strlen(got), sizeof got - strlen(got), "%s%" PRId64, r ? ", " : "",
                      arr.shape[r]);
         npy_free(&arr);
-        return cli_error("%s: shape %s) is not a block mask of this problem: want [1 or %" PRId64
-                         ", 1 or %" PRId64 ", %" PRId64 ", %" PRId64 "] ([batch, heads, "
-                         "ceil(%" PRId64 " / %" PRId32 "), ceil(%" PRId64 " / %" PRId32 ")])",
-                         path, got, p->batch, p->heads_q, nq, nk, p->seqlen_q, s->block_q,
-                         p->seqlen_k, s->block_k);
+        return mask_shape_error(path, got, p, s);
     }
     s->batch = arr.shape[0];
     s->heads = arr.shape[1];

@@ -191,20 +191,21 @@ void cli_plan_tiles_print(const fa_plan *plan, const cli_bm_args *a, const cli_b
 
 /* ---- the picture --------------------------------------------------------------------------- */
 
-/* A cell of gr x gc tiles: one class when all its tiles share it, else partly masked (the
- * class of its first partial tile, or causal/window when it mixes computed and skipped). */
-static int cell_kind(const cli_tile_map *m, int64_t i0, int64_t i1, int64_t j0, int64_t j1)
+/* A cell of tiles [i0, i1) x [j0, j1): its tiles' class when they share one, else -1 (a mixed
+ * cell) with *busy the share of its tiles not skipped. */
+static int cell_kind(const cli_tile_map *m, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                     double *busy)
 {
-    int first = m->kind[i0 * m->cols + j0], part = -1;
-    int same = 1;
+    int first = m->kind[i0 * m->cols + j0], same = 1;
+    int64_t n = 0, on = 0;
     for (int64_t i = i0; i < i1; i++)
-        for (int64_t j = j0; j < j1; j++) {
+        for (int64_t j = j0; j < j1; j++, n++) {
             int k = m->kind[i * m->cols + j];
             same &= k == first;
-            if (part < 0 && k != TILE_SKIPPED && k != TILE_COMPUTED)
-                part = k;
+            on += k != TILE_SKIPPED;
         }
-    return same ? first : part >= 0 ? part : TILE_PART_MASK;
+    *busy = n ? (double)on / (double)n : 0.0;
+    return same ? first : -1;
 }
 
 static void svg_head(FILE *f, const fa_plan *plan, double w, double h)
@@ -219,7 +220,7 @@ static void svg_head(FILE *f, const fa_plan *plan, double w, double h)
     fprintf(f, "<style>");
     for (int k = 0; k < TILE_KINDS; k++)
         fprintf(f, ".%s{fill:%s}", kind_class[k], kind_fill[k]);
-    fprintf(f, ".tile{stroke:#ffffff;stroke-width:0.5}.block{fill:none;stroke:#c53030;"
+    fprintf(f, ".mixed{fill:#2b6cb0}.tile{stroke:#ffffff;stroke-width:0.5}.block{fill:none;stroke:#c53030;"
                "stroke-width:0.6;stroke-dasharray:3,2}</style>\n");
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"#ffffff\"/>\n");
     fprintf(f, "<text x=\"%.0f\" y=\"20\" font-size=\"14\">Score matrix of batch 0, head 0: "
@@ -239,19 +240,25 @@ static void svg_tiles(FILE *f, const fa_plan *plan, const cli_tile_map *m, doubl
         int64_t i1 = min64(m->rows, i0 + gr), r0 = i0 * m->br;
         int64_t r1 = min64(p->seqlen_q, i1 * m->br);
         double y = SVG_TOP + scale * (double)r0, hh = scale * (double)(r1 - r0);
-        if ((i0 / gr) % label_every == 0)
-            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" class=\"wg\">wg %" PRId64
-                       "%s</text>\n", SVG_LEFT - 4, y + hh / 2 + 4, i0,
-                    gr > 1 ? "+" : "");
+        if ((i0 / gr) % label_every == 0 && gr == 1)
+            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">wg %" PRId64
+                       "</text>\n", SVG_LEFT - 4, y + hh / 2 + 4, i0);
+        else if ((i0 / gr) % label_every == 0)
+            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">wg %" PRId64 "-%" PRId64
+                       "</text>\n", SVG_LEFT - 4, y + hh / 2 + 4, i0, i1 - 1);
         for (int64_t j0 = 0; j0 < m->cols; j0 += gc) {
             int64_t j1 = min64(m->cols, j0 + gc), c0 = j0 * m->bc;
             int64_t c1 = min64(p->seqlen_k, j1 * m->bc);
-            int k = cell_kind(m, i0, i1, j0, j1);
+            double busy;
+            int k = cell_kind(m, i0, i1, j0, j1, &busy);
+            char shade[48] = "";
+            if (k < 0)
+                snprintf(shade, sizeof shade, " fill-opacity=\"%.2f\"", 0.15 + 0.85 * busy);
             fprintf(f, "<rect class=\"tile %s\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" "
-                       "height=\"%.2f\"><title>rows %" PRId64 "-%" PRId64 ", keys %" PRId64
-                       "-%" PRId64 ": %s</title></rect>\n", kind_class[k],
-                    SVG_LEFT + scale * (double)c0, y, scale * (double)(c1 - c0), hh, r0, r1 - 1,
-                    c0, c1 - 1, kind_text[k]);
+                       "height=\"%.2f\"%s><title>rows %" PRId64 "-%" PRId64 ", keys %" PRId64
+                       "-%" PRId64 ": %s</title></rect>\n", k < 0 ? "mixed" : kind_class[k],
+                    SVG_LEFT + scale * (double)c0, y, scale * (double)(c1 - c0), hh, shade, r0,
+                    r1 - 1, c0, c1 - 1, k < 0 ? "tiles of several classes" : kind_text[k]);
         }
     }
 }
