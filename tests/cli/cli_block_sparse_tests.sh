@@ -207,3 +207,29 @@ expect_ok "plan: backward svg" plan --backend cpu --seq 100 --dim 32 --backward 
 svg_counts "svg backward" "$BS/bwd.svg"
 expect_error "plan: svg not writable" 1 'cannot create the SVG file' "${PL[@]}" --svg \
     "$BS/no/such/dir/x.svg"
+
+# ---- bench --block-sparse: tiny sweeps on the cpu backend -----------------------------------
+BB=(bench --block-sparse --backend cpu --heads 1 --dim 16 --repeat 1 --block-size 16,16)
+expect_stdout "bench sparse: header" '^device: cpu, device 0' "${BB[@]}" --seq-list 64 \
+    --densities 1,0.5 --fixed-seq 64,128,256 --plot "$BS/bench.svg"
+for re in '^command: flashattn bench --block-sparse --backend cpu' '^date: 20[0-9-]+ ' \
+    '^\| 64 \| 1\.000 \| 16 / 16 \| ' '^\| 64 \| 0\.500 \| 8 / 16 \| ' \
+    '^\| 256 \| 4 \| 0\.438 \| ' '^growth \(least squares on log ms / log N\): fixed N\^' \
+    '^wrote plot '; do
+    grep -Eq -- "$re" "$TMP/out" && pass "bench sparse: /$re/" ||
+        fail "bench sparse: /$re/" "no such line"
+done
+python3 -c 'import sys, xml.etree.ElementTree as E; E.parse(sys.argv[1])' "$BS/bench.svg" \
+    2>/dev/null && grep -q 'fixed, stride sqrt(key blocks)' "$BS/bench.svg" &&
+    pass "bench sparse: plot is SVG with its legend" ||
+    fail "bench sparse: plot is SVG with its legend" "not XML or no legend"
+expect_stdout "bench sparse: backward" 'against dense \(forward \+ backward\)' "${BB[@]}" \
+    --seq-list 64 --densities 0.5 --fixed-seq 64 --backward
+expect_error "bench sparse: density above 1" 2 "--densities: '1.5' is not a list" "${BB[@]}" \
+    --densities 1.5
+expect_error "bench sparse: plot of one length" 2 'needs at least two --fixed-seq' "${BB[@]}" \
+    --fixed-seq 64 --plot "$BS/x.svg"
+expect_error "bench sparse: block size" 2 "--block-size: 8 is not a block size" bench \
+    --block-sparse --block-size 8,16
+expect_stdout "bench help names --block-sparse" '--block-sparse +block-sparse against dense' \
+    bench --help
