@@ -137,7 +137,8 @@ expect_error "bsparse: Q of bytes" 1 "unsupported dtype '\|u1' \(want '<f4' or '
 # computed, 6 above skipped (worked out by hand).
 PL=(plan --backend cpu --seq 256 --dim 64 --block-r 64 --block-c 64)
 expect_stdout "plan: causal tiles" \
-    '^tiles +16 \(batch 0, head 0\): computed 6, partly masked 4 \(causal/window 4, block edge 0, both 0\), skipped 6$' \
+    '^tiles +16 \(batch 0, head 0\): computed 6, partly masked 4 \(causal/window 4, '"$(
+    )"'block edge 0, both 0\), skipped 6$' \
     "${PL[@]}" --causal top-left --svg "$BS/causal.svg"
 expect_stdout "plan: dense tiles and bytes" '^memory bytes +flash .*, naive .*x\)$' "${PL[@]}"
 grep -Eq '^tiles +16 .*computed 16, partly masked 0' "$TMP/out" && pass "plan: dense tiles" ||
@@ -148,7 +149,8 @@ npy_bytes "$BS/plan.npy" '|u1' '(1, 1, 2, 4)' 1 0 0 0 0 1 1 1
 expect_stdout "plan: block mask tiles" \
     '^tiles +16 .*computed 8, partly masked 0 .*skipped 8$' "${PL[@]}" --block-mask \
     "$BS/plan.npy" --block-size 128,64 --svg "$BS/sparse.svg"
-for re in '^block mask +file .*plan.npy \[1, 1, 2, 4\], blocks 128 x 64: 4 of 8 computed \(density 0.5\), 0 full$' \
+for re in '^block mask +file .*plan.npy \[1, 1, 2, 4\], blocks 128 x 64: 4 of 8 computed '"$(
+    )"'\(density 0.5\), 0 full$' \
     '^mask saves +4 of 8 blocks skipped' \
     '^tiles/blocks +Br 64: 2 tiles per block_q 128, none straddles a block; Bc 64 = block_k 64'; do
     grep -Eq -- "$re" "$TMP/out" && pass "plan: /$re/" || fail "plan: /$re/" "no such line"
@@ -156,7 +158,8 @@ done
 # With causal too: tiles (1,0), (2,1), (3,1), (3,2) computed; the diagonal ones in computed
 # blocks, (0,0), (2,2), (3,3), partly masked; the 9 others skipped.
 expect_stdout "plan: causal and block mask" \
-    '^tiles +16 .*computed 4, partly masked 3 \(causal/window 3, block edge 0, both 0\), skipped 9$' \
+    '^tiles +16 .*computed 4, partly masked 3 \(causal/window 3, block edge 0, both 0\), '"$(
+    )"'skipped 9$' \
     "${PL[@]}" --causal top-left --block-mask "$BS/plan.npy" --block-size 128,64
 # Tiles of 128 keys over blocks of 64 (4 x 2 tiles): key tile 0 of every query tile holds a
 # computed and a skipped block; key tile 1 is skipped by query block 0, computed by 1.

@@ -162,8 +162,9 @@ static void print_sparse(const fa_plan *plan, const cli_bm_args *a, const cli_bm
     printf("%-13s %s\n", "block mask", line);
     cli_format_bytes(kv_bytes, kv, sizeof kv);
     snprintf(flops, sizeof flops, "%.4g", fl);
-    printf("%-13s %" PRIu64 " of %" PRIu64 " blocks skipped: K and V reads %s, %s FLOPs "
-           "(at most: edge blocks are shorter)\n", "mask saves", skipped, bm->all, kv, flops);
+    printf("%-13s %" PRIu64 " of %" PRIu64 " blocks skipped: K and V reads %s, %s FLOPs (at "
+           "most: edge blocks are shorter, and the causal mask or window may skip some too)\n",
+           "mask saves", skipped, bm->all, kv, flops);
     tile_vs_block(r, sizeof r, "Br", fa_plan_block_r(plan), "block_q", p->sparse_block_q);
     tile_vs_block(c, sizeof c, "Bc", fa_plan_block_c(plan), "block_k", p->sparse_block_k);
     printf("%-13s %s; %s\n", "tiles/blocks", r, c);
@@ -220,7 +221,8 @@ static void svg_head(FILE *f, const fa_plan *plan, double w, double h)
     fprintf(f, "<style>");
     for (int k = 0; k < TILE_KINDS; k++)
         fprintf(f, ".%s{fill:%s}", kind_class[k], kind_fill[k]);
-    fprintf(f, ".mixed{fill:#2b6cb0}.tile{stroke:#ffffff;stroke-width:0.5}.block{fill:none;stroke:#c53030;"
+    fprintf(f, ".mixed{fill:#2b6cb0}.tile{stroke:#ffffff;stroke-width:0.5}"
+               ".block{fill:none;stroke:#c53030;"
                "stroke-width:0.6;stroke-dasharray:3,2}</style>\n");
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"#ffffff\"/>\n");
     fprintf(f, "<text x=\"%.0f\" y=\"20\" font-size=\"14\">Score matrix of batch 0, head 0: "
