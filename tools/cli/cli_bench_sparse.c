@@ -188,7 +188,7 @@ static int bench_sparse_plot(const char *path, const int64_t *n, const double *s
                "set key top left\nset title 'block-sparse fixed pattern against dense "
                "(flashattn bench --block-sparse)'\n");
     fprintf(g, "plot '-' using 1:2 with linespoints title 'fixed, stride sqrt(key blocks): "
-               "N^%.2f', '-' using 1:2 with linespoints title 'dense: N^%.2f'\n",
+               "N^{%.2f}', '-' using 1:2 with linespoints title 'dense: N^{%.2f}'\n",
             growth(n, sparse, count), growth(n, dense, count));
     for (int side = 0; side < 2; side++) {
         for (size_t i = 0; i < count; i++)
