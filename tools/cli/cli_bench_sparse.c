@@ -44,14 +44,15 @@ typedef struct sparse_args {
 static int time_problem(const sparse_args *a, fa_problem *p, const cli_bm_data *bm, double *ms)
 {
     cli_session s;
-    cli_tensor q, k, v, d_o;
+    cli_tensor q, k, v;
     int64_t qs[4], ks[4];
     uint64_t state = 1;
     double t[64];
     int rc;
     memset(&s, 0, sizeof s);
-    memset(&q, 0, sizeof q), memset(&k, 0, sizeof k), memset(&v, 0, sizeof v);
-    memset(&d_o, 0, sizeof d_o);
+    memset(&q, 0, sizeof q);
+    memset(&k, 0, sizeof k);
+    memset(&v, 0, sizeof v);
     cli_problem_shapes(p, qs, ks);
     rc = cli_session_open(&s, a->backend, 0, p) ||
          (a->backward && cli_session_plan_backward(&s, p)) || cli_session_buffers(&s, 1) ||
@@ -64,7 +65,7 @@ static int time_problem(const sparse_args *a, fa_problem *p, const cli_bm_data *
         cli_tensor_fill_random(&v, &state);
         rc = cli_session_upload(&s, &q, &k, &v) || (bm && cli_session_bm_buffers(&s, bm));
     }
-    if (rc == 0 && a->backward)
+    if (rc == 0 && a->backward) /* dO: Q's values, any input serves a timing */
         rc = cli_session_backward_buffers(&s) || cli_session_upload_do(&s, &q);
     /* One warm-up (kernel builds), then the median of the timed runs. */
     for (int64_t i = 0; rc == 0 && i <= a->repeat; i++) {
@@ -81,7 +82,9 @@ static int time_problem(const sparse_args *a, fa_problem *p, const cli_bm_data *
             t[j - 1] = x;
         }
     *ms = rc == 0 ? t[a->repeat / 2] : 0.0;
-    cli_tensor_free(&q), cli_tensor_free(&k), cli_tensor_free(&v), cli_tensor_free(&d_o);
+    cli_tensor_free(&q);
+    cli_tensor_free(&k);
+    cli_tensor_free(&v);
     cli_session_close(&s);
     return rc ? CLI_EXIT_FAIL : 0;
 }
@@ -130,7 +133,10 @@ static double growth(const int64_t *x, const double *y, size_t n)
     double sx = 0, sy = 0, sxx = 0, sxy = 0;
     for (size_t i = 0; i < n; i++) {
         double lx = log((double)x[i]), ly = log(y[i]);
-        sx += lx, sy += ly, sxx += lx * lx, sxy += lx * ly;
+        sx += lx;
+        sy += ly;
+        sxx += lx * lx;
+        sxy += lx * ly;
     }
     double den = (double)n * sxx - sx * sx;
     return n > 1 && den != 0.0 ? ((double)n * sxy - sx * sy) / den : 0.0;
