@@ -95,6 +95,10 @@ typedef struct fa__shape_rules {
     uint32_t pref_block_r;  /* 0: none; else Br's preferred limit, applied where Br is not
                                overridden (the minimums below may raise it again) */
     const char *pref_block_r_why; /* why, for the explanation */
+    uint32_t block_r_divides; /* 0: none; else a power of two that Br, where not overridden,
+                                 divides or is a multiple of in the end (a mask's block_q) */
+    uint32_t block_c_divides; /* 0: none; else a power of two that Bc, where not overridden,
+                                 must divide in the end (a block mask's block_k) */
     uint32_t max_block_r;   /* 0: no limit; else the kernel's largest Br */
     uint32_t min_block_r;   /* 0: none; else Br below it is raised towards it after the fit,
                                as far as the sequence, the work-group limit and the on-chip

@@ -342,6 +342,36 @@ static void clamp_to_sequences(plan_state *s, const fa__plan_rules *rules, const
     clamp_side(s, false, p->seqlen_k > 1 ? p->seqlen_k : 1, rules->shape.pow2_clamp);
 }
 
+/* The largest power of two at or below n (n >= 1). */
+static int64_t pow2_below(int64_t n)
+{
+    int64_t to = 1;
+    while (to * 2 <= n)
+        to *= 2;
+    return to;
+}
+
+/* Where a block mask's blocks (powers of two) must not be straddled and a step above left a
+ * tile at another size (the GPU floor shrinks Bc to what fits, the fit may leave Br at 3/4 of
+ * a block), the tile drops to the largest power of two below: it then divides the block, or a
+ * multiple of it, and stays a multiple of the lanes. Overrides stay as asked. */
+static void divide_blocks(plan_state *s, const fa__plan_rules *rules)
+{
+    int64_t bq = rules->shape.block_r_divides, bk = rules->shape.block_c_divides;
+    if (bq && !s->override_r && bq % s->br && s->br % bq) {
+        fa__append(s->explain, s->explain_size, "Br %lld -> %lld: no query tile straddles two "
+                   "of the block mask's blocks of %lld rows\n", (long long)s->br,
+                   (long long)pow2_below(s->br), (long long)bq);
+        s->br = pow2_below(s->br);
+    }
+    if (bk && !s->override_c && bk % s->bc) {
+        fa__append(s->explain, s->explain_size, "Bc %lld -> %lld: a divisor of the block mask's "
+                   "%lld keys per block, so no key tile straddles two blocks\n",
+                   (long long)s->bc, (long long)pow2_below(s->bc), (long long)bk);
+        s->bc = pow2_below(s->bc);
+    }
+}
+
 /* "(Br*d + 2*Bc*d) * 2 + Br*Bc*4 (Q, K, V tiles and the f32 S tile)": coefficients of 1 and
  * terms of 0 are left out. */
 static void explain_formula(const fa__onchip_formula *f, size_t elem, char *explain,
@@ -407,6 +437,7 @@ fa_status fa__plan_tiles(const fa_device_props *dev, const fa__plan_rules *rules
     raise_to_floor(&s, rules, dev, p, sram, d, elem, m);
     int64_t lanes = fit_lanes(&s, rules, dev, d, elem);
     whole_lockstep_groups(&s, rules, dev, lanes);
+    divide_blocks(&s, rules);
     out->block_r = (int32_t)s.br;
     out->block_c = (int32_t)s.bc;
     out->row_lanes = (int32_t)lanes;

@@ -195,6 +195,8 @@ static void block_sparse_rules(const fa_problem *p, fa__op op, fa__plan_rules *r
                                         "(sparse_block_k), so a tile no query block lists is "
                                         "skipped";
     }
+    rules->shape.block_r_divides = bq; /* after the fit and the GPU floor too */
+    rules->shape.block_c_divides = bk;
     rules->shape.pref_block_r = bq;
     if (rules->shape.min_block_r > bq) /* the measured floor of dense tiles: not here */
         rules->shape.min_block_r = bq;

@@ -485,6 +485,9 @@ else pass "bad backward lines write nothing"; fi
 . "$(dirname "${BASH_SOURCE[0]}")/cli_modifier_tests.sh"
 # shellcheck source=cli_decode_tests.sh
 . "$(dirname "${BASH_SOURCE[0]}")/cli_decode_tests.sh"
+# ---- block-sparse options, plan's tiles and --svg: cli_block_sparse_tests.sh ----------------
+# shellcheck source=cli_block_sparse_tests.sh
+. "$(dirname "${BASH_SOURCE[0]}")/cli_block_sparse_tests.sh"
 
 # ---- bad command lines: one line on stderr, exit 2 ------------------------------------------
 expect_error "seq abc" 2 "'abc' is not an integer" run --seq abc

@@ -8,9 +8,10 @@
  *   - on 0 its description agrees with the bytes: rank within 0..NPY_MAX_RANK, no negative
  *     dimension, count = the product of the shape, and exactly count elements after the header.
  *   - npy_read of the same bytes from a file agrees with npy_parse, and its values are the
- *     file's elements (f32 bit for bit, f16 widened).
+ *     file's elements (f32 bit for bit, f16 widened, u1 and b1 bytes as their values).
  *   - npy_write of those values and a second npy_read give the same shape and values back, with
- *     the data starting on a 64-byte boundary.
+ *     the data starting on a 64-byte boundary; for the byte dtypes, which the writer does not
+ *     write, npy_write refuses with a reason and leaves no file.
  */
 #if !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 200809L /* mkdtemp */
@@ -56,7 +57,7 @@ static void make_tmp(void)
 
 static size_t elem_size(npy_dtype dt)
 {
-    return dt == NPY_F16 ? 2 : 4;
+    return dt == NPY_F16 ? 2 : dt == NPY_U8 || dt == NPY_BOOL ? 1 : 4;
 }
 
 /* Element i of the file's data as the reader must hand it over. */
@@ -65,6 +66,8 @@ static float element(const uint8_t *p, npy_dtype dt, size_t i)
     float f;
     if (dt == NPY_F16)
         return fa_f16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+    if (dt == NPY_U8 || dt == NPY_BOOL)
+        return (float)p[i];
     uint32_t u = (uint32_t)p[4 * i] | (uint32_t)p[4 * i + 1] << 8 |
                  (uint32_t)p[4 * i + 2] << 16 | (uint32_t)p[4 * i + 3] << 24;
     memcpy(&f, &u, sizeof f);
@@ -103,7 +106,9 @@ static void check_description(const npy_array *a, size_t off, size_t size)
     size_t count = 1;
     int zero = 0, overflow = 0;
     FZ_CHECK(a->rank >= 0 && a->rank <= NPY_MAX_RANK, "rank %d", a->rank);
-    FZ_CHECK(a->dtype == NPY_F32 || a->dtype == NPY_F16, "dtype %d", (int)a->dtype);
+    FZ_CHECK(a->dtype == NPY_F32 || a->dtype == NPY_F16 || a->dtype == NPY_U8 ||
+                 a->dtype == NPY_BOOL,
+             "dtype %d", (int)a->dtype);
     for (int i = 0; i < a->rank; i++) {
         uint64_t d = (uint64_t)a->shape[i];
         FZ_CHECK(a->shape[i] >= 0, "shape[%d] = %lld", i, (long long)a->shape[i]);
@@ -159,7 +164,14 @@ static void round_trip(const uint8_t *data, size_t size, const npy_array *a, siz
     make_tmp();
     write_file(in_path, data, size);
     read_checked(in_path, a, data + off, &first);
+    remove(out_path); /* an earlier input's; a refused write must leave none */
     int w = npy_write(out_path, first.dtype, first.rank, first.shape, first.data, err, sizeof err);
+    if (first.dtype == NPY_U8 || first.dtype == NPY_BOOL) {
+        FZ_CHECK(w == -1 && err[0] != '\0' && stat(out_path, &st) != 0,
+                 "npy_write of a byte dtype did not refuse cleanly");
+        npy_free(&first);
+        return;
+    }
     FZ_CHECK(w == 0, "npy_write of what npy_read gave failed: %s", err);
     size_t data_bytes = first.count * elem_size(first.dtype);
     FZ_CHECK(stat(out_path, &st) == 0 && (size_t)st.st_size >= data_bytes &&

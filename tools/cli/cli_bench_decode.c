@@ -690,11 +690,16 @@ int cli_cmd_bench_any(int argc, char **argv)
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--decode") == 0)
             return bench_decode(argc, argv);
+        if (strcmp(argv[i], "--block-sparse") == 0)
+            return cli_bench_sparse(argc, argv);
         help |= strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0;
     }
     i = cli_cmd_bench(argc, argv);
     if (help)
         printf("  --decode                  the decode sweep (Sq = 1 over a KV cache): see "
                "'flashattn bench --decode --help'\n");
+    if (help)
+        printf("  --block-sparse            block-sparse against dense: see "
+               "'flashattn bench --block-sparse --help'\n");
     return i;
 }

@@ -16,6 +16,8 @@ int cli_cmd_run(int argc, char **argv);
 /* `flashattn bench`: with --decode the decode sweep (cli_bench_decode.c), else the sweep of
  * cli_bench.c (cli_cmd_bench), whose --help then names --decode. */
 int cli_cmd_bench_any(int argc, char **argv);
+/* `flashattn bench --block-sparse`: block-sparse against dense (cli_bench_sparse.c). */
+int cli_bench_sparse(int argc, char **argv);
 /* `flashattn bench` without --decode: flash vs naive attention over a sweep (cli_bench.c). */
 int cli_cmd_bench(int argc, char **argv);
 /* `flashattn ring`: ring attention across MPI ranks (cli_ring.c; cli_ring_none.c in a build

@@ -8,6 +8,7 @@
 #include "cli_common.h"
 #include "cli_memory.h"
 #include "cli_modifiers.h"
+#include "cli_plan_svg.h"
 #include "cli_seq.h"
 #ifdef FLASHATTN_WITH_CUDA
 #include "flashattn_cuda.h"
@@ -185,10 +186,13 @@ static void print_backward_memory(const fa_plan *plan)
 typedef struct plan_print {
     int picked, backward, verbose;
     fa_layout layout;
+    const char *svg;    /* --svg FILE, or NULL */
+    cli_bm_args bm;     /* --block-mask, --block-pattern */
+    cli_bm_data bm_data; /* the mask and its lists */
 } plan_print;
 
 static void print_plan(const fa_context *ctx, const plan_print *pp, const fa_plan *plan,
-                       const cli_seq_args *seq)
+                       const cli_seq_args *seq, const cli_tile_map *m)
 {
     char line[1024], sram[64];
     const char *explain = fa_plan_explain(plan);
@@ -217,6 +221,7 @@ static void print_plan(const fa_context *ctx, const plan_print *pp, const fa_pla
     printf("%-13s %" PRId32 "\n", "kv splits", fa_plan_kv_splits(plan));
     if (backward)
         print_backward_memory(plan);
+    cli_plan_tiles_print(plan, &pp->bm, &pp->bm_data, m);
     if (explain && *explain) {
         size_t len = strlen(explain);
         printf("\nexplanation:\n%s%s", explain, explain[len - 1] == '\n' ? "" : "\n");
@@ -224,15 +229,27 @@ static void print_plan(const fa_context *ctx, const plan_print *pp, const fa_pla
 }
 
 /* Plans p on ctx (the backward's plan with pp->backward) and prints the plan. */
+/* Plans p on ctx (the backward's plan with pp->backward), prints the plan and its tiles, and
+ * with --svg draws them. */
 static int plan_and_print(fa_context *ctx, const fa_problem *p, const plan_print *pp,
                           const cli_seq_args *seq)
 {
     fa_plan *plan = NULL;
+    cli_tile_map m;
     fa_status st = pp->backward ? fa_plan_create_backward(ctx, p, &plan)
                                 : fa_plan_create(ctx, p, &plan);
     int r = st == FA_STATUS_OK ? 0 : cli_plan_error(st, ctx, p);
+    memset(&m, 0, sizeof m);
     if (r == 0)
-        print_plan(ctx, pp, plan, seq);
+        r = cli_tile_map_make(plan, &pp->bm_data, &m);
+    if (r == 0)
+        print_plan(ctx, pp, plan, seq, &m);
+    if (r == 0 && pp->svg) {
+        r = cli_plan_svg_write(pp->svg, plan, &pp->bm_data, &m);
+        if (r == 0)
+            printf("%-13s %s\n", "wrote SVG", pp->svg);
+    }
+    cli_tile_map_free(&m);
     fa_plan_destroy(plan);
     return r;
 }
@@ -240,7 +257,8 @@ static int plan_and_print(fa_context *ctx, const fa_problem *p, const plan_print
 /* The problem of `plan`'s options: shape, modifiers (their files read for the shapes only) and
  * sequences; 0, or the exit status (printed). */
 static int plan_problem(const cli_cmd *cmd, cli_problem_args *pa, const cli_mod_args *mods,
-                        const cli_seq_args *seq, const cli_opt *opts, size_t n, fa_problem *p)
+                        const cli_seq_args *seq, plan_print *pp, const cli_opt *opts, size_t n,
+                        fa_problem *p)
 {
     cli_mod_files files;
     int r;
@@ -252,7 +270,8 @@ static int plan_problem(const cli_cmd *cmd, cli_problem_args *pa, const cli_mod_
     }
     r = cli_mod_apply(cmd, mods, &files, p);
     cli_mod_files_free(&files); /* the plan needs the shapes only */
-    return r ? r : cli_seq_apply(cmd, seq, p);
+    r = r ? r : cli_seq_apply(cmd, seq, p);
+    return r ? r : cli_bm_apply(&pp->bm, p, &pp->bm_data);
 }
 
 int cli_cmd_plan(int argc, char **argv)
@@ -267,15 +286,20 @@ int cli_cmd_plan(int argc, char **argv)
         "plans for a known GPU instead of a device, so it needs no GPU. The score modifier\n"
         "and dropout options are those of `run` (see flashattn run --help); the plan prints\n"
         "which are on. So are the decoding options --seqlens-k, --paged and --kv-splits: the\n"
-        "plan prints its kv splits (fa_plan_kv_splits) and the explanation says why."};
+        "plan prints its kv splits (fa_plan_kv_splits) and the explanation says why.\n"
+        "Every plan prints its tiles of batch 0, head 0 (computed, partly masked by the causal\n"
+        "mask, the window or a block mask's edge, skipped) and the bytes the flash loop moves\n"
+        "against naive attention's; --svg FILE draws them. --block-mask or --block-pattern\n"
+        "with --block-size (those of `run`) add the mask's density, what it saves and how the\n"
+        "tiles sit on its blocks."};
     cli_problem_args pa;
     fa_backend backend = FA_BACKEND_AUTO;
     int64_t device = 0;
     const char *arch = NULL, *profile = NULL;
-    plan_print pp = {0, 0, 0, FA_LAYOUT_BHSD};
+    plan_print pp;
     cli_mod_args mods;
     cli_seq_args seq;
-    cli_opt opts[CLI_PROBLEM_NOPTS + 6 + CLI_SEQ_NOPTS + CLI_MOD_NOPTS] = {
+    cli_opt opts[CLI_PROBLEM_NOPTS + 7 + CLI_SEQ_NOPTS + CLI_MOD_NOPTS + CLI_BM_NOPTS] = {
         {"backend", CLI_BACKEND, &backend, 0, 0, "B", "auto, cpu, opencl or cuda (default auto)",
          0},
         {"device", CLI_INT, &device, 0, INT32_MAX, "N", "device index (default 0)", 0},
@@ -288,40 +312,48 @@ int cli_cmd_plan(int argc, char **argv)
          "plan the backward pass (dO -> dQ, dK, dV); print its memory formula", 0},
         {"verbose", CLI_FLAG, &pp.verbose, 0, 0, NULL,
          "the auto line in full: each backend passed over and the whole reason", 0},
+        {"svg", CLI_STRING, &pp.svg, 0, 0, "FILE",
+         "draw the plan's tiles over the score matrix as SVG (computed, masked, skipped)", 0},
     };
     const size_t n = sizeof opts / sizeof opts[0];
     fa_context *ctx = NULL;
     fa_problem p;
     int r;
 
+    memset(&pp, 0, sizeof pp);
+    pp.layout = FA_LAYOUT_BHSD;
     cli_problem_defaults(&pa);
-    cli_problem_opts(&pa, opts + 6);
+    cli_problem_opts(&pa, opts + 7);
+    cli_bm_defaults(&pp.bm);
+    cli_bm_opts(&pp.bm, opts + 7 + CLI_PROBLEM_NOPTS + CLI_SEQ_NOPTS + CLI_MOD_NOPTS);
     cli_mod_defaults(&mods);
     cli_seq_defaults(&seq);
-    cli_seq_opts(&seq, opts + 6 + CLI_PROBLEM_NOPTS);
-    cli_mod_opts(&mods, opts + 6 + CLI_PROBLEM_NOPTS + CLI_SEQ_NOPTS);
+    cli_seq_opts(&seq, opts + 7 + CLI_PROBLEM_NOPTS);
+    cli_mod_opts(&mods, opts + 7 + CLI_PROBLEM_NOPTS + CLI_SEQ_NOPTS);
     r = cli_parse(&cmd, argc, argv, opts, n);
     if (r == CLI_PARSE_HELP) {
         cli_print_help(&cmd, opts, n);
         return CLI_EXIT_OK;
     }
     if (r != CLI_PARSE_OK || cli_mod_validate(&cmd, &mods, opts, n) != 0 ||
-        cli_seq_validate(&cmd, &seq, opts, n) != 0) {
+        cli_seq_validate(&cmd, &seq, opts, n) != 0 || cli_bm_validate(&cmd, &pp.bm) != 0) {
         cli_seq_args_free(&seq);
         return CLI_EXIT_USAGE;
     }
-    r = plan_problem(&cmd, &pa, &mods, &seq, opts, n, &p);
+    r = plan_problem(&cmd, &pa, &mods, &seq, &pp, opts, n, &p);
     if (r == 0)
         r = arch || profile ? open_arch_context(&cmd, backend, arch, profile, &ctx)
                  : cli_context_open(backend, (int)device, &ctx);
     if (r != 0) {
         cli_seq_args_free(&seq);
+        cli_bm_data_free(&pp.bm_data);
         return r;
     }
     pp.picked = backend == FA_BACKEND_AUTO;
     pp.layout = pa.layout;
     r = plan_and_print(ctx, &p, &pp, &seq);
     cli_seq_args_free(&seq);
+    cli_bm_data_free(&pp.bm_data);
     fa_context_destroy(ctx);
     return r;
 }

@@ -46,7 +46,7 @@
 #define CLI_MAX_REPEAT 100000
 #define KEY RUN_KEY
 
-#define RUN_NOPTS (CLI_PROBLEM_NOPTS + CLI_SEQ_NOPTS + 18 + CLI_MOD_NOPTS)
+#define RUN_NOPTS (CLI_PROBLEM_NOPTS + CLI_SEQ_NOPTS + 18 + CLI_MOD_NOPTS + CLI_BM_NOPTS)
 
 /* The option table; entries point into *a. Returns the number of entries. */
 static size_t run_table(run_args *a, cli_opt *opts)
@@ -56,7 +56,8 @@ static size_t run_table(run_args *a, cli_opt *opts)
          0},
         {"device", CLI_INT, &a->device, 0, INT32_MAX, "N", "device index (default 0)", 0},
     };
-    const cli_opt rest[RUN_NOPTS - CLI_PROBLEM_NOPTS - CLI_SEQ_NOPTS - CLI_MOD_NOPTS - 2] = {
+    const cli_opt rest[RUN_NOPTS - CLI_PROBLEM_NOPTS - CLI_SEQ_NOPTS - CLI_MOD_NOPTS -
+                       CLI_BM_NOPTS - 2] = {
         {"seed", CLI_U64, &a->seed, 0, 0, "S", "seed of the random inputs (default 1)", 0},
         {"q", CLI_STRING, &a->q_path, 0, 0, "FILE",
          "Q from .npy in --layout ([batch, heads, seq, dim]), '<f4' or '<f2'", 0},
@@ -89,7 +90,8 @@ static size_t run_table(run_args *a, cli_opt *opts)
     cli_problem_opts(&a->pa, opts + 2);
     cli_seq_opts(&a->seq, opts + 2 + CLI_PROBLEM_NOPTS);
     memcpy(opts + 2 + CLI_PROBLEM_NOPTS + CLI_SEQ_NOPTS, rest, sizeof rest);
-    cli_mod_opts(&a->mods, opts + RUN_NOPTS - CLI_MOD_NOPTS);
+    cli_mod_opts(&a->mods, opts + RUN_NOPTS - CLI_MOD_NOPTS - CLI_BM_NOPTS);
+    cli_bm_opts(&a->bm, opts + RUN_NOPTS - CLI_BM_NOPTS);
     return RUN_NOPTS;
 }
 
@@ -107,7 +109,7 @@ static int run_validate(const cli_cmd *cmd, run_args *a, const cli_opt *opts, si
             return cli_usage_error(
                 cmd, "--%s cannot be combined with --q (the files give the shape)", shape_opts[i]);
     if (cli_mod_validate(cmd, &a->mods, opts, n) != 0 ||
-        cli_seq_validate(cmd, &a->seq, opts, n) != 0)
+        cli_seq_validate(cmd, &a->seq, opts, n) != 0 || cli_bm_validate(cmd, &a->bm) != 0)
         return CLI_EXIT_USAGE;
     return run_bwd_validate(cmd, a);
 }
@@ -236,7 +238,7 @@ static int save_inputs(const char *dir, fa_layout l, const run_data *d, fa_dtype
     return 0;
 }
 
-static void print_setup(const run_args *a, const cli_session *s)
+static void print_setup(const run_args *a, const run_data *d, const cli_session *s)
 {
     char line[512], sram[64];
     cli_describe_context(s->ctx, a->backend == FA_BACKEND_AUTO, line, sizeof line);
@@ -252,6 +254,10 @@ static void print_setup(const run_args *a, const cli_session *s)
     printf(KEY "%s\n", "modifiers", line);
     cli_seq_describe(&s->problem, &a->seq, fa_plan_kv_splits(s->plan), line, sizeof line);
     printf(KEY "%s\n", "sequences", line);
+    if (s->problem.block_sparse) {
+        cli_bm_describe(&a->bm, &d->bm, line, sizeof line);
+        printf(KEY "%s\n", "block mask", line);
+    }
     if (a->q_path)
         printf(KEY "%s, %s, %s\n", "inputs", a->q_path, a->k_path, a->v_path);
     else
@@ -329,7 +335,7 @@ static uint64_t shape_elems(const int64_t s[4])
  * at a time, the device buffers and, with --check, the CPU reference session's buffers (host
  * memory) and the reference O; with the backward, its share of each (run_bwd_need).
  */
-static int check_memory(const run_args *a, const cli_session *s)
+static int check_memory(const run_args *a, const run_data *d, const cli_session *s)
 {
     static const fa_tensor_id io[4] = {FA_TENSOR_Q, FA_TENSOR_K, FA_TENSOR_V, FA_TENSOR_O};
     const fa_problem *p = &s->problem;
@@ -362,6 +368,7 @@ static int check_memory(const run_args *a, const cli_session *s)
     device = cli_add_sat(device, cli_seq_device_bytes(p)); /* the pools are K's and V's images */
     need.host = cli_add_sat(cli_mul_sat(host_floats, sizeof(float)), staging);
     need.host = cli_add_sat(need.host, cli_seq_host_bytes(p));
+    device = cli_add_sat(device, cli_bm_bytes(&d->bm)); /* the lists, on both sides */
     if (a->check)
         need.host = cli_add_sat(need.host, device);
     need.device = device;
@@ -421,19 +428,21 @@ static int run_body(const cli_cmd *cmd, run_args *a, int dtype_given, run_data *
     rc = cli_mod_apply(cmd, &a->mods, &d->mod_files, &p);
     if (rc == 0)
         rc = cli_seq_apply(cmd, &a->seq, &p);
+    if (rc == 0)
+        rc = cli_bm_apply(&a->bm, &p, &d->bm);
     if (rc != 0)
         return rc;
     if (cli_session_open(s, a->backend, (int)a->device, &p) != 0 ||
-        (a->backward && cli_session_plan_backward(s, &p) != 0) || check_memory(a, s) != 0 ||
+        (a->backward && cli_session_plan_backward(s, &p) != 0) || check_memory(a, d, s) != 0 ||
         prepare_inputs(a, s, d) != 0)
         return CLI_EXIT_FAIL;
     /* The backward reads the LSE the forward writes, so it needs the buffer either way. */
     if (cli_session_buffers(s, want_lse || a->backward) || run_upload_inputs(s, d) ||
-        cli_session_mod_buffers(s, &d->mods) ||
+        cli_session_mod_buffers(s, &d->mods) || cli_session_bm_buffers(s, &d->bm) ||
         alloc_outputs(s, want_lse, d) ||
         (a->backward && run_bwd_prepare(s, d) != 0))
         return CLI_EXIT_FAIL;
-    print_setup(a, s);
+    print_setup(a, d, s);
     fflush(stdout);
     if (run_timed(cli_session_forward, s, a->repeat, &ms) ||
         cli_session_download(s, &d->o, d->lse))
@@ -514,6 +523,7 @@ int cli_cmd_run(int argc, char **argv)
     cli_mod_files_free(&d.mod_files);
     cli_seq_data_free(&d.seq);
     cli_seq_args_free(&a.seq);
+    cli_bm_data_free(&d.bm);
     free(d.lse);
     return r;
 }

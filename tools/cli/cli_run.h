@@ -16,6 +16,7 @@
 #ifndef FLASHATTN_TOOLS_CLI_RUN_H
 #define FLASHATTN_TOOLS_CLI_RUN_H
 
+#include "cli_block_mask.h"
 #include "cli_common.h"
 #include "cli_modifiers.h"
 #include "cli_seq.h"
@@ -38,6 +39,7 @@ typedef struct run_args {
     const char *dsinks_path;                           /* --dsinks: the sinks' gradient */
     cli_mod_args mods;                                 /* the score modifiers and dropout */
     cli_seq_args seq;                                  /* --seqlens-k, --paged, --kv-splits */
+    cli_bm_args bm;                                    /* --block-mask, --block-pattern */
     int check;
     int backward; /* --backward, or implied by --do */
     int verbose;  /* the AUTO note in full */
@@ -54,6 +56,7 @@ typedef struct run_data {
     cli_mod_data mods;               /* the modifiers' tensors of the run */
     cli_seq_data seq;                /* the lengths, block table and page pools of the run */
     float *dsinks, *ref_dsinks;      /* the backward with sinks: f32 [heads_q] */
+    cli_bm_data bm;                  /* the block mask and its lists, when there is one */
 } run_data;
 
 /* ---- cli_run_common.c -------------------------------------------------------------------- */

@@ -26,7 +26,7 @@ static int golden_forward(cli_session *ref, const run_args *a, run_data *d, fa_p
     p->kv_splits = 1;
     if (cli_session_open(ref, FA_BACKEND_CPU, 0, p) || cli_session_buffers(ref, a->backward) ||
         run_upload_inputs(ref, d) || cli_session_mod_buffers(ref, &d->mods) ||
-        cli_session_forward(ref) ||
+        cli_session_bm_buffers(ref, &d->bm) || cli_session_forward(ref) ||
         cli_tensor_alloc(&d->ref, "reference o", p->batch, p->heads_q, p->seqlen_q,
                          p->head_dim) ||
         cli_session_download(ref, &d->ref, NULL))
@@ -51,6 +51,8 @@ static const char *naive_cannot(const run_args *a, const fa_problem *p, const ru
         return "it has no score modifiers or dropout";
     if (cli_seq_used(p))
         return "it has no seqlens_k or pages";
+    if (p->block_sparse)
+        return "it has no block mask";
     if (!all_finite(&d->q) || !all_finite(&d->k) || !all_finite(&d->v) ||
         (a->backward && !all_finite(&d->d_o)))
         return "the inputs hold NaN or infinity, which it does not carry as the library does";

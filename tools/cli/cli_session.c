@@ -146,15 +146,28 @@ fa_modifier_buffers cli_session_mods(const cli_session *s, int backward)
     return m;
 }
 
+int cli_session_bm_buffers(cli_session *s, const cli_bm_data *d)
+{
+    return cli_bm_buffers_create(s->ctx, &s->problem, d, &s->sparse);
+}
+
+/* The modifiers' buffers into t (d_sinks only for the backward). */
+static void add_mods(const cli_session *s, int backward, fa_tensors *t)
+{
+    fa_modifier_buffers m = cli_session_mods(s, backward);
+    t->alibi_slopes = m.alibi_slopes;
+    t->bias = m.bias;
+    t->sinks = m.sinks;
+    t->d_sinks = m.d_sinks;
+}
+
 int cli_session_forward(cli_session *s)
 {
-    fa_modifier_buffers m = cli_session_mods(s, 0);
-    fa_seq_buffers seqs;
-    fa_status st;
-    memset(&seqs, 0, sizeof seqs);
-    seqs.seqlens_k = s->seqlens_k;
-    seqs.block_table = s->block_table;
-    st = fa_forward_seq(s->ctx, s->plan, s->q, s->k, s->v, s->o, s->lse, &m, &seqs);
+    fa_tensors t = {.q = s->q, .k = s->k, .v = s->v, .o = s->o, .lse = s->lse,
+                    .seqlens_k = s->seqlens_k, .block_table = s->block_table};
+    add_mods(s, 0, &t);
+    cli_bm_tensors(&s->sparse, &s->problem, 0, &t);
+    fa_status st = fa_run(s->ctx, s->plan, &t);
     return st == FA_STATUS_OK ? 0 : cli_lib_error(st, s->ctx, NULL);
 }
 
@@ -209,9 +222,11 @@ int cli_session_upload_do(cli_session *s, const cli_tensor *d_o)
 
 int cli_session_backward(cli_session *s)
 {
-    fa_modifier_buffers m = cli_session_mods(s, 1);
-    fa_status st = fa_backward_ex(s->ctx, s->bwd_plan, s->q, s->k, s->v, s->o, s->lse, s->d_o,
-                                  s->dq, s->dk, s->dv, &m);
+    fa_tensors t = {.q = s->q, .k = s->k, .v = s->v, .o = s->o, .lse = s->lse, .d_o = s->d_o,
+                    .dq = s->dq, .dk = s->dk, .dv = s->dv};
+    add_mods(s, 1, &t);
+    cli_bm_tensors(&s->sparse, &s->problem, 1, &t);
+    fa_status st = fa_run(s->ctx, s->bwd_plan, &t);
     return st == FA_STATUS_OK ? 0 : cli_lib_error(st, s->ctx, NULL);
 }
 
@@ -232,6 +247,7 @@ int cli_session_download_grads(cli_session *s, cli_tensor *dq, cli_tensor *dk, c
 
 void cli_session_close(cli_session *s)
 {
+    cli_bm_buffers_free(&s->sparse);
     fa_buffer_destroy(s->block_table);
     fa_buffer_destroy(s->seqlens_k);
     fa_buffer_destroy(s->d_sinks);

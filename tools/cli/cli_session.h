@@ -8,6 +8,7 @@
 #ifndef FLASHATTN_TOOLS_CLI_SESSION_H
 #define FLASHATTN_TOOLS_CLI_SESSION_H
 
+#include "cli_block_mask.h"
 #include "cli_modifiers.h"
 #include "cli_tensor.h"
 #include "flashattn.h"
@@ -22,6 +23,7 @@ typedef struct cli_session {
     fa_buffer *slopes, *bias, *sinks;  /* the score modifiers' tensors, when the problem has them */
     fa_buffer *d_sinks;                /* the sinks' gradient (the backward, with sinks) */
     fa_buffer *seqlens_k, *block_table; /* int32 sequence buffers, when the problem reads them */
+    cli_bm_buffers sparse;              /* the block-sparse lists, when the problem has them */
 } cli_session;
 
 /* The logical shapes of Q (and O) and of K (and V) for a problem. */
@@ -45,7 +47,9 @@ int cli_session_seq_buffers(cli_session *s, const int32_t *lens, const int32_t *
 int cli_session_dsinks_buffer(cli_session *s);
 /* The fa_modifier_buffers of the session's buffers; d_sinks only for the backward. */
 fa_modifier_buffers cli_session_mods(const cli_session *s, int backward);
-/* One fa_forward_seq call (the sequence buffers, when the problem has them). */
+/* The block-sparse lists of a block-sparse problem (none for others), from d. */
+int cli_session_bm_buffers(cli_session *s, const cli_bm_data *d);
+/* One forward run (fa_run; the sequence buffers and block lists, when the problem has them). */
 int cli_session_forward(cli_session *s);
 /* Reads O back into a tensor of Q's shape and, when both exist, LSE into lse. */
 int cli_session_download(cli_session *s, cli_tensor *o, float *lse);
@@ -60,7 +64,8 @@ int cli_session_backward_buffers(cli_session *s);
 int cli_session_upload_do(cli_session *s, const cli_tensor *d_o);
 /* Reads the sinks' gradient (f32 [heads_q]) back into out. */
 int cli_session_download_dsinks(cli_session *s, float *out);
-/* One fa_backward_ex call, from the O and LSE that the last forward wrote. */
+/* One backward run (fa_run: the modifiers and block lists), from the O and LSE that the last
+ * forward wrote. */
 int cli_session_backward(cli_session *s);
 /* Reads dQ (Q's shape), dK and dV (K's shape) back into host tensors. */
 int cli_session_download_grads(cli_session *s, cli_tensor *dq, cli_tensor *dk, cli_tensor *dv);

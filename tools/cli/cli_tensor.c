@@ -163,7 +163,14 @@ static int check_file_memory(const char *path, const npy_array *hdr)
     return 0;
 }
 
-int cli_npy_read(const char *path, npy_array *out)
+/* Whether a file's dtype is one of the byte types (a block mask's), not a tensor's. */
+static int byte_dtype(npy_dtype t)
+{
+    return t == NPY_U8 || t == NPY_BOOL;
+}
+
+/* A whole file of the float dtypes, or with `bytes` of the byte ones, widened to float. */
+static int read_whole(const char *path, int bytes, npy_array *out)
 {
     char err[256];
     npy_reader r;
@@ -172,6 +179,11 @@ int cli_npy_read(const char *path, npy_array *out)
     if (npy_open(path, &r, err, sizeof err) != 0)
         return cli_error("%s: %s", path, err);
     a = r.a;
+    if (byte_dtype(a.dtype) != bytes) {
+        npy_close(&r);
+        return cli_error("%s: unsupported dtype '%s' (want %s)", path, npy_dtype_descr(a.dtype),
+                         bytes ? "'|u1' or '|b1'" : "'<f4' or '<f2'");
+    }
     if (check_file_memory(path, &a) != 0) {
         npy_close(&r);
         return CLI_EXIT_FAIL;
@@ -189,6 +201,16 @@ int cli_npy_read(const char *path, npy_array *out)
     }
     *out = a;
     return 0;
+}
+
+int cli_npy_read(const char *path, npy_array *out)
+{
+    return read_whole(path, 0, out);
+}
+
+int cli_npy_read_bytes(const char *path, npy_array *out)
+{
+    return read_whole(path, 1, out);
 }
 
 /* The file's rank and dimensions, before any data is read. */
@@ -231,6 +253,11 @@ int cli_tensor_load(const char *path, fa_layout layout, cli_tensor *t, npy_dtype
     memset(t, 0, sizeof *t);
     if (npy_open(path, &r, err, sizeof err) != 0)
         return cli_error("%s: %s", path, err);
+    if (byte_dtype(r.a.dtype)) {
+        npy_close(&r);
+        return cli_error("%s: unsupported dtype '%s' (want '<f4' or '<f2')", path,
+                         npy_dtype_descr(r.a.dtype));
+    }
     if (check_file_shape(path, layout, &r.a) != 0 || check_file_memory(path, &r.a) != 0) {
         npy_close(&r);
         return CLI_EXIT_FAIL;

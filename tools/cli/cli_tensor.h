@@ -76,11 +76,14 @@ npy_dtype cli_npy_dtype(fa_dtype dtype);
 void cli_layout_file_shape(fa_layout layout, const int64_t in[4], int64_t out[4]);
 const char *cli_layout_dims(fa_layout layout);
 /*
- * npy_read with the host-memory check between the header and the data: a file costs what its
- * shape says, checked against the memory available before any is allocated. Prints
+ * npy_read of a float file ('<f4' or '<f2') with the host-memory check between the header and
+ * the data: a file costs what its shape says, checked against the memory available before any
+ * is allocated. Prints
  * "flashattn: PATH: reason" and returns CLI_EXIT_FAIL on any problem.
  */
 int cli_npy_read(const char *path, npy_array *out);
+/* The same for a file of bytes ('|u1' or '|b1': a block mask), values widened to float. */
+int cli_npy_read_bytes(const char *path, npy_array *out);
 /*
  * Loads a rank-4 .npy file holding a tensor in `layout` into the logical BHSD tensor t, the
  * same way (header and memory first, then only the data the header announces). Any problem

@@ -72,12 +72,13 @@ static void set_err(char *err, size_t err_size, const char *fmt, ...)
 
 const char *npy_dtype_descr(npy_dtype dtype)
 {
-    return dtype == NPY_F16 ? "<f2" : "<f4";
+    static const char *const descr[] = {"<f4", "<f2", "|u1", "|b1"};
+    return dtype >= NPY_F32 && dtype <= NPY_BOOL ? descr[dtype] : "?";
 }
 
 static size_t npy_elem_size(npy_dtype dtype)
 {
-    return dtype == NPY_F16 ? 2 : 4;
+    return dtype == NPY_F16 ? 2 : dtype == NPY_U8 || dtype == NPY_BOOL ? 1 : 4;
 }
 
 /* ---- header tokenizer --------------------------------------------------------------------- */
@@ -359,10 +360,15 @@ static int parse_dict(const char *text, size_t hlen, npy_array *a, char *err, si
         a->dtype = NPY_F32;
     } else if (strcmp(descr, "<f2") == 0) {
         a->dtype = NPY_F16;
+    } else if (strcmp(descr, "|u1") == 0 || strcmp(descr, "<u1") == 0) {
+        a->dtype = NPY_U8; /* one byte has no byte order: NumPy writes '|' */
+    } else if (strcmp(descr, "|b1") == 0) {
+        a->dtype = NPY_BOOL;
     } else {
         char shown[4 * NPY_DESCR_CAP];
         escape_text(descr, shown, sizeof shown);
-        set_err(err, err_size, "unsupported dtype '%s' (want '<f4' or '<f2')", shown);
+        set_err(err, err_size, "unsupported dtype '%s' (want '<f4', '<f2', '|u1' or '|b1')",
+                shown);
         return -1;
     }
     if (fortran) {
@@ -500,6 +506,8 @@ static void decode(const unsigned char *src, npy_dtype dtype, size_t count, floa
         if (dtype == NPY_F16) {
             const unsigned char *p = src + 2 * i;
             dst[i] = fa_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
+        } else if (dtype == NPY_U8 || dtype == NPY_BOOL) {
+            dst[i] = (float)src[i]; /* exact: 0..255 */
         } else {
             const unsigned char *p = src + 4 * i;
             uint32_t u =
@@ -666,6 +674,10 @@ int npy_create(const char *path, npy_dtype dtype, int rank, const int64_t *shape
     char hdr[512];
     size_t hlen, count;
     memset(w, 0, sizeof *w);
+    if (dtype != NPY_F32 && dtype != NPY_F16) {
+        set_err(err, err_size, "cannot write dtype '%s'", npy_dtype_descr(dtype));
+        return -1;
+    }
     if (rank < 0 || rank > NPY_MAX_RANK) {
         set_err(err, err_size, "cannot write rank %d", rank);
         return -1;

@@ -2,7 +2,8 @@
  * npy.h - reading and writing NumPy .npy files for the flashattn command-line program.
  *
  * Only what the CLI needs: little-endian float32 ('<f4') and float16 ('<f2') arrays in C order,
- * format versions 1.0, 2.0 and 3.0 on read, 1.0 on write. Values are handed over widened to
+ * and on read uint8 ('|u1') and bool ('|b1') ones (block masks), format versions 1.0, 2.0 and
+ * 3.0 on read, 1.0 on write. Values are handed over widened to
  * float, so every caller works with one element type whatever the file holds (f16 -> f32 is
  * exact, and writing those floats back as f16 is exact too).
  *
@@ -22,7 +23,9 @@
 /* Element types of the files the CLI reads and writes. */
 typedef enum npy_dtype {
     NPY_F32 = 0, /* '<f4' */
-    NPY_F16 = 1  /* '<f2' */
+    NPY_F16 = 1, /* '<f2' */
+    NPY_U8 = 2,  /* '|u1', read only */
+    NPY_BOOL = 3 /* '|b1', read only */
 } npy_dtype;
 
 typedef struct npy_array {
@@ -33,7 +36,7 @@ typedef struct npy_array {
     float *data;                 /* count values widened to float; NULL when count == 0 */
 } npy_array;
 
-/* The descr string of a dtype: "<f4" or "<f2". */
+/* The descr string of a dtype: "<f4", "<f2", "|u1" or "|b1". */
 const char *npy_dtype_descr(npy_dtype dtype);
 
 /*

@@ -1,0 +1,139 @@
+/*
+ * test_block_sparse_plans.c - the OpenCL planner's block-sparse rule (backends/opencl/
+ * cl_rules.c, block_sparse_rules: pref_block_r and pref_block_c at the mask's blocks) through
+ * planning contexts of every GPU profile and the OpenCL device at hand (pocl in CI): over
+ * block sizes 16..256, head dims, dtypes and lengths, a forward tile never straddles a mask
+ * block (Br divides block_q or is a multiple of it, and the same for Bc and block_k), so a key
+ * tile no query block of its query tile lists is skipped whole. Where only the GPU's work-group
+ * floor raises Br above block_q, the explanation says so. Overrides are taken as asked.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *const profiles[] = {"amd-gfx90a", "amd-gfx1030", "intel-xe",
+                                       "nvidia-sm80", "mali-g710",   "adreno-740"};
+
+/* Tiles of t elements start at multiples of t, blocks of b at multiples of b: no tile
+ * straddles a block edge when one size divides the other. */
+static bool aligned(int32_t t, int32_t b)
+{
+    return t > 0 && (b % t == 0 || t % b == 0);
+}
+
+static void sparse_problem(fa_problem *p, fa_dtype dtype, int64_t seq, int64_t d, int32_t bq,
+                           int32_t bk)
+{
+    assert_int_equal(fa_problem_init(p, dtype, FA_LAYOUT_BHSD, 1, 8, 8, seq, seq, d),
+                     FA_STATUS_OK);
+    p->block_sparse = 1;
+    p->sparse_block_q = bq;
+    p->sparse_block_k = bk;
+    p->sparse_batch = 1;
+    p->sparse_heads = 1;
+}
+
+/* Every block size pair, head dim, dtype and length on one context; returns the plans made. */
+static int check_context(fa_context *ctx, const char *name, size_t n_dims)
+{
+    static const int32_t blocks[] = {16, 32, 64, 128, 256};
+    static const int64_t dims[] = {32, 64, 128};
+    static const int64_t seqs[] = {1000, 4096};
+    static const fa_dtype dtypes[] = {FA_DTYPE_F32, FA_DTYPE_F16};
+    int plans = 0;
+    for (size_t a = 0; a < 5; a++)
+        for (size_t b = 0; b < 5; b++)
+            for (size_t k = 0; k < n_dims; k++)
+                for (size_t s = 0; s < 2; s++)
+                    for (size_t t = 0; t < 2; t++) {
+                        fa_problem p;
+                        fa_plan *pl = NULL;
+                        sparse_problem(&p, dtypes[t], seqs[s], dims[k], blocks[a], blocks[b]);
+                        assert_int_equal(fa_plan_create(ctx, &p, &pl), FA_STATUS_OK);
+                        int32_t br = fa_plan_block_r(pl), bc = fa_plan_block_c(pl);
+                        if (!aligned(br, blocks[a]) || !aligned(bc, blocks[b]))
+                            fail_msg("%s d%lld Sq %lld blocks %d x %d: tiles %d x %d straddle",
+                                     name, (long long)dims[k], (long long)seqs[s], blocks[a],
+                                     blocks[b], br, bc);
+                        assert_true(bc <= blocks[b]); /* a key tile within one key block */
+                        if (br > blocks[a]) /* only a GPU's work-group floor raises it */
+                            assert_non_null(strstr(fa_plan_explain(pl), "work-items"));
+                        fa_plan_destroy(pl);
+                        plans++;
+                    }
+    return plans;
+}
+
+static void test_profiles(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof profiles / sizeof profiles[0]; i++) {
+        char why[512] = "";
+        fa_context *ctx = NULL;
+        fa_status st = fa_context_create_planning(&ctx, FA_BACKEND_OPENCL, profiles[i], why,
+                                                  sizeof why);
+        if (st == FA_STATUS_BACKEND_UNAVAILABLE && !harness_backend_required(FA_BACKEND_OPENCL))
+            skip(); /* the OpenCL backend is not built in */
+        assert_int_equal(st, FA_STATUS_OK);
+        assert_int_equal(check_context(ctx, profiles[i], 3), 300);
+        fa_context_destroy(ctx);
+    }
+}
+
+static void test_device(void **state)
+{
+    (void)state;
+    fa_context_options o = {FA_BACKEND_OPENCL, 0};
+    fa_context *ctx = NULL;
+    char why[512] = "";
+    fa_status st = fa_context_create(&ctx, &o, why, sizeof why);
+    if (st != FA_STATUS_OK && !harness_backend_required(FA_BACKEND_OPENCL))
+        skip(); /* no OpenCL device */
+    assert_int_equal(st, FA_STATUS_OK);
+    assert_int_equal(check_context(ctx, "device", 1), 100); /* builds its kernels: d 32 */
+    fa_context_destroy(ctx);
+}
+
+/* The rule is a preference: overrides plan as asked, straddling or not, and the explanation
+ * of a default plan names the rule. */
+static void test_overrides_and_explanation(void **state)
+{
+    (void)state;
+    char why[512] = "";
+    fa_context *ctx = NULL;
+    fa_status st = fa_context_create_planning(&ctx, FA_BACKEND_OPENCL, "intel-xe", why,
+                                              sizeof why);
+    if (st == FA_STATUS_BACKEND_UNAVAILABLE && !harness_backend_required(FA_BACKEND_OPENCL))
+        skip();
+    assert_int_equal(st, FA_STATUS_OK);
+    fa_problem p;
+    fa_plan *pl = NULL;
+    sparse_problem(&p, FA_DTYPE_F32, 2048, 64, 16, 16);
+    assert_int_equal(fa_plan_create(ctx, &p, &pl), FA_STATUS_OK);
+    assert_true(fa_plan_block_c(pl) <= 16);
+    assert_non_null(strstr(fa_plan_explain(pl), "block-sparse: a key tile within one key block"));
+    fa_plan_destroy(pl);
+    p.block_c = 24; /* straddling key blocks: a tile then computes the union of their lists */
+    assert_int_equal(fa_plan_create(ctx, &p, &pl), FA_STATUS_OK);
+    assert_int_equal(fa_plan_block_c(pl), 24);
+    fa_plan_destroy(pl);
+    fa_context_destroy(ctx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_profiles),
+        cmocka_unit_test(test_device),
+        cmocka_unit_test(test_overrides_and_explanation),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
