@@ -212,8 +212,8 @@ typedef struct block_lists {
  * naming the blocks of the tiles it streams (key blocks, or query blocks). */
 typedef struct list_view {
     block_lists l;
-    long own_block, streamed_block; /* the block sizes along the owned and the streamed axis */
-    long rows, cols;
+    int own_block, streamed_block; /* the block sizes along the owned and the streamed axis */
+    int rows, cols;
 } list_view;
 
 /* The forward's lists (kv_*): query blocks name key blocks. */
