@@ -173,6 +173,76 @@ __global const bias_t *bias_row_of(const fa_kernel_params *p BIAS_ARG, long b, l
            i * p->bias_stride_s;
 }
 
+/* ---- block-sparse (FA_FEATURE_BLOCK_SPARSE): each pass walks its own lists ------------------ */
+
+/* The dQ pass reads the forward's lists (LISTS_ARG: a query block's key blocks), the dK/dV pass
+ * the transposed ones (a key block's query blocks), both bound after the sequence buffers
+ * (op_launches.c, add_block_list_args). A pass skips a streamed tile no block pair of it is
+ * listed for; where a tile's pairs are only partly listed, the unlisted elements' P and dS are
+ * set to 0 after they are computed (a modifier may make -inf scores finite: softcap). */
+#if (FEATURES & FA_FEATURE_BLOCK_SPARSE) && SPARSE_FULL
+#define FULL_Q_LISTS_ARG , __global const int *full_q_num_blocks, __global const int *full_q_indices
+#define FULL_Q_LISTS_PTRS full_q_num_blocks, full_q_indices
+#else
+#define FULL_Q_LISTS_ARG
+#define FULL_Q_LISTS_PTRS 0, 0
+#endif
+#if FEATURES & FA_FEATURE_BLOCK_SPARSE
+#define Q_LISTS_ARG                                                                         \
+    , __global const int *q_num_blocks, __global const int *q_indices FULL_Q_LISTS_ARG
+#define Q_LISTS_SETUP const block_lists lists = {q_num_blocks, q_indices, FULL_Q_LISTS_PTRS}
+#else
+#define Q_LISTS_ARG
+#define Q_LISTS_SETUP const block_lists lists = {0, 0, 0, 0}
+#endif
+
+/* The transposed lists (q_*): key blocks name query blocks. */
+list_view transposed_view(const block_lists *bl, const fa_kernel_params *p)
+{
+    list_view v = {*bl, p->sparse_block_k, p->sparse_block_q, p->sparse_k_blocks,
+                   p->sparse_q_blocks};
+    return v;
+}
+
+/* Whether a pass computes the tile of own indices [o0, o_end) and streamed [s0, s_end) (any
+ * block pair listed; always without the feature), and whether it is all full blocks. */
+bool pass_tile_listed(const list_view *v, const fa_kernel_params *p, long b, long h, long o0,
+                      long o_end, long s0, long s_end)
+{
+    return !(FEATURES & FA_FEATURE_BLOCK_SPARSE) ||
+           view_tile(v, p, b, h, o0, o_end, s0, s_end, false);
+}
+bool pass_tile_full(const list_view *v, const fa_kernel_params *p, long b, long h, long o0,
+                    long o_end, long s0, long s_end)
+{
+#if (FEATURES & FA_FEATURE_BLOCK_SPARSE) && SPARSE_FULL
+    return view_tile(v, p, b, h, o0, o_end, s0, s_end, true);
+#else
+    return false;
+#endif
+}
+
+/* P and dS (p_row, ds_row) of own index `own` (a query row, or a key) get 0 over the lane's
+ * streamed entries s0 + c, c in [c0, c_end), below s_count (those that exist) whose block pair
+ * is not listed: one list search per streamed block. */
+void zero_unlisted(__local float *p_row, __local float *ds_row, int c0, int c_end, long s0,
+                   long s_count, long own, const list_view *v, const fa_kernel_params *p, long b,
+                   long h)
+{
+    if (!(FEATURES & FA_FEATURE_BLOCK_SPARSE))
+        return;
+    const long ob = own / v->own_block;
+    c_end = (int)min((long)c_end, s_count - s0);
+    for (int c = c0; c < c_end;) {
+        const long sb = (s0 + c) / v->streamed_block;
+        const int next = (int)min((sb + 1) * v->streamed_block - s0, (long)c_end);
+        if (!view_listed(v, p, b, h, ob, sb, false))
+            for (int x = c; x < next; x++)
+                p_row[x] = ds_row[x] = 0.0f;
+        c = next;
+    }
+}
+
 /* ---- the dQ pass --------------------------------------------------------------------------- */
 
 /* The dQ pass's row i with the modifiers: the lane's keys j = k0 + c, c in [c0, c0 + BLOCK_C /
@@ -223,8 +293,8 @@ INLINE_ON_GPU void plain_grad_dq(__local float *s_row, __local float *dp_row, lo
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global const store_t *v,
              __global const float *lse, __global const store_t *d_o,
-             __global const float *delta, __global store_t *dq ALIBI_ARG BIAS_ARG SEQ_ARG,
-             PARAMS_ARG)
+             __global const float *delta,
+             __global store_t *dq ALIBI_ARG BIAS_ARG SEQ_ARG LISTS_ARG, PARAMS_ARG)
 {
     __local tile_t q_tile[HEAD_DIM * BLOCK_R];  /* Q^T:  d x Br */
     __local tile_t do_tile[HEAD_DIM * BLOCK_R]; /* dO^T: d x Br */
@@ -240,6 +310,8 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
     const long r0 = (long)(get_num_groups(0) - 1 - get_group_id(0)) * BLOCK_R, row = r0 + r;
     const long h = (long)get_group_id(1), b = (long)get_group_id(2);
     SEQ_SETUP(b); /* p: sequence b's lengths; rows from token seq.q_start, keys seq.k_start */
+    LISTS_SETUP;  /* block-sparse: the forward's lists (null pointers without them) */
+    const list_view view = forward_view(&lists, &p);
     const long h_kv = h / (p.heads_q / p.heads_kv); /* GQA: query heads share a K/V head */
     const long sq = p.seqlen_q, sk = p.seqlen_k;
     if (SEQ && r0 >= sq)
@@ -279,6 +351,11 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
     /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc (tiles outside
      * the window skipped). */
     for (long k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C) {
+        if (!pass_tile_listed(&view, &p, b, h, r0, min(r0 + BLOCK_R, sq), k0,
+                              min(k0 + BLOCK_C, sk)))
+            continue; /* block-sparse: the tile's query blocks list none of its key blocks */
+        const bool full = pass_tile_full(&view, &p, b, h, r0, min(r0 + BLOCK_R, sq), k0,
+                                         min(k0 + BLOCK_C, sk));
         barrier(CLK_LOCAL_MEM_FENCE); /* the previous tiles are no longer read */
         load_tile(kt_tile, k_head, k0, sk, p.k_stride_s, BLOCK_C, 1);
         load_tile(vt_tile, v_head, k0, sk, p.v_stride_s, BLOCK_C, 1);
@@ -299,6 +376,8 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
                         lse2, d);
         else
             plain_grad_dq(s_row, dp_row, k0, c0, row_keys, lse2, d);
+        if (!full && row < sq) /* block-sparse: keys in blocks the row's block leaves out */
+            zero_unlisted(s_row, dp_row, c0, c0 + LANE_KEYS, k0, sk, row, &view, &p, b, h);
         ROW_WRITTEN();
 
         /* dQ += dS K over the keys that exist. */
@@ -394,7 +473,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global const store_t *v,
                __global const float *lse, __global const store_t *d_o,
                __global const float *delta, __global store_t *dk,
-               __global store_t *dv ALIBI_ARG BIAS_ARG SEQ_ARG, PARAMS_ARG)
+               __global store_t *dv ALIBI_ARG BIAS_ARG SEQ_ARG Q_LISTS_ARG, PARAMS_ARG)
 {
     __local tile_t kt_tile[HEAD_DIM * BLOCK_R];  /* K^T:  d x (own keys) */
     __local tile_t vt_tile[HEAD_DIM * BLOCK_R];  /* V^T:  d x (own keys) */
@@ -413,6 +492,8 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
     const long k0 = (long)get_group_id(0) * BLOCK_R, key = k0 + c;
     const long h_kv = (long)get_group_id(1), b = (long)get_group_id(2);
     SEQ_SETUP(b); /* p: sequence b's lengths; rows from token seq.q_start, keys seq.k_start */
+    Q_LISTS_SETUP; /* block-sparse: the transposed lists (null pointers without them) */
+    const list_view view = transposed_view(&lists, &p);
     const long group = p.heads_q / p.heads_kv, sq = p.seqlen_q, sk = p.seqlen_k;
     if (SEQ && k0 >= sk)
         return; /* a tile past a shorter sequence's keys, the whole work-group */
@@ -441,6 +522,11 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
         __global const store_t *do_head = d_o + p.do_offset + b * p.do_stride_b +
                                           h * p.do_stride_h + seq.q_start * p.do_stride_s;
         for (long r0 = first; r0 < last_end; r0 += BLOCK_C) {
+            if (!pass_tile_listed(&view, &p, b, h, k0, min(k0 + BLOCK_R, sk), r0,
+                                  min(r0 + BLOCK_C, sq)))
+                continue; /* block-sparse: the keys' blocks list none of the tile's blocks */
+            const bool full = pass_tile_full(&view, &p, b, h, k0, min(k0 + BLOCK_R, sk), r0,
+                                             min(r0 + BLOCK_C, sq));
             /* Load the query tile: Q and dO (transposed and as is), the rows' LSE, D and keys. */
             barrier(CLK_LOCAL_MEM_FENCE); /* the previous query tile is no longer read */
             load_tile(qt_tile, q_head, r0, sq, p.q_stride_s, BLOCK_C, 1);
@@ -473,6 +559,8 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
             }
             if (FEATURES & FA_FEATURE_DROPOUT)
                 dropout_key_rows(st_row + c0, &p, b, h, key, r0 + c0, LANE_KEYS);
+            if (!full && key < sk) /* block-sparse: rows in blocks the key's block leaves out */
+                zero_unlisted(st_row, dpt_row, c0, c0 + LANE_KEYS, r0, sq, key, &view, &p, b, h);
             ROW_WRITTEN();
 
             /* dK += dS^T Q and dV += P^T dO over the query rows that exist. */

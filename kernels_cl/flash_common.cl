@@ -44,7 +44,7 @@
 #define DIRECT_KV 0
 #endif
 #ifndef SPARSE_FULL
-#define SPARSE_FULL 0 /* 1: a block-sparse forward reads the full lists too */
+#define SPARSE_FULL 0 /* 1: a block-sparse kernel reads the full lists too */
 #endif
 /* PACKED 1 (flash_fwd only): GQA or heads packing, the rows of head h are the query heads
  * h * Sq + row of a one-row problem (the host packs only where every head sees the same keys),

@@ -389,6 +389,7 @@ ALWAYS_INLINE void fwd_tile(__global const store_t *q, __global const store_t *k
         int lane_keys = clamp(valid_keys, 0, LANE_KEYS);     /* of them, the one lane's */
         if (!tile_listed(lists, p, b, h, r0, r0 + item_rows, k0, k0 + valid_keys))
             continue; /* block-sparse: no row of the tile lists a key block of it */
+        const bool full = tile_full(lists, p, b, h, r0, r0 + item_rows, k0, k0 + valid_keys);
         /* S = Q K^T * scale (in log2 units, for exp2) for all the rows, from K in global
          * memory. */
         direct_scores_rows(s_tile, q_tile, r0, item_rows, k_head, k0, valid_keys, p->k_stride_b,
@@ -404,9 +405,11 @@ ALWAYS_INLINE void fwd_tile(__global const store_t *q, __global const store_t *k
                 modify_row(s_row, p, lane_mods); /* direct_scores_rows made S */
             add_bias(s_row, lane_mods);
 
-            /* Mask */
-            mask_lane(s_row, 0, k0, tile_keys, row_keys[r], tile_begin, row_begin[r]);
-            mask_unlisted(s_row, 0, LANE_KEYS, k0, row, lists, p, b, h);
+            /* Mask (none in a tile of full blocks) */
+            if (!full) {
+                mask_lane(s_row, 0, k0, tile_keys, row_keys[r], tile_begin, row_begin[r]);
+                mask_unlisted(s_row, 0, LANE_KEYS, k0, row, lists, p, b, h);
+            }
 
             /* m/l update (online softmax); S becomes P */
             float alpha = softmax_update(s_row, share_max, share_sum, r, 0, &m[r], &l[r], p, b,
@@ -519,6 +522,7 @@ ALWAYS_INLINE void fwd_tile(__global const store_t *q, __global const store_t *k
         int valid_keys = (int)min((long)BLOCK_C, sk - k0); /* keys [0, valid_keys) exist */
         if (!tile_listed(lists, p, b, h, r0, min(r0 + BLOCK_R, sq), k0, k0 + valid_keys))
             continue; /* block-sparse: no row of the tile lists a key block of it (uniform) */
+        const bool full = tile_full(lists, p, b, h, r0, min(r0 + BLOCK_R, sq), k0, k0 + valid_keys);
         load_kv_tiles(k_tile, v_tile, k_head, v_head, k0, p, block_table, b);
         int lane_keys = clamp(valid_keys - c0, 0, LANE_KEYS); /* of the lane's keys */
 
@@ -529,9 +533,11 @@ ALWAYS_INLINE void fwd_tile(__global const store_t *q, __global const store_t *k
         row_scores(s_lane, q_tile + r, k_tile + c0, SCORE_SCALE(*p), p, lane_mods);
         add_bias(s_lane, lane_mods);
 
-        /* Mask */
-        mask_lane(s_row, c0, k0, tile_keys, row_keys, tile_begin, row_begin);
-        mask_unlisted(s_row, c0, c0 + LANE_KEYS, k0, row, lists, p, b, h);
+        /* Mask (none in a tile of full blocks) */
+        if (!full) {
+            mask_lane(s_row, c0, k0, tile_keys, row_keys, tile_begin, row_begin);
+            mask_unlisted(s_row, c0, c0 + LANE_KEYS, k0, row, lists, p, b, h);
+        }
 
         /* m/l update (online softmax); S becomes P */
         float alpha = softmax_update(s_lane, share_max, share_sum, r, lane, &m, &l, p, b, h, row,

@@ -207,33 +207,83 @@ typedef struct block_lists {
 #define LISTS_SETUP const block_lists lists = {0, 0, 0, 0}
 #endif
 
-/* Whether query block qb of (b, h) lists key block kb, in either list (a full block's elements
- * all pass the masks, as the run checked, so it is computed like any other). */
-bool block_listed(const block_lists *bl, const fa_kernel_params *p, long b, long h, long qb,
-                  long kb)
+/* The lists as a pass sees them: its own tiles' blocks (the forward's and the dQ pass's query
+ * blocks, the dK/dV pass's key blocks) are the lists' rows, `rows` per head, of `cols` entries
+ * naming the blocks of the tiles it streams (key blocks, or query blocks). */
+typedef struct list_view {
+    block_lists l;
+    int own_block, streamed_block; /* the block sizes along the owned and the streamed axis */
+    int rows, cols;
+} list_view;
+
+/* The forward's lists (kv_*): query blocks name key blocks. */
+list_view forward_view(const block_lists *bl, const fa_kernel_params *p)
 {
-    const long row = fa_block_list_row(p, b, h, qb, p->sparse_q_blocks);
-    bool listed = fa_block_listed(bl->num, bl->idx, row, p->sparse_k_blocks, (int)kb);
+    list_view v = {*bl, p->sparse_block_q, p->sparse_block_k, p->sparse_q_blocks,
+                   p->sparse_k_blocks};
+    return v;
+}
+
+/* Whether own block `ob` of (b, h) names streamed block `sb` in either list (a full block's
+ * elements all pass the masks, as the run checked, so it is computed like any other), or with
+ * full_only in the full list. */
+bool view_listed(const list_view *v, const fa_kernel_params *p, long b, long h, long ob, long sb,
+                 bool full_only)
+{
+    const long row = fa_block_list_row(p, b, h, ob, v->rows);
+    bool listed = !full_only && fa_block_listed(v->l.num, v->l.idx, row, v->cols, (int)sb);
 #if SPARSE_FULL
-    listed = listed || fa_block_listed(bl->full_num, bl->full_idx, row, p->sparse_k_blocks,
-                                       (int)kb);
+    listed = listed || fa_block_listed(v->l.full_num, v->l.full_idx, row, v->cols, (int)sb);
 #endif
     return listed;
 }
 
+/* Over the block pairs of own indices [o0, o_end) and streamed [s0, s_end) (both non-empty):
+ * with every_full, whether every pair is a full block; else whether any pair is listed. Uniform
+ * over a work-group: every item reads the same lists. */
+bool view_tile(const list_view *v, const fa_kernel_params *p, long b, long h, long o0,
+               long o_end, long s0, long s_end, bool every_full)
+{
+    for (long ob = o0 / v->own_block; ob <= (o_end - 1) / v->own_block; ob++)
+        for (long sb = s0 / v->streamed_block; sb <= (s_end - 1) / v->streamed_block; sb++)
+            if (view_listed(v, p, b, h, ob, sb, every_full) != every_full)
+                return !every_full;
+    return every_full;
+}
+
+/* Whether query block qb of (b, h) lists key block kb (the forward's lists). */
+bool block_listed(const block_lists *bl, const fa_kernel_params *p, long b, long h, long qb,
+                  long kb)
+{
+    const list_view v = forward_view(bl, p);
+    return view_listed(&v, p, b, h, qb, kb, false);
+}
+
 /* Whether rows [r0, r_end) of (b, h) list any key block of keys [k0, k_end): a key tile that
  * none lists is skipped whole (the union over the query blocks the tile covers). Uniform over
- * a work-group: every item reads the same lists. Always true without the feature. */
+ * a work-group. Always true without the feature. */
 bool tile_listed(const block_lists *bl, const fa_kernel_params *p, long b, long h, long r0,
                  long r_end, long k0, long k_end)
 {
     if (!(FEATURES & FA_FEATURE_BLOCK_SPARSE))
         return true;
-    for (long qb = r0 / p->sparse_block_q; qb <= (r_end - 1) / p->sparse_block_q; qb++)
-        for (long kb = k0 / p->sparse_block_k; kb <= (k_end - 1) / p->sparse_block_k; kb++)
-            if (block_listed(bl, p, b, h, qb, kb))
-                return true;
+    const list_view v = forward_view(bl, p);
+    return view_tile(&v, p, b, h, r0, r_end, k0, k_end, false);
+}
+
+/* Whether every block of the tile (rows [r0, r_end), keys [k0, k0 + BLOCK_C), all of which
+ * exist: k_end - k0 == BLOCK_C) is a full block, whose elements the core checked all pass the
+ * causal mask and the window: such a tile skips the element-wise mask and block test. Always
+ * false without full lists. */
+bool tile_full(const block_lists *bl, const fa_kernel_params *p, long b, long h, long r0,
+               long r_end, long k0, long k_end)
+{
+#if (FEATURES & FA_FEATURE_BLOCK_SPARSE) && SPARSE_FULL
+    const list_view v = forward_view(bl, p);
+    return k_end - k0 == BLOCK_C && view_tile(&v, p, b, h, r0, r_end, k0, k_end, true);
+#else
     return false;
+#endif
 }
 
 /* Mask: keys [c0, c_end) of row `row`'s S row (key k0 + c) in a key block its query block

@@ -2,8 +2,9 @@
  * test_block_sparse.c - block-sparse attention through fa_run on one backend, against the fp64
  * reference of mod_reference.c reading the dense block mask directly (not the lists): random
  * masks of densities 0, 0.1, 0.5 and 1, per-head and broadcast, with causal masks, windows,
- * modifiers, dropout, GQA and odd lengths, f32/f16/bf16, forward and backward; full blocks; a
- * density-1 mask bitwise equal to the dense run; rows with no block exactly O = 0, LSE = -inf;
+ * modifiers, dropout, GQA and odd lengths, f32/f16/bf16, forward and backward, the planner's
+ * tiles and tiles across several blocks; full blocks; a density-1 mask bitwise equal to the
+ * dense run; a bitwise repeatable backward; rows with no block exactly O = 0, LSE = -inf;
  * bad lists refused with outputs untouched. A backend without the feature must refuse it at
  * plan time naming it. Run: test_block_sparse cpu|opencl|cuda [--case=TEXT] (TEXT: only the
  * reference cases whose name holds it).
@@ -29,8 +30,8 @@
 
 static fa_backend the_backend;
 static fa_context *ctx;
-/* Which ops have block-sparse kernels on the backend: the cpu golden both, OpenCL the forward
- * (its backward kernels come next), CUDA none yet; test_support checks each claim. */
+/* Which ops have block-sparse kernels on the backend: the cpu golden and OpenCL both, CUDA none
+ * yet; test_support checks each claim. */
 static bool sparse_forward, sparse_backward;
 static const char *case_filter; /* --case=TEXT: only the reference cases whose name holds it */
 
@@ -50,6 +51,8 @@ typedef struct sparse_case {
     float softcap, dropout;
     bool sinks;
     int32_t kv_splits;  /* the forward's split-KV chunks; 0: the planner's choice */
+    int32_t tile_r, tile_c; /* tile overrides (0: the planner's): tiles across several blocks,
+                             * whose unlisted elements the kernels mask one by one */
 } sparse_case;
 
 /* One run's host images, buffers and lists. */
@@ -155,6 +158,8 @@ static void run_open(run *r, const sparse_case *c, uint32_t seed)
     p->sparse_heads = c->per_head ? (int32_t)c->hq : 1;
     p->sparse_full = c->full;
     p->kv_splits = c->kv_splits;
+    p->block_r = c->tile_r;
+    p->block_c = c->tile_c;
     const int64_t qn = c->b * c->hq * c->sq * c->d, kn = c->b * c->hkv * c->sk * c->d;
     const int64_t n[T_COUNT] = {qn, kn, kn, qn, c->b * c->hq * c->sq, qn, qn, kn, kn, c->hq};
     memcpy(r->n, n, sizeof n);
@@ -299,25 +304,31 @@ static void expect_reference(run *r)
 #define NOWIN -2, -2
 static const sparse_case cases[] = {
     {"f32 256 d64 blocks 32x32 half", FA_DTYPE_F32, 1, 2, 2, 256, 256, 64, FA_MASK_NONE, NOWIN,
-     32, 32, 50, false, false, 0, 0, false, 0},
+     32, 32, 50, false, false, 0, 0, false, 0, 0, 0},
     {"f32 odd 113x203 d40 causal 16x64 per head", FA_DTYPE_F32, 2, 4, 2, 113, 203, 40,
-     FA_MASK_CAUSAL_BOTTOM_RIGHT, NOWIN, 16, 64, 50, true, false, 0, 0, false, 0},
+     FA_MASK_CAUSAL_BOTTOM_RIGHT, NOWIN, 16, 64, 50, true, false, 0, 0, false, 0, 0, 0},
     {"f32 300 window 64x16 tenth", FA_DTYPE_F32, 1, 3, 1, 300, 300, 32, FA_MASK_NONE, 70, 20, 64,
-     16, 10, false, false, 0, 0, false, 0},
+     16, 10, false, false, 0, 0, false, 0, 0, 0},
     {"f32 empty mask", FA_DTYPE_F32, 1, 2, 1, 100, 130, 16, FA_MASK_NONE, NOWIN, 32, 32, 0, false,
-     false, 0, 0, false, 0},
+     false, 0, 0, false, 0, 0, 0},
     {"f32 full mask causal top-left full blocks", FA_DTYPE_F32, 1, 2, 2, 160, 160, 32,
-     FA_MASK_CAUSAL_TOP_LEFT, NOWIN, 32, 32, 100, true, true, 0, 0, false, 0},
+     FA_MASK_CAUSAL_TOP_LEFT, NOWIN, 32, 32, 100, true, true, 0, 0, false, 0, 0, 0},
     {"f16 255x127 modifiers dropout sinks full", FA_DTYPE_F16, 2, 2, 1, 255, 127, 64,
-     FA_MASK_CAUSAL_BOTTOM_RIGHT, 90, -1, 16, 16, 50, true, true, 30.0f, 0.2f, true, 0},
+     FA_MASK_CAUSAL_BOTTOM_RIGHT, 90, -1, 16, 16, 50, true, true, 30.0f, 0.2f, true, 0, 0, 0},
     {"bf16 200 d128 GQA 128x32", FA_DTYPE_BF16, 1, 4, 1, 200, 200, 128, FA_MASK_NONE, NOWIN, 128,
-     32, 50, false, false, 0, 0, false, 0},
+     32, 50, false, false, 0, 0, false, 0, 0, 0},
     {"f32 small 40x70 d16 causal 16x16 per head full", FA_DTYPE_F32, 1, 2, 1, 40, 70, 16,
-     FA_MASK_CAUSAL_BOTTOM_RIGHT, NOWIN, 16, 16, 50, true, true, 0, 0, false, 0},
+     FA_MASK_CAUSAL_BOTTOM_RIGHT, NOWIN, 16, 16, 50, true, true, 0, 0, false, 0, 0, 0},
     {"f32 1 x 700 decode 16x32 split-KV 3", FA_DTYPE_F32, 2, 4, 2, 1, 700, 64, FA_MASK_NONE,
-     NOWIN, 16, 32, 30, true, false, 0, 0, false, 3},
+     NOWIN, 16, 32, 30, true, false, 0, 0, false, 3, 0, 0},
     {"f16 97x500 causal split-KV 4 full", FA_DTYPE_F16, 1, 2, 1, 97, 500, 32,
-     FA_MASK_CAUSAL_BOTTOM_RIGHT, NOWIN, 32, 64, 50, false, true, 0, 0, false, 4},
+     FA_MASK_CAUSAL_BOTTOM_RIGHT, NOWIN, 32, 64, 50, false, true, 0, 0, false, 4, 0, 0},
+    {"f32 150x190 causal 16x32 tiles 64x32 per head full", FA_DTYPE_F32, 2, 2, 1, 150, 190, 32,
+     FA_MASK_CAUSAL_BOTTOM_RIGHT, NOWIN, 16, 32, 50, true, true, 0, 0, false, 0, 64, 32},
+    {"f16 130x77 window softcap dropout 16x16 tiles 32x64", FA_DTYPE_F16, 1, 4, 2, 130, 77, 48,
+     FA_MASK_NONE, 40, 10, 16, 16, 30, true, false, 25.0f, 0.1f, false, 0, 32, 64},
+    {"bf16 90x300 GQA tenth 32x16 tiles 64x64", FA_DTYPE_BF16, 1, 4, 1, 90, 300, 64,
+     FA_MASK_CAUSAL_TOP_LEFT, NOWIN, 32, 16, 10, false, false, 0, 0, false, 0, 64, 64},
 };
 
 static void test_against_reference(void **state)
@@ -360,7 +371,7 @@ static void test_density_one_is_dense(void **state)
     (void)state;
     const sparse_case c = {"f32 all blocks", FA_DTYPE_F32, 1, 2, 1, 150, 170, 32,
                            FA_MASK_CAUSAL_BOTTOM_RIGHT, NOWIN, 32, 16, 100, false, false, 0,
-                           0, false, 0};
+                           0, false, 0, 0, 0};
     run s, d;
     run_open(&s, &c, 99);
     run_open(&d, &c, 99);
@@ -393,6 +404,34 @@ static void test_density_one_is_dense(void **state)
     run_close(&d);
 }
 
+/* The backward twice on one run: every gradient bitwise the same (no atomics, a fixed order). */
+static void test_backward_repeatable(void **state)
+{
+    (void)state;
+    if (!sparse_backward)
+        skip();
+    const sparse_case c = {"f32 repeat", FA_DTYPE_F32, 2, 4, 2, 133, 170, 32,
+                           FA_MASK_CAUSAL_BOTTOM_RIGHT, NOWIN, 16, 32, 40, true, true, 0, 0.1f,
+                           false, 0, 64, 32};
+    run r;
+    run_open(&r, &c, 4321);
+    run_both(&r);
+    void *first[T_COUNT] = {NULL};
+    for (int x = T_DQ; x <= T_DV; x++) {
+        size_t bytes = (size_t)r.n[x] * fa_dtype_size(r.p.dtype);
+        first[x] = malloc(bytes + 1);
+        memcpy(first[x], r.host[x], bytes);
+        memset(r.host[x], 0, bytes);
+    }
+    run_both(&r);
+    for (int x = T_DQ; x <= T_DV; x++) {
+        if (memcmp(first[x], r.host[x], (size_t)r.n[x] * fa_dtype_size(r.p.dtype)) != 0)
+            fail_msg("tensor %d differs between two backward runs", x);
+        free(first[x]);
+    }
+    run_close(&r);
+}
+
 /* A bad list, a full block the causal mask cuts, a list for a problem without blocks: each
  * refused with its status, the outputs as they were. */
 static void test_refused(void **state)
@@ -400,7 +439,7 @@ static void test_refused(void **state)
     (void)state;
     const sparse_case c = {"f32 refusals", FA_DTYPE_F32, 1, 1, 1, 64, 64, 16,
                            FA_MASK_CAUSAL_BOTTOM_RIGHT, NOWIN, 16, 16, 100, false, true, 0, 0,
-                           false, 0};
+                           false, 0, 0, 0};
     run r;
     run_open(&r, &c, 5);
     fa_plan *fwd = NULL;
@@ -531,6 +570,7 @@ int main(int argc, char **argv)
         return rc;
     const struct CMUnitTest runs[] = {
         cmocka_unit_test(test_against_reference), cmocka_unit_test(test_density_one_is_dense),
+        cmocka_unit_test(test_backward_repeatable),
         cmocka_unit_test(test_refused),           cmocka_unit_test(test_plan_refusals),
         cmocka_unit_test(test_support),
     };
@@ -540,7 +580,7 @@ int main(int argc, char **argv)
         if (strncmp(argv[i], "--case=", 7) == 0)
             case_filter = argv[i] + 7;
     sparse_forward = the_backend != FA_BACKEND_CUDA;
-    sparse_backward = the_backend == FA_BACKEND_CPU;
+    sparse_backward = the_backend != FA_BACKEND_CUDA;
     /* The backends without the feature run its refusal: the rest needs a plan. */
     if (!sparse_forward)
         return cmocka_run_group_tests_name(fa_backend_name(the_backend), refusal, open_context,

@@ -1,14 +1,26 @@
 #!/usr/bin/env python3
-"""bench_block_sparse.py - the block-sparse forward's time against the dense forward's on one
-backend, as a Markdown table for docs/benchmarks.md (with the command, device and date): for
-each sequence length, the dense run, then block masks of a sliding window of blocks (each query
-block lists itself and the W - 1 key blocks before it, so the density falls as N grows) and of
-random blocks at a fixed density.
+"""bench_block_sparse.py - block-sparse attention's time against the dense run on one backend,
+forward and (--backward) backward, as a Markdown table for docs/benchmarks.md with the command,
+device and date. Modes:
+
+  (default)  per sequence length: the dense run, then random block masks at each --densities
+             value (the diagonal always on, so no row is empty), each with its target
+             1.15 * s * dense + 0.05 * dense (s: the mask's measured density);
+  --window   a sliding window of blocks next to the random masks (each query block lists itself
+             and the W - 1 key blocks before it);
+  --full     causal: the dense causal run, the causal block mask as partial blocks only, and
+             with its off-diagonal blocks in the full lists (no element-wise mask there);
+  --balance  the same number of blocks with the heavy query blocks (a quarter of them, listing
+             every key block; the rest their diagonal) first or last in launch order.
 
 usage: PYTHONPATH=python FLASHATTN_LIBRARY=build/libflashattn.so \
-       tools/bench_block_sparse.py [--backend opencl] [--seq 1024,2048,4096] [--repeat 5]
-Timing is not a test: nothing here asserts a speed. The lists are built here with numpy in
-fa_block_lists' layout (int32 [1, 1, rows] counts, [1, 1, rows, cols] indices, broadcast).
+       tools/bench_block_sparse.py [--backend opencl] [--seq 4096,8192] [--heads 8] \
+       [--block 64] [--densities 1,0.5,0.25,0.1] [--backward] [--full | --balance] [--repeat 3]
+Timing is not a test: nothing here asserts a speed. Each run of fa_run is timed with a 4-byte
+read of an output that waits for it; a block-sparse run also reads its lists back and checks
+them on the host (fa__block_sparse_check_run), inside the time. The lists are built here with
+numpy in fa_block_lists' layout (int32 [1, 1, rows] counts, [1, 1, rows, cols] indices,
+broadcast), the transposed ones from the mask's transpose.
 """
 import argparse
 import ctypes
@@ -23,16 +35,16 @@ import numpy as np
 from flashattn import _core
 from flashattn._lib import Problem, check, lib
 
-BLOCK = 64  # block_q = block_k
+MASK_CAUSAL_BOTTOM_RIGHT = 2
 
 
-def lists_of(dense):
-    """kv_num_blocks and kv_indices of a [rows, cols] bool block mask, ascending."""
-    rows, cols = dense.shape
-    num = dense.sum(axis=1).astype(np.int32)
+def lists_of(mask):
+    """Counts and indices (ascending) of a [rows, cols] bool block mask."""
+    rows, cols = mask.shape
+    num = mask.sum(axis=1).astype(np.int32)
     idx = np.zeros((rows, cols), np.int32)
     for r in range(rows):
-        on = np.nonzero(dense[r])[0]
+        on = np.nonzero(mask[r])[0]
         idx[r, :len(on)] = on
     return num, idx
 
@@ -44,76 +56,148 @@ def buffer(ctx, arr):
     return buf
 
 
-def time_ms(ctx, n, heads, d, dense, repeat):
-    """Median ms of fa_run (and a 4-byte read of O, which waits for it), and the plan's tiles
-    as "Br x Bc"; dense None: block-sparse off."""
-    p = Problem()
-    check(lib.fa_problem_init(ctypes.byref(p), 0, 0, 1, heads, heads, n, n, d))
-    rng = np.random.default_rng(1)
-    qkv = [rng.standard_normal((heads, n, d), np.float32) for _ in range(3)]
-    bufs = {name: buffer(ctx, a) for name, a in zip(("q", "k", "v"), qkv)}
-    bufs["o"] = buffer(ctx, np.zeros((heads, n, d), np.float32))
-    if dense is not None:
-        p.block_sparse, p.sparse_block_q, p.sparse_block_k = 1, BLOCK, BLOCK
-        p.sparse_batch = p.sparse_heads = 1
-        num, idx = lists_of(dense)
-        bufs["kv_num_blocks"], bufs["kv_indices"] = buffer(ctx, num), buffer(ctx, idx)
-    plan = ctypes.c_void_p()
-    check(lib.fa_plan_create(ctx.handle, ctypes.byref(p), ctypes.byref(plan)), ctx.handle)
-    tiles = "%d x %d" % (lib.fa_plan_block_r(plan), lib.fa_plan_block_c(plan))
-    tensors = _core.Tensors()
-    for name, buf in bufs.items():
-        setattr(tensors, name, buf.value)
+def list_buffers(ctx, mask, full):
+    """The eight lists of a block mask whose `full` blocks (or none) go to the full lists."""
+    part = mask & ~full if full is not None else mask
+    names = {"kv_num_blocks": (part, 0), "kv_indices": (part, 1),
+             "q_num_blocks": (part.T, 0), "q_indices": (part.T, 1)}
+    if full is not None:
+        names.update({"full_kv_num_blocks": (full, 0), "full_kv_indices": (full, 1),
+                      "full_q_num_blocks": (full.T, 0), "full_q_indices": (full.T, 1)})
+    return {n: buffer(ctx, lists_of(np.ascontiguousarray(m))[i]) for n, (m, i) in names.items()}
+
+
+def timed(ctx, plan, tensors, out, repeat):
+    """Median ms of fa_run over `repeat` runs after a warm-up (the kernels' build)."""
     word = ctypes.c_float()
     times = []
-    for i in range(repeat + 1):  # the first: the kernels' build
+    for i in range(repeat + 1):
         t = time.perf_counter()
         check(lib.fa_run(ctx.handle, plan, ctypes.byref(tensors)), ctx.handle)
-        check(lib.fa_buffer_read(bufs["o"], 0, ctypes.byref(word), 4), ctx.handle)
+        check(lib.fa_buffer_read(out, 0, ctypes.byref(word), 4), ctx.handle)
         if i:
             times.append((time.perf_counter() - t) * 1e3)
-    lib.fa_plan_destroy(plan)
+    return statistics.median(times)
+
+
+def tensors_of(bufs, backward):
+    """fa_tensors of the forward (Q, K, V, O, LSE, the forward's lists) or the backward (all)."""
+    t = _core.Tensors()
+    for name, buf in bufs.items():
+        if backward or name in ("q", "k", "v", "o", "lse") or name.startswith(("kv_", "full_kv")):
+            setattr(t, name, buf.value)
+    return t
+
+
+def make_plan(ctx, p, backward):
+    plan = ctypes.c_void_p()
+    create = lib.fa_plan_create_backward if backward else lib.fa_plan_create
+    check(create(ctx.handle, ctypes.byref(p), ctypes.byref(plan)), ctx.handle)
+    return plan
+
+
+def run_case(ctx, a, n, mask, full=None, causal=False):
+    """(forward ms, backward ms or None, "Br x Bc") of one problem; mask None: dense."""
+    p = Problem()
+    check(lib.fa_problem_init(ctypes.byref(p), 0, 0, 1, a.heads, a.heads, n, n, a.dim))
+    if causal:
+        p.mask = MASK_CAUSAL_BOTTOM_RIGHT
+    rng = np.random.default_rng(1)
+    shape = (a.heads, n, a.dim)
+    bufs = {name: buffer(ctx, rng.standard_normal(shape, np.float32))
+            for name in ("q", "k", "v", "d_o")}
+    for name in ("o", "dq", "dk", "dv"):
+        bufs[name] = buffer(ctx, np.zeros(shape, np.float32))
+    bufs["lse"] = buffer(ctx, np.zeros((a.heads, n), np.float32))
+    if mask is not None:
+        p.block_sparse, p.sparse_block_q, p.sparse_block_k = 1, a.block, a.block
+        p.sparse_batch = p.sparse_heads = 1
+        p.sparse_full = int(full is not None)
+        bufs.update(list_buffers(ctx, mask, full))
+    fwd = make_plan(ctx, p, False)
+    tiles = "%d x %d" % (lib.fa_plan_block_r(fwd), lib.fa_plan_block_c(fwd))
+    fwd_ms = timed(ctx, fwd, tensors_of(bufs, False), bufs["o"], a.repeat)
+    lib.fa_plan_destroy(fwd)
+    bwd_ms = None
+    if a.backward:
+        bwd = make_plan(ctx, p, True)
+        bwd_ms = timed(ctx, bwd, tensors_of(bufs, True), bufs["dq"], a.repeat)
+        lib.fa_plan_destroy(bwd)
     for buf in bufs.values():
         lib.fa_buffer_destroy(buf)
-    return statistics.median(times), tiles
+    return fwd_ms, bwd_ms, tiles
 
 
-def masks(blocks, window, density):
-    """The sliding window of `window` blocks and a random mask of `density` (diagonal on)."""
+def random_mask(blocks, density):
     r, c = np.indices((blocks, blocks))
-    rng = np.random.default_rng(7)
-    rand = (rng.random((blocks, blocks)) < density) | (r == c)
-    return [("window %d blocks" % window, (c <= r) & (c > r - window)),
-            ("random %.0f%%" % (100 * density), rand)]
+    return (np.random.default_rng(7).random((blocks, blocks)) < density) | (r == c)
+
+
+def cases(a, blocks):
+    """(name, mask, full, causal) of the mode's block-sparse runs."""
+    r, c = np.indices((blocks, blocks))
+    if a.full:
+        lower = c <= r
+        return [("causal blocks, no full lists", lower, None, True),
+                ("causal blocks, off-diagonal full", lower, c < r, True)]
+    if a.balance:
+        heavy = blocks // 4
+        first = (r < heavy) | (r == c)
+        last = (r >= blocks - heavy) | (r == c)
+        return [("heavy query blocks first", first, None, False),
+                ("heavy query blocks last", last, None, False)]
+    out = [("random %g" % s, random_mask(blocks, s), None, False) for s in a.densities]
+    if a.window:
+        out.append(("window %d blocks" % a.window, (c <= r) & (c > r - a.window), None, False))
+    return out
+
+
+def cell(ms, dense_ms, density):
+    """ms, x dense, and the target's ratio 1.15 s + 0.05 (density None: no target)."""
+    if ms is None:
+        return "| | |"
+    target = "" if density is None else " (target %.2f)" % (1.15 * density + 0.05)
+    return "| %.1f | %.2f%s |" % (ms, ms / dense_ms, target)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--backend", default="opencl")
-    ap.add_argument("--seq", default="1024,2048,4096")
-    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--seq", default="4096")
+    ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--dim", type=int, default=64)
-    ap.add_argument("--window", type=int, default=4)
-    ap.add_argument("--density", type=float, default=0.1)
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--block", type=int, default=64)
+    ap.add_argument("--densities", default="1,0.5,0.25,0.1")
+    ap.add_argument("--window", type=int, default=0)
+    ap.add_argument("--backward", action="store_true")
+    ap.add_argument("--full", action="store_true")
+    ap.add_argument("--balance", action="store_true")
+    ap.add_argument("--repeat", type=int, default=3)
     a = ap.parse_args()
+    a.densities = [float(x) for x in a.densities.split(",") if x]  # none: the dense run only
     ctx = _core.context(a.backend, 0)
     print("command: %s" % " ".join(shlex.quote(x) for x in sys.argv))
     print("device: %s (%s), date: %s" % (ctx.props().name.decode(), a.backend,
                                         datetime.date.today().isoformat()))
-    print("B1 H%d d%d f32, blocks %dx%d, median of %d runs\n" % (a.heads, a.dim, BLOCK, BLOCK,
-                                                                 a.repeat))
-    print("| N | mask | density | Br x Bc | ms | x dense time |")
-    print("|---|---|---|---|---|---|")
+    print("B1 H%d d%d f32, blocks %dx%d, median of %d runs\n" % (a.heads, a.dim, a.block,
+                                                                 a.block, a.repeat))
+    print("| N | mask | density | fwd Br x Bc | fwd ms | x dense | bwd ms | x dense |")
+    print("|---|---|---|---|---|---|---|---|")
     for n in (int(x) for x in a.seq.split(",")):
-        dense_ms, tiles = time_ms(ctx, n, a.heads, a.dim, None, a.repeat)
-        print("| %d | dense (off) | 1 | %s | %.2f | 1.00 |" % (n, tiles, dense_ms))
-        blocks = (n + BLOCK - 1) // BLOCK
-        for name, m in masks(blocks, a.window, a.density):
-            ms, tiles = time_ms(ctx, n, a.heads, a.dim, m, a.repeat)
-            print("| %d | %s | %.3f | %s | %.2f | %.2f |" % (n, name, m.mean(), tiles, ms,
-                                                            ms / dense_ms))
+        f_ms, b_ms, tiles = run_case(ctx, a, n, None, causal=a.full)
+        dense = (f_ms, b_ms)
+        print("| %d | dense%s (off) | 1 | %s %s %s" % (n, " causal" if a.full else "", tiles,
+                                                      cell(f_ms, f_ms, None),
+                                                      cell(b_ms, b_ms, None)[2:]))
         sys.stdout.flush()
+        blocks = (n + a.block - 1) // a.block
+        for name, mask, full, causal in cases(a, blocks):
+            f_ms, b_ms, tiles = run_case(ctx, a, n, mask, full, causal)
+            s = None if a.full or a.balance else float(mask.mean())
+            print("| %d | %s | %.3f | %s %s %s" % (
+                n, name, mask.mean(), tiles, cell(f_ms, dense[0], s),
+                cell(b_ms, dense[1], s)[2:] if b_ms is not None else "| |"))
+            sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -200,6 +200,8 @@ measure_one() {
     bc=${o##* -D BLOCK_C=}; bc=${bc%% *}
     wg=${o##* -D WG_SIZE=}; wg=${wg%% *}
     case $o in *" -D SPLIT=1 "*) entry="$entry (split)" ;; esac
+    local features=${o##* -D FEATURES=}
+    case $o in *" -D FEATURES="*) (((${features%% *} & 64) == 0)) || entry="$entry (sparse)" ;; esac
     case $dtype in 0) dtype=f32 ;; 1) dtype=f16 ;; 2) dtype=bf16 ;; esac
     case $mask in 0) mask=none ;; 1) mask=causal-tl ;; 2) mask=causal-br ;; esac
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$target" "$entry" "$d" "$dtype" \

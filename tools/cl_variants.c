@@ -14,8 +14,11 @@
  * dropout (their kernels are compiled in under FEATURES): at head_dim 64 and 128, f32 and f16,
  * causal bottom-right, Sq = Sk = 2048, all six (an f32 bias) and softcap, ALiBi, a window and
  * dropout without the bias and sinks; and a GQA decode (8 / 2 heads, Sq 1, Sk 4096) with sinks,
- * ALiBi and a window, which packs the query heads as rows (PACKED). Exit 1 with the reason on
- * stderr when a context or a plan cannot be made.
+ * ALiBi and a window, which packs the query heads as rows (PACKED). Block-sparse (blocks of
+ * 64, the forward and both backward passes with their lists): d 64 and 128, f32 and f16, causal
+ * bottom-right, Sq = Sk = 2048, with and without full lists; and f16 d 64 with full lists and
+ * softcap, ALiBi, a window and dropout. Exit 1 with the reason on stderr when a context or a
+ * plan cannot be made.
  */
 #include "internal.h"
 
@@ -77,11 +80,22 @@ static void add_modifiers(fa_problem *p, int set)
     p->bias_layout.stride_batch = p->heads_q * p->seqlen_q * p->seqlen_k;
 }
 
+/* Block-sparse lists (FA_FEATURE_BLOCK_SPARSE) of 64 x 64 blocks, broadcast over the batch and
+ * heads; with `full`, the full lists too (SPARSE_FULL). */
+static void add_block_sparse(fa_problem *p, bool full)
+{
+    p->block_sparse = 1;
+    p->sparse_block_q = p->sparse_block_k = 64;
+    p->sparse_batch = p->sparse_heads = 1;
+    p->sparse_full = full;
+}
+
 /* Plans one problem (8 heads; with modifier set `mods`: -1 none, else add_modifiers', set 2
- * on 2 K/V heads) forward and backward and adds both plans' launches; false with the reason on
- * stderr when either fails. */
+ * on 2 K/V heads; sparse: -1 dense, else add_block_sparse's with full = sparse) forward and
+ * backward and adds both plans' launches; false with the reason on stderr when either fails. */
 static bool add_problem(fa_context *ctx, variant_set *set, fa_dtype dtype, fa_mask mask,
-                        int64_t seqlen_q, int64_t seqlen_k, int64_t head_dim, int mods)
+                        int64_t seqlen_q, int64_t seqlen_k, int64_t head_dim, int mods,
+                        int sparse)
 {
     fa_problem p;
     fa_status st = fa_problem_init(&p, dtype, FA_LAYOUT_BHSD, 1, 8, mods == 2 ? 2 : 8, seqlen_q,
@@ -89,6 +103,8 @@ static bool add_problem(fa_context *ctx, variant_set *set, fa_dtype dtype, fa_ma
     p.mask = mask;
     if (mods >= 0)
         add_modifiers(&p, mods);
+    if (sparse >= 0)
+        add_block_sparse(&p, sparse == 1);
     for (int backward = 0; backward < 2 && st == FA_STATUS_OK; backward++) {
         fa_plan *plan = NULL;
         st = backward ? fa_plan_create_backward(ctx, &p, &plan) : fa_plan_create(ctx, &p, &plan);
@@ -100,9 +116,10 @@ static bool add_problem(fa_context *ctx, variant_set *set, fa_dtype dtype, fa_ma
         fa_plan_destroy(plan);
     }
     if (st != FA_STATUS_OK)
-        fprintf(stderr, "cl_variants: %s d=%lld %s Sq=%lld Sk=%lld modifiers %d: %s: %s\n",
+        fprintf(stderr, "cl_variants: %s d=%lld %s Sq=%lld Sk=%lld modifiers %d sparse %d: "
+                        "%s: %s\n",
                 fa_dtype_name(dtype), (long long)head_dim, fa_mask_name(mask),
-                (long long)seqlen_q, (long long)seqlen_k, mods, fa_status_name(st),
+                (long long)seqlen_q, (long long)seqlen_k, mods, sparse, fa_status_name(st),
                 fa_context_last_error(ctx));
     return st == FA_STATUS_OK;
 }
@@ -132,12 +149,21 @@ int main(int argc, char **argv)
             for (size_t m = 0; m < sizeof masks / sizeof masks[0] && ok; m++)
                 for (size_t s = 0; s < sizeof seqlens / sizeof seqlens[0] && ok; s++)
                     ok = add_problem(ctx, &set, dtypes[t], masks[m], seqlens[s][0],
-                                     seqlens[s][1], dims[d], -1);
+                                     seqlens[s][1], dims[d], -1, -1);
     for (size_t d = 1; d < 4 && ok; d += 2) /* d 64 and 128 */
         for (size_t t = 0; t < 2 && ok; t++)
             for (int mods = 0; mods < 3 && ok; mods++)
                 ok = add_problem(ctx, &set, dtypes[t], FA_MASK_CAUSAL_BOTTOM_RIGHT,
-                                 mods == 2 ? 1 : 2048, mods == 2 ? 4096 : 2048, dims[d], mods);
+                                 mods == 2 ? 1 : 2048, mods == 2 ? 4096 : 2048, dims[d], mods,
+                                 -1);
+    for (size_t d = 1; d < 4 && ok; d += 2) /* block-sparse: d 64 and 128, full lists or not */
+        for (size_t t = 0; t < 2 && ok; t++)
+            for (int full = 0; full < 2 && ok; full++)
+                ok = add_problem(ctx, &set, dtypes[t], FA_MASK_CAUSAL_BOTTOM_RIGHT, 2048, 2048,
+                                 dims[d], -1, full);
+    if (ok) /* and with the modifiers and dropout in the passes' block-sparse code */
+        ok = add_problem(ctx, &set, FA_DTYPE_F16, FA_MASK_CAUSAL_BOTTOM_RIGHT, 2048, 2048, 64, 0,
+                         1);
     fa_context_destroy(ctx);
     if (!ok)
         return 1;

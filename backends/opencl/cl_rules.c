@@ -176,19 +176,22 @@ static void gpu_rules(const fa_device_props *dev, const fa_problem *p, fa__op op
 }
 
 /*
- * Block-sparse forward: tiles no larger than a block (preferences, so overrides still plan as
- * asked), so a key tile that the query tile's block does not list is skipped whole and the
- * keys computed follow the listed blocks. A query tile across several query blocks computes
- * the union of their lists (each row masked to its own): at Br 256 over blocks of 64, a random
- * 10% mask at N 4096 took 0.56 of the dense time on pocl, at Br 64 0.12 (docs/benchmarks.md).
- * The dense tiles' Br floor (min_block_r) is lowered to the block; a GPU's work-group floor
- * (min_work_group) may still raise Br.
+ * Block-sparse: tiles no larger than a block (preferences, so overrides still plan as asked), so
+ * a key tile that the query tile's block does not list is skipped whole and the keys computed
+ * follow the listed blocks. A query tile across several query blocks computes the union of their
+ * lists (each row masked to its own): at Br 256 over blocks of 64, a random 10% mask at N 4096
+ * took 0.56 of the dense time on pocl, at Br 64 0.12 (docs/benchmarks.md). The dense tiles' Br
+ * floor (min_block_r) is lowered to the block; a GPU's work-group floor (min_work_group) may
+ * still raise Br. The backward's dK/dV pass may own Br keys and stream Bc query rows
+ * (dkdv_owns_br), so there both tiles stay within the smaller block of either axis.
  */
 static void block_sparse_rules(const fa_problem *p, fa__op op, fa__plan_rules *rules)
 {
-    const uint32_t bq = (uint32_t)p->sparse_block_q, bk = (uint32_t)p->sparse_block_k;
-    if (op != FA__OP_FORWARD || !p->block_sparse)
+    uint32_t bq = (uint32_t)p->sparse_block_q, bk = (uint32_t)p->sparse_block_k;
+    if (op == FA__OP_MERGE || !p->block_sparse)
         return;
+    if (op == FA__OP_BACKWARD)
+        bq = bk = bq < bk ? bq : bk;
     if (rules->shape.pref_block_c == 0 || rules->shape.pref_block_c > bk) {
         rules->shape.pref_block_c = bk;
         rules->shape.pref_block_c_why = "block-sparse: a key tile within one key block "

@@ -339,9 +339,10 @@ const fa__backend_ops fa__opencl_ops = {
     .backend = FA_BACKEND_OPENCL,
     .supported_ops = (1u << FA__OP_FORWARD) | (1u << FA__OP_BACKWARD) | (1u << FA__OP_MERGE),
     /* kernels_cl/ compiles each modifier in under its FEATURES bit; the backward adds the
-     * sinks' gradient (flash_bwd_dsinks). Block-sparse: the forward's kernels so far. */
+     * sinks' gradient (flash_bwd_dsinks); block-sparse lists in the forward and both
+     * backward passes (the dK/dV pass walks the transposed lists). */
     .supported_features = {[FA__OP_FORWARD] = FA_FEATURES_ALL | FA_FEATURE_BLOCK_SPARSE,
-                           [FA__OP_BACKWARD] = FA_FEATURES_ALL},
+                           [FA__OP_BACKWARD] = FA_FEATURES_ALL | FA_FEATURE_BLOCK_SPARSE},
     .device_count = cl_device_count,
     .device_props = cl_device_props,
     .plan_rules = fa__cl_plan_rules,
