@@ -17,6 +17,16 @@
 #error "REG_BLOCKED: f32 tiles, one work-item per tile, Br a multiple of REG_ROWS"
 #endif
 
+/* The f32 O tile's vectors, DIMS_PER_VEC elements: loads, and stores as one unaligned vector
+ * move (S_STORE_KEYS says why). */
+#define O_LOAD_DIMS(p) VEC_NAME(v, load, DIMS_PER_VEC)(0, p)
+#if DIMS_PER_VEC > 1
+typedef float float_dims_unaligned __attribute__((ext_vector_type(DIMS_PER_VEC), aligned(4)));
+#define O_STORE_DIMS(val, p) (*(__local float_dims_unaligned *)(p) = (val))
+#else
+#define O_STORE_DIMS(val, p) (*(p) = (val))
+#endif
+
 /* S[i][c] = sum_x Q[i][x] * K^T[x][c] * scale_log2 for the block's REG_ROWS rows (q_rows: rows of
  * the Q tile, d apart; s_rows: rows of S, Bc apart) and every key c of the tile (k_t: the d x Bc
  * K^T tile): per KEY_VECS key vectors, REG_ROWS x KEY_VECS accumulators (16 of AVX-512's 32
@@ -66,13 +76,12 @@ void block_values(__local float *o_rows, __local const float *p_rows, __local co
         for (int i = 0; i < REG_ROWS; i++)
 #pragma unroll
             for (int j = 0; j < DIM_VECS; j++)
-                acc[i][j] = alpha[i] * LOAD_N_F32_TILE_1(DIMS_PER_VEC, o_rows + i * HEAD_DIM + x0 +
-                                                                          j * DIMS_PER_VEC);
+                acc[i][j] = alpha[i] * O_LOAD_DIMS(o_rows + i * HEAD_DIM + x0 + j * DIMS_PER_VEC);
         for (int c = 0; c < keys; c++) {
             float_dims v_vec[DIM_VECS]; /* V[c][x0 + DIMS_PER_VEC * j ..] */
 #pragma unroll
             for (int j = 0; j < DIM_VECS; j++)
-                v_vec[j] = LOAD_N_F32_TILE_1(DIMS_PER_VEC, v + c * HEAD_DIM + x0 + j * DIMS_PER_VEC);
+                v_vec[j] = O_LOAD_DIMS(v + c * HEAD_DIM + x0 + j * DIMS_PER_VEC);
 #pragma unroll
             for (int i = 0; i < REG_ROWS; i++) {
                 float p_ic = p_rows[i * BLOCK_C + c]; /* P[i][c] */
@@ -85,8 +94,7 @@ void block_values(__local float *o_rows, __local const float *p_rows, __local co
         for (int i = 0; i < REG_ROWS; i++)
 #pragma unroll
             for (int j = 0; j < DIM_VECS; j++)
-                VEC_NAME(v, store, DIMS_PER_VEC)(acc[i][j], 0,
-                                                 o_rows + i * HEAD_DIM + x0 + j * DIMS_PER_VEC);
+                O_STORE_DIMS(acc[i][j], o_rows + i * HEAD_DIM + x0 + j * DIMS_PER_VEC);
     }
 }
 
@@ -163,7 +171,7 @@ ALWAYS_INLINE void fwd_tile(__global const store_t *q, __global const store_t *k
         initial_state(&rows.m[r], &rows.l[r], it->split, q_head SINKS_PASS);
     }
     for (int idx = 0; idx < BLOCK_R * HEAD_DIM; idx += DIMS_PER_VEC)
-        VEC_NAME(v, store, DIMS_PER_VEC)((float_dims)0.0f, 0, o_tile + idx);
+        O_STORE_DIMS((float_dims)0.0f, o_tile + idx);
 
     /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc. */
     for (long k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C) {
@@ -205,8 +213,7 @@ ALWAYS_INLINE void fwd_tile(__global const store_t *q, __global const store_t *k
         float inv_l = rows.l[r] == 0.0f ? 0.0f : 1.0f / rows.l[r];
         __global out_t *o_row = out_row(o, p, it, r0 + r);
         for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++)
-            STORE_OUT_DIMS(inv_l * LOAD_N_F32_TILE_1(DIMS_PER_VEC, o_tile + r * HEAD_DIM +
-                                                                      dvec * DIMS_PER_VEC),
+            STORE_OUT_DIMS(inv_l * O_LOAD_DIMS(o_tile + r * HEAD_DIM + dvec * DIMS_PER_VEC),
                            o_row + dvec * DIMS_PER_VEC);
         store_lse(lse, p, it, r0 + r, rows.m[r], rows.l[r]);
     }
