@@ -154,8 +154,41 @@ static void test_direct_kv_rule(void **state)
     fa_context_destroy(ctx);
 }
 
+/* A forward that does not run in place runs the register-blocked path (REG_BLOCKED) exactly
+ * where local memory is global memory on a device that is not a GPU (cl_rules.c): one work-item
+ * per tile, its plan counting what that kernel declares (Q and the f32 O tile, K^T and V, S);
+ * a 64-row tile stays in place. test_forward's and test_modifiers' cases check its results. */
+static void test_reg_blocked_rule(void **state)
+{
+    (void)state;
+    fa_device_props props;
+    fa_context *ctx = rule_context(&props);
+    bool cpu = props.local_mem_global && !props.gpu;
+    fa_problem p;
+    fa_problem_init(&p, FA_DTYPE_BF16, FA_LAYOUT_BHSD, 1, 8, 8, 2048, 2048, 64);
+    fa_plan *plan = NULL;
+    assert_int_equal(fa_plan_create(ctx, &p, &plan), OK);
+    bool blocked = strstr(fa_plan_explain(plan), "(REG_BLOCKED)") != NULL;
+    assert_int_equal(blocked, cpu);
+    if (blocked) {
+        uint64_t br = (uint64_t)fa_plan_block_r(plan), bc = (uint64_t)fa_plan_block_c(plan);
+        uint64_t want = (2 * br * 64 + 2 * bc * 64) * 4 + br * bc * 4;
+        assert_int_equal(fa_plan_work_group_size(plan), 1);
+        assert_int_equal(fa_plan_sram_bytes(plan), want);
+        const fa__cl_program *e = plan->launches[0].backend_data;
+        assert_true(e->kernel_local >= want && e->kernel_local <= want + 256);
+    }
+    fa_plan_destroy(plan);
+    fa_problem_init(&p, FA_DTYPE_F32, FA_LAYOUT_BHSD, 1, 8, 8, 64, 2048, 64);
+    assert_int_equal(fa_plan_create(ctx, &p, &plan), OK);
+    assert_null(strstr(fa_plan_explain(plan), "(REG_BLOCKED)"));
+    fa_plan_destroy(plan);
+    fa_context_destroy(ctx);
+}
+
 /* Whether a plan of dtype (forward or backward, B1 H8 N2048 d64) holds its tiles in f32; if
- * so the forward's on-chip bytes count 4 per tile element: (Br d + 2 Bc d) * 4 + Br Bc * 4. */
+ * so the forward's on-chip bytes count 4 per tile element: (Br d + 2 Bc d) * 4 + Br Bc * 4, and
+ * on the register-blocked path (REG_BLOCKED) its f32 O tile too, Br d * 4 more. */
 static bool plans_f32_tiles(fa_context *ctx, fa_dtype dtype, bool backward)
 {
     fa_problem p;
@@ -164,8 +197,10 @@ static bool plans_f32_tiles(fa_context *ctx, fa_dtype dtype, bool backward)
     assert_int_equal((backward ? fa_plan_create_backward : fa_plan_create)(ctx, &p, &plan), OK);
     bool f32 = strstr(fa_plan_explain(plan), "(TILE_F32)") != NULL;
     uint64_t br = (uint64_t)fa_plan_block_r(plan), bc = (uint64_t)fa_plan_block_c(plan);
+    uint64_t o_tile = strstr(fa_plan_explain(plan), "(REG_BLOCKED)") ? br * 64 * 4 : 0;
     if (f32 && !backward)
-        assert_int_equal(fa_plan_sram_bytes(plan), (br * 64 + 2 * bc * 64) * 4 + br * bc * 4);
+        assert_int_equal(fa_plan_sram_bytes(plan),
+                         (br * 64 + 2 * bc * 64) * 4 + br * bc * 4 + o_tile);
     fa_plan_destroy(plan);
     return f32;
 }
@@ -685,10 +720,11 @@ static fa_status plan_with_kernel_dir(const char *dir, char *msg, size_t msg_siz
     return st;
 }
 
-/* The files every program holds before its entry point's (backends/opencl/cl_program.c). */
-static const char *const shared_files[] = {"flash_common.cl",    "flash_storage.cl",
-                                           "flash_softmax.cl",   "flash_modifiers.cl",
-                                           "flash_dropout.cl",   "flash_sequences.cl"};
+/* The files every program holds before its entry point's (backends/opencl/cl_program.c), and
+ * the one the forward's holds after it (its register-blocked path). */
+static const char *const shared_files[] = {
+    "flash_common.cl",    "flash_storage.cl",  "flash_softmax.cl",    "flash_modifiers.cl",
+    "flash_dropout.cl",   "flash_sequences.cl", "flash_fwd_blocked.cl"};
 enum { N_SHARED = sizeof shared_files / sizeof shared_files[0] };
 
 /* Writes the shared files into dir as comments only (so the file a test is about,
@@ -1108,6 +1144,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_device_props),    cmocka_unit_test(test_direct_kv_rule),
         cmocka_unit_test(test_f32_tiles_rule),  cmocka_unit_test(test_cpu_keys_rule),
+        cmocka_unit_test(test_reg_blocked_rule),
         cmocka_unit_test(test_gqa_pack_rule),    cmocka_unit_test(test_heads_pack_rule),
         cmocka_unit_test(test_programs_shared),
         cmocka_unit_test(test_vector_width_override),
