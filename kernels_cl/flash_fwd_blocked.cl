@@ -106,6 +106,40 @@ typedef struct blocked_rows {
     float m[BLOCK_R], l[BLOCK_R];
 } blocked_rows;
 
+/* The rows' initial state (rows r0 + r of the item, r < item_rows): where each row's keys end
+ * and begin, its modifier inputs, m and l (a sink is their start); and O = 0 (f32, Br x d). */
+void init_rows(blocked_rows *rows, __local float *o_tile, const fa_kernel_params *p,
+               const fwd_item *it, int item_rows ALIBI_ARG BIAS_ARG SINKS_ARG)
+{
+    const long sq = p->seqlen_q, r0 = it->tile * BLOCK_R;
+    for (int r = 0; r < item_rows; r++) {
+        const long rule = rule_row(sq, r0 + r), q_head = q_head_of(it->h, sq, r0 + r);
+        rows->keys_end[r] = fa_keys_end(p, MASK, FEATURES, rule);
+        rows->keys_begin[r] = fa_keys_begin(p, FEATURES, rule);
+        rows->mods[r] = row_mods_of(p ALIBI_PASS BIAS_PASS, it->b, q_head, rule);
+        initial_state(&rows->m[r], &rows->l[r], it->split, q_head SINKS_PASS);
+    }
+    for (int idx = 0; idx < BLOCK_R * HEAD_DIM; idx += DIMS_PER_VEC)
+        O_STORE_DIMS((float_dims)0.0f, o_tile + idx);
+}
+
+/* Final 1/l and LSE: a row with no allowed key (l == 0) gives O = 0; a NaN l gives NaN.
+ * O[b][h][row][x] = O / l (out_row: or split-KV's f32 partial), and the row's LSE. */
+void store_rows(__global out_t *o, __global float *lse, __local const float *o_tile,
+                const blocked_rows *rows, const fa_kernel_params *p, const fwd_item *it,
+                int item_rows)
+{
+    const long r0 = it->tile * BLOCK_R;
+    for (int r = 0; r < item_rows; r++) {
+        float inv_l = rows->l[r] == 0.0f ? 0.0f : 1.0f / rows->l[r];
+        __global out_t *o_row = out_row(o, p, it, r0 + r);
+        for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++)
+            STORE_OUT_DIMS(inv_l * O_LOAD_DIMS(o_tile + r * HEAD_DIM + dvec * DIMS_PER_VEC),
+                           o_row + dvec * DIMS_PER_VEC);
+        store_lse(lse, p, it, r0 + r, rows->m[r], rows->l[r]);
+    }
+}
+
 /* The row rules on the S row of tile row r (query row r0 + r) over the tile at k0: score
  * modifiers, mask, block-sparse lists, then the online softmax's m/l update (S becomes P);
  * returns the row's rescale alpha. */
@@ -163,15 +197,7 @@ ALWAYS_INLINE void fwd_tile(__global const store_t *q, __global const store_t *k
 
     /* Each row's state, and O = 0 (f32, Br x d). */
     blocked_rows rows;
-    for (int r = 0; r < item_rows; r++) {
-        const long rule = rule_row(sq, r0 + r), q_head = q_head_of(h, sq, r0 + r);
-        rows.keys_end[r] = fa_keys_end(p, MASK, FEATURES, rule);
-        rows.keys_begin[r] = fa_keys_begin(p, FEATURES, rule);
-        rows.mods[r] = row_mods_of(p ALIBI_PASS BIAS_PASS, b, q_head, rule);
-        initial_state(&rows.m[r], &rows.l[r], it->split, q_head SINKS_PASS);
-    }
-    for (int idx = 0; idx < BLOCK_R * HEAD_DIM; idx += DIMS_PER_VEC)
-        O_STORE_DIMS((float_dims)0.0f, o_tile + idx);
+    init_rows(&rows, o_tile, p, it, item_rows ALIBI_PASS BIAS_PASS SINKS_PASS);
 
     /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc. */
     for (long k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C) {
@@ -207,15 +233,7 @@ ALWAYS_INLINE void fwd_tile(__global const store_t *q, __global const store_t *k
         }
     }
 
-    /* Final 1/l and LSE: a row with no allowed key (l == 0) gives O = 0; a NaN l gives NaN.
-     * O[b][h][row][x] = O / l (out_row: or split-KV's f32 partial), and the row's LSE. */
-    for (int r = 0; r < item_rows; r++) {
-        float inv_l = rows.l[r] == 0.0f ? 0.0f : 1.0f / rows.l[r];
-        __global out_t *o_row = out_row(o, p, it, r0 + r);
-        for (int dvec = 0; dvec < VECS_PER_O_ROW; dvec++)
-            STORE_OUT_DIMS(inv_l * O_LOAD_DIMS(o_tile + r * HEAD_DIM + dvec * DIMS_PER_VEC),
-                           o_row + dvec * DIMS_PER_VEC);
-        store_lse(lse, p, it, r0 + r, rows.m[r], rows.l[r]);
-    }
+    /* Final 1/l and LSE */
+    store_rows(o, lse, o_tile, &rows, p, it, item_rows);
 }
 #endif
