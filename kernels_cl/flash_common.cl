@@ -43,6 +43,11 @@
 #ifndef DIRECT_KV
 #define DIRECT_KV 0
 #endif
+/* REG_BLOCKED 1 (flash_fwd only, CPUs): one work-item holds the tile's rows and runs S = Q K^T
+ * and P V as register-blocked products over local K^T and V tiles (flash_fwd_blocked.cl). */
+#ifndef REG_BLOCKED
+#define REG_BLOCKED 0
+#endif
 #ifndef SPARSE_FULL
 #define SPARSE_FULL 0 /* 1: a block-sparse kernel reads the full lists too */
 #endif
@@ -61,13 +66,13 @@
 #if HEAD_ROWS && !DIRECT_KV
 #error "HEAD_ROWS needs DIRECT_KV"
 #endif
-#if DIRECT_KV
+#if DIRECT_KV || REG_BLOCKED
 #define ITEM_ROWS BLOCK_R /* query rows per work-item */
 #else
 #define ITEM_ROWS 1
 #endif
 #if (TPR & (TPR - 1)) != 0 || BLOCK_C % TPR != 0 || HEAD_DIM % TPR != 0 ||                      \
-    WG_SIZE * ITEM_ROWS != BLOCK_R * TPR || (DIRECT_KV && TPR != 1)
+    WG_SIZE * ITEM_ROWS != BLOCK_R * TPR || ((DIRECT_KV || REG_BLOCKED) && TPR != 1)
 #error "TPR: a power of two dividing BLOCK_C and HEAD_DIM; WG_SIZE: BLOCK_R * TPR / ITEM_ROWS"
 #endif
 #define LANE_KEYS (BLOCK_C / TPR)  /* keys of an S row per lane */
@@ -146,6 +151,24 @@ typedef char fa_kernel_params_size_check[sizeof(fa_kernel_params) == 528 ? 1 : -
 #define VECS_PER_O_ROW (HEAD_DIM / DIMS_PER_VEC) /* float_dims vectors per O row */
 #define VECS_PER_LANE_KEYS (LANE_KEYS / KEYS_PER_VEC) /* of them, per lane */
 #define VECS_PER_LANE_DIMS (LANE_DIMS / DIMS_PER_VEC)
+
+/* REG_BLOCKED's register blocks (flash_fwd_blocked.cl): REG_ROWS query rows x KEY_VECS vectors
+ * of keys (S) or DIM_VECS vectors of an O row (P V), up to 4 x 4 accumulators. */
+#define REG_ROWS 4
+#if VECS_PER_S_ROW % 4 == 0
+#define KEY_VECS 4
+#elif VECS_PER_S_ROW % 2 == 0
+#define KEY_VECS 2
+#else
+#define KEY_VECS 1
+#endif
+#if VECS_PER_O_ROW % 4 == 0
+#define DIM_VECS 4
+#elif VECS_PER_O_ROW % 2 == 0
+#define DIM_VECS 2
+#else
+#define DIM_VECS 1
+#endif
 
 
 /* The shared files follow this one in every program the library assembles (cl_program.c);

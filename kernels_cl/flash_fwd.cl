@@ -341,8 +341,8 @@ ALWAYS_INLINE void fwd_tile(__global const store_t *q, __global const store_t *k
                             const fa_kernel_params *p, const fwd_item *it,
                             __local tile_t *q_tile, __local tile_t *k_tile,
                             __local tile_t *v_tile, __local float *s_tile,
-                            __local float *share_max, __local float *share_sum,
-                            __local long *kv_range)
+                            __local float *o_tile, __local float *share_max,
+                            __local float *share_sum, __local long *kv_range)
 {
     const long b = it->b, h = it->h;
     const long r0 = it->tile * BLOCK_R;               /* first query row of the tile */
@@ -446,6 +446,17 @@ ALWAYS_INLINE void fwd_tile(__global const store_t *q, __global const store_t *k
         store_lse(lse, p, it, r0 + r, m[r], l[r]);
     }
 }
+#elif REG_BLOCKED
+/* The register-blocked path's fwd_tile (CPUs): flash_fwd_blocked.cl, which follows this file. */
+ALWAYS_INLINE void fwd_tile(__global const store_t *q, __global const store_t *k,
+                            __global const store_t *v, __global out_t *o,
+                            __global float *lse ALIBI_ARG BIAS_ARG SINKS_ARG,
+                            __global const int *block_table, const block_lists *lists,
+                            const fa_kernel_params *p, const fwd_item *it,
+                            __local tile_t *q_tile, __local tile_t *k_tile,
+                            __local tile_t *v_tile, __local float *s_tile,
+                            __local float *o_tile, __local float *share_max,
+                            __local float *share_sum, __local long *kv_range);
 #else
 /* ---- the staged path: K and V tiles in local memory, TPR lanes per query row ---------------- */
 
@@ -475,8 +486,8 @@ ALWAYS_INLINE void fwd_tile(__global const store_t *q, __global const store_t *k
                             const fa_kernel_params *p, const fwd_item *it,
                             __local tile_t *q_tile, __local tile_t *k_tile,
                             __local tile_t *v_tile, __local float *s_tile,
-                            __local float *share_max, __local float *share_sum,
-                            __local long *kv_range)
+                            __local float *o_tile, __local float *share_max,
+                            __local float *share_sum, __local long *kv_range)
 {
     const int r = (int)(get_local_id(0) / TPR), lane = (int)(get_local_id(0) % TPR);
     const int c0 = lane * LANE_KEYS; /* its keys [c0, c0 + Bc / TPR) of a tile */
@@ -576,12 +587,18 @@ ALWAYS_INLINE void fwd_tile(__global const store_t *q, __global const store_t *k
 /* The kernel's local memory beyond the Q and S tiles, declared at its scope (OpenCL C 1.2 has
  * no other place for it), only where used: a null pointer stands for what a kernel lacks (an
  * unused array still takes pocl's local memory, and one of a few bytes misaligned the tiles
- * after it). The staged path's K^T (d x Bc) and V (Bc x d) tiles; the lanes' share of a row's
- * max and sum (across_lanes_*, TPR > 1); the tile loop's bounds (item_keys: LOCAL_RANGE). */
+ * after it). The staged and register-blocked paths' K^T (d x Bc) and V (Bc x d) tiles; the
+ * register-blocked path's f32 O tile; the lanes' share of a row's max and sum (across_lanes_*,
+ * TPR > 1); the tile loop's bounds (item_keys: LOCAL_RANGE). */
 #if DIRECT_KV
 #define LOCAL_KV_TILES __local tile_t *k_tile = 0, *v_tile = 0
 #else
 #define LOCAL_KV_TILES __local tile_t k_tile[HEAD_DIM * BLOCK_C], v_tile[BLOCK_C * HEAD_DIM]
+#endif
+#if REG_BLOCKED /* the f32 O tile, Br x d */
+#define LOCAL_O_TILE __local float o_tile[BLOCK_R * HEAD_DIM]
+#else
+#define LOCAL_O_TILE __local float *o_tile = 0
 #endif
 #if TPR > 1
 #define LOCAL_LANE_SHARES __local float share_max[TPR * BLOCK_R], share_sum[TPR * BLOCK_R]
@@ -594,9 +611,10 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
           __global out_t *o, __global float *lse ALIBI_ARG BIAS_ARG SINKS_ARG SEQ_ARG LISTS_ARG,
           PARAMS_ARG)
 {
-    __local tile_t q_tile[HEAD_DIM * BLOCK_R]; /* Q^T: d x Br (DIRECT_KV: Q, Br x d) */
+    __local tile_t q_tile[HEAD_DIM * BLOCK_R]; /* Q^T: d x Br (DIRECT_KV, REG_BLOCKED: Q) */
     LOCAL_KV_TILES;                            /* K^T: d x Bc, V: Bc x d */
     __local float s_tile[BLOCK_R * BLOCK_C];   /* S, then P: Br x Bc f32 */
+    LOCAL_O_TILE;
     LOCAL_LANE_SHARES;
     LOCAL_RANGE(kv_range);
 
@@ -607,5 +625,11 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
     if (SEQ && it.tile * BLOCK_R >= p.seqlen_q)
         return; /* a tile past a shorter sequence's rows, the whole work-group */
     fwd_tile(q, k, v, o, lse ALIBI_PASS BIAS_PASS SINKS_PASS, BLOCK_TABLE_PTR, &lists, &p, &it,
-             q_tile, k_tile, v_tile, s_tile, share_max, share_sum, kv_range);
+             q_tile, k_tile, v_tile, s_tile, o_tile, share_max, share_sum, kv_range);
 }
+
+/* Compiled on its own, this file brings in the register-blocked path after it, as the library's
+ * forward program holds it (cl_program.c). */
+#if defined(FA_KERNELS_ALONE) && REG_BLOCKED
+#include "flash_fwd_blocked.cl"
+#endif

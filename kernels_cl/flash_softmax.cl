@@ -92,6 +92,34 @@ void copy_tile_elems(__local tile_t *tile, __global const store_t *src, bool val
  * kernels do the same (flash_common.cu, flush_tiny). */
 #define FLUSH_TINY(T, p) select((p), (T)0.0f, (p) < FLT_MIN)
 
+/* 2^x for the exponents of P (x = S - m: at most 0, -inf, or NaN), KEYS_PER_VEC at a time: the
+ * builtin exp2, or on the register-blocked path (CPUs) a polynomial, x = n + f with n the
+ * nearest integer and f in [-1/2, 1/2], 2^f by Cephes' exp2f minimax polynomial (relative error
+ * below 2e-7) and 2^n added to its exponent bits: pocl's exp2 took about 15% of that path's
+ * time (perf, B1 H8 N2048 d64 f32), split into 8-wide halves with its special cases. Below
+ * 2^-126 it gives 0 (FLUSH_TINY would), a NaN stays NaN. */
+#if REG_BLOCKED
+float_keys exp2_keys(float_keys x)
+{
+    /* n = x rounded to nearest by adding and removing 1.5 * 2^23 (pocl's rint took a dozen
+     * instructions); its bits minus the constant's are n as an integer, for |x| < 2^22. */
+    const float_keys zero = 0.0f, round = 12582912.0f;
+    float_keys shifted = x + round, n = shifted - round, f = x - n;
+    float_keys poly = 1.535336188319500e-4f;
+    poly = poly * f + 1.339887440266574e-3f;
+    poly = poly * f + 9.618437357674640e-3f;
+    poly = poly * f + 5.550332471162809e-2f;
+    poly = poly * f + 2.402264791363012e-1f;
+    poly = poly * f + 6.931472028550421e-1f;
+    poly = poly * f + 1.0f;
+    int_keys n_bits = (AS_INT_KEYS(shifted) - AS_INT_KEYS(round)) << 23;
+    float_keys r = select(AS_FLOAT_KEYS(AS_INT_KEYS(poly) + n_bits), zero, x < -126.0f);
+    return select(r, x, isnan(x));
+}
+#else
+#define exp2_keys exp2
+#endif
+
 /* The online softmax over one S row, in two steps around dropout: lane_max is the max of a
  * lane's keys (s_lane[c], c in [0, Bc / TPR)); lane_exp replaces them by P = exp2(S - m_use)
  * and returns their sum. The row's max and sum are the lanes' combined (across_lanes_max /
@@ -110,8 +138,8 @@ float lane_exp(__local float *s_lane, float m_use)
 {
     float_keys tile_sum = 0.0f; /* lane-wise sum of P over the lane's vectors */
     for (int kvec = 0; kvec < VECS_PER_LANE_KEYS; kvec++) {
-        float_keys p = FLUSH_TINY(float_keys, exp2(S_LOAD_KEYS(s_lane + kvec * KEYS_PER_VEC) -
-                                                   m_use));
+        float_keys s = S_LOAD_KEYS(s_lane + kvec * KEYS_PER_VEC);
+        float_keys p = FLUSH_TINY(float_keys, exp2_keys(s - m_use));
         S_STORE_KEYS(p, s_lane + kvec * KEYS_PER_VEC);
         tile_sum += p;
     }

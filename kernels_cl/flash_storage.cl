@@ -88,6 +88,14 @@ typedef VEC_NAME(, float, DIMS_PER_VEC) float_dims;
 #define VLOAD_KEYS(p) VEC_NAME(v, load, KEYS_PER_VEC)(0, p)
 #define S_LOAD_KEYS(p) VLOAD_KEYS(p)
 #define S_STORE_KEYS(val, p) VEC_NAME(v, store, KEYS_PER_VEC)(val, 0, p)
+/* The register-blocked path (CPUs) stores S and its f32 O tile as one unaligned vector move
+ * each: pocl 3.1's vstore16 wrote four 128-bit pieces, and the 512-bit loads that read them
+ * next waited on store forwarding (perf: a third of the softmax's samples on those stores). */
+#if REG_BLOCKED && KEYS_PER_VEC > 1
+typedef float float_keys_unaligned __attribute__((ext_vector_type(KEYS_PER_VEC), aligned(4)));
+#undef S_STORE_KEYS
+#define S_STORE_KEYS(val, p) (*(__local float_keys_unaligned *)(p) = (val))
+#endif
 #define LOAD_DIMS_F32(p) LOAD_N_F32(DIMS_PER_VEC, p)
 #define LOAD_GLOBAL_DIMS_F32(p) LOAD_N_F32_IN(__global, DIMS_PER_VEC, p)
 #define STORE_DIMS_PRIVATE(val, p) VEC_NAME(v, store, DIMS_PER_VEC)(val, 0, p)

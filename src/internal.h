@@ -144,6 +144,11 @@ typedef struct fa__path_rules {
      * only onto it, up to in_place_rows heads. */
     uint32_t in_place_rows;
     fa__onchip_formula in_place_onchip;
+    /* The register-blocked path: 1 where a forward that does not run in place may run one
+     * work-item per tile multiplying register blocks of rows over K^T and V tiles, declaring on
+     * chip what reg_blocked_onchip counts, where that fits the budget; 0: no such path. */
+    int32_t reg_blocked;
+    fa__onchip_formula reg_blocked_onchip;
     int32_t dkdv_owns_br;   /* 1: where Br > Bc and Sk >= Br, the backward's dK/dV pass owns Br
                                keys per work-group and streams Bc-row query tiles, so each tile
                                it loads serves Br keys; 0 (and otherwise): it owns Bc keys and
@@ -264,6 +269,8 @@ typedef struct fa__kernel_variant {
                                 (CUDA tensor cores; a define only when 1) */
     int32_t sparse_full;     /* SPARSE_FULL=1: a block-sparse kernel reads the full lists too
                                 (a define only when 1) */
+    int32_t reg_blocked;     /* REG_BLOCKED=1: flash_fwd's register-blocked path, one work-item
+                                per tile (OpenCL CPUs; a define only when 1) */
 } fa__kernel_variant;
 
 /* Writes "<prefix>HEAD_DIM=64 <prefix>BLOCK_R=..." for a variant (prefix "-D " for OpenCL C,
@@ -517,6 +524,7 @@ struct fa_plan {
     int32_t head_rows;         /* heads packing's G (fa__heads_pack); 0: not heads-packed */
     int32_t packed;            /* 1: kernel_problem is GQA- or heads-packed */
     int32_t in_place;          /* 1: the forward runs the rules' in-place path */
+    int32_t reg_blocked;       /* 1: the forward runs the rules' register-blocked path */
     fa__tiles tiles;
     fa__launch launches[FA__MAX_LAUNCHES];
     int n_launches;

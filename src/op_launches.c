@@ -64,6 +64,8 @@ void fa__variant_defines(const fa__kernel_variant *v, const char *prefix, char *
         fa__append(dst, size, " %sPIPELINE=1", prefix);
     if (v->sparse_full)
         fa__append(dst, size, " %sSPARSE_FULL=1", prefix);
+    if (v->reg_blocked)
+        fa__append(dst, size, " %sREG_BLOCKED=1", prefix);
 }
 
 void fa__cl_build_options(const fa__kernel_variant *v, char *dst, size_t size)
@@ -237,7 +239,8 @@ static void split_launches(fa_plan *plan, const fa__plan_rules *rules)
     l[0].args[4] = FA__TENSOR_SCRATCH;
     l[0].variant.split = 1;
     merge_launch(&l[1], FA__TENSOR_SCRATCH, FA__TENSOR_SCRATCH, FA_DTYPE_F32);
-    if (plan->in_place) /* the merge is not the in-place kernel: one work-item per row */
+    /* the merge is not the in-place or register-blocked kernel: one work-item per row */
+    if (plan->in_place || plan->reg_blocked)
         l[1].variant.work_group_size = plan->tiles.block_r;
     plan->n_launches = 2;
     plan->scratch_row_bytes = (uint64_t)(splits * (d + 1)) * 4;
@@ -258,6 +261,7 @@ static void forward_launches(fa_plan *plan, const fa__plan_rules *rules)
     l->variant.head_rows = plan->head_rows;
     l->variant.packed = plan->packed;
     l->variant.direct_kv = plan->in_place;
+    l->variant.reg_blocked = plan->reg_blocked;
     add_modifier_args(l, true);
     add_seq_args(l);
     add_block_list_args(l, &plan->kernel_problem, false);

@@ -145,17 +145,53 @@ static void pack_problem(fa_context *ctx, fa_plan *plan, const fa_device_props *
     backend_rules(ctx, dev, kp, plan->op, rules); /* the rules of what runs */
 }
 
-/* The kernel path, from the sized tiles: a forward whose tiles the rules' in-place path can
- * hold runs it, one work-item per tile declaring only what in_place_onchip counts, and the
- * plan says so (fa_plan_work_group_size 1, fa_plan_sram_bytes those bytes). */
-static void choose_path(fa_plan *plan, const fa__plan_rules *rules)
+/* The register-blocked path, for a forward that does not run in place: where the rules have
+ * it and its tiles (Q and the f32 O, K^T and V, S) fit the device's on-chip memory, one
+ * work-item per tile that multiplies register blocks of rows over the K/V tiles, and the plan
+ * says so (fa_plan_work_group_size 1, fa_plan_sram_bytes those bytes). */
+static void choose_reg_blocked(fa_plan *plan, const fa__plan_rules *rules,
+                               const fa_device_props *dev)
 {
     fa__tiles *t = &plan->tiles;
+    const fa__onchip_formula *f = &rules->paths.reg_blocked_onchip;
+    const fa_problem *kp = &plan->kernel_problem;
+    if (plan->op != FA__OP_FORWARD || !rules->paths.reg_blocked || t->row_lanes > 1 ||
+        t->work_group_size != t->block_r || t->block_r % 4 != 0)
+        return;
+    size_t elem = f->tile_bytes ? f->tile_bytes : fa_dtype_size(kp->dtype);
+    uint64_t bytes = fa__tile_bytes(f, t->block_r, t->block_c, kp->head_dim, elem);
+    if (bytes > dev->sram_bytes) {
+        fa__append(plan->explain, sizeof plan->explain,
+                   "kernel: not the register-blocked path: its %llu on-chip bytes (%s) exceed "
+                   "the device's %llu\n",
+                   (unsigned long long)bytes, f->what, (unsigned long long)dev->sram_bytes);
+        return;
+    }
+    plan->reg_blocked = 1;
+    t->work_group_size = 1;
+    t->sram_bytes = bytes;
+    fa__append(plan->explain, sizeof plan->explain,
+               "kernel: flash_fwd's register-blocked path (REG_BLOCKED): one work-item per tile "
+               "of %d rows copies each K/V tile once and multiplies blocks of 4 rows over it in "
+               "registers, declaring %llu on-chip bytes (%s)\n",
+               (int)t->block_r, (unsigned long long)t->sram_bytes, f->what);
+}
+
+/* The kernel path, from the sized tiles: a forward whose tiles the rules' in-place path can
+ * hold runs it, one work-item per tile declaring only what in_place_onchip counts, and the
+ * plan says so (fa_plan_work_group_size 1, fa_plan_sram_bytes those bytes); else the
+ * register-blocked path where the rules have it (choose_reg_blocked). */
+static void choose_path(fa_plan *plan, const fa__plan_rules *rules, const fa_device_props *dev)
+{
+    fa__tiles *t = &plan->tiles;
+    plan->reg_blocked = 0;
     plan->in_place = plan->op == FA__OP_FORWARD && rules->paths.in_place_rows > 0 &&
                      (uint32_t)t->block_r <= rules->paths.in_place_rows && t->row_lanes <= 1 &&
                      t->work_group_size == t->block_r;
-    if (!plan->in_place)
+    if (!plan->in_place) {
+        choose_reg_blocked(plan, rules, dev);
         return;
+    }
     const fa_problem *kp = &plan->kernel_problem;
     const fa__onchip_formula *f = &rules->paths.in_place_onchip;
     size_t elem = f->tile_bytes ? f->tile_bytes : fa_dtype_size(kp->dtype);
@@ -190,7 +226,7 @@ static fa_status plan_tiles(fa_context *ctx, fa_plan *plan, const fa_device_prop
     }
     if (rules->paths.path_note)
         fa__append(plan->explain, sizeof plan->explain, "kernel: %s\n", rules->paths.path_note);
-    choose_path(plan, rules);
+    choose_path(plan, rules, dev);
     if (plan->op == FA__OP_FORWARD)
         plan->kv_splits = fa__plan_kv_splits(dev, rules, kp, &plan->tiles, plan->explain,
                                              sizeof plan->explain);

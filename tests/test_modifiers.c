@@ -439,7 +439,7 @@ static const shape shapes[] = {
 static const char *const feat_tag[7] = {"softcap", "alibi", "bias", "window", "sinks",
                                         "dropout", "all six"};
 
-#define MAX_CASES 80
+#define MAX_CASES 84
 static mod_case cases[MAX_CASES];
 static size_t n_cases;
 
@@ -513,6 +513,20 @@ static void build_cases(void)
     };
     for (size_t i = 0; i < sizeof packed / sizeof packed[0]; i++)
         cases[n_cases++] = packed[i];
+    /* Tiles of more than 64 rows, which pocl runs on the register-blocked path (REG_BLOCKED):
+       the modifiers and dropout on its S rows, rows past Sq in its last register block. */
+    static const mod_case blocked[] = {
+        {"f32 8/2 130x150 d64 blocked: all six", FA_DTYPE_F32, FA_LAYOUT_BHSD, 1, 8, 2, 130,
+         150, 64, FA_MASK_CAUSAL_TOP_LEFT, F_ALL, 0, 0, 60, 5, false, false, false, false, 13},
+        {"bf16 4/4 99x77 d32 blocked bshd: softcap alibi bias", FA_DTYPE_BF16, FA_LAYOUT_BSHD, 2,
+         4, 4, 99, 77, 32, FA_MASK_CAUSAL_BOTTOM_RIGHT, F_CAP | F_ALIBI | F_BIAS, 0, 0, 0, 0,
+         true, true, false, false, 14},
+        {"f16 2/1 97x200 d48 blocked: window sinks dropout", FA_DTYPE_F16, FA_LAYOUT_BHSD, 1, 2,
+         1, 97, 200, 48, FA_MASK_NONE, F_WIN | F_SINK | F_DROP, 0, 0, 30, 30, false, false, false,
+         false, 15},
+    };
+    for (size_t i = 0; i < sizeof blocked / sizeof blocked[0]; i++)
+        cases[n_cases++] = blocked[i];
 }
 
 static void case_problem(const mod_case *c, fa_problem *p)

@@ -1,7 +1,8 @@
 /*
  * test_opencl_rules.c - the OpenCL backend's plan rules on the real platform: which forward
- * reads K/V in place, f32 tiles, the CPU key-block preference, GQA and heads packing, vector
- * widths (FLASHATTN_OPENCL_VECTOR_WIDTH) and programs shared between launches. In CI the device
+ * reads K/V in place, the register-blocked path, f32 tiles, the CPU key-block preference, GQA
+ * and heads packing, vector widths (FLASHATTN_OPENCL_VECTOR_WIDTH) and programs shared between
+ * launches. In CI the device
  * is pocl, so the CPU-only rules really run; test_opencl.c covers interop and builds.
  *
  *   test_opencl_rules   (exit 77 when there is no OpenCL device and CI does not require one)
@@ -67,8 +68,8 @@ static bool plans_direct_kv(fa_context *ctx, int64_t sq, int64_t dim)
 /* flash_fwd reads K and V in place (no local tiles), one work-item per tile, exactly where
  * local memory is global memory and a tile has at most 64 rows of one lane each
  * (backends/opencl/cl_rules.c's in-place rows, chosen by src/plan_create.c's choose_path), its
- * plan counting the bytes that kernel declares: decodes and short prefills on pocl (Sq 1 packs a GQA
- * group's 4 rows), not Sq 65 at d 128 (Br 128) nor a prefill; the decode suites check its
+ * plan counting the bytes that kernel declares: decodes and short prefills on pocl (Sq 1 packs a
+ * GQA group's 4 rows), not Sq 65 at d 128 (Br 128) nor a prefill; the decode suites check its
  * results. */
 static void test_direct_kv_rule(void **state)
 {
@@ -84,8 +85,41 @@ static void test_direct_kv_rule(void **state)
     fa_context_destroy(ctx);
 }
 
+/* A forward that does not run in place runs the register-blocked path (REG_BLOCKED) exactly
+ * where local memory is global memory on a device that is not a GPU (cl_rules.c): one work-item
+ * per tile, its plan counting what that kernel declares (Q and the f32 O tile, K^T and V, S);
+ * a 64-row tile stays in place. test_forward's and test_modifiers' cases check its results. */
+static void test_reg_blocked_rule(void **state)
+{
+    (void)state;
+    fa_device_props props;
+    fa_context *ctx = rule_context(&props);
+    bool cpu = props.local_mem_global && !props.gpu;
+    fa_problem p;
+    fa_problem_init(&p, FA_DTYPE_BF16, FA_LAYOUT_BHSD, 1, 8, 8, 2048, 2048, 64);
+    fa_plan *plan = NULL;
+    assert_int_equal(fa_plan_create(ctx, &p, &plan), OK);
+    bool blocked = strstr(fa_plan_explain(plan), "(REG_BLOCKED)") != NULL;
+    assert_int_equal(blocked, cpu);
+    if (blocked) {
+        uint64_t br = (uint64_t)fa_plan_block_r(plan), bc = (uint64_t)fa_plan_block_c(plan);
+        uint64_t want = (2 * br * 64 + 2 * bc * 64) * 4 + br * bc * 4;
+        assert_int_equal(fa_plan_work_group_size(plan), 1);
+        assert_int_equal(fa_plan_sram_bytes(plan), want);
+        const fa__cl_program *e = plan->launches[0].backend_data;
+        assert_true(e->kernel_local >= want && e->kernel_local <= want + 256);
+    }
+    fa_plan_destroy(plan);
+    fa_problem_init(&p, FA_DTYPE_F32, FA_LAYOUT_BHSD, 1, 8, 8, 64, 2048, 64);
+    assert_int_equal(fa_plan_create(ctx, &p, &plan), OK);
+    assert_null(strstr(fa_plan_explain(plan), "(REG_BLOCKED)"));
+    fa_plan_destroy(plan);
+    fa_context_destroy(ctx);
+}
+
 /* Whether a plan of dtype (forward or backward, B1 H8 N2048 d64) holds its tiles in f32; if
- * so the forward's on-chip bytes count 4 per tile element: (Br d + 2 Bc d) * 4 + Br Bc * 4. */
+ * so the forward's on-chip bytes count 4 per tile element: (Br d + 2 Bc d) * 4 + Br Bc * 4, and
+ * on the register-blocked path (REG_BLOCKED) its f32 O tile too, Br d * 4 more. */
 static bool plans_f32_tiles(fa_context *ctx, fa_dtype dtype, bool backward)
 {
     fa_problem p;
@@ -94,8 +128,10 @@ static bool plans_f32_tiles(fa_context *ctx, fa_dtype dtype, bool backward)
     assert_int_equal((backward ? fa_plan_create_backward : fa_plan_create)(ctx, &p, &plan), OK);
     bool f32 = strstr(fa_plan_explain(plan), "(TILE_F32)") != NULL;
     uint64_t br = (uint64_t)fa_plan_block_r(plan), bc = (uint64_t)fa_plan_block_c(plan);
+    uint64_t o_tile = strstr(fa_plan_explain(plan), "(REG_BLOCKED)") ? br * 64 * 4 : 0;
     if (f32 && !backward)
-        assert_int_equal(fa_plan_sram_bytes(plan), (br * 64 + 2 * bc * 64) * 4 + br * bc * 4);
+        assert_int_equal(fa_plan_sram_bytes(plan),
+                         (br * 64 + 2 * bc * 64) * 4 + br * bc * 4 + o_tile);
     fa_plan_destroy(plan);
     return f32;
 }
@@ -314,8 +350,8 @@ static const char *planned_packing(fa_context *ctx, const fa_problem *p)
 
 /* Where local memory is global memory (DIRECT_KV's devices), a one-row decode whose K and V
  * hold a key's heads together (BSHD, a paged pool) packs all its query heads into one tile
- * (src/plan_create.c, heads_together), as long as its work-groups, batch x tiles x key chunks, fill the
- * compute units and there are at most 64 heads; a BHSD cache keeps GQA packing (heads packing
+ * (src/plan_create.c, heads_together), as long as its work-groups, batch x tiles x key chunks,
+ * fill the compute units and there are at most 64 heads; a BHSD cache keeps GQA packing (heads packing
  * measured slower there: docs/benchmarks.md). GPUs never heads-pack. test_decode's paged cases
  * check the results. */
 static void test_heads_pack_rule(void **state)
@@ -364,7 +400,8 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_direct_kv_rule),  cmocka_unit_test(test_f32_tiles_rule),
-        cmocka_unit_test(test_cpu_keys_rule),   cmocka_unit_test(test_gqa_pack_rule),
+        cmocka_unit_test(test_cpu_keys_rule),   cmocka_unit_test(test_reg_blocked_rule),
+        cmocka_unit_test(test_gqa_pack_rule),
         cmocka_unit_test(test_heads_pack_rule), cmocka_unit_test(test_programs_shared),
         cmocka_unit_test(test_vector_width_override),
     };

@@ -59,11 +59,13 @@ export WORK
 # The program source exactly as src/kernel_build.c assembles it: the params header, then each
 # kernel file after a #line directive naming it (so clang's messages name the .cl file).
 # A program is the shared files (backends/opencl/cl_program.c, FA_CL_SHARED_FILES), then the
-# file of its entry point.
+# file of its entry point (the forward's then its register-blocked path's, empty without it).
 shared="common storage softmax modifiers dropout sequences"
 for name in fwd merge bwd; do
+    after=""
+    [ "$name" = fwd ] && after="fwd_blocked"
     { cat "$ROOT/src/kernel_params.h"
-      for f in $shared $name; do
+      for f in $shared $name $after; do
           printf '\n#line 1 "flash_%s.cl"\n' "$f"
           cat "$ROOT/kernels_cl/flash_$f.cl"
       done; } >"$WORK/$name.cl"

@@ -17,7 +17,7 @@ extern const unsigned char fa__cl_embed_kernel_params[];
 extern const unsigned char fa__cl_embed_flash_common[], fa__cl_embed_flash_storage[],
     fa__cl_embed_flash_softmax[], fa__cl_embed_flash_modifiers[], fa__cl_embed_flash_dropout[],
     fa__cl_embed_flash_sequences[];
-extern const unsigned char fa__cl_embed_flash_fwd[];
+extern const unsigned char fa__cl_embed_flash_fwd[], fa__cl_embed_flash_fwd_blocked[];
 extern const unsigned char fa__cl_embed_flash_merge[];
 extern const unsigned char fa__cl_embed_flash_bwd[];
 
@@ -34,13 +34,15 @@ extern const unsigned char fa__cl_embed_flash_bwd[];
 #define FA_CL_SHARED_COUNT 6
 
 /* The programs the shared layer assembles into the source to compile, one per group of entry
- * points: each is the shared files followed by the file that defines them. */
+ * points: each is the shared files followed by the file that defines them (the forward's, then
+ * its register-blocked path's, flash_fwd_blocked.cl). */
 static const fa__kernel_text forward = {
     .language = "OpenCL",
     .params = FA_CL_PARAMS,
-    .n_files = FA_CL_SHARED_COUNT + 1,
-    .files = {FA_CL_SHARED_FILES, "flash_fwd.cl"},
-    .bodies = {FA_CL_SHARED_BODIES, (const char *)fa__cl_embed_flash_fwd}};
+    .n_files = FA_CL_SHARED_COUNT + 2,
+    .files = {FA_CL_SHARED_FILES, "flash_fwd.cl", "flash_fwd_blocked.cl"},
+    .bodies = {FA_CL_SHARED_BODIES, (const char *)fa__cl_embed_flash_fwd,
+               (const char *)fa__cl_embed_flash_fwd_blocked}};
 static const fa__kernel_text merge = {
     .language = "OpenCL",
     .params = FA_CL_PARAMS,

@@ -25,7 +25,8 @@ typedef enum cl_knob {
     KNOB_DKDV_OWNS_BR,  /* the backward's dK/dV pass owns Br keys */
     KNOB_TILE_F32,      /* f16 and bf16 tiles held as f32 (TILE_F32) */
     KNOB_VECTOR_WIDTH,  /* VEC_MAX; 0: 16 where the device prefers 16 or more, else 8 */
-    KNOB_MIN_WORK_GROUP /* the forward's work-group floor (min_work_group) */
+    KNOB_MIN_WORK_GROUP, /* the forward's work-group floor (min_work_group) */
+    KNOB_REG_BLOCKED    /* the forward's register-blocked path where it does not run in place */
 } cl_knob;
 
 typedef struct cl_preference {
@@ -60,6 +61,8 @@ static const cl_preference preferences[] = {
      "float8 keys spilled 16-41 registers on AMD (tools/cl_gpu_check.sh, f32 d32 64 x 48)"},
     {ON_GPU, FWD, 1, 256, KNOB_MIN_WORK_GROUP, 64,
      "a work-group of a few warps hides latency where one leaves lanes idle"},
+    {ON_CPU, FWD, 1, 256, KNOB_REG_BLOCKED, 1,
+     "register blocks of 4 rows over K^T and V tiles: faster than staged (history.md, ch. 24)"},
 };
 
 static void apply(const cl_preference *pref, const fa_device_props *dev, const fa_problem *p,
@@ -90,6 +93,9 @@ static void apply(const cl_preference *pref, const fa_device_props *dev, const f
         break;
     case KNOB_VECTOR_WIDTH:
         rules->build.vector_width = pref->value ? pref->value : dev->vector_width >= 16 ? 16 : 8;
+        break;
+    case KNOB_REG_BLOCKED:
+        rules->paths.reg_blocked = pref->value;
         break;
     case KNOB_MIN_WORK_GROUP:
         rules->shape.min_work_group = (uint32_t)(dev->wg_multiple > (uint32_t)pref->value
@@ -239,4 +245,8 @@ void fa__cl_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op o
     rules->paths.in_place_onchip = (fa__onchip_formula){
         .row_tiles = 1, .score_tiles = 1, .tile_bytes = rules->memory.onchip.tile_bytes,
         .what = "the Q tile and the f32 S tile"};
+    /* Register-blocked: Q and O rows, K^T and V, S, all f32 (TILE_F32 where not f32). */
+    rules->paths.reg_blocked_onchip = (fa__onchip_formula){
+        .row_tiles = 2, .col_tiles = 2, .score_tiles = 1, .tile_bytes = 4,
+        .what = "Q and the f32 O tile, K^T and V tiles, the f32 S tile"};
 }
