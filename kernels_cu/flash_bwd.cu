@@ -109,6 +109,15 @@ __device__ __forceinline__ i64 rows_seeing_end(i64 key, const fa_kernel_params &
     return p.seqlen_q;
 }
 
+/* The dK/dV pass's first query tile: from the first row that sees key k0; block-sparse, the
+ * tile of BLOCK_C rows holding it, so the query tiles start on multiples of BLOCK_C as the
+ * lists' blocks do (rows before the first are masked element by element). */
+__device__ __forceinline__ i64 first_tile_row(i64 k0, const fa_kernel_params &p)
+{
+    const i64 first = first_row_seeing(k0, p);
+    return BLOCK_SPARSE ? first / BLOCK_C * BLOCK_C : first;
+}
+
 /* The LSE (log2 units), D and key count of query rows [r0, r0 + BLOCK_C) of head h (of the
  * sequence whose rows start at token q_start) into shared vectors; the key count is relative to
  * the block's first key k0 and clamped to [0, BLOCK_R] (so an int holds it for any Sk): the row
@@ -258,8 +267,9 @@ __device__ void tile_bwd_dq_cuda_cores(const store_t *__restrict__ q,
                                        const float *__restrict__ lse,
                                        const store_t *__restrict__ d_o,
                                        const float *__restrict__ delta, store_t *__restrict__ dq,
-                                       const modifier_args &mods, const fa_kernel_params &p,
-                                       const fa_seq &seq, i64 tile, i64 h, i64 b, char *smem)
+                                       const modifier_args &mods, const block_lists &lists,
+                                       const fa_kernel_params &p, const fa_seq &seq, i64 tile,
+                                       i64 h, i64 b, char *smem)
 {
     float *s_tile = (float *)smem;                             /* P, then dS: Br x Bc f32 */
     store_t *q_tile = (store_t *)(s_tile + BLOCK_R * BLOCK_C); /* Q^T:  d x Br */
@@ -300,8 +310,12 @@ __device__ void tile_bwd_dq_cuda_cores(const store_t *__restrict__ q,
         acc[j] = 0.0f;
 
     /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc (tiles outside
-     * the window skipped). */
-    for (i64 k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C) {
+     * the window skipped; block-sparse, only the tiles of listed key blocks). */
+    const list_dir dir = forward_lists(p);
+    const i64 r_end = min(r0 + BLOCK_R, sq); /* the tile's rows that exist */
+    for (i64 k0 = next_listed_tile(lists, p, dir, b, h, r0, r_end, kv_begin, BLOCK_C, kv_end);
+         k0 < kv_end;
+         k0 = next_listed_tile(lists, p, dir, b, h, r0, r_end, k0 + BLOCK_C, BLOCK_C, kv_end)) {
         __syncthreads(); /* the previous tiles are no longer read */
         load_tile(kt_tile, k_head, k0, sk, p.k_stride_s, BLOCK_C, true);
         load_tile(vt_tile, v_head, k0, sk, p.v_stride_s, BLOCK_C, true);
@@ -329,9 +343,11 @@ __device__ void tile_bwd_dq_cuda_cores(const store_t *__restrict__ q,
         row_dots(dp, do_tile + r, vt_tile, t);
 
         /* The modifiers (softcap, ALiBi, bias), the mask (keys outside [row_begin, row_keys):
-         * after the row's diagonal, outside the window, past Sk, all of a row without keys get
-         * P = 0), P = exp2(S - LSE2) and dS = P (Z dP - D) dcap into s_row (each lane its own
-         * columns). */
+         * after the row's diagonal, outside the window, past Sk, all of a row without keys,
+         * and keys of unlisted blocks get P = 0), P = exp2(S - LSE2) and dS = P (Z dP - D) dcap
+         * into s_row (each lane its own columns). */
+        const row_blocks rb =
+            row_blocks_of(lists, p, dir, b, h, row, sq, k0, (int)min((i64)BLOCK_C, sk - k0));
 #pragma unroll
         for (int i = 0; i < COLS_PER_THREAD; i++) {
             int c = t + i * THREADS_PER_ROW;
@@ -340,8 +356,9 @@ __device__ void tile_bwd_dq_cuda_cores(const store_t *__restrict__ q,
             const i64 key = k0 + c;
             const float z = (FEATURES & FA_FEATURE_DROPOUT) ? s_row[c] : 1.0f;
             float ds;
-            grad_element(s[i], dp[i], z, p, hm, row, key, key >= row_begin && key < row_keys,
-                         lse2, delta_row, &ds);
+            grad_element(s[i], dp[i], z, p, hm, row, key,
+                         key >= row_begin && key < row_keys && block_listed_at(rb, c), lse2,
+                         delta_row, &ds);
             s_row[c] = ds;
         }
         __syncwarp(lanes); /* the row's dS is visible to all its lanes */
@@ -368,9 +385,9 @@ __device__ void tile_bwd_dkdv_cuda_cores(const store_t *__restrict__ q,
                                          const store_t *__restrict__ d_o,
                                          const float *__restrict__ delta,
                                          store_t *__restrict__ dk, store_t *__restrict__ dv,
-                                         const modifier_args &mods, const fa_kernel_params &p,
-                                         const fa_seq &seq, i64 tile, i64 h_kv, i64 b,
-                                         char *smem)
+                                         const modifier_args &mods, const block_lists &lists,
+                                         const fa_kernel_params &p, const fa_seq &seq, i64 tile,
+                                         i64 h_kv, i64 b, char *smem)
 {
     float *pt_tile = (float *)smem;                /* P^T:  (own keys) x (query tile) */
     float *dst_tile = pt_tile + BLOCK_R * BLOCK_C; /* dS^T: (own keys) x (query tile) */
@@ -403,7 +420,10 @@ __device__ void tile_bwd_dkdv_cuda_cores(const store_t *__restrict__ q,
     for (int j = 0; j < DIMS_PER_THREAD; j++)
         acc_k[j] = acc_v[j] = 0.0f;
     /* Causal and window: rows before `first` or from `last_end` on see none of the keys. */
-    const i64 first = first_row_seeing(k0, p), last_end = rows_seeing_end(k0 + BLOCK_R - 1, p);
+    const i64 first = first_tile_row(k0, p), last_end = rows_seeing_end(k0 + BLOCK_R - 1, p);
+    /* Block-sparse: the transposed lists, own keys [k0, k_end). */
+    const list_dir dir = transposed_lists(p);
+    const i64 k_end = min(k0 + BLOCK_R, sk);
 
     /* Loop over the group's query heads, then their query tiles [r0, r0 + Br), in order. */
     for (i64 h = h_kv * group; h < (h_kv + 1) * group; h++) {
@@ -412,7 +432,10 @@ __device__ void tile_bwd_dkdv_cuda_cores(const store_t *__restrict__ q,
         const store_t *do_head = query_rows(d_o, p.do_offset, p.do_stride_b, p.do_stride_h,
                                             p.do_stride_s, seq, b, h);
         const head_mods hm = head_mods_of(mods, p, b, h);
-        for (i64 r0 = first; r0 < last_end; r0 += BLOCK_C) {
+        for (i64 r0 = next_listed_tile(lists, p, dir, b, h, k0, k_end, first, BLOCK_C, last_end);
+             r0 < last_end;
+             r0 = next_listed_tile(lists, p, dir, b, h, k0, k_end, r0 + BLOCK_C, BLOCK_C,
+                                   last_end)) {
             /* Load the query tile: Q and dO (transposed and as is), the rows' LSE, D and keys. */
             __syncthreads(); /* the previous query tile is no longer read */
             load_tile(qt_tile, q_head, r0, sq, p.q_stride_s, BLOCK_C, true);
@@ -426,15 +449,20 @@ __device__ void tile_bwd_dkdv_cuda_cores(const store_t *__restrict__ q,
             row_dots(s, kt_tile + c, qt_tile, t);
             row_dots(dp, vt_tile + c, dot_tile, t);
 
-            /* The modifiers, the mask (key c >= the row's count, or before its window), P^T and
-             * dS^T = P^T (Z dP^T - D) dcap; with dropout, P^T Z. */
+            /* The modifiers, the mask (key c >= the row's count, or before its window, or a row
+             * of a query block the key's block does not list), P^T and dS^T = P^T (Z dP^T - D)
+             * dcap; with dropout, P^T Z. */
+            const row_blocks rb =
+                row_blocks_of(lists, p, dir, b, h, key, sk, r0, (int)min((i64)BLOCK_C, sq - r0));
 #pragma unroll
             for (int i = 0; i < COLS_PER_THREAD; i++) {
                 int r = t + i * THREADS_PER_ROW;
                 if (!has_col(t, i))
                     continue;
                 const i64 row = r0 + r;
-                const bool visible = c < keys_v[r] && key >= fa_keys_begin(&p, FEATURES, row);
+                const bool visible = c < keys_v[r] &&
+                                     key >= fa_keys_begin(&p, FEATURES, row) &&
+                                     block_listed_at(rb, r);
                 const float z = visible ? dropout_z(p, b, h, row, key) : 1.0f;
                 float ds;
                 pt_row[r] = grad_element(s[i], dp[i], z, p, hm, row, key, visible, lse2_v[r],
@@ -588,8 +616,8 @@ __device__ void tile_bwd_dq_mma(const store_t *__restrict__ q, const store_t *__
                                 const store_t *__restrict__ v, const float *__restrict__ lse,
                                 const store_t *__restrict__ d_o, const float *__restrict__ delta,
                                 store_t *__restrict__ dq, const modifier_args &mods,
-                                const fa_kernel_params &p, const fa_seq &seq, i64 tile, i64 h,
-                                i64 b, char *smem)
+                                const block_lists &lists, const fa_kernel_params &p,
+                                const fa_seq &seq, i64 tile, i64 h, i64 b, char *smem)
 {
     store_t *q_tile = (store_t *)smem;              /* Q:  Br x d, row-major */
     store_t *do_tile = q_tile + BLOCK_R * HEAD_DIM; /* dO: Br x d */
@@ -634,9 +662,18 @@ __device__ void tile_bwd_dq_mma(const store_t *__restrict__ q, const store_t *__
         acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 
     /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc (tiles outside
-     * the window skipped), then 16 keys c0 .. c0+15 at a time. */
-    for (i64 k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C) {
+     * the window skipped; block-sparse, only the tiles of listed key blocks), then 16 keys
+     * c0 .. c0+15 at a time. */
+    const list_dir dir = forward_lists(p);
+    const i64 r_end = min(r0 + BLOCK_R, sq); /* the tile's rows that exist */
+    for (i64 k0 = next_listed_tile(lists, p, dir, b, h, r0, r_end, kv_begin, BLOCK_C, kv_end);
+         k0 < kv_end;
+         k0 = next_listed_tile(lists, p, dir, b, h, r0, r_end, k0 + BLOCK_C, BLOCK_C, kv_end)) {
         load_kv_tiles(k_tile, v_tile, kv, p, k0, false);
+        const int valid_keys = (int)min((i64)BLOCK_C, p.seqlen_k - k0);
+        const row_blocks rb[2] = {
+            row_blocks_of(lists, p, dir, b, h, rows[0], sq, k0, valid_keys),
+            row_blocks_of(lists, p, dir, b, h, rows[1], sq, k0, valid_keys)};
 #pragma unroll 1
         for (int c0 = 0; c0 < BLOCK_C; c0 += 16) {
             /* S = Q K^T and dP = dO V^T of the warp's rows x keys c0 .. c0+15; s[j][e] is
@@ -651,18 +688,19 @@ __device__ void tile_bwd_dq_mma(const store_t *__restrict__ q, const store_t *__
             for (int j = 0; j < 2; j++) /* the 16 keys k0 + c0 .. +15: two 8-key blocks */
                 mma_dropout_factors(p, b, h, rows, k0 + c0 + 8 * j, t, row_lanes(), z[j]);
 #endif
-            /* The modifiers, the mask (keys outside [row_begin, row_keys) get P = 0), P =
-             * exp2(S - LSE2) and dS = P (Z dP - D) dcap in place. */
+            /* The modifiers, the mask (keys outside [row_begin, row_keys) and keys of unlisted
+             * blocks get P = 0), P = exp2(S - LSE2) and dS = P (Z dP - D) dcap in place. */
 #pragma unroll
             for (int j = 0; j < 2; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    int i = e / 2;
-                    const i64 key = k0 + c0 + 8 * j + 2 * t + (e & 1);
+                    int i = e / 2, c = c0 + 8 * j + 2 * t + (e & 1);
+                    const i64 key = k0 + c;
                     float ds;
                     grad_element(s[j][e], dp[j][e], z[j][e], p, hm, rows[i], key,
-                                 key >= row_begin[i] && key < row_keys[i], lse2[i],
-                                 delta_row[i], &ds);
+                                 key >= row_begin[i] && key < row_keys[i] &&
+                                     block_listed_at(rb[i], c),
+                                 lse2[i], delta_row[i], &ds);
                     s[j][e] = ds;
                 }
             /* dQ += dS K[c0 .. c0+15] (K rows past Sk are zeros, their dS 0). */
@@ -731,8 +769,8 @@ __device__ void tile_bwd_dkdv_mma(const store_t *__restrict__ q, const store_t *
                                   const store_t *__restrict__ d_o,
                                   const float *__restrict__ delta, store_t *__restrict__ dk,
                                   store_t *__restrict__ dv, const modifier_args &mods,
-                                  const fa_kernel_params &p, const fa_seq &seq, i64 tile,
-                                  i64 h_kv, i64 b, char *smem)
+                                  const block_lists &lists, const fa_kernel_params &p,
+                                  const fa_seq &seq, i64 tile, i64 h_kv, i64 b, char *smem)
 {
     float *lse2_v = (float *)smem; /* per query row of the tile */
     float *delta_v = lse2_v + BLOCK_C;
@@ -762,7 +800,10 @@ __device__ void tile_bwd_dkdv_mma(const store_t *__restrict__ q, const store_t *
         for (int e = 0; e < 4; e++)
             acc_k[n][e] = acc_v[n][e] = 0.0f;
     /* Causal and window: rows before `first` or from `last_end` on see none of the keys. */
-    const i64 first = first_row_seeing(k0, p), last_end = rows_seeing_end(k0 + BLOCK_R - 1, p);
+    const i64 first = first_tile_row(k0, p), last_end = rows_seeing_end(k0 + BLOCK_R - 1, p);
+    /* Block-sparse: the transposed lists, own keys [k0, k_end). */
+    const list_dir dir = transposed_lists(p);
+    const i64 k_end = min(k0 + BLOCK_R, sk);
 
     /* Loop over the group's query heads, then their query tiles [r0, r0 + Br), in order, 16
      * query rows c0 .. c0+15 at a time. */
@@ -772,11 +813,18 @@ __device__ void tile_bwd_dkdv_mma(const store_t *__restrict__ q, const store_t *
         const store_t *do_head = query_rows(d_o, p.do_offset, p.do_stride_b, p.do_stride_h,
                                             p.do_stride_s, seq, b, h);
         const head_mods hm = head_mods_of(mods, p, b, h);
-        for (i64 r0 = first; r0 < last_end; r0 += BLOCK_C) {
+        for (i64 r0 = next_listed_tile(lists, p, dir, b, h, k0, k_end, first, BLOCK_C, last_end);
+             r0 < last_end;
+             r0 = next_listed_tile(lists, p, dir, b, h, k0, k_end, r0 + BLOCK_C, BLOCK_C,
+                                   last_end)) {
             /* Load the query tile: Q and dO, the rows' LSE, D and keys. */
             __syncthreads(); /* the previous query tile is no longer read */
             load_query_tile(q_tile, do_tile, lse2_v, delta_v, keys_v, q_head, do_head, lse,
                             delta, p, b, h, seq.q_start, r0, k0);
+            const int valid_rows = (int)min((i64)BLOCK_C, p.seqlen_q - r0);
+            const row_blocks rb[2] = { /* this lane's keys g, g+8 */
+                row_blocks_of(lists, p, dir, b, h, k0 + warp_key0 + g, sk, r0, valid_rows),
+                row_blocks_of(lists, p, dir, b, h, k0 + warp_key0 + g + 8, sk, r0, valid_rows)};
 #pragma unroll 1
             for (int c0 = 0; c0 < BLOCK_C; c0 += 16) {
                 /* S^T = K Q^T and dP^T = V dO^T of the warp's keys x query rows c0 .. c0+15;
@@ -797,8 +845,9 @@ __device__ void tile_bwd_dkdv_mma(const store_t *__restrict__ q, const store_t *
                     for (int e = 0; e < 4; e++) {
                         int c = warp_key0 + g + 8 * (e / 2), r = c0 + 8 * j + 2 * t + (e & 1);
                         const i64 key = k0 + c, row = r0 + r;
-                        const bool visible =
-                            c < keys_v[r] && key >= fa_keys_begin(&p, FEATURES, row);
+                        const bool visible = c < keys_v[r] &&
+                                             key >= fa_keys_begin(&p, FEATURES, row) &&
+                                             block_listed_at(rb[e / 2], r);
                         const float z = visible ? z_block[j][e] : 1.0f;
                         float ds;
                         st[j][e] = grad_element(st[j][e], dpt[j][e], z, p, hm, row, key, visible,
@@ -841,22 +890,24 @@ extern "C" __global__ void __launch_bounds__(WG_SIZE)
 flash_bwd_dq(const store_t *__restrict__ q, const store_t *__restrict__ k,
              const store_t *__restrict__ v, const float *__restrict__ lse,
              const store_t *__restrict__ d_o, const float *__restrict__ delta,
-             store_t *__restrict__ dq, ALIBI_PARAM BIAS_PARAM SEQ_PARAM
+             store_t *__restrict__ dq, ALIBI_PARAM BIAS_PARAM SEQ_PARAM LISTS_PARAM
              const fa_kernel_params p_in)
 {
     extern __shared__ __align__(16) char smem[];
     const modifier_args mods = {ALIBI_ARG, BIAS_ARG, nullptr};
     const seq_args seqs = SEQ_ARGS;
+    const block_lists lists = LISTS_ARGS; /* kv_num_blocks, kv_indices (and the full pair) */
     for (i64 b = blockIdx.z; b < p_in.batch; b += gridDim.z) {
         const fa_seq s = seq_of(seqs, p_in, b);
         SEQ_PARAMS(p, p_in, s);
         for (i64 h = blockIdx.y; h < p.heads_q; h += gridDim.y)
             for (i64 tile = blockIdx.x; tile * BLOCK_R < p.seqlen_q; tile += gridDim.x)
 #if MMA
-                tile_bwd_dq_mma(q, k, v, lse, d_o, delta, dq, mods, p, s, tile, h, b, smem);
+                tile_bwd_dq_mma(q, k, v, lse, d_o, delta, dq, mods, lists, p, s, tile, h, b,
+                                smem);
 #else
-                tile_bwd_dq_cuda_cores(q, k, v, lse, d_o, delta, dq, mods, p, s, tile, h, b,
-                                       smem);
+                tile_bwd_dq_cuda_cores(q, k, v, lse, d_o, delta, dq, mods, lists, p, s, tile, h,
+                                       b, smem);
 #endif
     }
 }
@@ -866,22 +917,23 @@ flash_bwd_dkdv(const store_t *__restrict__ q, const store_t *__restrict__ k,
                const store_t *__restrict__ v, const float *__restrict__ lse,
                const store_t *__restrict__ d_o, const float *__restrict__ delta,
                store_t *__restrict__ dk, store_t *__restrict__ dv, ALIBI_PARAM BIAS_PARAM
-               SEQ_PARAM const fa_kernel_params p_in)
+               SEQ_PARAM LISTS_PARAM const fa_kernel_params p_in)
 {
     extern __shared__ __align__(16) char smem[];
     const modifier_args mods = {ALIBI_ARG, BIAS_ARG, nullptr};
     const seq_args seqs = SEQ_ARGS;
+    const block_lists lists = LISTS_ARGS; /* q_num_blocks, q_indices (and the full pair) */
     for (i64 b = blockIdx.z; b < p_in.batch; b += gridDim.z) {
         const fa_seq s = seq_of(seqs, p_in, b);
         SEQ_PARAMS(p, p_in, s);
         for (i64 h_kv = blockIdx.y; h_kv < p.heads_kv; h_kv += gridDim.y)
             for (i64 tile = blockIdx.x; tile * BLOCK_R < p.seqlen_k; tile += gridDim.x)
 #if MMA
-                tile_bwd_dkdv_mma(q, k, v, lse, d_o, delta, dk, dv, mods, p, s, tile, h_kv, b,
-                                  smem);
+                tile_bwd_dkdv_mma(q, k, v, lse, d_o, delta, dk, dv, mods, lists, p, s, tile,
+                                  h_kv, b, smem);
 #else
-                tile_bwd_dkdv_cuda_cores(q, k, v, lse, d_o, delta, dk, dv, mods, p, s, tile,
-                                         h_kv, b, smem);
+                tile_bwd_dkdv_cuda_cores(q, k, v, lse, d_o, delta, dk, dv, mods, lists, p, s,
+                                         tile, h_kv, b, smem);
 #endif
     }
 }

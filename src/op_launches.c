@@ -109,21 +109,19 @@ static void add_seq_args(fa__launch *l)
 }
 
 /*
- * Appends the forward's block-sparse lists, after the sequence buffers (kv_num_blocks,
- * kv_indices, then with full lists their pair); the kernels declare the same arguments under
- * FA_FEATURE_BLOCK_SPARSE and SPARSE_FULL.
+ * Appends a launch's block-sparse lists, after the sequence buffers: the forward's
+ * (kv_num_blocks, kv_indices, then with full lists their pair) for the forward and the dQ pass,
+ * the transposed ones (q_num_blocks, q_indices, ...) for the dK/dV pass (`transposed`); the
+ * kernels declare the same arguments under FA_FEATURE_BLOCK_SPARSE and SPARSE_FULL.
  */
-static void add_block_list_args(fa__launch *l, const fa_problem *p)
+static void add_block_list_args(fa__launch *l, const fa_problem *p, bool transposed)
 {
+    const fa__tensor first = transposed ? FA__TENSOR_Q_NUM_BLOCKS : FA__TENSOR_KV_NUM_BLOCKS;
     if (!(l->params.features & FA_FEATURE_BLOCK_SPARSE))
         return;
-    l->args[l->n_args++] = FA__TENSOR_KV_NUM_BLOCKS;
-    l->args[l->n_args++] = FA__TENSOR_KV_INDICES;
-    if (!p->sparse_full)
-        return;
-    l->args[l->n_args++] = FA__TENSOR_FULL_KV_NUM_BLOCKS;
-    l->args[l->n_args++] = FA__TENSOR_FULL_KV_INDICES;
-    l->variant.sparse_full = 1;
+    for (int i = 0; i < (p->sparse_full ? 4 : 2); i++) /* in fa__tensor's order */
+        l->args[l->n_args++] = (fa__tensor)(first + i);
+    l->variant.sparse_full = p->sparse_full ? 1 : 0;
 }
 
 const char *fa__kernel_entry(fa__kernel kernel)
@@ -261,7 +259,7 @@ static void forward_launches(fa_plan *plan, const fa__plan_rules *rules)
     l->variant.direct_kv = plan->in_place;
     add_modifier_args(l, true);
     add_seq_args(l);
-    add_block_list_args(l, &plan->kernel_problem);
+    add_block_list_args(l, &plan->kernel_problem, false);
     plan->n_launches = 1;
     if (plan->kv_splits > 1)
         split_launches(plan, rules);
@@ -360,6 +358,8 @@ static void backward_kernels(fa_plan *plan, const fa__plan_rules *rules)
     add_modifier_args(&l[2], false);
     for (int i = 0; i < 3; i++)
         add_seq_args(&l[i]);
+    add_block_list_args(&l[1], &plan->kernel_problem, true); /* dK/dV: the key blocks' lists */
+    add_block_list_args(&l[2], &plan->kernel_problem, false);
     plan->n_launches = 3;
     plan->scratch_row_bytes = 4;
     plan->scratch_base = plan->scratch_bytes = b * hq * (uint64_t)kp->seqlen_q * 4;
