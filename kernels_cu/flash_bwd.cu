@@ -27,6 +27,10 @@
  * grid's strides as the forward does. Varlen (-DSEQ with FA_SEQ_VARLEN): each work item takes its
  * sequence's lengths and starts (SEQ_PARAMS, fa_seq): Q, dO, dQ rows at token q_start + i, K, V,
  * dK, dV rows at k_start + j, LSE and D at fa_lse_index; the backward reads no pages.
+ * Block-sparse (FEATURES & FA_FEATURE_BLOCK_SPARSE, flash_kv.cu's helpers): the dQ pass walks
+ * its query tile's forward lists (kv_num_blocks, kv_indices) as the forward does; the dK/dV
+ * pass walks its key tile's transposed lists (q_num_blocks, q_indices), visiting only the query
+ * tiles of query blocks that list its keys; both mask elements of unlisted blocks (P = 0).
  *
  * Two paths, chosen by the host's plan (-DMMA) as for the forward:
  * - MMA 0, CUDA cores (every architecture and dtype), the forward's thread mapping:

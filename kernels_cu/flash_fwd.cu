@@ -35,6 +35,10 @@
  * q_tiles * splits, chunk-major; each block visits one chunk of the keys (only the first starts
  * from the sink) and writes its normalised partial O (f32) and LSE into scratch for
  * flash_merge.cu.
+ * Block-sparse (FEATURES & FA_FEATURE_BLOCK_SPARSE; its int32 lists follow the sequences'): the
+ * K/V loop visits only the tiles of key blocks the tile's query blocks list (next_listed_tile)
+ * and the mask also removes keys of blocks a row's own block does not list; a row whose blocks
+ * over a tile are all in the full lists (SPARSE_FULL=1) skips the mask and window test there.
  * The tunables, the storage type and the sequences' plumbing are in flash_common.cu, the K/V
  * tile copies (paged, and PIPELINE's asynchronous double buffers) in flash_kv.cu, which the host
  * prepends (with kernel_params.h); this file includes them when compiled alone (-I src

@@ -3,7 +3,8 @@
  * build with the same -D options NVRTC gets (HEAD_DIM, BLOCK_R, BLOCK_C, DTYPE, MASK, WG_SIZE,
  * TPR, MMA; FEATURES with BIAS_DTYPE for the score modifiers; SEQ, SPLIT, PARTS_DTYPE for
  * sequences, split-KV and the merge; PACKED for a GQA-packed decode; PIPELINE for the
- * tensor-core forward's pipelined K/V copies) plus FA_EMU_ID, a name for the configuration. A
+ * tensor-core forward's pipelined K/V copies; SPARSE_FULL for block-sparse's full lists, whose
+ * lists FEATURES' bit 64 adds to flash_fwd, flash_bwd_dq and flash_bwd_dkdv) plus FA_EMU_ID, a name for the configuration. A
  * configuration holds every entry point a module of those options can have: flash_fwd, the
  * backward's flash_bwd_pre, flash_bwd_dkdv, flash_bwd_dq and, with sinks, flash_bwd_dsinks, and
  * flash_merge (every kernels_cu file, in one translation unit), except where the options say
