@@ -85,6 +85,7 @@ namespace FA_EMU_ID {
 alignas(16) char smem[256 * 1024];
 #if FA_EMU_PROGRAMS & 2
 #include "flash_bwd.cu" /* and flash_fwd.cu, whose helpers it builds on */
+#include "flash_bwd_mma.cu"
 #include "flash_bwd_rows.cu"
 #elif FA_EMU_PROGRAMS & 1
 #include "flash_fwd.cu"
