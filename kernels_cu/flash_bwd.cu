@@ -45,8 +45,9 @@
  *   Transposed tiles are read along the score columns, row-major ones along d: either way the
  *   lanes of a warp read consecutive words.
  * - MMA 1, tensor cores (sm_80+, f16/bf16, d a multiple of 16; flash_bwd_mma.cu, which NVRTC
- *   compiles after this file): one warp per 16 owned rows, the forward's fragments. The streamed tile is taken 16 columns at a time: S and dP of 16 x 16
- *   (two mma accumulator tiles each) never leave registers, P and dS are formed in place, and
+ *   compiles after this file): one warp per 16 owned rows, the forward's fragments. The
+ *   streamed tile is taken 16 columns at a time: S and dP of 16 x 16 (two mma accumulator
+ *   tiles each) never leave registers, P and dS are formed in place, and
  *   rounded to the storage type they are the A fragment of the 16-deep product that adds them
  *   into the f32 gradient accumulators (dQ += dS K; dV += P^T dO and dK += dS^T Q), as
  *   FlashAttention-2 does. Shared memory holds the row-major tiles only:

@@ -400,7 +400,7 @@ __device__ void tile_fwd_cuda_cores(const store_t *__restrict__ q,
         acc[i] = 0.0f;
 
     /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc; block-sparse,
-     * only the tiles of key blocks the tile's query blocks list (next_tile). */
+     * only the tiles of key blocks the tile's query blocks list (next_listed_tile). */
     const list_dir dir = forward_lists(p);
     const i64 r_end = min(r0 + BLOCK_R, sq); /* the tile's rows that exist */
     for (i64 k0 = next_listed_tile(lists, p, dir, b, h, r0, r_end, kv_begin, BLOCK_C, kv_end);

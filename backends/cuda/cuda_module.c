@@ -3,8 +3,8 @@
  * compile-and-cache layer (src/kernel_build.h). The source is src/kernel_params.h followed by
  * kernels_cu/flash_common.cu and the entry point's files (program_of): flash_kv.cu and
  * flash_fwd.cu for the forward, then flash_bwd.cu (which builds on the forward's helpers) and
- * flash_bwd_mma.cu (their tensor-core path) for the backward's dK/dV and dQ passes, flash_bwd_rows.cu for its per-row passes, flash_merge.cu
- * for the merge; all embedded at build time (cmake/embed.cmake), or the files from
+ * flash_bwd_mma.cu (their tensor-core path) for the backward's dK/dV and dQ passes,
+ * flash_bwd_rows.cu for its per-row passes, flash_merge.cu for the merge; all embedded at build time (cmake/embed.cmake), or the files from
  * FLASHATTN_KERNEL_DIR. A module is compiled once per (program, -D options) for the context's
  * architecture, so entry points of one program share it, and kept until the context closes; a
  * failed compile reports the full NVRTC log. fa__cuda_compile_check compiles without a driver,
