@@ -350,8 +350,8 @@ __device__ void tile_bwd_dq_cuda_cores(const store_t *__restrict__ q,
 
         /* The modifiers (softcap, ALiBi, bias), the mask (keys outside [row_begin, row_keys):
          * after the row's diagonal, outside the window, past Sk, all of a row without keys,
-         * and keys of unlisted blocks get P = 0), P = exp2(S - LSE2) and dS = P (Z dP - D) dcap
-         * into s_row (each lane its own columns). */
+         * and keys of unlisted blocks get P = 0; a full block tests the key count only), P =
+         * exp2(S - LSE2) and dS = P (Z dP - D) dcap into s_row (each lane its own columns). */
         const row_blocks rb =
             row_blocks_of(lists, p, dir, b, h, row, sq, k0, (int)min((i64)BLOCK_C, sk - k0));
 #pragma unroll
@@ -363,8 +363,9 @@ __device__ void tile_bwd_dq_cuda_cores(const store_t *__restrict__ q,
             const float z = (FEATURES & FA_FEATURE_DROPOUT) ? s_row[c] : 1.0f;
             float ds;
             grad_element(s[i], dp[i], z, p, hm, row, key,
-                         key >= row_begin && key < row_keys && block_listed_at(rb, c), lse2,
-                         delta_row, &ds);
+                         key < row_keys &&
+                             (rb.full || (key >= row_begin && block_listed_at(rb, c))),
+                         lse2, delta_row, &ds);
             s_row[c] = ds;
         }
         __syncwarp(lanes); /* the row's dS is visible to all its lanes */
@@ -456,8 +457,8 @@ __device__ void tile_bwd_dkdv_cuda_cores(const store_t *__restrict__ q,
             row_dots(dp, vt_tile + c, dot_tile, t);
 
             /* The modifiers, the mask (key c >= the row's count, or before its window, or a row
-             * of a query block the key's block does not list), P^T and dS^T = P^T (Z dP^T - D)
-             * dcap; with dropout, P^T Z. */
+             * of a query block the key's block does not list; a full block tests the count
+             * only), P^T and dS^T = P^T (Z dP^T - D) dcap; with dropout, P^T Z. */
             const row_blocks rb =
                 row_blocks_of(lists, p, dir, b, h, key, sk, r0, (int)min((i64)BLOCK_C, sq - r0));
 #pragma unroll
@@ -466,9 +467,9 @@ __device__ void tile_bwd_dkdv_cuda_cores(const store_t *__restrict__ q,
                 if (!has_col(t, i))
                     continue;
                 const i64 row = r0 + r;
-                const bool visible = c < keys_v[r] &&
-                                     key >= fa_keys_begin(&p, FEATURES, row) &&
-                                     block_listed_at(rb, r);
+                const bool visible =
+                    c < keys_v[r] && (rb.full || (key >= fa_keys_begin(&p, FEATURES, row) &&
+                                                  block_listed_at(rb, r)));
                 const float z = visible ? dropout_z(p, b, h, row, key) : 1.0f;
                 float ds;
                 pt_row[r] = grad_element(s[i], dp[i], z, p, hm, row, key, visible, lse2_v[r],

@@ -209,7 +209,8 @@ __device__ void tile_bwd_dq_mma(const store_t *__restrict__ q, const store_t *__
                 mma_dropout_factors(p, b, h, rows, k0 + c0 + 8 * j, t, row_lanes(), z[j]);
 #endif
             /* The modifiers, the mask (keys outside [row_begin, row_keys) and keys of unlisted
-             * blocks get P = 0), P = exp2(S - LSE2) and dS = P (Z dP - D) dcap in place. */
+             * blocks get P = 0; a full block tests the key count only), P = exp2(S - LSE2) and
+             * dS = P (Z dP - D) dcap in place. */
 #pragma unroll
             for (int j = 0; j < 2; j++)
 #pragma unroll
@@ -218,8 +219,9 @@ __device__ void tile_bwd_dq_mma(const store_t *__restrict__ q, const store_t *__
                     const i64 key = k0 + c;
                     float ds;
                     grad_element(s[j][e], dp[j][e], z[j][e], p, hm, rows[i], key,
-                                 key >= row_begin[i] && key < row_keys[i] &&
-                                     block_listed_at(rb[i], c),
+                                 key < row_keys[i] &&
+                                     (rb[i].full ||
+                                      (key >= row_begin[i] && block_listed_at(rb[i], c))),
                                  lse2[i], delta_row[i], &ds);
                     s[j][e] = ds;
                 }
@@ -357,7 +359,8 @@ __device__ void tile_bwd_dkdv_mma(const store_t *__restrict__ q, const store_t *
 #if FEATURES & FA_FEATURE_DROPOUT
                 dkdv_dropout_factors(p, b, h, r0 + c0, k0 + warp_key0, g, t, z_block);
 #endif
-                /* The modifiers, the mask (key >= the row's count, or before its window), P^T Z =
+                /* The modifiers, the mask (key >= the row's count, or before its window, or a row
+                 * of an unlisted block; a full block tests the count only), P^T Z =
                  * exp2(S^T - LSE2) Z in st and dS^T = P^T (Z dP^T - D) dcap in dpt. */
 #pragma unroll
                 for (int j = 0; j < 2; j++)
@@ -365,9 +368,11 @@ __device__ void tile_bwd_dkdv_mma(const store_t *__restrict__ q, const store_t *
                     for (int e = 0; e < 4; e++) {
                         int c = warp_key0 + g + 8 * (e / 2), r = c0 + 8 * j + 2 * t + (e & 1);
                         const i64 key = k0 + c, row = r0 + r;
-                        const bool visible = c < keys_v[r] &&
-                                             key >= fa_keys_begin(&p, FEATURES, row) &&
-                                             block_listed_at(rb[e / 2], r);
+                        const row_blocks &own = rb[e / 2]; /* key c's blocks */
+                        const bool visible =
+                            c < keys_v[r] &&
+                            (own.full || (key >= fa_keys_begin(&p, FEATURES, row) &&
+                                          block_listed_at(own, r)));
                         const float z = visible ? z_block[j][e] : 1.0f;
                         float ds;
                         st[j][e] = grad_element(st[j][e], dpt[j][e], z, p, hm, row, key, visible,

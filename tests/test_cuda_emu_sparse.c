@@ -393,6 +393,32 @@ static void test_catches_extra_block(void **state)
     images_close(&im);
 }
 
+/* The kernels read the full lists and skip the mask there: the causal diagonal block (0, 0),
+ * moved from kv_indices into full_kv_indices (which the run's check would refuse), lets row 0
+ * see the keys past its diagonal, so O differs from the golden's. */
+static void test_full_skips_mask(void **state)
+{
+    (void)state;
+    const sparse_case *c = &cases[2]; /* every block, causal, full lists, CUDA cores */
+    images im;
+    images_open(c, &im, 78u);
+    run_golden(&im, false);
+    int32_t *num = im.t[FA__TENSOR_KV_NUM_BLOCKS], *idx = im.t[FA__TENSOR_KV_INDICES];
+    int32_t *full_num = im.t[FA__TENSOR_FULL_KV_NUM_BLOCKS];
+    int32_t *full_idx = im.t[FA__TENSOR_FULL_KV_INDICES];
+    assert_true(num[0] >= 1 && idx[0] == 0); /* row 0 lists the diagonal block first */
+    memmove(idx, idx + 1, (size_t)(--num[0]) * sizeof *idx);
+    memmove(full_idx + 1, full_idx, (size_t)full_num[0]++ * sizeof *full_idx);
+    full_idx[0] = 0;
+    run_emulated(c, &im, FA__OP_FORWARD);
+    bool differs = false;
+    for (int64_t i = 0; i < c->d && !differs; i++) /* row 0 of (0, 0) */
+        differs = oracle_load(c->dtype, im.t[FA__TENSOR_O], i) !=
+                  oracle_load(c->dtype, im.ref[FA__TENSOR_O], i);
+    assert_true(differs);
+    images_close(&im);
+}
+
 /* The CUDA planner keeps tiles within mask blocks where nothing is overridden (forward and
  * backward, both paths), and says so; the dense problem's tiles are larger, so the rule is what
  * chose them. */
@@ -440,6 +466,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_tiles),
         cmocka_unit_test(test_catches_extra_block),
+        cmocka_unit_test(test_full_skips_mask),
         cmocka_unit_test(test_sparse_cases),
     };
     return cmocka_run_group_tests_name("cuda kernel block-sparse, emulated on the host", tests,
