@@ -3,8 +3,9 @@
  * compiled at run time by NVRTC after flash_common.cu, before flash_fwd.cu): the key rows of a
  * head (dense, varlen or paged through the block table), the synchronous tile copies of both
  * forward paths and the backward's dQ pass, and the tensor-core forward's pipelined variant
- * (PIPELINE=1): two K/V buffers, the next tile's cp.async copy in flight while this one is used.
- * Alone it includes flash_common.cu (-I src -I kernels_cu).
+ * (PIPELINE=1): two K/V buffers, the next tile's cp.async copy in flight while this one is used;
+ * and which tiles block-sparse lists leave to visit (the forward's and both backward passes'
+ * list walk and element mask). Alone it includes flash_common.cu (-I src -I kernels_cu).
  */
 #ifndef FA_FLASH_COMMON_CU
 #include "flash_common.cu"
