@@ -7,7 +7,8 @@
 # flashattn_cuda_find() sets FLASHATTN_CUDA_INCLUDE_DIR (cuda.h and nvrtc.h) when found:
 # find_package(CUDAToolkit) first, then CUDA_HOME / CUDA_PATH / /usr/local/cuda.
 # flashattn_cuda_configure(target) adds backends/cuda/*.c and the generated C files holding
-# kernels_cu/*.cu (flash_common, flash_kv, flash_fwd, flash_bwd, flash_bwd_rows, flash_merge) and
+# kernels_cu/*.cu (flash_common, flash_kv, flash_fwd, flash_bwd, flash_bwd_mma, flash_bwd_rows,
+# flash_merge) and
 # src/kernel_params.h as byte arrays.
 include(${CMAKE_CURRENT_LIST_DIR}/embed_text.cmake)
 
@@ -37,7 +38,8 @@ endfunction()
 function(flashattn_cuda_configure target)
   file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/generated)
   set(embedded "")
-  foreach(name flash_common flash_kv flash_fwd flash_bwd flash_bwd_rows flash_merge)
+  foreach(name flash_common flash_kv flash_fwd flash_bwd flash_bwd_mma flash_bwd_rows
+      flash_merge)
     flashattn_embed_text(${PROJECT_SOURCE_DIR}/kernels_cu/${name}.cu fa__cu_embed_${name} c)
     list(APPEND embedded ${c})
   endforeach()

@@ -35,6 +35,10 @@
  * q_tiles * splits, chunk-major; each block visits one chunk of the keys (only the first starts
  * from the sink) and writes its normalised partial O (f32) and LSE into scratch for
  * flash_merge.cu.
+ * Block-sparse (FEATURES & FA_FEATURE_BLOCK_SPARSE; its int32 lists follow the sequences'): the
+ * K/V loop visits only the tiles of key blocks the tile's query blocks list (next_listed_tile)
+ * and the mask also removes keys of blocks a row's own block does not list; a row whose blocks
+ * over a tile are all in the full lists (SPARSE_FULL=1) skips the mask and window test there.
  * The tunables, the storage type and the sequences' plumbing are in flash_common.cu, the K/V
  * tile copies (paged, and PIPELINE's asynchronous double buffers) in flash_kv.cu, which the host
  * prepends (with kernel_params.h); this file includes them when compiled alone (-I src
@@ -358,8 +362,8 @@ __device__ void tile_fwd_cuda_cores(const store_t *__restrict__ q,
                                      const store_t *__restrict__ k,
                                      const store_t *__restrict__ v, out_t *__restrict__ o,
                                      float *__restrict__ lse, const modifier_args &mods,
-                                     const seq_args &seqs, const fa_kernel_params &p,
-                                     const fwd_item &it, char *smem)
+                                     const seq_args &seqs, const block_lists &lists,
+                                     const fa_kernel_params &p, const fwd_item &it, char *smem)
 {
     float *s_tile = (float *)smem;                             /* S, then P: Br x Bc f32 */
     store_t *q_tile = (store_t *)(s_tile + BLOCK_R * BLOCK_C); /* Q^T: d x Br store_t */
@@ -395,8 +399,13 @@ __device__ void tile_fwd_cuda_cores(const store_t *__restrict__ q,
     for (int i = 0; i < DIMS_PER_THREAD; i++)
         acc[i] = 0.0f;
 
-    /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc. */
-    for (i64 k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C) {
+    /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc; block-sparse,
+     * only the tiles of key blocks the tile's query blocks list (next_listed_tile). */
+    const list_dir dir = forward_lists(p);
+    const i64 r_end = min(r0 + BLOCK_R, sq); /* the tile's rows that exist */
+    for (i64 k0 = next_listed_tile(lists, p, dir, b, h, r0, r_end, kv_begin, BLOCK_C, kv_end);
+         k0 < kv_end;
+         k0 = next_listed_tile(lists, p, dir, b, h, r0, r_end, k0 + BLOCK_C, BLOCK_C, kv_end)) {
         load_kv_tiles(k_tile, v_tile, kv, p, k0, true);
 
         /* S = Q K^T * scale (in log2 units, for exp2): s[i] = S[r][c], c = t + i*TPR,
@@ -415,15 +424,18 @@ __device__ void tile_fwd_cuda_cores(const store_t *__restrict__ q,
         }
 
         /* Score modifiers (softcap, ALiBi, bias; score_log2), then the mask: keys past Sk,
-         * causal keys after the row's diagonal and keys outside the window get -inf. */
+         * causal keys after the row's diagonal, keys outside the window and keys of blocks the
+         * row's query block does not list get -inf (a full block: only keys past Sk). */
         int valid_keys = (int)min((i64)BLOCK_C, sk - k0); /* keys [0, valid_keys) exist */
+        const row_blocks rb = row_blocks_of(lists, p, dir, b, h, row, sq, k0, valid_keys);
         /* row r may see c in [allowed_from, allowed) */
-        i64 allowed_from = first - k0, allowed = last - k0;
+        i64 allowed_from = rb.full ? 0 : first - k0, allowed = rb.full ? valid_keys : last - k0;
         float tile_max = NEG_INF;
 #pragma unroll
         for (int i = 0; i < KEYS_PER_THREAD; i++) {
             int c = t + i * THREADS_PER_ROW;
-            bool visible = c < BLOCK_C && c < allowed && c >= allowed_from;
+            bool visible = c < BLOCK_C && c < allowed && c >= allowed_from &&
+                           block_listed_at(rb, c);
             s[i] = visible ? score_log2(s[i], p, hm, rule, k0 + c) : NEG_INF;
             tile_max = fmaxf(tile_max, s[i]);
         }
@@ -550,8 +562,8 @@ __device__ __forceinline__ void mma_m16n8k16(float c[4], const unsigned a[4],
 __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__restrict__ k,
                              const store_t *__restrict__ v, out_t *__restrict__ o,
                              float *__restrict__ lse, const modifier_args &mods,
-                             const seq_args &seqs, const fa_kernel_params &p, const fwd_item &it,
-                             char *smem)
+                             const seq_args &seqs, const block_lists &lists,
+                             const fa_kernel_params &p, const fwd_item &it, char *smem)
 {
     store_t *q_tile = (store_t *)smem;            /* Q: Br x d store_t, row-major, TILE_LD */
     store_t *kv_tiles = q_tile + BLOCK_R * TILE_LD; /* K and V: Bc x d each (kv_buffers) */
@@ -590,13 +602,18 @@ __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__res
     for (int n = 0; n < O_TILES; n++)
         acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 
-    /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc (PIPELINE: the
-     * next tile's copy in flight during this one's products). */
-    kv_prefetch(kv_tiles, kv, p, kv_begin, kv_end);
-    int buf = 0;
-    for (i64 k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C, buf ^= 1) {
+    /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc; block-sparse,
+     * only the tiles of key blocks the tile's query blocks list (PIPELINE: the next tile's copy
+     * in flight during this one's products). */
+    const list_dir dir = forward_lists(p);
+    const i64 r_end = min(r0 + BLOCK_R, sq); /* the tile's rows that exist */
+    i64 k0 = next_listed_tile(lists, p, dir, b, h, r0, r_end, kv_begin, BLOCK_C, kv_end);
+    kv_prefetch(kv_tiles, kv, p, k0, kv_end);
+    for (int buf = 0; k0 < kv_end; buf ^= 1) {
+        const i64 k_next =
+            next_listed_tile(lists, p, dir, b, h, r0, r_end, k0 + BLOCK_C, BLOCK_C, kv_end);
         const store_t *k_tile, *v_tile;
-        next_kv_tiles(kv_tiles, kv, p, k0, kv_end, buf, &k_tile, &v_tile);
+        next_kv_tiles(kv_tiles, kv, p, k0, k_next, kv_end, buf, &k_tile, &v_tile);
 
         /* S = Q K^T: S[r][c] = sum_x Q[r][x] * K[c][x], 16 x Bc per warp, as S_TILES 16 x 8
          * tiles s[n] (keys 8n .. 8n+7), summed over 16-wide slices x0 .. x0+15 of d. A is
@@ -622,17 +639,27 @@ __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__res
         }
 
         /* Scale and score modifiers (softcap, ALiBi, bias; score_log2), then the mask: keys past
-         * Sk, causal keys after the row's diagonal and keys outside the window get -inf.
+         * Sk, causal keys after the row's diagonal, keys outside the window and keys of blocks
+         * the row's query block does not list get -inf (a full block: only keys past Sk).
          * s[n][e] is S[warp_row0 + g + 8i][c], i = e / 2, key c = 8n + 2t + e % 2 of the tile. */
-        i64 allowed_from[2] = {first[0] - k0, first[1] - k0}; /* c >= allowed_from[i] */
-        i64 allowed[2] = {last[0] - k0, last[1] - k0};        /* c < allowed[i] */
+        const int valid_keys = (int)min((i64)BLOCK_C, p.seqlen_k - k0); /* keys that exist */
+        const row_blocks rb[2] = {
+            row_blocks_of(lists, p, dir, b, h, rows[0], sq, k0, valid_keys),
+            row_blocks_of(lists, p, dir, b, h, rows[1], sq, k0, valid_keys)};
+        i64 allowed_from[2], allowed[2]; /* c in [allowed_from[i], allowed[i]) */
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            allowed_from[i] = rb[i].full ? 0 : first[i] - k0;
+            allowed[i] = rb[i].full ? valid_keys : last[i] - k0;
+        }
         float tile_max[2] = {NEG_INF, NEG_INF};
 #pragma unroll
         for (int n = 0; n < S_TILES; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int i = e / 2, c = n * 8 + 2 * t + (e & 1);
-                bool visible = c < allowed[i] && c >= allowed_from[i];
+                bool visible =
+                    c < allowed[i] && c >= allowed_from[i] && block_listed_at(rb[i], c);
                 s[n][e] = visible ? score_log2(s[n][e], p, hm[i], rule[i], k0 + c) : NEG_INF;
                 tile_max[i] = fmaxf(tile_max[i], s[n][e]);
             }
@@ -689,6 +716,7 @@ __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__res
                 mma_m16n8k16(acc[n], a_frag, b_frag);
             }
         }
+        k0 = k_next;
     }
 
     /* Final 1/l and LSE: O[b][h][rows[i]][8n + 2t + (0, 1)] = acc[n][2i + (0, 1)] / l[i] at
@@ -717,11 +745,12 @@ __device__ void tile_fwd_mma(const store_t *__restrict__ q, const store_t *__res
 extern "C" __global__ void __launch_bounds__(WG_SIZE)
 flash_fwd(const store_t *__restrict__ q, const store_t *__restrict__ k,
           const store_t *__restrict__ v, out_t *__restrict__ o, float *__restrict__ lse,
-          ALIBI_PARAM BIAS_PARAM SINKS_PARAM SEQ_PARAM const fa_kernel_params p_in)
+          ALIBI_PARAM BIAS_PARAM SINKS_PARAM SEQ_PARAM LISTS_PARAM const fa_kernel_params p_in)
 {
     extern __shared__ __align__(16) char smem[];
     const modifier_args mods = {ALIBI_ARG, BIAS_ARG, SINKS_ARG};
     const seq_args seqs = SEQ_ARGS;
+    const block_lists lists = LISTS_ARGS;
     /* Grid-stride loops: every thread of a block takes the same trips, so the barriers inside
      * the tile function are reached by all of them. b in [0, B), h in [0, Hq), and x in
      * [0, q_tiles * chunks), chunk-major (chunks: the params' splits with SPLIT, else 1): query
@@ -737,9 +766,9 @@ flash_fwd(const store_t *__restrict__ q, const store_t *__restrict__ k,
                 if (it.tile * BLOCK_R >= p.seqlen_q)
                     continue;
 #if MMA
-                tile_fwd_mma(q, k, v, o, lse, mods, seqs, p, it, smem);
+                tile_fwd_mma(q, k, v, o, lse, mods, seqs, lists, p, it, smem);
 #else
-                tile_fwd_cuda_cores(q, k, v, o, lse, mods, seqs, p, it, smem);
+                tile_fwd_cuda_cores(q, k, v, o, lse, mods, seqs, lists, p, it, smem);
 #endif
             }
     }

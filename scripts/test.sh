@@ -55,9 +55,10 @@ if [ -x build/tests/test_cuda_emu ]; then
     cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS=-fsanitize=thread \
         -DCMAKE_CXX_FLAGS=-fsanitize=thread -DFLASHATTN_OPENCL=OFF -DFLASHATTN_INSTALL_TEST=OFF \
         >build-tsan/configure.log 2>&1 || { cat build-tsan/configure.log; exit 1; }
-    cmake --build build-tsan -j"$jobs" --target test_cuda_emu test_cuda_emu_seq
+    cmake --build build-tsan -j"$jobs" --target test_cuda_emu test_cuda_emu_seq \
+        test_cuda_emu_sparse
     (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest -j"$jobs" --no-tests=error \
-        --output-on-failure -R '^cuda_emu(_seq)?$')
+        --output-on-failure -R '^cuda_emu(_seq|_sparse)?$')
 fi
 
 # The fuzz harnesses (tests/fuzz/): built with clang + libFuzzer in build-fuzz/, each run for a

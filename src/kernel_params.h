@@ -41,8 +41,8 @@ typedef uint32_t fa_kp_u32;
 #define FA_FEATURE_WINDOW 8u
 #define FA_FEATURE_SINKS 16u
 #define FA_FEATURE_DROPOUT 32u
-#define FA_FEATURE_BLOCK_SPARSE 64u /* only the key blocks of a query block's lists (on the
-                                       cpu backend alone so far: not in FA_FEATURES_ALL) */
+#define FA_FEATURE_BLOCK_SPARSE 64u /* only the key blocks of a query block's lists (backends
+                                       opt in: not in FA_FEATURES_ALL) */
 #define FA_FEATURES_ALL                                                                         \
     (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_BIAS | FA_FEATURE_WINDOW |              \
      FA_FEATURE_SINKS | FA_FEATURE_DROPOUT)

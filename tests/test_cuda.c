@@ -401,14 +401,14 @@ static void remember_compiled(fa__kernel kernel, const char *keys)
  * includes a header that could (kernel_params.h includes <stdint.h> for host compilers only). */
 extern const unsigned char fa__cu_embed_kernel_params[], fa__cu_embed_flash_common[],
     fa__cu_embed_flash_kv[], fa__cu_embed_flash_fwd[], fa__cu_embed_flash_bwd[], fa__cu_embed_flash_bwd_rows[],
-    fa__cu_embed_flash_merge[];
+    fa__cu_embed_flash_bwd_mma[], fa__cu_embed_flash_merge[];
 
 static void no_arch_dependent_code(void)
 {
     const unsigned char *const texts[] = {
         fa__cu_embed_kernel_params, fa__cu_embed_flash_common,   fa__cu_embed_flash_kv,
         fa__cu_embed_flash_fwd,     fa__cu_embed_flash_bwd,      fa__cu_embed_flash_bwd_rows,
-        fa__cu_embed_flash_merge};
+        fa__cu_embed_flash_bwd_mma, fa__cu_embed_flash_merge};
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
         const char *t = (const char *)texts[i];
         assert_null(strstr(t, "__CUDA_ARCH__"));

@@ -1,8 +1,9 @@
 /*
  * cuda_census.c - the CUDA kernels' resource census without a GPU: plans a production grid
  * (forward prefill, decode of 16 heads and of 16 in GQA groups of 4, backward, prefill and
- * backward with the score modifiers and dropout, the tensor-core prefill's pipelined variant;
- * f16, bf16, f32; several head dims) on the known props of
+ * backward with the score modifiers and dropout, the tensor-core prefill's pipelined variant,
+ * block-sparse prefill (also pipelined) and backward with full lists; f16, bf16, f32; several
+ * head dims) on the known props of
  * each architecture, compiles each distinct module with NVRTC and ptxas --verbose, and prints
  * per launch the registers, spill stores / loads, stack frame and shared memory, with an
  * estimate of blocks per SM (the least of registers, shared memory, threads and 16 allow;
@@ -138,6 +139,7 @@ typedef struct shape {
     int mods;         /* 1: softcap, ALiBi, a window, sinks and dropout (no bias: it needs a
                          tensor) */
     int pipelined;    /* 1: planned with FLASHATTN_CUDA_PIPELINE=1 */
+    int sparse;       /* 1: block-sparse, blocks of 64, with full lists (SPARSE_FULL) */
 } shape;
 
 /* The score modifiers and dropout that a shape's `mods` turns on. */
@@ -151,6 +153,15 @@ static void mods_on(fa_problem *p)
     p->sinks = 1;
     p->dropout_p = 0.1f;
     p->dropout_seed = 42;
+}
+
+/* Block-sparse lists of 64 x 64 blocks, broadcast, with the full pair. */
+static void sparse_on(fa_problem *p)
+{
+    p->block_sparse = 1;
+    p->sparse_block_q = p->sparse_block_k = 64;
+    p->sparse_batch = p->sparse_heads = 1;
+    p->sparse_full = 1;
 }
 
 int main(int argc, char **argv)
@@ -172,13 +183,16 @@ int main(int argc, char **argv)
     /* The sanitizer tree (scripts/test.sh) checks the host code: one arch, d and dtype. */
     const char *sample = getenv("FLASHATTN_NVRTC_SAMPLE");
     const int tiny = !all && sample && strcmp(sample, "1") == 0;
-    const shape shapes[] = {{"prefill", 4096, 4096, 0, 16, 0, 0},
-                            {"prefill+mods", 4096, 4096, 0, 16, 1, 0},
-                            {"prefill-pipelined", 4096, 4096, 0, 16, 0, 1},
-                            {"decode", 1, 4096, 0, 16, 0, 0},
-                            {"decode-gqa4", 1, 4096, 0, 4, 0, 0},
-                            {"backward", 4096, 4096, 1, 16, 0, 0},
-                            {"backward+mods", 4096, 4096, 1, 16, 1, 0}};
+    const shape shapes[] = {{"prefill", 4096, 4096, 0, 16, 0, 0, 0},
+                            {"prefill+mods", 4096, 4096, 0, 16, 1, 0, 0},
+                            {"prefill-pipelined", 4096, 4096, 0, 16, 0, 1, 0},
+                            {"decode", 1, 4096, 0, 16, 0, 0, 0},
+                            {"decode-gqa4", 1, 4096, 0, 4, 0, 0, 0},
+                            {"backward", 4096, 4096, 1, 16, 0, 0, 0},
+                            {"backward+mods", 4096, 4096, 1, 16, 1, 0, 0},
+                            {"prefill+sparse", 4096, 4096, 0, 16, 0, 0, 1},
+                            {"prefill-pipelined+sparse", 4096, 4096, 0, 16, 0, 1, 1},
+                            {"backward+sparse", 4096, 4096, 1, 16, 0, 0, 1}};
     const size_t n_shapes = sizeof shapes / sizeof shapes[0];
     const int64_t dims_all[] = {32, 64, 96, 128, 160, 256}, dims_sample[] = {64, 128};
     const size_t n_dims = all ? 6u : tiny ? 1u : 2u;
@@ -214,6 +228,8 @@ int main(int argc, char **argv)
                                                    sh->seq_q, sh->seq_k, d);
                     if (st == FA_STATUS_OK && sh->mods)
                         mods_on(&p);
+                    if (st == FA_STATUS_OK && sh->sparse)
+                        sparse_on(&p);
                     if (sh->pipelined && setenv("FLASHATTN_CUDA_PIPELINE", "1", 1) != 0)
                         st = FA_STATUS_OUT_OF_MEMORY;
                     if (st == FA_STATUS_OK)

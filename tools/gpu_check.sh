@@ -5,7 +5,7 @@
 #      OpenCL platform exists), so a missing driver or NVRTC fails instead of skipping;
 #   3. compute-sanitizer memcheck, racecheck and synccheck on a tiny subset of the forward, the
 #      backward and the decode suites (both CUDA paths: f32 runs the CUDA cores, f16/bf16
-#      tensor cores; split-KV with its merge, paged K/V, varlen);
+#      tensor cores; split-KV with its merge, paged K/V, varlen; block-sparse);
 #   4. tools/bench_decode.sh on cuda (and opencl): split-KV and paged decoding, B 1 and 8
 #      (32 query heads on 8 K/V heads: GQA-packed, a warp per row group on cuda);
 #   5. the A/B of the tensor-core forward: today's path (FLASHATTN_CUDA_PIPELINE=0) against the
@@ -111,6 +111,12 @@ if [ "${SANITIZE:-1}" != 0 ]; then
             echo "-- $tool: test_decode cuda --case=$case"
             run env FLASHATTN_REQUIRE_BACKENDS=cuda "$SAN" --tool "$tool" --error-exitcode 1 \
                 "$BUILD/tests/test_decode" cuda --case="$case"
+        done
+        # block-sparse: CUDA cores, tensor cores with full lists, a split forward
+        for case in "f32 odd 113x203" "f16 255x127" "f16 97x500"; do
+            echo "-- $tool: test_block_sparse cuda --case=$case"
+            run env FLASHATTN_REQUIRE_BACKENDS=cuda "$SAN" --tool "$tool" --error-exitcode 1 \
+                "$BUILD/tests/test_block_sparse" cuda --case="$case"
         done
     done
 fi

@@ -353,9 +353,9 @@ const fa__backend_ops fa__cuda_ops = {
     .launch_prepare = cu_launch_prepare,
     .launch = cu_launch,
     .arch_props = fa__cuda_arch_props,
-    /* The forward's and the backward's kernels (both paths) run every score modifier and
-     * dropout; the backward adds flash_bwd_dsinks. */
-    .supported_features = {[FA__OP_FORWARD] = FA_FEATURES_ALL,
-                           [FA__OP_BACKWARD] = FA_FEATURES_ALL},
+    /* The forward's and the backward's kernels (both paths) run every score modifier, dropout
+     * and block-sparse lists; the backward adds flash_bwd_dsinks. */
+    .supported_features = {[FA__OP_FORWARD] = FA_FEATURES_ALL | FA_FEATURE_BLOCK_SPARSE,
+                           [FA__OP_BACKWARD] = FA_FEATURES_ALL | FA_FEATURE_BLOCK_SPARSE},
     .buffer_region = cu_buffer_region,
 };

@@ -282,7 +282,45 @@ static uint32_t cuda_core_lanes(const fa_problem *p, fa__op op)
     return lanes;
 }
 
+/*
+ * Block-sparse (forward and backward): tiles no larger than a mask block, as the OpenCL
+ * planner's rule (preferences, so overrides still plan as asked). Blocks are powers of two and
+ * tiles start at multiples of their size, so a tile within one block never straddles two: a
+ * key tile no query block lists is skipped whole, and a query tile walks its own block's list
+ * only. The dK/dV pass streams query tiles of Br rows over its Bc keys, so the same caps keep
+ * its tiles within blocks too. The dense tiles' Br floor (min_block_r) is lowered to the block.
+ */
+static void block_sparse_rules(const fa_problem *p, fa__plan_rules *rules)
+{
+    const uint32_t bq = (uint32_t)p->sparse_block_q, bk = (uint32_t)p->sparse_block_k;
+    if (!p->block_sparse)
+        return;
+    if (rules->shape.pref_block_c == 0 || rules->shape.pref_block_c > bk) {
+        rules->shape.pref_block_c = bk;
+        rules->shape.pref_block_c_why = "block-sparse: a key tile within one key block "
+                                        "(sparse_block_k), so a tile no query block lists is "
+                                        "skipped";
+    }
+    rules->shape.pref_block_r = bq;
+    if (rules->shape.min_block_r > bq)
+        rules->shape.min_block_r = bq;
+    rules->shape.pref_block_r_why = "block-sparse: a query tile within one query block "
+                                    "(sparse_block_q), so it walks its block's list only";
+}
+
+static void plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op op,
+                       fa__plan_rules *rules);
+
 void fa__cu_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op op,
+                       fa__plan_rules *rules)
+{
+    plan_rules(dev, p, op, rules);
+    if (op != FA__OP_MERGE)
+        block_sparse_rules(p, rules);
+}
+
+/* The rules of a dense problem (fa__cu_plan_rules adds block-sparse's). */
+static void plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op op,
                        fa__plan_rules *rules)
 {
     rules->shape.row_lanes = FA_CU_THREADS_PER_ROW;

@@ -2,9 +2,9 @@
  * cuda_module.c - the CUDA kernels' NVRTC compilation and the compiler calls behind the shared
  * compile-and-cache layer (src/kernel_build.h). The source is src/kernel_params.h followed by
  * kernels_cu/flash_common.cu and the entry point's files (program_of): flash_kv.cu and
- * flash_fwd.cu for the forward, then flash_bwd.cu (which builds on the forward's helpers) for
- * the backward's dK/dV and dQ passes, flash_bwd_rows.cu for its per-row passes, flash_merge.cu
- * for the merge; all embedded at build time (cmake/embed.cmake), or the files from
+ * flash_fwd.cu for the forward, then flash_bwd.cu (which builds on the forward's helpers) and
+ * flash_bwd_mma.cu (their tensor-core path) for the backward's dK/dV and dQ passes,
+ * flash_bwd_rows.cu for its per-row passes, flash_merge.cu for the merge; all embedded at build time (cmake/embed.cmake), or the files from
  * FLASHATTN_KERNEL_DIR. A module is compiled once per (program, -D options) for the context's
  * architecture, so entry points of one program share it, and kept until the context closes; a
  * failed compile reports the full NVRTC log. fa__cuda_compile_check compiles without a driver,
@@ -21,6 +21,7 @@ extern const unsigned char fa__cu_embed_flash_common[];
 extern const unsigned char fa__cu_embed_flash_kv[];
 extern const unsigned char fa__cu_embed_flash_fwd[];
 extern const unsigned char fa__cu_embed_flash_bwd[];
+extern const unsigned char fa__cu_embed_flash_bwd_mma[];
 extern const unsigned char fa__cu_embed_flash_bwd_rows[];
 extern const unsigned char fa__cu_embed_flash_merge[];
 
@@ -42,9 +43,11 @@ static const fa__kernel_text forward = {
 static const fa__kernel_text backward = {
     .language = "CUDA",
     .params = FA_CU_PARAMS,
-    .n_files = 4,
-    .files = {"flash_common.cu", "flash_kv.cu", "flash_fwd.cu", "flash_bwd.cu"},
-    .bodies = {FA_CU_COMMON, FA_CU_KV, FA_CU_FWD, (const char *)fa__cu_embed_flash_bwd}};
+    .n_files = 5,
+    .files = {"flash_common.cu", "flash_kv.cu", "flash_fwd.cu", "flash_bwd.cu",
+              "flash_bwd_mma.cu"},
+    .bodies = {FA_CU_COMMON, FA_CU_KV, FA_CU_FWD, (const char *)fa__cu_embed_flash_bwd,
+               (const char *)fa__cu_embed_flash_bwd_mma}};
 static const fa__kernel_text backward_rows = {
     .language = "CUDA",
     .params = FA_CU_PARAMS,
@@ -69,12 +72,12 @@ static const fa__kernel_text *program_of(fa__kernel kernel)
     return programs[kernel] ? programs[kernel] : &forward;
 }
 
-/* The file that defines an entry point (its program's last): names the program in NVRTC's and
- * the driver's messages. */
+/* The file that defines an entry point (its program's last, but the backward's flash_bwd.cu,
+ * whose tensor-core path follows it): names the program in NVRTC's and the driver's messages. */
 static const char *file_of(fa__kernel kernel)
 {
     const fa__kernel_text *k = program_of(kernel);
-    return k->files[k->n_files - 1];
+    return k == &backward ? "flash_bwd.cu" : k->files[k->n_files - 1];
 }
 
 /* The source to compile for an entry point, or the reason in a heap *msg (NULL when out of

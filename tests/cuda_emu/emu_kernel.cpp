@@ -3,7 +3,8 @@
  * build with the same -D options NVRTC gets (HEAD_DIM, BLOCK_R, BLOCK_C, DTYPE, MASK, WG_SIZE,
  * TPR, MMA; FEATURES with BIAS_DTYPE for the score modifiers; SEQ, SPLIT, PARTS_DTYPE for
  * sequences, split-KV and the merge; PACKED for a GQA-packed decode; PIPELINE for the
- * tensor-core forward's pipelined K/V copies) plus FA_EMU_ID, a name for the configuration. A
+ * tensor-core forward's pipelined K/V copies; SPARSE_FULL for block-sparse's full lists, whose
+ * lists FEATURES' bit 64 adds to flash_fwd, flash_bwd_dq and flash_bwd_dkdv) plus FA_EMU_ID, a name for the configuration. A
  * configuration holds every entry point a module of those options can have: flash_fwd, the
  * backward's flash_bwd_pre, flash_bwd_dkdv, flash_bwd_dq and, with sinks, flash_bwd_dsinks, and
  * flash_merge (every kernels_cu file, in one translation unit), except where the options say
@@ -52,6 +53,11 @@
 #else
 #define FA_EMU_PIPELINE_OPTIONS ""
 #endif
+#ifdef SPARSE_FULL
+#define FA_EMU_SPARSE_FULL_OPTIONS " -DSPARSE_FULL=" FA_EMU_STR(SPARSE_FULL)
+#else
+#define FA_EMU_SPARSE_FULL_OPTIONS ""
+#endif
 
 /* The kernels' extern "C" entry points need names of their own per configuration. */
 #define flash_fwd FA_EMU_CAT(fa_emu_flash_fwd_, FA_EMU_ID)
@@ -79,6 +85,7 @@ namespace FA_EMU_ID {
 alignas(16) char smem[256 * 1024];
 #if FA_EMU_PROGRAMS & 2
 #include "flash_bwd.cu" /* and flash_fwd.cu, whose helpers it builds on */
+#include "flash_bwd_mma.cu"
 #include "flash_bwd_rows.cu"
 #elif FA_EMU_PROGRAMS & 1
 #include "flash_fwd.cu"
@@ -153,13 +160,30 @@ constexpr int seq_count = has_varlen + has_seqlens_k + has_table;
 #endif
 #define EMU_SEQ(a, n) EMU_VARLEN(a, n) EMU_SEQLENS_K(a, n) EMU_TABLE(a, n)
 
+/* The block-sparse lists after the sequence buffers (n: the first one's index), in the host's
+ * order (src/op_launches.c add_block_list_args): the lists, then with SPARSE_FULL the full
+ * pair; flash_fwd, flash_bwd_dq and flash_bwd_dkdv read them. */
+#if FEATURES & FA_FEATURE_BLOCK_SPARSE
+#if SPARSE_FULL
+constexpr int list_count = 4;
+#define EMU_LISTS(a, n) , i32(a, n), i32(a, (n) + 1), i32(a, (n) + 2), i32(a, (n) + 3)
+#else
+constexpr int list_count = 2;
+#define EMU_LISTS(a, n) , i32(a, n), i32(a, (n) + 1)
+#endif
+#else
+constexpr int list_count = 0;
+#define EMU_LISTS(a, n)
+#endif
+
 /* Argument orders: src/ops.c (forward_launches, backward_kernels, merge_launch). */
 constexpr int fwd_mods = 5 + has_alibi + has_bias + has_sinks; /* flash_fwd's first seq arg */
 #if FA_EMU_PROGRAMS & 1
 void fwd(void *const *a, const void *p)
 {
     flash_fwd(in(a, 0), in(a, 1), in(a, 2), static_cast<out_t *>(a[3]), f32(a, 4)
-              EMU_ALIBI(a, 5) EMU_BIAS(a, 5) EMU_SINKS(a, 5) EMU_SEQ(a, fwd_mods),
+              EMU_ALIBI(a, 5) EMU_BIAS(a, 5) EMU_SINKS(a, 5) EMU_SEQ(a, fwd_mods)
+                  EMU_LISTS(a, fwd_mods + seq_count),
               params_of(p));
 }
 #endif
@@ -172,13 +196,15 @@ void bwd_dkdv(void *const *a, const void *p)
 {
     flash_bwd_dkdv(in(a, 0), in(a, 1), in(a, 2), f32(a, 3), in(a, 4), f32(a, 5), out(a, 6),
                    out(a, 7) EMU_ALIBI(a, 8) EMU_BIAS(a, 8)
-                       EMU_SEQ(a, 8 + has_alibi + has_bias),
+                       EMU_SEQ(a, 8 + has_alibi + has_bias)
+                           EMU_LISTS(a, 8 + has_alibi + has_bias + seq_count),
                    params_of(p));
 }
 void bwd_dq(void *const *a, const void *p)
 {
     flash_bwd_dq(in(a, 0), in(a, 1), in(a, 2), f32(a, 3), in(a, 4), f32(a, 5), out(a, 6)
-                 EMU_ALIBI(a, 7) EMU_BIAS(a, 7) EMU_SEQ(a, 7 + has_alibi + has_bias),
+                 EMU_ALIBI(a, 7) EMU_BIAS(a, 7) EMU_SEQ(a, 7 + has_alibi + has_bias)
+                     EMU_LISTS(a, 7 + has_alibi + has_bias + seq_count),
                  params_of(p));
 }
 #if FEATURES & FA_FEATURE_SINKS
@@ -208,18 +234,19 @@ const char options[] = "-DHEAD_DIM=" FA_EMU_STR(HEAD_DIM) " -DBLOCK_R=" FA_EMU_S
                        " -DMASK=" FA_EMU_STR(MASK) " -DWG_SIZE=" FA_EMU_STR(WG_SIZE)
                        " -DTPR=" FA_EMU_STR(TPR) FA_EMU_MMA_OPTIONS
                        FA_EMU_FEATURE_OPTIONS FA_EMU_SEQ_OPTIONS FA_EMU_SPLIT_OPTIONS
-                       FA_EMU_PARTS_OPTIONS FA_EMU_PACKED_OPTIONS FA_EMU_PIPELINE_OPTIONS;
+                       FA_EMU_PARTS_OPTIONS FA_EMU_PACKED_OPTIONS FA_EMU_PIPELINE_OPTIONS
+                       FA_EMU_SPARSE_FULL_OPTIONS;
 
 const fa_emu_kernel entries[] = {
 #if FA_EMU_PROGRAMS & 1
-    {"flash_fwd", options, WG_SIZE, smem, sizeof smem, fwd, fwd_mods + seq_count},
+    {"flash_fwd", options, WG_SIZE, smem, sizeof smem, fwd, fwd_mods + seq_count + list_count},
 #endif
 #if FA_EMU_PROGRAMS & 2
     {"flash_bwd_pre", options, WG_SIZE, smem, sizeof smem, bwd_pre, 3 + seq_count},
     {"flash_bwd_dkdv", options, WG_SIZE, smem, sizeof smem, bwd_dkdv,
-     8 + has_alibi + has_bias + seq_count},
+     8 + has_alibi + has_bias + seq_count + list_count},
     {"flash_bwd_dq", options, WG_SIZE, smem, sizeof smem, bwd_dq,
-     7 + has_alibi + has_bias + seq_count},
+     7 + has_alibi + has_bias + seq_count + list_count},
 #if FEATURES & FA_FEATURE_SINKS
     {"flash_bwd_dsinks", options, WG_SIZE, smem, sizeof smem, bwd_dsinks, 4 + seq_count},
 #endif
