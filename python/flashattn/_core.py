@@ -15,6 +15,8 @@ from ._lib import (BACKENDS, DTYPES, LAYOUT_BSHD, MASK_CAUSAL_BOTTOM_RIGHT, MASK
                    c_vp, check, lib)
 
 PLAN_CACHE_SIZE = 64  # plans kept per context, least recently used dropped first
+KEPT_WRAPS = 16  # wraps of small inputs kept per context (_kept_wrap), the oldest dropped first
+KEPT_WRAP_BYTES = 1 << 20  # the largest input kept: what a wrap costs matters for small calls
 
 # A host tensor as the library sees it: its first element's address and the bytes from there to
 # the end of its last element (its strides are in the Spec).
@@ -25,11 +27,11 @@ Arr = collections.namedtuple("Arr", "ptr nbytes")
 Spec = collections.namedtuple("Spec", [
     "dtype", "batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim", "layouts",
     "causal", "scale", "window", "softcap", "alibi", "bias_dtype", "sinks", "dropout",
-    "varlen", "seqlens_k", "paged", "kv_splits"])
+    "varlen", "seqlens_k", "paged", "kv_splits", "block_sparse"])
 
 SPEC_DEFAULTS = dict(causal=False, scale=None, window=(-1, -1), softcap=0.0, alibi=False,
                      bias_dtype=None, sinks=False, dropout=(0.0, 0, 0), varlen=False,
-                     seqlens_k=False, paged=None, kv_splits=0)
+                     seqlens_k=False, paged=None, kv_splits=0, block_sparse=None)
 
 
 def make_spec(**fields):
@@ -70,6 +72,9 @@ def build_problem(spec):
     p.dropout_p, p.dropout_seed, p.dropout_offset = spec.dropout
     p.varlen, p.seqlens_k = int(spec.varlen), int(spec.seqlens_k)
     p.kv_splits = spec.kv_splits
+    if spec.block_sparse is not None:  # (block_q, block_k, the lists' batch and heads)
+        p.block_sparse = 1
+        p.sparse_block_q, p.sparse_block_k, p.sparse_batch, p.sparse_heads = spec.block_sparse
     return p
 
 
@@ -111,6 +116,7 @@ class Context:
         self.lock = threading.Lock()
         self.plans = collections.OrderedDict()
         self.plans_created = 0  # for the tests: a cached shape must not re-plan
+        self.kept = {}  # id(input) -> (input, its wrap): _kept_wrap
 
     def _wraps_host(self):
         """Whether the library wraps host arrays here without a copy (the device's memory is
@@ -148,6 +154,55 @@ class Context:
                 self._run_host(plan, inputs, outputs)
             else:
                 self._run_device(plan, inputs, outputs)
+
+    def run_prepared(self, call, tensors, ptr):
+        """Runs a Prepared call on `tensors` (in call.names' order); ptr(x) is x's address."""
+        with self.lock:
+            plan = call.plan
+            if plan is None or plan.handle is None:  # first use, or dropped from the cache
+                plan = call.plan = self.plan(call.op, call.spec)
+            if not self.host:
+                arrs = [Arr(ptr(x), n) for x, n in zip(tensors, call.nbytes)]
+                names, n_in = call.names, call.n_in
+                self._run_device(plan, dict(zip(names[:n_in], arrs[:n_in])),
+                                 dict(zip(names[n_in:], arrs[n_in:])))
+                return
+            wraps, handle = [], self.handle
+            try:
+                for i, (name, x, size) in enumerate(zip(call.names, tensors, call.nbytes)):
+                    buf = self._kept_wrap(x, size) if i < call.n_in else None
+                    if buf is None:
+                        buf = self._wrap(call, ptr(x) if size else _EMPTY_PTR,
+                                         size or _EMPTY_BYTES)
+                        wraps.append(buf)
+                    setattr(call.tensors, name, buf)
+                check(lib.fa_run(handle, plan.handle, call.tensors_ref), handle)
+            finally:
+                for buf in wraps:
+                    lib.fa_buffer_destroy(buf)
+
+    def _wrap(self, call, ptr, size):
+        check(lib.fa_buffer_wrap_host(self.handle, ptr, size, call.buf_ref), self.handle)
+        return call.buf.value
+
+    def _kept_wrap(self, x, size):
+        """The kept wrap of input x, made on its first use: small inputs passed again and again
+        (a decode loop's, a benchmark's) skip a wrap and its destroy. A kept entry holds x, so
+        the memory it wraps stays valid until the entry is dropped, the oldest first."""
+        if not size or size > KEPT_WRAP_BYTES:
+            return None
+        entry = self.kept.get(id(x))
+        if entry is not None and entry[0] is x:
+            return entry[1]
+        buf = c_vp()
+        check(lib.fa_buffer_wrap_host(self.handle, _data_ptr(x), size, ctypes.byref(buf)),
+              self.handle)
+        if entry is not None:
+            lib.fa_buffer_destroy(entry[1])
+        self.kept[id(x)] = (x, buf.value)
+        while len(self.kept) > KEPT_WRAPS:
+            lib.fa_buffer_destroy(self.kept.pop(next(iter(self.kept)))[1])
+        return buf.value
 
     def _run_host(self, plan, inputs, outputs):
         tensors, wraps = Tensors(), []
@@ -194,6 +249,9 @@ class Context:
 
     def close(self):
         with self.lock:
+            for _, buf in self.kept.values():
+                lib.fa_buffer_destroy(buf)
+            self.kept.clear()
             for plan in self.plans.values():
                 plan.destroy()
             self.plans.clear()
@@ -201,11 +259,28 @@ class Context:
             self.handle = None
 
 
+class Prepared:
+    """One call's fixed part, cached by a front end per argument signature: the op and Spec,
+    the tensors' fa_tensors names (inputs first) and byte extents; a run then needs only the
+    pointers. Its Tensors struct and wrap handle are reused under the context's lock."""
+
+    def __init__(self, op, spec, names, n_in, nbytes):
+        self.op, self.spec, self.names, self.n_in, self.nbytes = op, spec, names, n_in, nbytes
+        self.plan = None
+        self.tensors, self.buf = Tensors(), c_vp()
+        self.tensors_ref, self.buf_ref = ctypes.byref(self.tensors), ctypes.byref(self.buf)
+
+
 # A tensor of no bytes (seqlen_k = 0, ...) is bound to this instead: the library asks for a
 # buffer of at least one byte and reads none of it.
 _EMPTY_BYTES = 16
 _EMPTY = ctypes.create_string_buffer(_EMPTY_BYTES)
 _EMPTY_PTR = ctypes.addressof(_EMPTY)
+
+def _data_ptr(x):
+    """x's address: numpy's or torch's."""
+    return x.data_ptr() if hasattr(x, "data_ptr") else x.ctypes.data
+
 
 _contexts = {}
 _contexts_lock = threading.Lock()

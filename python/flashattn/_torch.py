@@ -7,8 +7,9 @@ OpenCL backends read host memory).
 from typing import List, Optional
 
 import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from . import _ops, interface
+from . import _block_mask, _ops, interface
 from ._core import Arr
 
 _DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
@@ -56,6 +57,15 @@ class TorchAdapter:
         return tuple(s if n > 1 else 0 for n, s in zip(x.shape, x.stride()))
 
     @staticmethod
+    def signature(x):
+        """What a cached call depends on: the kind, shape, strides, dtype and device."""
+        return type(x), x.shape, x.stride(), x.dtype, x.device
+
+    @staticmethod
+    def ptr(x):
+        return x.data_ptr()
+
+    @staticmethod
     def arr(x):
         return Arr(x.data_ptr(), _extent(x))
 
@@ -73,6 +83,14 @@ class TorchAdapter:
         if x.dtype.is_floating_point or x.dtype.is_complex:
             raise TypeError("flashattn: %s must be integers, not %s" % (name, x.dtype))
         return x.to("cpu", torch.int32).contiguous()
+
+    @staticmethod
+    def host_mask(x):
+        return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x
+
+    @staticmethod
+    def from_numpy(x):
+        return torch.from_numpy(x)
 
     @staticmethod
     def lse(x, shape):
@@ -119,12 +137,13 @@ def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slopes: Option
          max_seqlen_q: int, max_seqlen_k: int, seqlens_k: Optional[torch.Tensor],
          block_table: Optional[torch.Tensor], dropout_p: float, softmax_scale: Optional[float],
          causal: bool, window_left: int, window_right: int, softcap: float,
-         seed: torch.Tensor, offset: int, kv_splits: int, backend: str,
-         device: int) -> List[torch.Tensor]:
+         seed: torch.Tensor, offset: int, kv_splits: int, backend: str, device: int,
+         block_mask: Optional[torch.Tensor], block_q: int, block_k: int) -> List[torch.Tensor]:
     seq = _seq(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k,
                block_table)
     out, lse = _ops.forward(TorchAdapter, q, k, v, alibi_slopes=alibi_slopes, bias=bias,
-                            sinks=sinks, kv_splits=kv_splits, seq=seq,
+                            sinks=sinks, kv_splits=kv_splits, seq=seq, block_mask=block_mask,
+                            block_size=(block_q, block_k),
                             **_options(dropout_p, softmax_scale, causal, window_left,
                                        window_right, softcap, int(seed), offset, backend,
                                        device))
@@ -140,7 +159,8 @@ def _lse_shape(q, cu_seqlens_q):
 @_fwd.register_fake
 def _fwd_fake(q, k, v, alibi_slopes, bias, sinks, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
               max_seqlen_k, seqlens_k, block_table, dropout_p, softmax_scale, causal,
-              window_left, window_right, softcap, seed, offset, kv_splits, backend, device):
+              window_left, window_right, softcap, seed, offset, kv_splits, backend, device,
+              block_mask, block_q, block_k):
     return [q.new_empty(q.shape), q.new_empty(_lse_shape(q, cu_seqlens_q), dtype=torch.float32)]
 
 
@@ -151,12 +171,14 @@ def _bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
          cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
          max_seqlen_q: int, max_seqlen_k: int, dropout_p: float,
          softmax_scale: Optional[float], causal: bool, window_left: int, window_right: int,
-         softcap: float, seed: torch.Tensor, offset: int, backend: str,
-         device: int) -> List[torch.Tensor]:
+         softcap: float, seed: torch.Tensor, offset: int, backend: str, device: int,
+         block_mask: Optional[torch.Tensor], block_q: int,
+         block_k: int) -> List[torch.Tensor]:
     seq = _seq(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, None, None)
     dq, dk, dv, d_sinks = _ops.backward(
         TorchAdapter, dout, q, k, v, out, lse, alibi_slopes=alibi_slopes, bias=bias,
-        sinks=sinks, seq=seq, **_options(dropout_p, softmax_scale, causal, window_left,
+        sinks=sinks, seq=seq, block_mask=block_mask, block_size=(block_q, block_k),
+        **_options(dropout_p, softmax_scale, causal, window_left,
                                          window_right, softcap, int(seed), offset, backend,
                                          device))
     if d_sinks is None:
@@ -167,7 +189,8 @@ def _bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 @_bwd.register_fake
 def _bwd_fake(dout, q, k, v, out, lse, alibi_slopes, bias, sinks, cu_seqlens_q, cu_seqlens_k,
               max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_left,
-              window_right, softcap, seed, offset, backend, device):
+              window_right, softcap, seed, offset, backend, device, block_mask, block_q,
+              block_k):
     heads = 0 if sinks is None else sinks.shape[0]
     return [q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
             q.new_empty((heads,), dtype=torch.float32)]
@@ -176,9 +199,9 @@ def _bwd_fake(dout, q, k, v, out, lse, alibi_slopes, bias, sinks, cu_seqlens_q, 
 _FWD_ARGS = ("q", "k", "v", "alibi_slopes", "bias", "sinks", "cu_seqlens_q", "cu_seqlens_k",
              "max_seqlen_q", "max_seqlen_k", "seqlens_k", "block_table", "dropout_p",
              "softmax_scale", "causal", "window_left", "window_right", "softcap", "seed",
-             "offset", "kv_splits", "backend", "device")
+             "offset", "kv_splits", "backend", "device", "block_mask", "block_q", "block_k")
 _SAVED = ("q", "k", "v", "alibi_slopes", "bias", "sinks", "cu_seqlens_q", "cu_seqlens_k",
-          "seed")
+          "seed", "block_mask")
 
 
 def _setup_context(ctx, inputs, output):
@@ -200,7 +223,8 @@ def _backward(ctx, grads):
         dout, t["q"], t["k"], t["v"], out, lse, t.get("alibi_slopes"), t.get("bias"),
         t.get("sinks"), t.get("cu_seqlens_q"), t.get("cu_seqlens_k"), a["max_seqlen_q"],
         a["max_seqlen_k"], a["dropout_p"], a["softmax_scale"], a["causal"], a["window_left"],
-        a["window_right"], a["softcap"], t["seed"], a["offset"], a["backend"], a["device"])
+        a["window_right"], a["softcap"], t["seed"], a["offset"], a["backend"], a["device"],
+        t.get("block_mask"), a["block_q"], a["block_k"])
     grads_in = dict(q=dq, k=dk, v=dv, sinks=d_sinks if "sinks" in t else None)
     return tuple(grads_in.get(n) for n in _FWD_ARGS)
 
@@ -219,21 +243,53 @@ def _seed_tensor(dropout_p, seed):
 
 def _call(q, k, v, alibi_slopes, bias, sinks, dropout_p, softmax_scale, causal, window_size,
           softcap, seed, offset, backend, device, cu_seqlens_q=None, cu_seqlens_k=None,
-          max_seqlen_q=0, max_seqlen_k=0, seqlens_k=None, block_table=None, kv_splits=0):
+          max_seqlen_q=0, max_seqlen_k=0, seqlens_k=None, block_table=None, kv_splits=0,
+          block_mask=None, block_size=(128, 128)):
     wl, wr = window_size
+    bq, bk = _block_mask.block_size_of(block_size)
+    if block_mask is not None:
+        block_mask = torch.as_tensor(block_mask)
     return _fwd(q, k, v, alibi_slopes, bias, sinks, cu_seqlens_q, cu_seqlens_k,
                 int(max_seqlen_q), int(max_seqlen_k), seqlens_k, block_table, float(dropout_p),
                 None if softmax_scale is None else float(softmax_scale), bool(causal), int(wl),
                 int(wr), float(softcap), _seed_tensor(dropout_p, seed), int(offset),
-                int(kv_splits), backend, int(device))
+                int(kv_splits), backend, int(device), block_mask, bq, bk)
+
+
+def _direct(tensors):
+    """Whether a call may skip the custom op's dispatch (about 80 us): plain CPU tensors, no
+    gradient wanted, not traced by torch.compile and no dispatch mode (a profiler's, a fake
+    tensor mode's) watching. The op runs the same _ops.forward, so the result is the same."""
+    if _compiling() or _dispatch_modes() is not None:
+        return False
+    grad = torch.is_grad_enabled()
+    for x in tensors:
+        if x is not None and (type(x) is not torch.Tensor or not x.is_cpu or
+                              (grad and x.requires_grad)):
+            return False
+    return True
+
+
+_compiling = torch.compiler.is_compiling
+_dispatch_modes = _get_current_dispatch_mode
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=True,
                     return_attn_probs=False, *, return_lse=False, bias=None, sinks=None,
-                    seed=None, offset=0, backend="auto", device=0):
+                    seed=None, offset=0, backend="auto", device=0, block_mask=None,
+                    block_size=(128, 128)):
+    if _direct((q, k, v, alibi_slopes, bias, sinks, block_mask)):
+        out, lse = _ops.forward(TorchAdapter, q, k, v, alibi_slopes=alibi_slopes, bias=bias,
+                                sinks=sinks, dropout_p=dropout_p, softmax_scale=softmax_scale,
+                                causal=causal, window_size=window_size, softcap=softcap,
+                                seed=int(_seed_tensor(dropout_p, seed)) if dropout_p else 0,
+                                offset=offset, backend=backend, device=device,
+                                block_mask=block_mask, block_size=block_size)
+        return interface._returns(out, lse, return_lse, return_attn_probs)
     out, lse = _call(q, k, v, alibi_slopes, bias, sinks, dropout_p, softmax_scale, causal,
-                     window_size, softcap, seed, offset, backend, device)
+                     window_size, softcap, seed, offset, backend, device, block_mask=block_mask,
+                     block_size=block_size)
     return interface._returns(out, lse, return_lse, return_attn_probs)
 
 
