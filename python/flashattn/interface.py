@@ -28,7 +28,8 @@ def _returns(out, lse, return_lse, return_attn_probs):
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=True,
                     return_attn_probs=False, *, return_lse=False, bias=None, sinks=None,
-                    seed=None, offset=0, backend="auto", device=0):
+                    seed=None, offset=0, backend="auto", device=0, block_mask=None,
+                    block_size=(128, 128)):
     """Attention of q (batch, seqlen_q, nheads, headdim) over k, v (batch, seqlen_k, nheads_k,
     headdim): out like q, and with return_lse=True the f32 LSE (batch, nheads, seqlen_q).
 
@@ -38,24 +39,32 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     returns (out, lse, None): the probabilities are never materialised. Dropout draws its
     Philox bits from `seed` and `offset` (numpy: seed None is 0; torch: a seed drawn from
     torch's generator): pass the same to flash_attn_backward.
+
+    block_mask (bool or uint8 (batch | 1, nheads | 1, q_blocks, k_blocks), q_blocks =
+    ceil(seqlen_q / block_q)) makes it block-sparse: query block i computes only the key blocks
+    j where block_mask[b, h, i, j] is set, inside the causal mask and window; block_size =
+    (block_q, block_k), powers of two in [16, 256]. The library builds the block lists.
     """
     mod = _torch_module(q)
     if mod is not None:
         return mod.flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size,
                                    softcap, alibi_slopes, deterministic, return_attn_probs,
                                    return_lse=return_lse, bias=bias, sinks=sinks, seed=seed,
-                                   offset=offset, backend=backend, device=device)
+                                   offset=offset, backend=backend, device=device,
+                                   block_mask=block_mask, block_size=block_size)
     out, lse = _ops.forward(NumpyAdapter, q, k, v, dropout_p=dropout_p,
                             softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                             softcap=softcap, alibi_slopes=alibi_slopes, bias=bias, sinks=sinks,
-                            seed=seed, offset=offset, backend=backend, device=device)
+                            seed=seed, offset=offset, backend=backend, device=device,
+                            block_mask=block_mask, block_size=block_size)
     return _returns(out, lse, return_lse, return_attn_probs)
 
 
 def flash_attn_backward(dout, q, k, v, out, softmax_lse, dropout_p=0.0, softmax_scale=None,
                         causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                         deterministic=True, *, bias=None, sinks=None, seed=None, offset=0,
-                        backend="auto", device=0, return_dsinks=False):
+                        backend="auto", device=0, return_dsinks=False, block_mask=None,
+                        block_size=(128, 128)):
     """(dq, dk, dv) of flash_attn_func's inputs given dout, from its out and LSE (the same
     options as the forward). With sinks and return_dsinks=True, (dq, dk, dv, dsinks)."""
     mod = _torch_module(q)
@@ -63,7 +72,8 @@ def flash_attn_backward(dout, q, k, v, out, softmax_lse, dropout_p=0.0, softmax_
     dq, dk, dv, d_sinks = _ops.backward(
         ad, dout, q, k, v, out, softmax_lse, dropout_p=dropout_p, softmax_scale=softmax_scale,
         causal=causal, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
-        bias=bias, sinks=sinks, seed=seed, offset=offset, backend=backend, device=device)
+        bias=bias, sinks=sinks, seed=seed, offset=offset, backend=backend, device=device,
+        block_mask=block_mask, block_size=block_size)
     return (dq, dk, dv, d_sinks) if return_dsinks else (dq, dk, dv)
 
 
