@@ -103,16 +103,25 @@ class _Plan:
 class Context:
     """One fa_context, its plans and the lock that serialises its calls."""
 
-    def __init__(self, backend, device):
-        opts = ContextOptions(BACKENDS[backend], device)
-        handle, why = c_vp(), ctypes.create_string_buffer(1024)
-        check(lib.fa_context_create(ctypes.byref(handle), ctypes.byref(opts), why, len(why)),
-              why=why)
-        self.handle = handle.value
+    def __init__(self, backend, device, handle=None, wrap=None, empty_ptr=None):
+        """A new fa_context of (backend, device), or, with `handle`, one made elsewhere (a CUDA
+        interop context, _cuda.py) whose tensors `wrap` wraps in place (empty_ptr: 16 bytes
+        of its memory bound where a tensor has none)."""
+        if handle is None:
+            opts = ContextOptions(BACKENDS[backend], device)
+            made, why = c_vp(), ctypes.create_string_buffer(1024)
+            check(lib.fa_context_create(ctypes.byref(made), ctypes.byref(opts), why, len(why)),
+                  why=why)
+            handle = made.value
+        self.handle = handle
         self.backend = lib.fa_backend_name(lib.fa_context_backend(self.handle)).decode()
         self.device = lib.fa_context_device(self.handle)
         self.note = lib.fa_context_backend_note(self.handle).decode()
-        self.host = self._wraps_host()  # cpu, and OpenCL on a CPU: arrays used in place
+        # How the tensors are bound: wrapped in place by `wrap` (host arrays on cpu and on
+        # OpenCL CPU devices, device memory on a CUDA interop context), else copied (None).
+        self.wrap = wrap or (lib.fa_buffer_wrap_host if self._wraps_host() else None)
+        self.host = self.wrap is not None  # tensors used in place
+        self.empty_ptr = empty_ptr or _EMPTY_PTR
         self.lock = threading.Lock()
         self.plans = collections.OrderedDict()
         self.plans_created = 0  # for the tests: a cached shape must not re-plan
@@ -172,7 +181,7 @@ class Context:
                 for i, (name, x, size) in enumerate(zip(call.names, tensors, call.nbytes)):
                     buf = self._kept_wrap(x, size) if i < call.n_in else None
                     if buf is None:
-                        buf = self._wrap(call, ptr(x) if size else _EMPTY_PTR,
+                        buf = self._wrap(call, ptr(x) if size else self.empty_ptr,
                                          size or _EMPTY_BYTES)
                         wraps.append(buf)
                     setattr(call.tensors, name, buf)
@@ -182,7 +191,7 @@ class Context:
                     lib.fa_buffer_destroy(buf)
 
     def _wrap(self, call, ptr, size):
-        check(lib.fa_buffer_wrap_host(self.handle, ptr, size, call.buf_ref), self.handle)
+        check(self.wrap(self.handle, ptr, size, call.buf_ref), self.handle)
         return call.buf.value
 
     def _kept_wrap(self, x, size):
@@ -195,8 +204,7 @@ class Context:
         if entry is not None and entry[0] is x:
             return entry[1]
         buf = c_vp()
-        check(lib.fa_buffer_wrap_host(self.handle, _data_ptr(x), size, ctypes.byref(buf)),
-              self.handle)
+        check(self.wrap(self.handle, _data_ptr(x), size, ctypes.byref(buf)), self.handle)
         if entry is not None:
             lib.fa_buffer_destroy(entry[1])
         self.kept[id(x)] = (x, buf.value)
@@ -209,9 +217,9 @@ class Context:
         try:
             for name, arr in list(inputs.items()) + list(outputs.items()):
                 buf = c_vp()
-                ptr, size = (arr.ptr, arr.nbytes) if arr.nbytes else (_EMPTY_PTR, _EMPTY_BYTES)
-                check(lib.fa_buffer_wrap_host(self.handle, ptr, size, ctypes.byref(buf)),
-                      self.handle)
+                ptr, size = (arr.ptr, arr.nbytes) if arr.nbytes else (self.empty_ptr,
+                                                                      _EMPTY_BYTES)
+                check(self.wrap(self.handle, ptr, size, ctypes.byref(buf)), self.handle)
                 wraps.append(buf.value)
                 setattr(tensors, name, buf.value)
             check(lib.fa_run(self.handle, plan.handle, ctypes.byref(tensors)), self.handle)

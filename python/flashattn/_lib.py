@@ -131,6 +131,14 @@ _PROTOTYPES = {
 }
 
 
+# Only in a library built with the CUDA backend (flashattn_cuda.h): bound where present.
+_CUDA_PROTOTYPES = {
+    "fa_context_create_cuda": (c_enum, [_PTR(c_vp), c_vp, c_vp, ctypes.c_char_p,
+                                        ctypes.c_size_t]),
+    "fa_buffer_wrap_cuda": (c_enum, [c_vp, c_u64, ctypes.c_size_t, _PTR(c_vp)]),
+}
+
+
 def _library_path():
     """FLASHATTN_LIBRARY when set (a development build), else the copy inside the package."""
     path = os.environ.get("FLASHATTN_LIBRARY")
@@ -150,7 +158,16 @@ def _load():
     for name, (restype, argtypes) in _PROTOTYPES.items():
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes
+    for name, (restype, argtypes) in _CUDA_PROTOTYPES.items():
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.restype, fn.argtypes = restype, argtypes
     return lib
+
+
+def has_cuda_interop():
+    """Whether the library was built with the CUDA backend's interop functions."""
+    return hasattr(lib, "fa_context_create_cuda")
 
 
 lib = _load()

@@ -3,7 +3,7 @@ import ctypes
 
 import numpy as np
 
-from ._core import Arr
+from ._core import Arr, context
 
 _DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16"}
 _NUMPY = {v: k for k, v in _DTYPES.items()}
@@ -30,6 +30,7 @@ def _in_place(x):
 
 class NumpyAdapter:
     name = "numpy"
+    context = staticmethod(context)  # the (backend, device) context its calls run on
 
     @staticmethod
     def prepare(x, name):

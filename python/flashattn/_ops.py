@@ -92,7 +92,7 @@ def _run_prepared(ad, entry, backend, device, q, k, v):
     call, out_shape, lse_shape, dtype = entry
     out = ad.empty(out_shape, dtype, like=q)
     lse = ad.empty(lse_shape, "f32", like=q)
-    _core.context(backend, device).run_prepared(call, (q, k, v, out, lse), ad.ptr)
+    ad.context(backend, device).run_prepared(call, (q, k, v, out, lse), ad.ptr)
     return out, lse
 
 
@@ -126,7 +126,7 @@ def forward(ad, q, k, v, *, dropout_p=0.0, softmax_scale=None, causal=False,
         layouts=tuple(sorted(layouts)), kv_splits=int(kv_splits), **fields, **seq["fields"],
         **_scalars(causal, softmax_scale, window_size, softcap, dropout_p, seed, offset))
     inputs = {"q": q, "k": k, "v": v, **mod_inputs, **seq["inputs"]}
-    ctx = _core.context(backend, device)
+    ctx = ad.context(backend, device)
     ctx.run("forward", spec, {n: ad.arr(x) for n, x in inputs.items()},
             {"o": ad.arr(out), "lse": ad.arr(lse)})
     if key is not None and all(a is b for a, b in zip(given, (q, k, v))):
@@ -173,7 +173,7 @@ def backward(ad, dout, q, k, v, out, lse, *, dropout_p=0.0, softmax_scale=None, 
         d_sinks = outputs["d_sinks"] = ad.empty((seq["heads_q"],), "f32", like=q)
     inputs = {"q": q, "k": k, "v": v, "o": out, "lse": lse, "d_o": dout, **mod_inputs,
               **seq["inputs"]}
-    ctx = _core.context(backend, device)
+    ctx = ad.context(backend, device)
     ctx.run("backward", spec, {n: ad.arr(x) for n, x in inputs.items()},
             {n: ad.arr(x) for n, x in outputs.items()})
     return dq, dk, dv, d_sinks

@@ -1,15 +1,16 @@
 """_torch.py - the functions on torch tensors: one torch.library custom op for the forward
 (dense, varlen and KV cache problems) and one for the backward, with register_fake (shapes for
 torch.compile) and register_autograd (dq, dk, dv and d_sinks), so they train and compile with
-fullgraph=True. Tensors on another device than the CPU are copied to it and back (the cpu and
-OpenCL backends read host memory).
+fullgraph=True. CUDA tensors on the cuda backend are wrapped in place and run on torch's current
+stream (CudaAdapter, _cuda.py); tensors on another device than the CPU are otherwise copied to
+it and back (the cpu and OpenCL backends read host memory).
 """
 from typing import List, Optional
 
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from . import _block_mask, _ops, interface
+from . import _block_mask, _core, _cuda, _ops, interface
 from ._core import Arr
 
 _DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
@@ -33,6 +34,7 @@ def _in_place(x):
 
 class TorchAdapter:
     name = "torch"
+    context = staticmethod(_core.context)
 
     @staticmethod
     def prepare(x, name):
@@ -112,14 +114,89 @@ class TorchAdapter:
         return _in_place(x)
 
 
-def _seq(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k,
+class CudaAdapter(TorchAdapter):
+    """Tensors on CUDA device `ordinal` used where they are: outputs made there, the run on an
+    interop context of torch's current stream (_cuda.py), every tensor wrapped in place."""
+    name = "torch-cuda"
+
+    def __init__(self, ordinal):
+        self.ordinal = ordinal
+        self.device = torch.device("cuda", ordinal)
+
+    def prepare(self, x, name):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError("flashattn: %s must be a torch tensor, not %s"
+                            % (name, type(x).__name__))
+        if x.dtype not in _DTYPES:
+            raise TypeError("flashattn: %s must be float32, float16 or bfloat16, not %s"
+                            % (name, x.dtype))
+        usable = x.stride()[-1] == 1 and all(st >= 0 for st in x.stride())
+        return x if usable else x.contiguous()
+
+    def signature(self, x):
+        raise TypeError("not cached: the context follows torch's current stream")
+
+    def empty(self, shape, dtype, like):
+        return torch.empty(shape, dtype=_TORCH[dtype], device=self.device)
+
+    def vector_f32(self, x, name):
+        return torch.as_tensor(x).to(self.device, torch.float32).contiguous()
+
+    def int32(self, x, name):
+        return TorchAdapter.int32(x, name).to(self.device)
+
+    def lse(self, x, shape):
+        return TorchAdapter.lse(x, shape).to(self.device)
+
+    def bias(self, x, shape, dtype):
+        if x.dtype not in (torch.float32, _TORCH[dtype]):
+            raise TypeError("flashattn: bias must be float32 or q's dtype, not %s" % x.dtype)
+        return torch.broadcast_to(x.to(self.device), shape)
+
+    def from_numpy(self, x):
+        return torch.from_numpy(x).to(self.device)
+
+    def context(self, backend, device):
+        return _interop().context(self.ordinal, torch.cuda.current_stream(self.device)
+                                  .cuda_stream)
+
+
+_EMPTY = {}  # 16 bytes of each CUDA device's memory, bound for a tensor of no bytes
+
+
+def _empty_on(ordinal):
+    if ordinal not in _EMPTY:
+        _EMPTY[ordinal] = torch.empty(16, dtype=torch.uint8, device=torch.device("cuda",
+                                                                                 ordinal))
+    return _EMPTY[ordinal].data_ptr()
+
+
+def _interop():
+    if _cuda.INTEROP is None:
+        _cuda.INTEROP = _cuda.Interop(empty=_empty_on)
+    return _cuda.INTEROP
+
+
+def adapter(tensors, backend, device):
+    """The adapter of a call's tensors: CudaAdapter where _cuda.placement wraps them, else
+    TorchAdapter (host tensors, or others copied through the host)."""
+    devices = {(x.device.type, x.device.index) for x in tensors if isinstance(x, torch.Tensor)}
+    if all(t == "cpu" for t, _ in devices):
+        return TorchAdapter
+    resolved = _core.context(backend, device).backend
+    if _cuda.placement(devices, resolved, device) == _cuda.WRAP:
+        return CudaAdapter(device)
+    return TorchAdapter
+
+
+def _seq(ad, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k,
          block_table):
     if cu_seqlens_q is not None:
-        return _ops.varlen_seq(TorchAdapter, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+        return _ops.varlen_seq(ad, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                max_seqlen_k)
     if seqlens_k is not None or block_table is not None:
-        lengths = None if seqlens_k is None else TorchAdapter.int32(seqlens_k, "cache_seqlens")
-        return _ops.kvcache_seq(TorchAdapter, q, k, v, lengths, block_table)
+        lengths = None if seqlens_k is None else ad.int32(seqlens_k, "cache_seqlens")
+        return _ops.kvcache_seq(ad, q, k, v, lengths, block_table)
     return None
 
 
@@ -139,9 +216,10 @@ def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slopes: Option
          causal: bool, window_left: int, window_right: int, softcap: float,
          seed: torch.Tensor, offset: int, kv_splits: int, backend: str, device: int,
          block_mask: Optional[torch.Tensor], block_q: int, block_k: int) -> List[torch.Tensor]:
-    seq = _seq(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k,
+    ad = adapter((q, k, v, alibi_slopes, bias, sinks), backend, device)
+    seq = _seq(ad, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k,
                block_table)
-    out, lse = _ops.forward(TorchAdapter, q, k, v, alibi_slopes=alibi_slopes, bias=bias,
+    out, lse = _ops.forward(ad, q, k, v, alibi_slopes=alibi_slopes, bias=bias,
                             sinks=sinks, kv_splits=kv_splits, seq=seq, block_mask=block_mask,
                             block_size=(block_q, block_k),
                             **_options(dropout_p, softmax_scale, causal, window_left,
@@ -174,13 +252,13 @@ def _bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
          softcap: float, seed: torch.Tensor, offset: int, backend: str, device: int,
          block_mask: Optional[torch.Tensor], block_q: int,
          block_k: int) -> List[torch.Tensor]:
-    seq = _seq(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, None, None)
+    ad = adapter((dout, q, k, v, out, lse, alibi_slopes, bias, sinks), backend, device)
+    seq = _seq(ad, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, None, None)
     dq, dk, dv, d_sinks = _ops.backward(
-        TorchAdapter, dout, q, k, v, out, lse, alibi_slopes=alibi_slopes, bias=bias,
-        sinks=sinks, seq=seq, block_mask=block_mask, block_size=(block_q, block_k),
-        **_options(dropout_p, softmax_scale, causal, window_left,
-                                         window_right, softcap, int(seed), offset, backend,
-                                         device))
+        ad, dout, q, k, v, out, lse, alibi_slopes=alibi_slopes, bias=bias, sinks=sinks,
+        seq=seq, block_mask=block_mask, block_size=(block_q, block_k),
+        **_options(dropout_p, softmax_scale, causal, window_left, window_right, softcap,
+                   int(seed), offset, backend, device))
     if d_sinks is None:
         d_sinks = torch.zeros(0)
     return [dq.to(q.device), dk.to(q.device), dv.to(q.device), d_sinks.to(q.device)]

@@ -72,7 +72,8 @@ def test_torch_direct_call_matches_the_op(backend):
     direct = flashattn.flash_attn_func(q, k, v, causal=True, backend=backend)
     through_op = torch.ops.flashattn.fwd(q, k, v, None, None, None, None, None, 0, 0, None,
                                          None, 0.0, None, True, -1, -1, 0.0,
-                                         torch.tensor(0), 0, 0, backend, 0, None, 128, 128)[0]
+                                         torch.tensor(0), 0, 0, backend, 0, None, 128,
+                                         128)[0]
     assert torch.equal(direct, through_op)
     qg = q.clone().requires_grad_()
     out = flashattn.flash_attn_func(qg, k, v, causal=True, backend=backend)
