@@ -166,7 +166,8 @@ typedef enum extent_kind {
     EXTENT_Q,      /* a tensor like Q (Q, O, dO, dQ) in its own layout */
     EXTENT_KV,     /* a tensor like K (K, V, dK, dV) in its own layout */
     EXTENT_LSE,    /* f32 [batch, heads_q, seqlen_q] (varlen: [heads_q, total_q]) */
-    EXTENT_HEADS,  /* f32 [heads_q] (ALiBi slopes, sinks, d_sinks) */
+    EXTENT_HEADS,  /* f32 [heads_q] (ALiBi slopes, sinks, d_sinks); the slopes [batch,
+                      heads_q] with alibi 2 */
     EXTENT_BIAS,   /* the bias layout in the bias dtype */
     EXTENT_INTS,   /* int32 [count] (the sequence buffers) */
     EXTENT_LISTS,  /* int32 block-sparse lists (fa__block_sparse_ints) */
@@ -313,6 +314,8 @@ static void span_of(const fa_problem *p, const slot *s, const run_dims *rd, uint
         break;
     case EXTENT_HEADS:
         u.end = (uint64_t)p->heads_q * 4;
+        if (s->tensor == FA__TENSOR_ALIBI && p->alibi == 2)
+            u.end *= (uint64_t)p->batch;
         break;
     case EXTENT_BIAS:
         u = bias_use(NULL, p);
