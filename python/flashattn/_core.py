@@ -29,7 +29,7 @@ Spec = collections.namedtuple("Spec", [
     "causal", "scale", "window", "softcap", "alibi", "bias_dtype", "sinks", "dropout",
     "varlen", "seqlens_k", "paged", "kv_splits", "block_sparse"])
 
-SPEC_DEFAULTS = dict(causal=False, scale=None, window=(-1, -1), softcap=0.0, alibi=False,
+SPEC_DEFAULTS = dict(causal=False, scale=None, window=(-1, -1), softcap=0.0, alibi=0,
                      bias_dtype=None, sinks=False, dropout=(0.0, 0, 0), varlen=False,
                      seqlens_k=False, paged=None, kv_splits=0, block_sparse=None)
 

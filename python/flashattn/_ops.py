@@ -36,10 +36,15 @@ def _modifiers(ad, heads_q, batch, seqlen_q, seqlen_k, dtype, alibi_slopes, bias
         if x is None:
             continue
         x = ad.vector_f32(x, name)
-        _need(ad.shape(x) == (heads_q,), "%s must have shape (nheads,) = (%d,), has %s"
-              % (name, heads_q, tuple(ad.shape(x))))
+        shape = tuple(ad.shape(x))
+        if name == "alibi_slopes" and shape == (batch, heads_q):  # a slope per (b, h)
+            inputs[name], fields["alibi"] = x, 2
+            continue
+        _need(shape == (heads_q,), "%s must have shape (nheads,) = (%d,)%s, has %s"
+              % (name, heads_q, " or (batch, nheads) = (%d, %d)" % (batch, heads_q)
+                 if name == "alibi_slopes" else "", shape))
         inputs[name] = x
-        fields["alibi" if name == "alibi_slopes" else "sinks"] = True
+        fields["alibi" if name == "alibi_slopes" else "sinks"] = 1
     if bias is not None:
         bias = ad.bias(bias, (batch, heads_q, seqlen_q, seqlen_k), dtype)
         inputs["bias"] = bias

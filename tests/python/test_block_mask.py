@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import flashattn
-from reference import attention
+from reference import attention, grads_with_bias
 
 if os.environ.get("FLASHATTN_REQUIRE_TORCH") == "1":
     import torch
@@ -38,27 +38,6 @@ def masked_reference(q, k, v, mask, bq, bk, **kw):
     sq, sk = q.shape[1], k.shape[1]
     bias = np.where(element_mask(mask, sq, sk, bq, bk), 0.0, -np.inf)
     return attention(q, k, v, bias=bias, **kw), bias
-
-
-def reference_grads(q, k, v, dout, bias, causal):
-    """Gradients of sum(out * dout) of the float64 masked reference, the backward written out."""
-    q, k, v, dout = (np.asarray(x, np.float64) for x in (q, k, v, dout))
-    h, hk = q.shape[2], k.shape[2]
-    out, lse = attention(q, k, v, bias=bias, causal=causal)
-    kk, vv = np.repeat(k, h // hk, axis=2), np.repeat(v, h // hk, axis=2)
-    scale = 1.0 / np.sqrt(q.shape[-1])
-    s = np.einsum("bqhd,bkhd->bhqk", q, kk) * scale + bias
-    sq, sk = q.shape[1], k.shape[1]
-    if causal:
-        s = np.where(np.arange(sk)[None, :] <= np.arange(sq)[:, None] + sk - sq, s, -np.inf)
-    with np.errstate(invalid="ignore"):
-        p = np.where(np.isfinite(lse)[..., None], np.exp(s - lse[..., None]), 0.0)
-    dv = np.einsum("bhqk,bqhd->bkhd", p, dout)
-    dp = np.einsum("bqhd,bkhd->bhqk", dout, vv)
-    ds = p * (dp - np.einsum("bqhd,bqhd->bhq", dout, out)[..., None]) * scale
-    fold = lambda g: g.reshape(g.shape[0], g.shape[1], hk, h // hk, -1).sum(3)
-    return (np.einsum("bhqk,bkhd->bqhd", ds, kk), fold(np.einsum("bhqk,bqhd->bkhd", ds, q)),
-            fold(dv))
 
 
 def problem(seed=0, b=2, sq=100, sk=150, h=4, hk=2, d=32):
@@ -97,7 +76,7 @@ def test_forward_uint8_and_window(backend):
 
 
 def check_grads(grads, q, k, v, dout, bias, causal):
-    for name, got, ref in zip(("dq", "dk", "dv"), grads, reference_grads(q, k, v, dout, bias,
+    for name, got, ref in zip(("dq", "dk", "dv"), grads, grads_with_bias(q, k, v, dout, bias,
                                                                          causal)):
         got = np.asarray(got, np.float64)
         err = float(np.max(np.abs(got - ref)))
