@@ -10,7 +10,7 @@ from typing import List, Optional
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from . import _block_mask, _core, _cuda, _ops, interface
+from . import _block_mask, _core, _cuda, _ops, _rotary, interface
 from ._core import Arr
 
 _DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
@@ -392,13 +392,27 @@ def _torch_index(batch, new, cache_seqlens):
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None,
                             block_table=None, softmax_scale=None, causal=False,
                             window_size=(-1, -1), softcap=0.0, alibi_slopes=None, num_splits=0,
-                            return_softmax_lse=False, *, bias=None, sinks=None,
-                            backend="auto", device=0):
+                            return_softmax_lse=False, *, rotary_cos=None, rotary_sin=None,
+                            rotary_interleaved=True, cache_batch_idx=None, bias=None,
+                            sinks=None, backend="auto", device=0):
     if (k is None) != (v is None):
         raise ValueError("flashattn: give both k and v, or neither")
     lengths = cache_seqlens
     if isinstance(lengths, int):
         lengths = torch.full((q.shape[0],), lengths, dtype=torch.int32, device=q.device)
+    block_table = interface.batch_index_table(
+        cache_batch_idx, block_table,
+        lambda x, name: TorchAdapter.int32(x, name).to(k_cache.device), k_cache.shape[0])
+    if rotary_cos is not None or rotary_sin is not None:
+        _rotary.check(rotary_cos, rotary_sin, q.shape[-1])
+        start = (torch.zeros(q.shape[0], dtype=torch.long, device=q.device) if lengths is None
+                 else lengths.long())
+        at = lambda n, step=1: start[:, None] + torch.arange(n, device=start.device) * step
+        if k is not None:
+            k = _rotary.apply(k, rotary_cos, rotary_sin, at(k.shape[1]), rotary_interleaved)
+        moving = causal or tuple(window_size) != (-1, -1)
+        q = _rotary.apply(q, rotary_cos, rotary_sin, at(q.shape[1], int(moving)),
+                          rotary_interleaved)
     if k is not None:
         if lengths is None:
             raise ValueError("flashattn: new k and v need cache_seqlens (where to write them)")
