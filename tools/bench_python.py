@@ -9,7 +9,9 @@ docs/benchmarks.md (with the command, device and date):
             from the latter is the Python layer's own
   run       flash_attn_func against `flashattn run` at B1 H8 N2048 d64 f32, in alternated
             rounds (the machine is shared: each round runs both), the median of the rounds'
-            medians and their ratio; the load average before and after
+            medians and their ratio; the load average before and after; and the CPU time per
+            call (user + system of the process and its pocl threads, getrusage), which other
+            jobs on a shared machine disturb far less than the wall time
   sdpa      forward and forward+backward of flash_attn_func on torch tensors next to torch's
             CPU scaled_dot_product_attention (its flash kernel on CPU), f32 and bf16
 
@@ -21,6 +23,7 @@ import ctypes
 import datetime
 import os
 import re
+import resource
 import shlex
 import statistics
 import subprocess
@@ -47,6 +50,30 @@ def cli_ms(exe, backend, b, h, n, d, repeat):
            str(n), "--dim", str(d), "--layout", "bshd", "--repeat", str(repeat)]
     res = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return float(re.search(r"^time\s+([0-9.]+) ms", res.stdout, re.M).group(1))
+
+
+def cpu_s(who):
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
+
+
+def cli_cpu_ms(exe, backend, b, h, n, d, repeat):
+    """CPU ms of one `flashattn run` forward: the CLI's CPU time at repeat and at 1 (its start,
+    plan and warm-up), the difference over the extra runs."""
+    spent = []
+    for r in (1, repeat + 1):
+        before = cpu_s(resource.RUSAGE_CHILDREN)
+        cli_ms(exe, backend, b, h, n, d, r)
+        spent.append(cpu_s(resource.RUSAGE_CHILDREN) - before)
+    return (spent[1] - spent[0]) / repeat * 1e3
+
+
+def py_cpu_ms(fn, repeat):
+    fn()
+    before = cpu_s(resource.RUSAGE_SELF)
+    for _ in range(repeat):
+        fn()
+    return (cpu_s(resource.RUSAGE_SELF) - before) / repeat * 1e3
 
 
 def inputs(b, h, n, d, dtype=np.float32):
@@ -105,15 +132,22 @@ def versus_run(exe, backend, repeat, rounds):
     b, h, n, d = 1, 8, 2048, 64
     q, k, v = inputs(b, h, n, d)
     load = os.getloadavg()[0]
-    rows = ["| round | flash_attn_func (ms) | flashattn run (ms) | ratio |", "|---|---|---|---|"]
-    pys, cs = [], []
+    rows = ["| round | flash_attn_func (ms) | flashattn run (ms) | ratio | flash_attn_func CPU "
+            "(ms) | flashattn run CPU (ms) | CPU ratio |", "|---|---|---|---|---|---|---|"]
+    pys, cs, pycpu, ccpu = [], [], [], []
+    call = lambda: flashattn.flash_attn_func(q, k, v, backend=backend)
     for r in range(rounds):
         cs.append(cli_ms(exe, backend, b, h, n, d, repeat))
-        pys.append(median_ms(lambda: flashattn.flash_attn_func(q, k, v, backend=backend),
-                             repeat))
-        rows.append("| %d | %.2f | %.2f | %.3f |" % (r + 1, pys[-1], cs[-1], pys[-1] / cs[-1]))
+        pys.append(median_ms(call, repeat))
+        ccpu.append(cli_cpu_ms(exe, backend, b, h, n, d, repeat))
+        pycpu.append(py_cpu_ms(call, repeat))
+        rows.append("| %d | %.2f | %.2f | %.3f | %.2f | %.2f | %.3f |"
+                    % (r + 1, pys[-1], cs[-1], pys[-1] / cs[-1], pycpu[-1], ccpu[-1],
+                       pycpu[-1] / ccpu[-1]))
     py, c = statistics.median(pys), statistics.median(cs)
-    rows.append("| median | %.2f | %.2f | %.3f |" % (py, c, py / c))
+    pc, cc = statistics.median(pycpu), statistics.median(ccpu)
+    rows.append("| median | %.2f | %.2f | %.3f | %.2f | %.2f | %.3f |"
+                % (py, c, py / c, pc, cc, pc / cc))
     rows.append("\nB%d H%d N%d d%d f32; load average %.1f before, %.1f after (1 minute)"
                 % (b, h, n, d, load, os.getloadavg()[0]))
     return rows

@@ -60,8 +60,9 @@ class TorchAdapter:
 
     @staticmethod
     def signature(x):
-        """What a cached call depends on: the kind, shape, strides, dtype and device."""
-        return type(x), x.shape, x.stride(), x.dtype, x.device
+        """What a cached call depends on: the kind, shape, strides, dtype and whether on the CPU
+        (other devices are copied or wrapped, never cached)."""
+        return type(x), x.shape, x.stride(), x.dtype, x.is_cpu
 
     @staticmethod
     def ptr(x):
