@@ -125,7 +125,7 @@ class Context:
         self.lock = threading.Lock()
         self.plans = collections.OrderedDict()
         self.plans_created = 0  # for the tests: a cached shape must not re-plan
-        self.kept = {}  # id(input) -> (input, its wrap): _kept_wrap
+        self.kept = {}  # id(input) -> (input, its wrap, address, bytes): _kept_wrap
 
     def _wraps_host(self):
         """Whether the library wraps host arrays here without a copy (the device's memory is
@@ -179,7 +179,7 @@ class Context:
             wraps, handle = [], self.handle
             try:
                 for i, (name, x, size) in enumerate(zip(call.names, tensors, call.nbytes)):
-                    buf = self._kept_wrap(x, size) if i < call.n_in else None
+                    buf = self._kept_wrap(x, size, ptr) if i < call.n_in else None
                     if buf is None:
                         buf = self._wrap(call, ptr(x) if size else self.empty_ptr,
                                          size or _EMPTY_BYTES)
@@ -194,20 +194,23 @@ class Context:
         check(self.wrap(self.handle, ptr, size, call.buf_ref), self.handle)
         return call.buf.value
 
-    def _kept_wrap(self, x, size):
+    def _kept_wrap(self, x, size, ptr):
         """The kept wrap of input x, made on its first use: small inputs passed again and again
         (a decode loop's, a benchmark's) skip a wrap and its destroy. A kept entry holds x, so
-        the memory it wraps stays valid until the entry is dropped, the oldest first."""
+        the memory it wraps stays valid until the entry is dropped, the oldest first; it is
+        used only while x is at the same address with the same extent (a torch resize_ moves
+        it)."""
         if not size or size > KEPT_WRAP_BYTES:
             return None
+        address = ptr(x)
         entry = self.kept.get(id(x))
-        if entry is not None and entry[0] is x:
+        if entry is not None and entry[0] is x and entry[2:] == (address, size):
             return entry[1]
         buf = c_vp()
-        check(self.wrap(self.handle, _data_ptr(x), size, ctypes.byref(buf)), self.handle)
+        check(self.wrap(self.handle, address, size, ctypes.byref(buf)), self.handle)
         if entry is not None:
             lib.fa_buffer_destroy(entry[1])
-        self.kept[id(x)] = (x, buf.value)
+        self.kept[id(x)] = (x, buf.value, address, size)
         while len(self.kept) > KEPT_WRAPS:
             lib.fa_buffer_destroy(self.kept.pop(next(iter(self.kept)))[1])
         return buf.value
@@ -257,8 +260,8 @@ class Context:
 
     def close(self):
         with self.lock:
-            for _, buf in self.kept.values():
-                lib.fa_buffer_destroy(buf)
+            for entry in self.kept.values():
+                lib.fa_buffer_destroy(entry[1])
             self.kept.clear()
             for plan in self.plans.values():
                 plan.destroy()
@@ -284,11 +287,6 @@ class Prepared:
 _EMPTY_BYTES = 16
 _EMPTY = ctypes.create_string_buffer(_EMPTY_BYTES)
 _EMPTY_PTR = ctypes.addressof(_EMPTY)
-
-def _data_ptr(x):
-    """x's address: numpy's or torch's."""
-    return x.data_ptr() if hasattr(x, "data_ptr") else x.ctypes.data
-
 
 _contexts = {}
 _contexts_lock = threading.Lock()

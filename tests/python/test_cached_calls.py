@@ -87,3 +87,18 @@ def test_signature_key_ignores_unhashable_options():
     assert key is None
     with pytest.raises(TypeError):  # and the general path refuses them
         flashattn.flash_attn_func(q, k, v, window_size=[[-1], -1], backend="cpu")
+
+
+def test_kept_wrap_follows_a_moved_tensor(backend):
+    q, k, v = (torch.from_numpy(x).clone() for x in qkv(5))  # own, resizable storage
+    flashattn.flash_attn_func(q, k, v, backend=backend)
+    before = q.data_ptr()
+    q.resize_(4, 64, 2, 32)  # a larger storage: the tensor moves
+    q.resize_(1, 64, 2, 32)
+    q.copy_(torch.from_numpy(qkv(6)[0]))
+    assert q.data_ptr() != before
+    out = flashattn.flash_attn_func(q, k, v, backend=backend)
+    ref, _ = attention(q.numpy(), k.numpy(), v.numpy())
+    assert np.max(np.abs(out.numpy() - ref)) <= 2e-5 * max(1.0, np.max(np.abs(ref)))
+    entry = _core.context(backend, 0).kept[id(q)]
+    assert entry[0] is q and entry[2] == q.data_ptr()
