@@ -384,7 +384,8 @@ typedef struct fa_problem {
     float softcap;  /* in [FA_SOFTCAP_MIN, FA_SOFTCAP_MAX]: s = softcap * tanh(s / softcap)
                        (Gemma 2's logit softcap); 0: off */
     int32_t alibi;  /* 1: s += -slope[h] * |i + seqlen_k - seqlen_q - j| with slopes f32
-                       [heads_q] (FlashAttention-2's convention); 0: off */
+                       [heads_q] (FlashAttention-2's convention); 2: the same with slopes f32
+                       [batch, heads_q], slope[b][h] (flash-attn's (batch, nheads)); 0: off */
     int32_t bias;   /* 1: s += bias[b][h][i][j] (bias_layout, bias_dtype); 0: off. No gradient
                        is computed for it */
     fa_dtype bias_dtype;          /* FA_DTYPE_F32 or the problem's dtype */
@@ -622,7 +623,7 @@ typedef struct fa_tensors {
     fa_buffer *lse; /* forward, merge: written when given; backward: the forward's LSE, read */
     const fa_buffer *d_o;
     fa_buffer *dq, *dk, *dv;
-    const fa_buffer *alibi_slopes; /* f32 [heads_q], when problem.alibi */
+    const fa_buffer *alibi_slopes; /* f32 [heads_q] (alibi 1) or [batch, heads_q] (2) */
     const fa_buffer *bias;         /* problem.bias_layout in problem.bias_dtype, when problem.bias */
     const fa_buffer *sinks;        /* f32 [heads_q], when problem.sinks */
     fa_buffer *d_sinks;            /* backward, when problem.sinks: f32 [heads_q], dL/dsink[h] =
@@ -718,7 +719,7 @@ FA_API fa_status fa_forward(fa_context *ctx, const fa_plan *plan, const fa_buffe
  * on (FA_STATUS_NULL_POINTER when missing, INVALID_ARGUMENT when given for a feature that is off).
  */
 typedef struct fa_modifier_buffers {
-    const fa_buffer *alibi_slopes; /* f32 [heads_q], when problem.alibi */
+    const fa_buffer *alibi_slopes; /* f32 [heads_q] (alibi 1) or [batch, heads_q] (2) */
     const fa_buffer *bias;         /* problem.bias_layout in problem.bias_dtype, when problem.bias */
     const fa_buffer *sinks;        /* f32 [heads_q], when problem.sinks */
     fa_buffer *d_sinks;            /* fa_backward_ex only, when problem.sinks: f32 [heads_q],

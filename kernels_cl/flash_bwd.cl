@@ -340,7 +340,7 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
     long kv_begin, kv_end;
     loop_range(kv_range, keys_first_tile(&p, r0), keys_to_visit(&p, r0), &kv_begin, &kv_end);
     const long row_begin = fa_keys_begin(&p, FEATURES, row);
-    const float slope = ALIBI_SLOPE(h);
+    const float slope = ALIBI_SLOPE(&p, b, h);
     __global const bias_t *bias_row = row < sq ? bias_row_of(&p BIAS_PASS, b, h, row) : 0;
 
     float_dims acc[VECS_PER_LANE_DIMS]; /* dQ[r][x0 ..] / scale, f32 */
@@ -436,7 +436,7 @@ INLINE_ON_GPU void grad_row_dkdv(__local float *st_row, __local float *dpt_row,
                                  long j, long r0, int c0, __local const float *lse2_v,
                                  __local const float *d_v, __local const int *keys_v)
 {
-    const float slope = ALIBI_SLOPE(h);
+    const float slope = ALIBI_SLOPE(p, b, h);
     for (int at = c0; at < c0 + LANE_KEYS; at += KEYS_PER_VEC) {
         const long i0 = r0 + at;
         int_keys visible = (int_keys)(int)j < VLOAD_KEYS(keys_v + at);

@@ -89,7 +89,7 @@ __device__ __forceinline__ float bias_to_f32(bias_t v) { return to_f32(v); }
 /* The modifier tensors of a launch, in the host's order (src/op_launches.c add_modifier_args): those of
  * the features compiled in follow the launch's own tensors; absent ones are null here. */
 struct modifier_args {
-    const float *alibi;  /* ALiBi slopes f32 [Hq] */
+    const float *alibi;  /* ALiBi slopes f32 [Hq], or [B, Hq] (alibi_stride_b) */
     const bias_t *bias;  /* bias [B, Hq, Sq, Sk] (bias_* params), keys contiguous */
     const float *sinks;  /* sink logits f32 [Hq] */
 };
@@ -127,7 +127,7 @@ __device__ __forceinline__ head_mods head_mods_of(const modifier_args &a,
 {
     head_mods hm = {0.0f, nullptr, NEG_INF};
 #if FEATURES & FA_FEATURE_ALIBI
-    hm.slope = a.alibi[h];
+    hm.slope = a.alibi[b * p.alibi_stride_b + h];
 #endif
 #if FEATURES & FA_FEATURE_BIAS
     hm.bias = a.bias + p.bias_offset + b * p.bias_stride_b + h * p.bias_stride_h;

@@ -12,7 +12,9 @@
 _Static_assert(offsetof(fa_kernel_params, scale) == 180, "fa_kernel_params scale offset");
 _Static_assert(offsetof(fa_kernel_params, sparse_block_q) == 504,
                "fa_kernel_params: block-sparse fields appended");
-_Static_assert(sizeof(fa_kernel_params) == 528, "fa_kernel_params size (kernels check it too)");
+_Static_assert(offsetof(fa_kernel_params, alibi_stride_b) == 528,
+               "fa_kernel_params: the slopes' batch stride appended");
+_Static_assert(sizeof(fa_kernel_params) == 536, "fa_kernel_params size (kernels check it too)");
 
 static void copy_layout(const fa_tensor_layout *t, fa_kp_i64 *offset, fa_kp_i64 *sb,
                         fa_kp_i64 *sh, fa_kp_i64 *ss)

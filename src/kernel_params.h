@@ -109,6 +109,10 @@ typedef struct fa_kernel_params {
     fa_kp_i32 sparse_block_q, sparse_block_k;
     fa_kp_i32 sparse_q_blocks, sparse_k_blocks;
     fa_kp_i32 sparse_batch, sparse_heads;
+    /* ALiBi: the slope of (b, h) is alibi_slopes[b * alibi_stride_b + h]: 0 for slopes shared
+     * by the batch (fa_problem.alibi 1), heads_q for per-sequence slopes (alibi 2). */
+    fa_kp_i32 alibi_stride_b;
+    fa_kp_i32 alibi_unused; /* keeps the size a multiple of 8 */
 } fa_kernel_params;
 
 /* How sequences are addressed, as bits of `seq` (and of a kernel's SEQ define). */

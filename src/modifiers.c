@@ -103,9 +103,10 @@ fa_status fa__modifiers_validate(fa_context *ctx, const fa_problem *p)
     if (p->bias != 0 && p->bias != 1)
         return fa__error(ctx, FA_STATUS_INVALID_BIAS, "bias = %d is not 0 (off) or 1 (on)",
                          (int)p->bias);
-    if (p->alibi != 0 && p->alibi != 1)
-        return fa__error(ctx, FA_STATUS_INVALID_ARGUMENT, "alibi = %d is not 0 (off) or 1 (on)",
-                         (int)p->alibi);
+    if (p->alibi < 0 || p->alibi > 2)
+        return fa__error(ctx, FA_STATUS_INVALID_ARGUMENT,
+                         "alibi = %d is not 0 (off), 1 (slopes [heads_q]) or 2 (slopes "
+                         "[batch, heads_q])", (int)p->alibi);
     if (p->sinks != 0 && p->sinks != 1)
         return fa__error(ctx, FA_STATUS_INVALID_ARGUMENT, "sinks = %d is not 0 (off) or 1 (on)",
                          (int)p->sinks);
@@ -123,6 +124,7 @@ static fa_kp_i64 window_bound(const fa_problem *p, int64_t bound)
 void fa__kernel_params_fill_modifiers(const fa_problem *p, fa_kernel_params *kp)
 {
     kp->features = (fa_kp_i32)fa__problem_features(p);
+    kp->alibi_stride_b = p->alibi == 2 ? (fa_kp_i32)p->heads_q : 0;
     kp->window_left = kp->window_right = -1;
     if (p->window) {
         kp->window_left = window_bound(p, p->window_left);

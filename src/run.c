@@ -166,7 +166,8 @@ typedef enum extent_kind {
     EXTENT_Q,      /* a tensor like Q (Q, O, dO, dQ) in its own layout */
     EXTENT_KV,     /* a tensor like K (K, V, dK, dV) in its own layout */
     EXTENT_LSE,    /* f32 [batch, heads_q, seqlen_q] (varlen: [heads_q, total_q]) */
-    EXTENT_HEADS,  /* f32 [heads_q] (ALiBi slopes, sinks, d_sinks) */
+    EXTENT_HEADS,  /* f32 [heads_q] (ALiBi slopes, sinks, d_sinks); the slopes [batch,
+                      heads_q] with alibi 2 */
     EXTENT_BIAS,   /* the bias layout in the bias dtype */
     EXTENT_INTS,   /* int32 [count] (the sequence buffers) */
     EXTENT_LISTS,  /* int32 block-sparse lists (fa__block_sparse_ints) */
@@ -313,6 +314,8 @@ static void span_of(const fa_problem *p, const slot *s, const run_dims *rd, uint
         break;
     case EXTENT_HEADS:
         u.end = (uint64_t)p->heads_q * 4;
+        if (s->tensor == FA__TENSOR_ALIBI && p->alibi == 2)
+            u.end *= (uint64_t)p->batch;
         break;
     case EXTENT_BIAS:
         u = bias_use(NULL, p);
@@ -412,21 +415,29 @@ static fa_status bind_tensors(fa_context *ctx, const fa_plan *plan, const fa_ten
 }
 
 /* A run of plan, which must be of op. */
-/* Host arrays a backend wraps (fa_buffer.host_view) made coherent: before a run the host's
- * writes reach the device, after it the device's reach the host (`finish`: the run waits for
- * that, after the last). */
-static fa_status sync_host_views(fa_context *ctx, const fa_tensors *t, bool finish)
+/* Host arrays a backend wraps (fa_buffer.host_view) made coherent: before a run the inputs, so
+ * the host's writes reach the device, after it the outputs, so the device's reach the host
+ * (`after`: the run waits for that, after the last). Each side syncs only its own tensors: a
+ * map and unmap cost pocl a few microseconds apiece. */
+static fa_status sync_host_views(fa_context *ctx, const fa_plan *plan, const fa_tensors *t,
+                                 bool after)
 {
     fa_status st = FA_STATUS_OK;
-    int last = -1;
+    bool sync[N_SLOTS];
+    int last = -1, last_view = -1;
     for (int i = 0; i < N_SLOTS; i++) {
         const fa_buffer *buf = slot_buffer(t, &slots[i]);
-        last = buf && buf->host_view ? i : last;
+        bool input = role_of(plan, slots[i].tensor) == ROLE_IN;
+        sync[i] = buf && buf->host_view && input != after;
+        last = sync[i] ? i : last;
+        last_view = buf && buf->host_view ? i : last_view;
     }
+    if (after && last < 0 && last_view >= 0) /* no output is a view: still wait for the inputs */
+        sync[last = last_view] = true;
     for (int i = 0; i <= last && st == FA_STATUS_OK; i++) {
         const fa_buffer *buf = slot_buffer(t, &slots[i]);
-        if (buf && buf->host_view)
-            st = ctx->ops->host_view_sync(ctx, buf->mem, buf->bytes, finish && i == last);
+        if (sync[i])
+            st = ctx->ops->host_view_sync(ctx, buf->mem, buf->bytes, after && i == last);
     }
     return st;
 }
@@ -460,10 +471,10 @@ static fa_status run_op(fa_context *ctx, const fa_plan *plan, fa__op op, const f
     bool has_lse = t->lse != NULL;
     if (!has_lse)
         mem[FA__TENSOR_LSE] = mem[FA__TENSOR_O];
-    st = sync_host_views(ctx, t, false); /* ahead of the launches in the in-order queue */
+    st = sync_host_views(ctx, plan, t, false); /* ahead of the launches in the in-order queue */
     if (st == FA_STATUS_OK)
         st = run_launches(ctx, plan, mem, has_lse, total_q);
-    fa_status synced = st == FA_STATUS_OK ? sync_host_views(ctx, t, true) : FA_STATUS_OK;
+    fa_status synced = st == FA_STATUS_OK ? sync_host_views(ctx, plan, t, true) : FA_STATUS_OK;
     return st == FA_STATUS_OK ? synced : st;
 }
 

@@ -137,7 +137,8 @@ static int64_t row_scores(row_ctx *c)
             c->dcap[j] = 1.0 - th * th;
         }
         if (p->alibi)
-            t -= c->r->slopes[c->h] * fabs((double)(c->i + sk - p->seqlen_q - j));
+            t -= c->r->slopes[(p->alibi == 2 ? c->b * p->heads_q : 0) + c->h] *
+                 fabs((double)(c->i + sk - p->seqlen_q - j));
         if (p->bias)
             t += c->r->bias[c->row * sk + j];
         c->s[j] = t;

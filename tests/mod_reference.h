@@ -11,7 +11,7 @@
  *   k, v, dk, dv     [batch, heads_kv, seqlen_k, head_dim] (dK and dV: each batch's own part,
  *                    as the library writes them where K and V are broadcast over the batch)
  *   bias             [batch, heads_q, seqlen_q, seqlen_k] (the values the library reads)
- *   slopes, sinks    [heads_q]
+ *   slopes, sinks    [heads_q] (slopes [batch, heads_q] when problem.alibi is 2)
  *   lse              [batch, heads_q, seqlen_q]
  *   dsinks           [heads_q]
  */

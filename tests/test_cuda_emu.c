@@ -38,7 +38,8 @@
 /* The score modifiers and dropout of a case (flashattn.h, "The modifiers, precisely"). */
 typedef struct emu_mods {
     float softcap;      /* > 0: on */
-    bool alibi;         /* slopes 2^(-8(h+1)/Hq) */
+    bool alibi;         /* slopes 2^(-8(h+1)/Hq) (per_batch: 2^(-8(i+1)/(B Hq)), i = b Hq + h) */
+    bool per_batch;     /* ALiBi slopes [B, Hq] (alibi 2) */
     int bias;           /* 0 off; 1 f32; 2 the storage dtype. [B, Hq, Sq, Sk], rows padded by 3,
                            offset 2 */
     bool bias_bcast;    /* the bias's batch stride 0 */
@@ -109,6 +110,7 @@ static const emu_case cases[] = {
 /* ---- the score modifiers and dropout (FEATURES), each alone and all together, both paths ---- */
 static const emu_mods softcap = {.softcap = 0.4f};
 static const emu_mods alibi = {.alibi = true};
+static const emu_mods alibi_per_batch = {.alibi = true, .per_batch = true};
 static const emu_mods bias_f32_bcast = {.bias = 1, .bias_bcast = true};
 static const emu_mods bias_storage = {.bias = 2};
 /* Sq 45 > Sk 33, keys [i' - 5, i' + 2], i' = i - 12: rows 0..9 see no key. */
@@ -133,6 +135,8 @@ static const emu_case mod_cases[] = {
      24, 0, false, false, &softcap},
     {"mod_alibi_mqa_bottom_right_f32", FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT, FA_LAYOUT_BHSD,
      1, 4, 1, 29, 53, 40, 8, 24, 0, false, false, &alibi},
+    {"mod_alibi_per_batch_bottom_right_f32", FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT,
+     FA_LAYOUT_BSHD, 3, 4, 1, 29, 53, 40, 8, 24, 0, false, false, &alibi_per_batch},
     {"mod_bias_bcast_f32_padded", FA_DTYPE_F32, FA_MASK_NONE, FA_LAYOUT_BHSD, 2, 2, 2, 37, 45, 40,
      8, 24, 3, false, false, &bias_f32_bcast},
     {"mod_window_masked_rows_gqa_f32", FA_DTYPE_F32, FA_MASK_NONE, FA_LAYOUT_BSHD, 1, 4, 2, 45,
@@ -188,7 +192,7 @@ static size_t span(const fa_problem *p, fa_tensor_id tensor)
 
 /* The modifiers' host tensors of a case: NULL where off. */
 typedef struct mod_images {
-    float *alibi; /* f32 [Hq] */
+    float *alibi; /* f32 [Hq], or [B, Hq] */
     void *bias;   /* the problem's bias_layout in its bias_dtype */
     float *sinks; /* f32 [Hq] */
     size_t bias_bytes;
@@ -201,7 +205,7 @@ static void mods_for(const emu_case *c, fa_problem *p)
     if (!m)
         return;
     p->softcap = m->softcap;
-    p->alibi = m->alibi;
+    p->alibi = m->alibi ? (m->per_batch ? 2 : 1) : 0;
     if (m->bias) {
         p->bias = 1;
         p->bias_dtype = m->bias == 1 ? FA_DTYPE_F32 : c->dtype;
@@ -227,10 +231,11 @@ static void mods_alloc(const emu_case *c, const fa_problem *p, mod_images *mi)
 {
     memset(mi, 0, sizeof *mi);
     if (p->alibi) {
-        mi->alibi = malloc((size_t)c->heads_q * sizeof(float));
+        const int64_t n = c->heads_q * (p->alibi == 2 ? c->batch : 1);
+        mi->alibi = malloc((size_t)n * sizeof(float));
         assert_non_null(mi->alibi);
-        for (int64_t h = 0; h < c->heads_q; h++)
-            mi->alibi[h] = exp2f(-8.0f * (float)(h + 1) / (float)c->heads_q);
+        for (int64_t i = 0; i < n; i++)
+            mi->alibi[i] = exp2f(-8.0f * (float)(i + 1) / (float)n);
     }
     if (p->bias) {
         size_t n = span(p, FA_TENSOR_BIAS);
@@ -298,7 +303,8 @@ static void run_golden(const fa_problem *p, void *q, void *k, void *v, void *o_r
     fa_buffer *ba = NULL, *bb = NULL, *bs = NULL;
     fa_modifier_buffers mods = {NULL, NULL, NULL, NULL};
     if (mi && mi->alibi) {
-        assert_int_equal(fa_buffer_wrap_host(ctx, mi->alibi, (size_t)p->heads_q * 4, &ba), OK);
+        size_t n = (size_t)p->heads_q * (p->alibi == 2 ? (size_t)p->batch : 1);
+        assert_int_equal(fa_buffer_wrap_host(ctx, mi->alibi, n * 4, &ba), OK);
         mods.alibi_slopes = ba;
     }
     if (mi && mi->bias) {
@@ -695,7 +701,8 @@ static void bwd_golden(const fa_problem *p, bwd_images *im)
     golden.block_r = golden.block_c = 0;
     fa_buffer *bm[4] = {NULL, NULL, NULL, NULL}; /* ALiBi, bias, sinks, d_sinks */
     void *mod_mem[4] = {im->mi.alibi, im->mi.bias, im->mi.sinks, im->dsinks_ref};
-    size_t mod_bytes[4] = {(size_t)p->heads_q * 4, im->mi.bias_bytes, (size_t)p->heads_q * 4,
+    size_t slopes = (size_t)p->heads_q * (p->alibi == 2 ? (size_t)p->batch : 1);
+    size_t mod_bytes[4] = {slopes * 4, im->mi.bias_bytes, (size_t)p->heads_q * 4,
                            (size_t)p->heads_q * 4};
     for (int i = 0; i < 4; i++)
         if (mod_mem[i])

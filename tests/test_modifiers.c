@@ -90,9 +90,12 @@ static void build_map(mt_run *r, int t)
     } else if (t == TBIAS) {
         l = p->bias_layout;
         dims[3] = p->seqlen_k;
-    } else { /* LSE [B, Hq, Sq] and the head vectors [Hq], contiguous from element 0 */
+    } else { /* LSE [B, Hq, Sq] and the head vectors [Hq] (slopes [B, Hq] with alibi 2),
+                contiguous from element 0 */
         dims[0] = 1;
         dims[3] = t == TLSE ? p->batch * p->heads_q * p->seqlen_q : p->heads_q;
+        if (t == TSLOPES && p->alibi == 2)
+            dims[3] *= p->batch;
         dims[1] = dims[2] = 1;
     }
     x->dense = dims[0] * dims[1] * dims[2] * dims[3];
@@ -407,6 +410,7 @@ static void expect_reference(mt_run *r, bool want_empty)
 /* ---- the case table -------------------------------------------------------------------------- */
 
 enum { F_CAP = 1, F_ALIBI = 2, F_BIAS = 4, F_WIN = 8, F_SINK = 16, F_DROP = 32, F_ALL = 63 };
+enum { F_ALIBI_B = 64 }; /* with F_ALIBI: slopes [batch, heads_q] (alibi 2) */
 
 typedef struct mod_case {
     char name[96];
@@ -439,7 +443,7 @@ static const shape shapes[] = {
 static const char *const feat_tag[7] = {"softcap", "alibi", "bias", "window", "sinks",
                                         "dropout", "all six"};
 
-#define MAX_CASES 84
+#define MAX_CASES 100
 static mod_case cases[MAX_CASES];
 static size_t n_cases;
 
@@ -527,6 +531,22 @@ static void build_cases(void)
     };
     for (size_t i = 0; i < sizeof blocked / sizeof blocked[0]; i++)
         cases[n_cases++] = blocked[i];
+    /* ALiBi slopes per sequence (flash-attn's (batch, nheads)): each (b, h) its own slope,
+       through the dense, tiled and packed paths. */
+    static const mod_case per_batch[] = {
+        {"f32 alibi per batch 3x4/2 17x45", FA_DTYPE_F32, FA_LAYOUT_BHSD, 3, 4, 2, 17, 45, 32,
+         FA_MASK_NONE, F_ALIBI | F_ALIBI_B, 0, 0, 0, 0, false, false, false, false, 16},
+        {"f16 alibi per batch bottom-right bshd tiles", FA_DTYPE_F16, FA_LAYOUT_BSHD, 2, 4, 4,
+         20, 33, 64, FA_MASK_CAUSAL_BOTTOM_RIGHT, F_ALIBI | F_ALIBI_B | F_CAP, 4, 8, 0, 0,
+         false, false, false, false, 17},
+        {"bf16 alibi per batch all six", FA_DTYPE_BF16, FA_LAYOUT_BHSD, 2, 2, 1, 33, 7, 96,
+         FA_MASK_NONE, F_ALL | F_ALIBI_B, 0, 0, 2, 1, false, false, false, false, 18},
+        {"f32 decode 8/2 1x130 bshd, unpacked: per-batch alibi sinks", FA_DTYPE_F32,
+         FA_LAYOUT_BSHD, 2, 8, 2, 1, 130, 32, FA_MASK_NONE, F_ALIBI | F_ALIBI_B | F_SINK, 0, 0, 0,
+         0, false, false, false, false, 19},
+    };
+    for (size_t i = 0; i < sizeof per_batch / sizeof per_batch[0]; i++)
+        cases[n_cases++] = per_batch[i];
 }
 
 static void case_problem(const mod_case *c, fa_problem *p)
@@ -538,7 +558,7 @@ static void case_problem(const mod_case *c, fa_problem *p)
     p->block_r = c->br;
     p->block_c = c->bc;
     p->softcap = c->feat & F_CAP ? 0.8f : 0.0f;
-    p->alibi = (c->feat & F_ALIBI) != 0;
+    p->alibi = (c->feat & F_ALIBI) ? (c->feat & F_ALIBI_B ? 2 : 1) : 0;
     p->sinks = (c->feat & F_SINK) != 0;
     if (c->feat & F_WIN) {
         p->window = 1;

@@ -4,8 +4,14 @@ docs/benchmarks.md (with the command, device and date):
 
   overhead  flash_attn_func on a cached shape (B1 H1 N64 d64 f32, numpy and torch) against the
             library's own time for the same problem (`flashattn run --repeat`, which times
-            fa_forward alone): the difference is the Python call's overhead
-  run       flash_attn_func against `flashattn run` at B1 H8 N2048 d64 f32 (ratio of medians)
+            fa_forward alone on device buffers) and against fa_run on the same host arrays
+            wrapped once (ctypes, the C cost of host arrays: their map/unmap): the difference
+            from the latter is the Python layer's own
+  run       flash_attn_func against `flashattn run` at B1 H8 N2048 d64 f32, in alternated
+            rounds (the machine is shared: each round runs both), the median of the rounds'
+            medians and their ratio; the load average before and after; and the CPU time per
+            call (user + system of the process and its pocl threads, getrusage), which other
+            jobs on a shared machine disturb far less than the wall time
   sdpa      forward and forward+backward of flash_attn_func on torch tensors next to torch's
             CPU scaled_dot_product_attention (its flash kernel on CPU), f32 and bf16
 
@@ -13,8 +19,11 @@ usage: tools/bench_python.py --flashattn build/tools/flashattn [--backend opencl
 Run with the venv of scripts/python_env.sh. Timing is not a test: nothing here asserts a speed.
 """
 import argparse
+import ctypes
 import datetime
+import os
 import re
+import resource
 import shlex
 import statistics
 import subprocess
@@ -43,33 +52,105 @@ def cli_ms(exe, backend, b, h, n, d, repeat):
     return float(re.search(r"^time\s+([0-9.]+) ms", res.stdout, re.M).group(1))
 
 
+def cpu_s(who):
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
+
+
+def cli_cpu_ms(exe, backend, b, h, n, d, repeat):
+    """CPU ms of one `flashattn run` forward: the CLI's CPU time at repeat and at 1 (its start,
+    plan and warm-up), the difference over the extra runs."""
+    spent = []
+    for r in (1, repeat + 1):
+        before = cpu_s(resource.RUSAGE_CHILDREN)
+        cli_ms(exe, backend, b, h, n, d, r)
+        spent.append(cpu_s(resource.RUSAGE_CHILDREN) - before)
+    return (spent[1] - spent[0]) / repeat * 1e3
+
+
+def py_cpu_ms(fn, repeat):
+    fn()
+    before = cpu_s(resource.RUSAGE_SELF)
+    for _ in range(repeat):
+        fn()
+    return (cpu_s(resource.RUSAGE_SELF) - before) / repeat * 1e3
+
+
 def inputs(b, h, n, d, dtype=np.float32):
     rng = np.random.default_rng(0)
     return [rng.standard_normal((b, n, h, d)).astype(dtype) for _ in range(3)]
 
 
+def wrapped_run_ms(backend, q, k, v, repeat):
+    """fa_run alone on host arrays wrapped once (what the package's call costs in C)."""
+    from flashattn import _core
+    from flashattn._lib import Tensors, c_vp, lib
+    flashattn.flash_attn_func(q, k, v, backend=backend)
+    ctx = _core.context(backend, 0)
+    out, lse = np.empty_like(q), np.empty((1, q.shape[2], q.shape[1]), np.float32)
+    plan = ctx.plan("forward", _core.make_spec(
+        dtype="f32", batch=1, heads_q=q.shape[2], heads_kv=k.shape[2], seqlen_q=q.shape[1],
+        seqlen_k=k.shape[1], head_dim=q.shape[3], layouts=tuple(sorted(
+            (n, ("bshd", tuple(s // 4 if d > 1 else 0 for s, d in zip(x.strides[:3],
+                                                                      x.shape[:3]))))
+            for n, x in (("q", q), ("k", k), ("v", v), ("o", out))))))
+    tensors, bufs = Tensors(), []
+    for name, x in (("q", q), ("k", k), ("v", v), ("o", out), ("lse", lse)):
+        buf = c_vp()
+        assert lib.fa_buffer_wrap_host(ctx.handle, x.ctypes.data, x.nbytes,
+                                       ctypes.byref(buf)) == 0
+        bufs.append(buf.value)
+        setattr(tensors, name, buf.value)
+    try:
+        return median_ms(lambda: lib.fa_run(ctx.handle, plan.handle, ctypes.byref(tensors)),
+                         repeat)
+    finally:
+        for buf in bufs:
+            lib.fa_buffer_destroy(buf)
+
+
 def overhead(exe, backend, repeat, torch):
-    rows = ["| input | flash_attn_func (us) | flashattn run (us) | overhead (us) |",
-            "|---|---|---|---|"]
+    rows = ["| input | flash_attn_func (us) | fa_run, host arrays (us) | flashattn run (us) | "
+            "Python layer (us) | over `flashattn run` (us) |", "|---|---|---|---|---|---|"]
     c = cli_ms(exe, backend, 1, 1, 64, 64, repeat * 50) * 1e3
     q, k, v = inputs(1, 1, 64, 64)
     kinds = [("numpy", (q, k, v))]
     if torch is not None:
         kinds.append(("torch", [torch.from_numpy(x) for x in (q, k, v)]))
     for name, (tq, tk, tv) in kinds:
+        wrapped = wrapped_run_ms(backend, q, k, v, repeat * 50) * 1e3
         py = median_ms(lambda: flashattn.flash_attn_func(tq, tk, tv, backend=backend),
                        repeat * 50) * 1e3
-        rows.append("| %s | %.1f | %.1f | %.1f |" % (name, py, c, py - c))
+        rows.append("| %s | %.1f | %.1f | %.1f | %.1f | %.1f |"
+                    % (name, py, wrapped, c, py - wrapped, py - c))
     return rows
 
 
-def versus_run(exe, backend, repeat):
+def versus_run(exe, backend, repeat, rounds):
+    """Alternated rounds of `flashattn run --repeat` and flash_attn_func (each repeat times):
+    every round's pair, then the medians of the rounds and their ratio."""
     b, h, n, d = 1, 8, 2048, 64
     q, k, v = inputs(b, h, n, d)
-    py = median_ms(lambda: flashattn.flash_attn_func(q, k, v, backend=backend), repeat)
-    c = cli_ms(exe, backend, b, h, n, d, repeat)
-    return ["| problem | flash_attn_func (ms) | flashattn run (ms) | ratio |", "|---|---|---|---|",
-            "| B%d H%d N%d d%d f32 | %.2f | %.2f | %.3f |" % (b, h, n, d, py, c, py / c)]
+    load = os.getloadavg()[0]
+    rows = ["| round | flash_attn_func (ms) | flashattn run (ms) | ratio | flash_attn_func CPU "
+            "(ms) | flashattn run CPU (ms) | CPU ratio |", "|---|---|---|---|---|---|---|"]
+    pys, cs, pycpu, ccpu = [], [], [], []
+    call = lambda: flashattn.flash_attn_func(q, k, v, backend=backend)
+    for r in range(rounds):
+        cs.append(cli_ms(exe, backend, b, h, n, d, repeat))
+        pys.append(median_ms(call, repeat))
+        ccpu.append(cli_cpu_ms(exe, backend, b, h, n, d, repeat))
+        pycpu.append(py_cpu_ms(call, repeat))
+        rows.append("| %d | %.2f | %.2f | %.3f | %.2f | %.2f | %.3f |"
+                    % (r + 1, pys[-1], cs[-1], pys[-1] / cs[-1], pycpu[-1], ccpu[-1],
+                       pycpu[-1] / ccpu[-1]))
+    py, c = statistics.median(pys), statistics.median(cs)
+    pc, cc = statistics.median(pycpu), statistics.median(ccpu)
+    rows.append("| median | %.2f | %.2f | %.3f | %.2f | %.2f | %.3f |"
+                % (py, c, py / c, pc, cc, pc / cc))
+    rows.append("\nB%d H%d N%d d%d f32; load average %.1f before, %.1f after (1 minute)"
+                % (b, h, n, d, load, os.getloadavg()[0]))
+    return rows
 
 
 def versus_sdpa(torch, backend, repeat, n=1024):
@@ -96,6 +177,8 @@ def main():
     ap.add_argument("--flashattn", required=True, help="the CLI, build/tools/flashattn")
     ap.add_argument("--backend", default="opencl")
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=5, help="alternated rounds at N2048")
+    ap.add_argument("--only", choices=("overhead", "run", "sdpa"), help="one table alone")
     a = ap.parse_args()
     try:
         import torch
@@ -107,11 +190,15 @@ def main():
         a.backend, dev["name"], torch.__version__ if torch else "absent",
         torch.get_num_threads() if torch else "-"))
     print("date: %s\n" % datetime.date.today().isoformat())
-    print("Per-call overhead, B1 H1 N64 d64 f32, cached shape (median of %d):\n" % (a.repeat * 50))
-    print("\n".join(overhead(a.flashattn, a.backend, a.repeat, torch)) + "\n")
-    print("flash_attn_func against `flashattn run` (median of %d):\n" % a.repeat)
-    print("\n".join(versus_run(a.flashattn, a.backend, a.repeat)) + "\n")
-    if torch is not None:
+    if a.only in (None, "overhead"):
+        print("Per-call overhead, B1 H1 N64 d64 f32, cached shape (median of %d):\n"
+              % (a.repeat * 50))
+        print("\n".join(overhead(a.flashattn, a.backend, a.repeat, torch)) + "\n")
+    if a.only in (None, "run"):
+        print("flash_attn_func against `flashattn run`, %d alternated rounds (median of %d "
+              "each):\n" % (a.rounds, a.repeat))
+        print("\n".join(versus_run(a.flashattn, a.backend, a.repeat, a.rounds)) + "\n")
+    if torch is not None and a.only in (None, "sdpa"):
         print("Against torch's CPU SDPA, B1 H8 N1024 d64 causal (median of %d):\n" % a.repeat)
         print("\n".join(versus_sdpa(torch, a.backend, a.repeat)))
 

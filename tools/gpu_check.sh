@@ -11,7 +11,9 @@
 #   5. the A/B of the tensor-core forward: today's path (FLASHATTN_CUDA_PIPELINE=0) against the
 #      pipelined one (=1: double-buffered cp.async K/V copies into padded tiles), f16 and bf16,
 #      d 64 and 128, the points of seq 256 checked against the golden;
-#   6. tools/bench_torch.py: our forward against PyTorch SDPA (flash) and a naive attention.
+#   6. tools/bench_torch.py: our forward against PyTorch SDPA (flash) and a naive attention;
+#   7. the Python package's torch CUDA tensor tests (tests/python/test_cuda_tensors.py: zero-copy
+#      on torch's current stream) with $PYTHON (default python3; it needs torch, numpy, pytest).
 # A machine without cmocka, an OpenCL loader or pkg-config (and no network) gets them from the
 # Debian packages tools/gpu_bundle.sh fetched into .bundle beforehand: they are unpacked into
 # /tmp/fa-bundle (BUNDLE_PREFIX) and NVIDIA's OpenCL driver is registered there, so the opencl
@@ -19,7 +21,7 @@
 #   bash tools/gpu_check.sh 2>&1 | tee $OUT/gpu_check.log; cp build-gpu/bench_*.md $OUT/
 #
 # usage: tools/gpu_check.sh [BUILD_DIR]     (default: build-gpu)
-#   SUITE=0, SANITIZE=0, DECODE=0, AB=0, BENCH=0 skip the test suite, compute-sanitizer or a
+#   SUITE=0, SANITIZE=0, DECODE=0, AB=0, BENCH=0, PYTEST=0 skip the test suite, compute-sanitizer or a
 #   benchmark (to split the work between calls of at most 10 minutes); BUNDLE=DIR for another
 #   bundle folder. DRY_RUN=1 (or --dry-run as the first argument) prints the build, test and
 #   benchmark commands instead of running them, so the prepared command can be read and
@@ -145,8 +147,14 @@ if [ "${BENCH:-1}" != 0 ]; then
     step "benchmark (tools/bench_torch.py)"
     run_to "$BUILD/bench_torch.md" python3 "$ROOT/tools/bench_torch.py" --flashattn "$FA"
 fi
+if [ "${PYTEST:-1}" != 0 ]; then
+    step "python: torch CUDA tensors (tests/python/test_cuda_tensors.py)"
+    run env FLASHATTN_LIBRARY="$BUILD/libflashattn.so" PYTHONPATH="$ROOT/python" \
+        "${PYTHON:-python3}" -m pytest -q -p no:cacheprovider -r s \
+        "$ROOT/tests/python/test_cuda_tensors.py" "$ROOT/tests/python/test_cuda_interop.py"
+fi
 skipped=""
-for v in SUITE SANITIZE DECODE AB BENCH; do
+for v in SUITE SANITIZE DECODE AB BENCH PYTEST; do
     [ "${!v:-1}" != 0 ] || skipped="$skipped $v=0"
 done
 if [ "$DRY_RUN" = 1 ]; then

@@ -115,7 +115,7 @@ static double f32_range(double dot, double score)
 typedef struct head_mods {
     const fa_kernel_params *kp;
     int64_t b, h;
-    double slope;       /* ALiBi slope of head h */
+    double slope;       /* ALiBi slope of (b, h) */
     double sink;        /* the sink logit of head h; -inf: none */
     const void *bias;   /* the bias buffer, NULL without */
     int64_t bias0;      /* element offset of bias[b][h][0][0] */
@@ -128,7 +128,7 @@ static head_mods head_mods_of(const fa_kernel_params *kp, void *const mem[FA__TE
     const unsigned f = (unsigned)kp->features;
     head_mods hm = {kp, b, h, 0.0, -INFINITY, NULL, 0, {NULL, NULL, NULL, NULL}};
     if (f & FA_FEATURE_ALIBI)
-        hm.slope = ((const float *)mem[FA__TENSOR_ALIBI])[h];
+        hm.slope = ((const float *)mem[FA__TENSOR_ALIBI])[b * kp->alibi_stride_b + h];
     if (f & FA_FEATURE_SINKS)
         hm.sink = ((const float *)mem[FA__TENSOR_SINKS])[h];
     if (f & FA_FEATURE_BIAS) {

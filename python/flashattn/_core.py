@@ -15,6 +15,8 @@ from ._lib import (BACKENDS, DTYPES, LAYOUT_BSHD, MASK_CAUSAL_BOTTOM_RIGHT, MASK
                    c_vp, check, lib)
 
 PLAN_CACHE_SIZE = 64  # plans kept per context, least recently used dropped first
+KEPT_WRAPS = 16  # wraps of small inputs kept per context (_kept_wrap), the oldest dropped first
+KEPT_WRAP_BYTES = 1 << 20  # the largest input kept: what a wrap costs matters for small calls
 
 # A host tensor as the library sees it: its first element's address and the bytes from there to
 # the end of its last element (its strides are in the Spec).
@@ -25,11 +27,11 @@ Arr = collections.namedtuple("Arr", "ptr nbytes")
 Spec = collections.namedtuple("Spec", [
     "dtype", "batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim", "layouts",
     "causal", "scale", "window", "softcap", "alibi", "bias_dtype", "sinks", "dropout",
-    "varlen", "seqlens_k", "paged", "kv_splits"])
+    "varlen", "seqlens_k", "paged", "kv_splits", "block_sparse"])
 
-SPEC_DEFAULTS = dict(causal=False, scale=None, window=(-1, -1), softcap=0.0, alibi=False,
+SPEC_DEFAULTS = dict(causal=False, scale=None, window=(-1, -1), softcap=0.0, alibi=0,
                      bias_dtype=None, sinks=False, dropout=(0.0, 0, 0), varlen=False,
-                     seqlens_k=False, paged=None, kv_splits=0)
+                     seqlens_k=False, paged=None, kv_splits=0, block_sparse=None)
 
 
 def make_spec(**fields):
@@ -70,6 +72,9 @@ def build_problem(spec):
     p.dropout_p, p.dropout_seed, p.dropout_offset = spec.dropout
     p.varlen, p.seqlens_k = int(spec.varlen), int(spec.seqlens_k)
     p.kv_splits = spec.kv_splits
+    if spec.block_sparse is not None:  # (block_q, block_k, the lists' batch and heads)
+        p.block_sparse = 1
+        p.sparse_block_q, p.sparse_block_k, p.sparse_batch, p.sparse_heads = spec.block_sparse
     return p
 
 
@@ -98,19 +103,29 @@ class _Plan:
 class Context:
     """One fa_context, its plans and the lock that serialises its calls."""
 
-    def __init__(self, backend, device):
-        opts = ContextOptions(BACKENDS[backend], device)
-        handle, why = c_vp(), ctypes.create_string_buffer(1024)
-        check(lib.fa_context_create(ctypes.byref(handle), ctypes.byref(opts), why, len(why)),
-              why=why)
-        self.handle = handle.value
+    def __init__(self, backend, device, handle=None, wrap=None, empty_ptr=None):
+        """A new fa_context of (backend, device), or, with `handle`, one made elsewhere (a CUDA
+        interop context, _cuda.py) whose tensors `wrap` wraps in place (empty_ptr: 16 bytes
+        of its memory bound where a tensor has none)."""
+        if handle is None:
+            opts = ContextOptions(BACKENDS[backend], device)
+            made, why = c_vp(), ctypes.create_string_buffer(1024)
+            check(lib.fa_context_create(ctypes.byref(made), ctypes.byref(opts), why, len(why)),
+                  why=why)
+            handle = made.value
+        self.handle = handle
         self.backend = lib.fa_backend_name(lib.fa_context_backend(self.handle)).decode()
         self.device = lib.fa_context_device(self.handle)
         self.note = lib.fa_context_backend_note(self.handle).decode()
-        self.host = self._wraps_host()  # cpu, and OpenCL on a CPU: arrays used in place
+        # How the tensors are bound: wrapped in place by `wrap` (host arrays on cpu and on
+        # OpenCL CPU devices, device memory on a CUDA interop context), else copied (None).
+        self.wrap = wrap or (lib.fa_buffer_wrap_host if self._wraps_host() else None)
+        self.host = self.wrap is not None  # tensors used in place
+        self.empty_ptr = empty_ptr or _EMPTY_PTR
         self.lock = threading.Lock()
         self.plans = collections.OrderedDict()
         self.plans_created = 0  # for the tests: a cached shape must not re-plan
+        self.kept = {}  # id(input) -> (input, its wrap, address, bytes): _kept_wrap
 
     def _wraps_host(self):
         """Whether the library wraps host arrays here without a copy (the device's memory is
@@ -149,14 +164,65 @@ class Context:
             else:
                 self._run_device(plan, inputs, outputs)
 
+    def run_prepared(self, call, tensors, ptr):
+        """Runs a Prepared call on `tensors` (in call.names' order); ptr(x) is x's address."""
+        with self.lock:
+            plan = call.plan
+            if plan is None or plan.handle is None:  # first use, or dropped from the cache
+                plan = call.plan = self.plan(call.op, call.spec)
+            if not self.host:
+                arrs = [Arr(ptr(x), n) for x, n in zip(tensors, call.nbytes)]
+                names, n_in = call.names, call.n_in
+                self._run_device(plan, dict(zip(names[:n_in], arrs[:n_in])),
+                                 dict(zip(names[n_in:], arrs[n_in:])))
+                return
+            wraps, handle = [], self.handle
+            try:
+                for i, (name, x, size) in enumerate(zip(call.names, tensors, call.nbytes)):
+                    buf = self._kept_wrap(x, size, ptr) if i < call.n_in else None
+                    if buf is None:
+                        buf = self._wrap(call, ptr(x) if size else self.empty_ptr,
+                                         size or _EMPTY_BYTES)
+                        wraps.append(buf)
+                    setattr(call.tensors, name, buf)
+                check(lib.fa_run(handle, plan.handle, call.tensors_ref), handle)
+            finally:
+                for buf in wraps:
+                    lib.fa_buffer_destroy(buf)
+
+    def _wrap(self, call, ptr, size):
+        check(self.wrap(self.handle, ptr, size, call.buf_ref), self.handle)
+        return call.buf.value
+
+    def _kept_wrap(self, x, size, ptr):
+        """The kept wrap of input x, made on its first use: small inputs passed again and again
+        (a decode loop's, a benchmark's) skip a wrap and its destroy. A kept entry holds x, so
+        the memory it wraps stays valid until the entry is dropped, the oldest first; it is
+        used only while x is at the same address with the same extent (a torch resize_ moves
+        it)."""
+        if not size or size > KEPT_WRAP_BYTES:
+            return None
+        address = ptr(x)
+        entry = self.kept.get(id(x))
+        if entry is not None and entry[0] is x and entry[2:] == (address, size):
+            return entry[1]
+        buf = c_vp()
+        check(self.wrap(self.handle, address, size, ctypes.byref(buf)), self.handle)
+        if entry is not None:
+            lib.fa_buffer_destroy(entry[1])
+        self.kept[id(x)] = (x, buf.value, address, size)
+        while len(self.kept) > KEPT_WRAPS:
+            lib.fa_buffer_destroy(self.kept.pop(next(iter(self.kept)))[1])
+        return buf.value
+
     def _run_host(self, plan, inputs, outputs):
         tensors, wraps = Tensors(), []
         try:
             for name, arr in list(inputs.items()) + list(outputs.items()):
                 buf = c_vp()
-                ptr, size = (arr.ptr, arr.nbytes) if arr.nbytes else (_EMPTY_PTR, _EMPTY_BYTES)
-                check(lib.fa_buffer_wrap_host(self.handle, ptr, size, ctypes.byref(buf)),
-                      self.handle)
+                ptr, size = (arr.ptr, arr.nbytes) if arr.nbytes else (self.empty_ptr,
+                                                                      _EMPTY_BYTES)
+                check(self.wrap(self.handle, ptr, size, ctypes.byref(buf)), self.handle)
                 wraps.append(buf.value)
                 setattr(tensors, name, buf.value)
             check(lib.fa_run(self.handle, plan.handle, ctypes.byref(tensors)), self.handle)
@@ -194,11 +260,26 @@ class Context:
 
     def close(self):
         with self.lock:
+            for entry in self.kept.values():
+                lib.fa_buffer_destroy(entry[1])
+            self.kept.clear()
             for plan in self.plans.values():
                 plan.destroy()
             self.plans.clear()
             lib.fa_context_destroy(self.handle)
             self.handle = None
+
+
+class Prepared:
+    """One call's fixed part, cached by a front end per argument signature: the op and Spec,
+    the tensors' fa_tensors names (inputs first) and byte extents; a run then needs only the
+    pointers. Its Tensors struct and wrap handle are reused under the context's lock."""
+
+    def __init__(self, op, spec, names, n_in, nbytes):
+        self.op, self.spec, self.names, self.n_in, self.nbytes = op, spec, names, n_in, nbytes
+        self.plan = None
+        self.tensors, self.buf = Tensors(), c_vp()
+        self.tensors_ref, self.buf_ref = ctypes.byref(self.tensors), ctypes.byref(self.buf)
 
 
 # A tensor of no bytes (seqlen_k = 0, ...) is bound to this instead: the library asks for a

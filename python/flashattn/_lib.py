@@ -65,10 +65,21 @@ class PlanLaunchInfo(ctypes.Structure):
                 ("work_group_size", c_i32), ("block_r", c_i32), ("block_c", c_i32)]
 
 
+class BlockMaskShape(ctypes.Structure):  # flashattn_block_mask.h
+    _fields_ = [("batch", c_i64), ("heads", c_i64), ("seqlen_q", c_i64), ("seqlen_k", c_i64),
+                ("block_q", c_i32), ("block_k", c_i32)]
+
+
+class BlockLists(ctypes.Structure):
+    _fields_ = [("num_blocks", c_vp), ("indices", c_vp), ("full_num_blocks", c_vp),
+                ("full_indices", c_vp)]
+
+
 # The mirrored structs by their C names, for the layout test.
 STRUCTS = {"fa_tensor_layout": TensorLayout, "fa_problem": Problem, "fa_tensors": Tensors,
            "fa_device_props": DeviceProps, "fa_context_options": ContextOptions,
-           "fa_plan_launch_info": PlanLaunchInfo}
+           "fa_plan_launch_info": PlanLaunchInfo, "fa_block_mask_shape": BlockMaskShape,
+           "fa_block_lists": BlockLists}
 
 # Enumerations (flashattn.h).
 BACKENDS = {"auto": 0, "cpu": 1, "opencl": 2, "cuda": 3}
@@ -113,6 +124,18 @@ _PROTOTYPES = {
     "fa_plan_destroy": (None, [c_vp]),
     "fa_plan_explain": (ctypes.c_char_p, [c_vp]),
     "fa_run": (c_enum, [c_vp, c_vp, _PTR(Tensors)]),
+    "fa_block_mask_q_blocks": (c_i64, [_PTR(BlockMaskShape)]),
+    "fa_block_mask_k_blocks": (c_i64, [_PTR(BlockMaskShape)]),
+    "fa_block_mask_lists": (c_enum, [_PTR(BlockMaskShape), c_vp, _PTR(BlockLists),
+                                     _PTR(BlockLists), ctypes.c_char_p, ctypes.c_size_t]),
+}
+
+
+# Only in a library built with the CUDA backend (flashattn_cuda.h): bound where present.
+_CUDA_PROTOTYPES = {
+    "fa_context_create_cuda": (c_enum, [_PTR(c_vp), c_vp, c_vp, ctypes.c_char_p,
+                                        ctypes.c_size_t]),
+    "fa_buffer_wrap_cuda": (c_enum, [c_vp, c_u64, ctypes.c_size_t, _PTR(c_vp)]),
 }
 
 
@@ -135,7 +158,16 @@ def _load():
     for name, (restype, argtypes) in _PROTOTYPES.items():
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes
+    for name, (restype, argtypes) in _CUDA_PROTOTYPES.items():
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.restype, fn.argtypes = restype, argtypes
     return lib
+
+
+def has_cuda_interop():
+    """Whether the library was built with the CUDA backend's interop functions."""
+    return hasattr(lib, "fa_context_create_cuda")
 
 
 lib = _load()

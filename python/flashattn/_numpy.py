@@ -1,10 +1,13 @@
 """_numpy.py - the adapter that lets _ops work on numpy arrays (float32, float16)."""
+import ctypes
+
 import numpy as np
 
-from ._core import Arr
+from ._core import Arr, context
 
 _DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16"}
 _NUMPY = {v: k for k, v in _DTYPES.items()}
+_char_at, _addressof = ctypes.c_char.from_buffer, ctypes.addressof
 
 
 def _extent(x):
@@ -27,6 +30,7 @@ def _in_place(x):
 
 class NumpyAdapter:
     name = "numpy"
+    context = staticmethod(context)  # the (backend, device) context its calls run on
 
     @staticmethod
     def prepare(x, name):
@@ -51,6 +55,18 @@ class NumpyAdapter:
         return tuple(s // x.itemsize if n > 1 else 0 for n, s in zip(x.shape, x.strides))
 
     @staticmethod
+    def signature(x):
+        """What a cached call depends on: the kind, shape, strides and dtype."""
+        return type(x), x.shape, x.strides, x.dtype
+
+    @staticmethod
+    def ptr(x):
+        try:  # a writable contiguous array's address without numpy's ctypes helper (~1 us)
+            return _addressof(_char_at(x))
+        except (TypeError, ValueError):
+            return x.ctypes.data
+
+    @staticmethod
     def arr(x):
         return Arr(x.ctypes.data, _extent(x))
 
@@ -68,6 +84,14 @@ class NumpyAdapter:
         if x.dtype.kind not in "iu":
             raise TypeError("flashattn: %s must be integers, not %s" % (name, x.dtype))
         return np.ascontiguousarray(x, dtype=np.int32)
+
+    @staticmethod
+    def host_mask(x):
+        return np.asarray(x)
+
+    @staticmethod
+    def from_numpy(x):
+        return x
 
     @staticmethod
     def lse(x, shape):

@@ -6,7 +6,7 @@ Shapes, as flash-attn's: q (batch, seqlen_q, nheads, headdim), k and v (batch, s
 nheads_k, headdim); varlen q (total_q, nheads, headdim); LSE f32 (batch, nheads, seqlen_q), or
 (nheads, total_q) for varlen.
 """
-from . import _core
+from . import _block_mask, _core
 
 
 def _need(cond, message):
@@ -36,16 +36,32 @@ def _modifiers(ad, heads_q, batch, seqlen_q, seqlen_k, dtype, alibi_slopes, bias
         if x is None:
             continue
         x = ad.vector_f32(x, name)
-        _need(ad.shape(x) == (heads_q,), "%s must have shape (nheads,) = (%d,), has %s"
-              % (name, heads_q, tuple(ad.shape(x))))
+        shape = tuple(ad.shape(x))
+        if name == "alibi_slopes" and shape == (batch, heads_q):  # a slope per (b, h)
+            inputs[name], fields["alibi"] = x, 2
+            continue
+        _need(shape == (heads_q,), "%s must have shape (nheads,) = (%d,)%s, has %s"
+              % (name, heads_q, " or (batch, nheads) = (%d, %d)" % (batch, heads_q)
+                 if name == "alibi_slopes" else "", shape))
         inputs[name] = x
-        fields["alibi" if name == "alibi_slopes" else "sinks"] = True
+        fields["alibi" if name == "alibi_slopes" else "sinks"] = 1
     if bias is not None:
         bias = ad.bias(bias, (batch, heads_q, seqlen_q, seqlen_k), dtype)
         inputs["bias"] = bias
         fields["bias_dtype"] = ad.dtype(bias)
         layouts.append(("bias", ("bhs", ad.strides(bias)[:3])))
     return inputs, fields, layouts
+
+
+def _sparse(ad, seq, block_mask, block_size, backward, inputs, fields):
+    """Block-sparse attention's lists (made by the library from the dense block mask) into
+    inputs, and its Spec field into fields; nothing without a block mask."""
+    if block_mask is None:
+        return
+    lists, fields["block_sparse"] = _block_mask.lists(
+        ad.host_mask(block_mask), seq["batch"], seq["heads_q"], seq["seqlen_q"], seq["seqlen_k"],
+        block_size, backward)
+    inputs.update({name: ad.from_numpy(x) for name, x in lists.items()})
 
 
 def _scalars(causal, softmax_scale, window_size, softcap, dropout_p, seed, offset):
@@ -57,10 +73,48 @@ def _scalars(causal, softmax_scale, window_size, softcap, dropout_p, seed, offse
                          int(offset or 0) & (2**32 - 1)))
 
 
+# Forward calls of plain q, k, v (no modifier tensors, no sequences) by their signature: the
+# tensors' kinds, shapes, strides and dtypes and every option. A hit skips the checks (its
+# tensors passed them when it was made) and the Spec: only the outputs and the pointers are new.
+_PREPARED = {}
+_PREPARED_MAX = 256
+
+
+def _prepared_key(ad, q, k, v, causal, softmax_scale, window_size, softcap, dropout_p, seed,
+                  offset, backend, device, kv_splits):
+    if dropout_p:
+        return None  # a fresh seed per call would fill the cache with one-off entries
+    try:
+        key = (ad.signature(q), ad.signature(k), ad.signature(v), causal, softmax_scale,
+               tuple(window_size), softcap, backend, device, kv_splits)
+        hash(key)
+    except (TypeError, AttributeError):  # not tensors, or options the checks will refuse
+        return None
+    return key
+
+
+def _run_prepared(ad, entry, backend, device, q, k, v):
+    call, out_shape, lse_shape, dtype = entry
+    out = ad.empty(out_shape, dtype, like=q)
+    lse = ad.empty(lse_shape, "f32", like=q)
+    ad.context(backend, device).run_prepared(call, (q, k, v, out, lse), ad.ptr)
+    return out, lse
+
+
 def forward(ad, q, k, v, *, dropout_p=0.0, softmax_scale=None, causal=False,
             window_size=(-1, -1), softcap=0.0, alibi_slopes=None, bias=None, sinks=None,
-            seed=0, offset=0, backend="auto", device=0, kv_splits=0, seq=None):
+            seed=0, offset=0, backend="auto", device=0, kv_splits=0, seq=None,
+            block_mask=None, block_size=(128, 128)):
     """(out, lse) of attention; `seq` carries varlen's or the KV cache's extras (below)."""
+    key = None
+    if (seq is None and alibi_slopes is None and bias is None and sinks is None and
+            block_mask is None):
+        key = _prepared_key(ad, q, k, v, causal, softmax_scale, window_size, softcap, dropout_p,
+                            seed, offset, backend, device, kv_splits)
+        entry = _PREPARED.get(key) if key is not None else None
+        if entry is not None:
+            return _run_prepared(ad, entry, backend, device, q, k, v)
+    given = (q, k, v)
     q, k, v = (ad.prepare(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
     dtype = _same_dtype(ad, {"q": q, "k": k, "v": v})
     seq = seq or _dense_seq(ad, q, k, v)
@@ -68,6 +122,7 @@ def forward(ad, q, k, v, *, dropout_p=0.0, softmax_scale=None, causal=False,
     lse = ad.empty(seq["lse_shape"], "f32", like=q)
     mod_inputs, fields, layouts = _modifiers(ad, seq["heads_q"], seq["batch"], seq["seqlen_q"],
                                              seq["seqlen_k"], dtype, alibi_slopes, bias, sinks)
+    _sparse(ad, seq, block_mask, block_size, False, mod_inputs, fields)
     layouts += [(n, seq["layout"](n, ad.strides(x))) for n, x in
                 (("q", q), ("k", k), ("v", v), ("o", out))]
     spec = _core.make_spec(
@@ -76,15 +131,27 @@ def forward(ad, q, k, v, *, dropout_p=0.0, softmax_scale=None, causal=False,
         layouts=tuple(sorted(layouts)), kv_splits=int(kv_splits), **fields, **seq["fields"],
         **_scalars(causal, softmax_scale, window_size, softcap, dropout_p, seed, offset))
     inputs = {"q": q, "k": k, "v": v, **mod_inputs, **seq["inputs"]}
-    ctx = _core.context(backend, device)
+    ctx = ad.context(backend, device)
     ctx.run("forward", spec, {n: ad.arr(x) for n, x in inputs.items()},
             {"o": ad.arr(out), "lse": ad.arr(lse)})
+    if key is not None and all(a is b for a, b in zip(given, (q, k, v))):
+        _remember(key, spec, (q, k, v, out, lse), ad, dtype, seq["lse_shape"])
     return out, lse
+
+
+def _remember(key, spec, tensors, ad, dtype, lse_shape):
+    """Caches a plain forward's Prepared call under its signature (tensors used in place)."""
+    if len(_PREPARED) >= _PREPARED_MAX:
+        _PREPARED.clear()
+    call = _core.Prepared("forward", spec, ("q", "k", "v", "o", "lse"), 3,
+                          tuple(ad.arr(x).nbytes for x in tensors))
+    _PREPARED[key] = (call, ad.shape(tensors[0]), tuple(lse_shape), dtype)
 
 
 def backward(ad, dout, q, k, v, out, lse, *, dropout_p=0.0, softmax_scale=None, causal=False,
              window_size=(-1, -1), softcap=0.0, alibi_slopes=None, bias=None, sinks=None,
-             seed=0, offset=0, backend="auto", device=0, seq=None):
+             seed=0, offset=0, backend="auto", device=0, seq=None, block_mask=None,
+             block_size=(128, 128)):
     """(dq, dk, dv, d_sinks) of the forward's arguments; d_sinks None without sinks."""
     q, k, v, out, dout = (ad.prepare(x, n) for x, n in
                           ((q, "q"), (k, "k"), (v, "v"), (out, "out"), (dout, "dout")))
@@ -96,6 +163,7 @@ def backward(ad, dout, q, k, v, out, lse, *, dropout_p=0.0, softmax_scale=None, 
     dq, dk, dv = (ad.empty(ad.shape(x), dtype, like=q) for x in (q, k, v))
     mod_inputs, fields, layouts = _modifiers(ad, seq["heads_q"], seq["batch"], seq["seqlen_q"],
                                              seq["seqlen_k"], dtype, alibi_slopes, bias, sinks)
+    _sparse(ad, seq, block_mask, block_size, True, mod_inputs, fields)
     layouts += [(n, seq["layout"](n, ad.strides(x))) for n, x in
                 (("q", q), ("k", k), ("v", v), ("o", out), ("d_o", dout), ("dq", dq),
                  ("dk", dk), ("dv", dv))]
@@ -110,7 +178,7 @@ def backward(ad, dout, q, k, v, out, lse, *, dropout_p=0.0, softmax_scale=None, 
         d_sinks = outputs["d_sinks"] = ad.empty((seq["heads_q"],), "f32", like=q)
     inputs = {"q": q, "k": k, "v": v, "o": out, "lse": lse, "d_o": dout, **mod_inputs,
               **seq["inputs"]}
-    ctx = _core.context(backend, device)
+    ctx = ad.context(backend, device)
     ctx.run("backward", spec, {n: ad.arr(x) for n, x in inputs.items()},
             {n: ad.arr(x) for n, x in outputs.items()})
     return dq, dk, dv, d_sinks

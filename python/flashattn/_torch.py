@@ -1,14 +1,16 @@
 """_torch.py - the functions on torch tensors: one torch.library custom op for the forward
 (dense, varlen and KV cache problems) and one for the backward, with register_fake (shapes for
 torch.compile) and register_autograd (dq, dk, dv and d_sinks), so they train and compile with
-fullgraph=True. Tensors on another device than the CPU are copied to it and back (the cpu and
-OpenCL backends read host memory).
+fullgraph=True. CUDA tensors on the cuda backend are wrapped in place and run on torch's current
+stream (CudaAdapter, _cuda.py); tensors on another device than the CPU are otherwise copied to
+it and back (the cpu and OpenCL backends read host memory).
 """
 from typing import List, Optional
 
 import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from . import _ops, interface
+from . import _block_mask, _core, _cuda, _ops, _rotary, interface
 from ._core import Arr
 
 _DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
@@ -32,6 +34,7 @@ def _in_place(x):
 
 class TorchAdapter:
     name = "torch"
+    context = staticmethod(_core.context)
 
     @staticmethod
     def prepare(x, name):
@@ -56,6 +59,16 @@ class TorchAdapter:
         return tuple(s if n > 1 else 0 for n, s in zip(x.shape, x.stride()))
 
     @staticmethod
+    def signature(x):
+        """What a cached call depends on: the kind, shape, strides, dtype and whether on the CPU
+        (other devices are copied or wrapped, never cached)."""
+        return type(x), x.shape, x.stride(), x.dtype, x.is_cpu
+
+    @staticmethod
+    def ptr(x):
+        return x.data_ptr()
+
+    @staticmethod
     def arr(x):
         return Arr(x.data_ptr(), _extent(x))
 
@@ -73,6 +86,14 @@ class TorchAdapter:
         if x.dtype.is_floating_point or x.dtype.is_complex:
             raise TypeError("flashattn: %s must be integers, not %s" % (name, x.dtype))
         return x.to("cpu", torch.int32).contiguous()
+
+    @staticmethod
+    def host_mask(x):
+        return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x
+
+    @staticmethod
+    def from_numpy(x):
+        return torch.from_numpy(x)
 
     @staticmethod
     def lse(x, shape):
@@ -94,14 +115,89 @@ class TorchAdapter:
         return _in_place(x)
 
 
-def _seq(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k,
+class CudaAdapter(TorchAdapter):
+    """Tensors on CUDA device `ordinal` used where they are: outputs made there, the run on an
+    interop context of torch's current stream (_cuda.py), every tensor wrapped in place."""
+    name = "torch-cuda"
+
+    def __init__(self, ordinal):
+        self.ordinal = ordinal
+        self.device = torch.device("cuda", ordinal)
+
+    def prepare(self, x, name):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError("flashattn: %s must be a torch tensor, not %s"
+                            % (name, type(x).__name__))
+        if x.dtype not in _DTYPES:
+            raise TypeError("flashattn: %s must be float32, float16 or bfloat16, not %s"
+                            % (name, x.dtype))
+        usable = x.stride()[-1] == 1 and all(st >= 0 for st in x.stride())
+        return x if usable else x.contiguous()
+
+    def signature(self, x):
+        raise TypeError("not cached: the context follows torch's current stream")
+
+    def empty(self, shape, dtype, like):
+        return torch.empty(shape, dtype=_TORCH[dtype], device=self.device)
+
+    def vector_f32(self, x, name):
+        return torch.as_tensor(x).to(self.device, torch.float32).contiguous()
+
+    def int32(self, x, name):
+        return TorchAdapter.int32(x, name).to(self.device)
+
+    def lse(self, x, shape):
+        return TorchAdapter.lse(x, shape).to(self.device)
+
+    def bias(self, x, shape, dtype):
+        if x.dtype not in (torch.float32, _TORCH[dtype]):
+            raise TypeError("flashattn: bias must be float32 or q's dtype, not %s" % x.dtype)
+        return torch.broadcast_to(x.to(self.device), shape)
+
+    def from_numpy(self, x):
+        return torch.from_numpy(x).to(self.device)
+
+    def context(self, backend, device):
+        return _interop().context(self.ordinal, torch.cuda.current_stream(self.device)
+                                  .cuda_stream)
+
+
+_EMPTY = {}  # 16 bytes of each CUDA device's memory, bound for a tensor of no bytes
+
+
+def _empty_on(ordinal):
+    if ordinal not in _EMPTY:
+        _EMPTY[ordinal] = torch.empty(16, dtype=torch.uint8, device=torch.device("cuda",
+                                                                                 ordinal))
+    return _EMPTY[ordinal].data_ptr()
+
+
+def _interop():
+    if _cuda.INTEROP is None:
+        _cuda.INTEROP = _cuda.Interop(empty=_empty_on)
+    return _cuda.INTEROP
+
+
+def adapter(tensors, backend, device):
+    """The adapter of a call's tensors: CudaAdapter where _cuda.placement wraps them, else
+    TorchAdapter (host tensors, or others copied through the host)."""
+    devices = {(x.device.type, x.device.index) for x in tensors if isinstance(x, torch.Tensor)}
+    if all(t == "cpu" for t, _ in devices):
+        return TorchAdapter
+    resolved = _core.context(backend, device).backend
+    if _cuda.placement(devices, resolved, device) == _cuda.WRAP:
+        return CudaAdapter(device)
+    return TorchAdapter
+
+
+def _seq(ad, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k,
          block_table):
     if cu_seqlens_q is not None:
-        return _ops.varlen_seq(TorchAdapter, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+        return _ops.varlen_seq(ad, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                max_seqlen_k)
     if seqlens_k is not None or block_table is not None:
-        lengths = None if seqlens_k is None else TorchAdapter.int32(seqlens_k, "cache_seqlens")
-        return _ops.kvcache_seq(TorchAdapter, q, k, v, lengths, block_table)
+        lengths = None if seqlens_k is None else ad.int32(seqlens_k, "cache_seqlens")
+        return _ops.kvcache_seq(ad, q, k, v, lengths, block_table)
     return None
 
 
@@ -119,12 +215,14 @@ def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slopes: Option
          max_seqlen_q: int, max_seqlen_k: int, seqlens_k: Optional[torch.Tensor],
          block_table: Optional[torch.Tensor], dropout_p: float, softmax_scale: Optional[float],
          causal: bool, window_left: int, window_right: int, softcap: float,
-         seed: torch.Tensor, offset: int, kv_splits: int, backend: str,
-         device: int) -> List[torch.Tensor]:
-    seq = _seq(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k,
+         seed: torch.Tensor, offset: int, kv_splits: int, backend: str, device: int,
+         block_mask: Optional[torch.Tensor], block_q: int, block_k: int) -> List[torch.Tensor]:
+    ad = adapter((q, k, v, alibi_slopes, bias, sinks), backend, device)
+    seq = _seq(ad, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqlens_k,
                block_table)
-    out, lse = _ops.forward(TorchAdapter, q, k, v, alibi_slopes=alibi_slopes, bias=bias,
-                            sinks=sinks, kv_splits=kv_splits, seq=seq,
+    out, lse = _ops.forward(ad, q, k, v, alibi_slopes=alibi_slopes, bias=bias,
+                            sinks=sinks, kv_splits=kv_splits, seq=seq, block_mask=block_mask,
+                            block_size=(block_q, block_k),
                             **_options(dropout_p, softmax_scale, causal, window_left,
                                        window_right, softcap, int(seed), offset, backend,
                                        device))
@@ -140,7 +238,8 @@ def _lse_shape(q, cu_seqlens_q):
 @_fwd.register_fake
 def _fwd_fake(q, k, v, alibi_slopes, bias, sinks, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
               max_seqlen_k, seqlens_k, block_table, dropout_p, softmax_scale, causal,
-              window_left, window_right, softcap, seed, offset, kv_splits, backend, device):
+              window_left, window_right, softcap, seed, offset, kv_splits, backend, device,
+              block_mask, block_q, block_k):
     return [q.new_empty(q.shape), q.new_empty(_lse_shape(q, cu_seqlens_q), dtype=torch.float32)]
 
 
@@ -151,14 +250,16 @@ def _bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
          cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
          max_seqlen_q: int, max_seqlen_k: int, dropout_p: float,
          softmax_scale: Optional[float], causal: bool, window_left: int, window_right: int,
-         softcap: float, seed: torch.Tensor, offset: int, backend: str,
-         device: int) -> List[torch.Tensor]:
-    seq = _seq(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, None, None)
+         softcap: float, seed: torch.Tensor, offset: int, backend: str, device: int,
+         block_mask: Optional[torch.Tensor], block_q: int,
+         block_k: int) -> List[torch.Tensor]:
+    ad = adapter((dout, q, k, v, out, lse, alibi_slopes, bias, sinks), backend, device)
+    seq = _seq(ad, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, None, None)
     dq, dk, dv, d_sinks = _ops.backward(
-        TorchAdapter, dout, q, k, v, out, lse, alibi_slopes=alibi_slopes, bias=bias,
-        sinks=sinks, seq=seq, **_options(dropout_p, softmax_scale, causal, window_left,
-                                         window_right, softcap, int(seed), offset, backend,
-                                         device))
+        ad, dout, q, k, v, out, lse, alibi_slopes=alibi_slopes, bias=bias, sinks=sinks,
+        seq=seq, block_mask=block_mask, block_size=(block_q, block_k),
+        **_options(dropout_p, softmax_scale, causal, window_left, window_right, softcap,
+                   int(seed), offset, backend, device))
     if d_sinks is None:
         d_sinks = torch.zeros(0)
     return [dq.to(q.device), dk.to(q.device), dv.to(q.device), d_sinks.to(q.device)]
@@ -167,7 +268,8 @@ def _bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 @_bwd.register_fake
 def _bwd_fake(dout, q, k, v, out, lse, alibi_slopes, bias, sinks, cu_seqlens_q, cu_seqlens_k,
               max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_left,
-              window_right, softcap, seed, offset, backend, device):
+              window_right, softcap, seed, offset, backend, device, block_mask, block_q,
+              block_k):
     heads = 0 if sinks is None else sinks.shape[0]
     return [q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
             q.new_empty((heads,), dtype=torch.float32)]
@@ -176,9 +278,9 @@ def _bwd_fake(dout, q, k, v, out, lse, alibi_slopes, bias, sinks, cu_seqlens_q, 
 _FWD_ARGS = ("q", "k", "v", "alibi_slopes", "bias", "sinks", "cu_seqlens_q", "cu_seqlens_k",
              "max_seqlen_q", "max_seqlen_k", "seqlens_k", "block_table", "dropout_p",
              "softmax_scale", "causal", "window_left", "window_right", "softcap", "seed",
-             "offset", "kv_splits", "backend", "device")
+             "offset", "kv_splits", "backend", "device", "block_mask", "block_q", "block_k")
 _SAVED = ("q", "k", "v", "alibi_slopes", "bias", "sinks", "cu_seqlens_q", "cu_seqlens_k",
-          "seed")
+          "seed", "block_mask")
 
 
 def _setup_context(ctx, inputs, output):
@@ -200,7 +302,8 @@ def _backward(ctx, grads):
         dout, t["q"], t["k"], t["v"], out, lse, t.get("alibi_slopes"), t.get("bias"),
         t.get("sinks"), t.get("cu_seqlens_q"), t.get("cu_seqlens_k"), a["max_seqlen_q"],
         a["max_seqlen_k"], a["dropout_p"], a["softmax_scale"], a["causal"], a["window_left"],
-        a["window_right"], a["softcap"], t["seed"], a["offset"], a["backend"], a["device"])
+        a["window_right"], a["softcap"], t["seed"], a["offset"], a["backend"], a["device"],
+        t.get("block_mask"), a["block_q"], a["block_k"])
     grads_in = dict(q=dq, k=dk, v=dv, sinks=d_sinks if "sinks" in t else None)
     return tuple(grads_in.get(n) for n in _FWD_ARGS)
 
@@ -219,21 +322,53 @@ def _seed_tensor(dropout_p, seed):
 
 def _call(q, k, v, alibi_slopes, bias, sinks, dropout_p, softmax_scale, causal, window_size,
           softcap, seed, offset, backend, device, cu_seqlens_q=None, cu_seqlens_k=None,
-          max_seqlen_q=0, max_seqlen_k=0, seqlens_k=None, block_table=None, kv_splits=0):
+          max_seqlen_q=0, max_seqlen_k=0, seqlens_k=None, block_table=None, kv_splits=0,
+          block_mask=None, block_size=(128, 128)):
     wl, wr = window_size
+    bq, bk = _block_mask.block_size_of(block_size)
+    if block_mask is not None:
+        block_mask = torch.as_tensor(block_mask)
     return _fwd(q, k, v, alibi_slopes, bias, sinks, cu_seqlens_q, cu_seqlens_k,
                 int(max_seqlen_q), int(max_seqlen_k), seqlens_k, block_table, float(dropout_p),
                 None if softmax_scale is None else float(softmax_scale), bool(causal), int(wl),
                 int(wr), float(softcap), _seed_tensor(dropout_p, seed), int(offset),
-                int(kv_splits), backend, int(device))
+                int(kv_splits), backend, int(device), block_mask, bq, bk)
+
+
+def _direct(tensors):
+    """Whether a call may skip the custom op's dispatch (about 80 us): plain CPU tensors, no
+    gradient wanted, not traced by torch.compile and no dispatch mode (a profiler's, a fake
+    tensor mode's) watching. The op runs the same _ops.forward, so the result is the same."""
+    if _compiling() or _dispatch_modes() is not None:
+        return False
+    grad = torch.is_grad_enabled()
+    for x in tensors:
+        if x is not None and (type(x) is not torch.Tensor or not x.is_cpu or
+                              (grad and x.requires_grad)):
+            return False
+    return True
+
+
+_compiling = torch.compiler.is_compiling
+_dispatch_modes = _get_current_dispatch_mode
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=True,
                     return_attn_probs=False, *, return_lse=False, bias=None, sinks=None,
-                    seed=None, offset=0, backend="auto", device=0):
+                    seed=None, offset=0, backend="auto", device=0, block_mask=None,
+                    block_size=(128, 128)):
+    if _direct((q, k, v, alibi_slopes, bias, sinks, block_mask)):
+        out, lse = _ops.forward(TorchAdapter, q, k, v, alibi_slopes=alibi_slopes, bias=bias,
+                                sinks=sinks, dropout_p=dropout_p, softmax_scale=softmax_scale,
+                                causal=causal, window_size=window_size, softcap=softcap,
+                                seed=int(_seed_tensor(dropout_p, seed)) if dropout_p else 0,
+                                offset=offset, backend=backend, device=device,
+                                block_mask=block_mask, block_size=block_size)
+        return interface._returns(out, lse, return_lse, return_attn_probs)
     out, lse = _call(q, k, v, alibi_slopes, bias, sinks, dropout_p, softmax_scale, causal,
-                     window_size, softcap, seed, offset, backend, device)
+                     window_size, softcap, seed, offset, backend, device, block_mask=block_mask,
+                     block_size=block_size)
     return interface._returns(out, lse, return_lse, return_attn_probs)
 
 
@@ -258,13 +393,27 @@ def _torch_index(batch, new, cache_seqlens):
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None,
                             block_table=None, softmax_scale=None, causal=False,
                             window_size=(-1, -1), softcap=0.0, alibi_slopes=None, num_splits=0,
-                            return_softmax_lse=False, *, bias=None, sinks=None,
-                            backend="auto", device=0):
+                            return_softmax_lse=False, *, rotary_cos=None, rotary_sin=None,
+                            rotary_interleaved=True, cache_batch_idx=None, bias=None,
+                            sinks=None, backend="auto", device=0):
     if (k is None) != (v is None):
         raise ValueError("flashattn: give both k and v, or neither")
     lengths = cache_seqlens
     if isinstance(lengths, int):
         lengths = torch.full((q.shape[0],), lengths, dtype=torch.int32, device=q.device)
+    block_table = interface.batch_index_table(
+        cache_batch_idx, block_table,
+        lambda x, name: TorchAdapter.int32(x, name).to(k_cache.device), k_cache.shape[0])
+    if rotary_cos is not None or rotary_sin is not None:
+        _rotary.check(rotary_cos, rotary_sin, q.shape[-1])
+        start = (torch.zeros(q.shape[0], dtype=torch.long, device=q.device) if lengths is None
+                 else lengths.long())
+        at = lambda n, step=1: start[:, None] + torch.arange(n, device=start.device) * step
+        if k is not None:
+            k = _rotary.apply(k, rotary_cos, rotary_sin, at(k.shape[1]), rotary_interleaved)
+        moving = causal or tuple(window_size) != (-1, -1)
+        q = _rotary.apply(q, rotary_cos, rotary_sin, at(q.shape[1], int(moving)),
+                          rotary_interleaved)
     if k is not None:
         if lengths is None:
             raise ValueError("flashattn: new k and v need cache_seqlens (where to write them)")

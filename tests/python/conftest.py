@@ -1,6 +1,8 @@
 """conftest.py - the backends every test runs on (cpu and opencl; cuda where it has a device),
 and the rule that a backend the suite requires (FLASHATTN_REQUIRE_BACKENDS, as the C suites)
-fails rather than skips when it has no device."""
+fails rather than skips when it has no device. Tests marked cuda_tensors (torch CUDA tensors
+on the cuda backend) are collected only where torch.cuda and the cuda backend both exist:
+elsewhere they are deselected, not skipped."""
 import os
 
 import pytest
@@ -27,3 +29,29 @@ def backend(request):
                         % name)
         pytest.skip("backend %s has no device here" % name)
     return name
+
+
+def _cuda_tensors_ready():
+    if not AVAILABLE.get("cuda"):
+        return False
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+CUDA_TENSORS = _cuda_tensors_ready()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cuda_tensors: needs torch.cuda and the cuda backend")
+
+
+def pytest_collection_modifyitems(config, items):
+    if CUDA_TENSORS:
+        return
+    dropped = [item for item in items if item.get_closest_marker("cuda_tensors")]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if not item.get_closest_marker("cuda_tensors")]

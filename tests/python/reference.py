@@ -34,7 +34,8 @@ def keep_mask(batch, heads, sq, sk, p, seed, offset):
 def attention(q, k, v, causal=False, scale=None, window=(-1, -1), softcap=0.0, alibi=None,
               bias=None, sinks=None, dropout=None, seqlens_k=None):
     """(out (batch, seqlen_q, nheads, d), lse (batch, nheads, seqlen_q)) in float64; dropout is
-    (p, seed, offset); seqlens_k (batch,) limits each sequence's keys."""
+    (p, seed, offset); seqlens_k (batch,) limits each sequence's keys; alibi (nheads,) or
+    (batch, nheads) slopes."""
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
     batch, sq, h, d = q.shape
     sk, hk = k.shape[1], k.shape[2]
@@ -47,9 +48,10 @@ def attention(q, k, v, causal=False, scale=None, window=(-1, -1), softcap=0.0, a
     i = np.arange(sq)[None, :, None]
     j = np.arange(sk)[None, None, :]
     shifted = i + (lengths[:, None, None] - sq)  # i' = i + seqlen_k - seqlen_q, per sequence
-    if alibi is not None:
-        s = s - np.asarray(alibi, np.float64)[None, :, None, None] * np.abs(
-            shifted - j)[:, None]
+    if alibi is not None:  # slopes (nheads,) or, per sequence, (batch, nheads)
+        slopes = np.asarray(alibi, np.float64)
+        slopes = slopes[:, :, None, None] if slopes.ndim == 2 else slopes[None, :, None, None]
+        s = s - slopes * np.abs(shifted - j)[:, None]
     if bias is not None:
         s = s + np.broadcast_to(np.asarray(bias, np.float64), s.shape)
     allowed = j < lengths[:, None, None]
@@ -75,6 +77,28 @@ def attention(q, k, v, causal=False, scale=None, window=(-1, -1), softcap=0.0, a
         keep = keep_mask(batch, h, sq, sk, *dropout)
         p = np.where(keep, p * float(np.float32(1.0 / (1.0 - dropout[0]))), 0.0)
     return np.einsum("bhqk,bkhd->bqhd", p, v), lse
+
+
+def grads_with_bias(q, k, v, dout, bias, causal):
+    """Gradients (dq, dk, dv) of sum(out * dout) of the float64 reference with an additive bias
+    (broadcast to (batch, nheads, seqlen_q, seqlen_k); -inf masks), the backward written out."""
+    q, k, v, dout = (np.asarray(x, np.float64) for x in (q, k, v, dout))
+    h, hk = q.shape[2], k.shape[2]
+    out, lse = attention(q, k, v, bias=bias, causal=causal)
+    kk, vv = np.repeat(k, h // hk, axis=2), np.repeat(v, h // hk, axis=2)
+    scale = 1.0 / np.sqrt(q.shape[-1])
+    s = np.einsum("bqhd,bkhd->bhqk", q, kk) * scale + bias
+    sq, sk = q.shape[1], k.shape[1]
+    if causal:
+        s = np.where(np.arange(sk)[None, :] <= np.arange(sq)[:, None] + sk - sq, s, -np.inf)
+    with np.errstate(invalid="ignore"):
+        p = np.where(np.isfinite(lse)[..., None], np.exp(s - lse[..., None]), 0.0)
+    dv = np.einsum("bhqk,bqhd->bkhd", p, dout)
+    dp = np.einsum("bqhd,bkhd->bhqk", dout, vv)
+    ds = p * (dp - np.einsum("bqhd,bqhd->bhq", dout, out)[..., None]) * scale
+    fold = lambda g: g.reshape(g.shape[0], g.shape[1], hk, h // hk, -1).sum(3)
+    return (np.einsum("bhqk,bkhd->bqhd", ds, kk), fold(np.einsum("bhqk,bqhd->bkhd", ds, q)),
+            fold(dv))
 
 
 def naive_error(q, k, v, ref, **kw):

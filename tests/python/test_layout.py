@@ -15,6 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def probe_source():
     lines = ["#include <stddef.h>", "#include <stdio.h>", '#include "flashattn.h"',
+             '#include "flashattn_block_mask.h"',
              "int main(void) {"]
     for cname, struct in _lib.STRUCTS.items():
         lines.append('printf("%s %%zu\\n", sizeof(%s));' % (cname, cname))

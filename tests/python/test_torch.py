@@ -107,9 +107,9 @@ def test_varlen_autograd(backend):
             assert torch.allclose(got.double(), want[0].double(), atol=1e-4)
 
 
-def op_args(q, k, v, backend, causal=True):
+def op_args(q, k, v, backend, causal=True, block_mask=None):
     return (q, k, v, None, None, None, None, None, 0, 0, None, None, 0.0, None, causal, -1, -1,
-            0.0, torch.tensor(0), 0, 0, backend, 0)
+            0.0, torch.tensor(0), 0, 0, backend, 0, block_mask, 16, 16)
 
 
 def test_opcheck(backend):
@@ -118,8 +118,12 @@ def test_opcheck(backend):
     out, lse = torch.ops.flashattn.fwd(*op_args(q, k, v, backend))
     q, k, v = (x.detach() for x in (q, k, v))  # no double backward: bwd has no autograd
     bwd_args = (torch.randn_like(out), q, k, v, out.detach(), lse.detach(), None, None, None,
-                None, None, 0, 0, 0.0, None, True, -1, -1, 0.0, torch.tensor(0), 0, backend, 0)
+                None, None, 0, 0, 0.0, None, True, -1, -1, 0.0, torch.tensor(0), 0, backend, 0,
+                None, 16, 16)
     torch.library.opcheck(torch.ops.flashattn.bwd.default, bwd_args)
+    mask = torch.tensor([[[[True, False, True], [False, True, True]]]])  # 2 x 3 blocks of 16
+    torch.library.opcheck(torch.ops.flashattn.fwd.default,
+                          op_args(q, k, v, backend, block_mask=mask))
 
 
 def test_compile_fullgraph(backend):
