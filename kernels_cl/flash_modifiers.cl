@@ -121,7 +121,7 @@ void store_scores(float_keys s, __local float *s_row, int at, const fa_kernel_pa
  * moves them to a tile). */
 row_mods row_mods_of(const fa_kernel_params *p ALIBI_ARG BIAS_ARG, long b, long h, long row)
 {
-    row_mods rm = {ALIBI_SLOPE(h), row + p->seqlen_k - p->seqlen_q, 0, 0};
+    row_mods rm = {ALIBI_SLOPE(h), row + fa_diagonal(p, 1), 0, 0};
     if ((FEATURES & FA_FEATURE_BIAS) && row < p->seqlen_q) /* rows past Sq read nothing */
         rm.bias_row = BIAS_PTR + p->bias_offset + b * p->bias_stride_b + h * p->bias_stride_h +
                       row * p->bias_stride_s;

@@ -140,8 +140,9 @@ __device__ __forceinline__ head_mods head_mods_of(const modifier_args &a,
 }
 
 /* The score of (row, key) in log2 units, for exp2, from dot = q.k: s = scale * dot, then, in
- * natural units, softcap (s = cap * tanh(s / cap)), ALiBi (s -= slope * |row + Sk - Sq - key|)
- * and bias (s += bias[b][h][row][key]). Only for rows < Sq and keys < Sk (the bias is read).
+ * natural units, softcap (s = cap * tanh(s / cap)), ALiBi (s -= slope * |i' - key|, i' = row +
+ * fa_diagonal) and bias (s += bias[b][h][row][key]). Only for rows < Sq and keys < Sk (the
+ * bias is read).
  * dcap (the backward's): when not null, receives d softcap(s) / ds = 1 - tanh^2(s / cap); it is
  * left as it is without softcap. */
 __device__ __forceinline__ float score_log2(float dot, const fa_kernel_params &p,
@@ -157,7 +158,7 @@ __device__ __forceinline__ float score_log2(float dot, const fa_kernel_params &p
         *dcap = 1.0f - th * th;
 #endif
 #if FEATURES & FA_FEATURE_ALIBI
-    i64 dist = row + p.seqlen_k - p.seqlen_q - key;
+    i64 dist = row + fa_diagonal(&p, 1) - key;
     s -= hm.slope * (float)(dist < 0 ? -dist : dist);
 #endif
 #if FEATURES & FA_FEATURE_BIAS

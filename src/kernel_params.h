@@ -109,6 +109,12 @@ typedef struct fa_kernel_params {
     fa_kp_i32 sparse_block_q, sparse_block_k;
     fa_kp_i32 sparse_q_blocks, sparse_k_blocks;
     fa_kp_i32 sparse_batch, sparse_heads;
+    /* Positions (fa_problem's q_position, k_position, whole_seqlen_q/k): a problem that is a
+     * block of a longer one. All 0 otherwise, so every rule below is the block-relative one. */
+    fa_kp_i64 q_position, k_position; /* row i is at q_position + i, key j at k_position + j */
+    fa_kp_i64 shift_top_left;     /* q_position - k_position: the top-left diagonal's shift */
+    fa_kp_i64 shift_bottom_right; /* added to seqlen_k - seqlen_q: the whole problem's
+                                     bottom-right diagonal (mask 2, the window and ALiBi) */
 } fa_kernel_params;
 
 /* How sequences are addressed, as bits of `seq` (and of a kernel's SEQ define). */
@@ -123,12 +129,24 @@ typedef struct fa_kernel_params {
 #endif
 
 /*
+ * Row `row`'s diagonal key: key j = row + fa_diagonal(p, bottom_right) sits at the row's
+ * position. Top-left (mask 1) aligns the first row with the first key, bottom-right (mask 2,
+ * the window and ALiBi) the last row with the last key (seqlen_k - seqlen_q); a block of a
+ * longer problem (positions) shifts both so that they are the whole problem's diagonals.
+ */
+FA_KP_FN fa_kp_i64 fa_diagonal(const fa_kernel_params *p, int bottom_right)
+{
+    return bottom_right ? p->seqlen_k - p->seqlen_q + p->shift_bottom_right : p->shift_top_left;
+}
+
+/*
  * The mask rule: query row `row` may attend to keys [0, fa_keys_allowed(...)), i.e. key j when
  *   mask 0 (FA_MASK_NONE):                 always
  *   mask 1 (FA_MASK_CAUSAL_TOP_LEFT):      j <= row
  *   mask 2 (FA_MASK_CAUSAL_BOTTOM_RIGHT):  j <= row + (seqlen_k - seqlen_q)
  * clamped to [0, seqlen_k]. The count never decreases with the row, so a tile's first row has
- * the fewest keys and its last row the most.
+ * the fewest keys and its last row the most. A block of a longer problem passes its row
+ * shifted to the whole problem's diagonal (fa_keys_end).
  */
 FA_KP_FN fa_kp_i64 fa_keys_allowed(fa_kp_i32 mask, fa_kp_i64 row, fa_kp_i64 seqlen_q,
                                    fa_kp_i64 seqlen_k)
@@ -141,16 +159,15 @@ FA_KP_FN fa_kp_i64 fa_keys_allowed(fa_kp_i32 mask, fa_kp_i64 row, fa_kp_i64 seql
 
 /*
  * The sliding window (FA_FEATURE_WINDOW): row `row` sees keys [fa_window_begin, fa_window_end)
- * with i' = row + seqlen_k - seqlen_q, begin = i' - window_left, end = i' + window_right + 1,
+ * with i' = row + fa_diagonal(p, 1), begin = i' - window_left, end = i' + window_right + 1,
  * clamped to [0, seqlen_k]; -1 leaves that side unbounded. Both never decrease with the row.
- * The params hold bounds below seqlen_q + seqlen_k + 1 (larger ones become -1), so no sum here
- * can overflow.
+ * The params hold bounds and shifts that keep these sums inside int64 (src/modifiers.c).
  */
 FA_KP_FN fa_kp_i64 fa_window_begin(const fa_kernel_params *p, fa_kp_i64 row)
 {
     if (p->window_left < 0)
         return 0;
-    fa_kp_i64 n = row + p->seqlen_k - p->seqlen_q - p->window_left;
+    fa_kp_i64 n = row + fa_diagonal(p, 1) - p->window_left;
     return n < 0 ? 0 : n > p->seqlen_k ? p->seqlen_k : n;
 }
 
@@ -158,7 +175,7 @@ FA_KP_FN fa_kp_i64 fa_window_end(const fa_kernel_params *p, fa_kp_i64 row)
 {
     if (p->window_right < 0)
         return p->seqlen_k;
-    fa_kp_i64 n = row + p->seqlen_k - p->seqlen_q + p->window_right + 1;
+    fa_kp_i64 n = row + fa_diagonal(p, 1) + p->window_right + 1;
     return n < 0 ? 0 : n > p->seqlen_k ? p->seqlen_k : n;
 }
 
@@ -175,7 +192,8 @@ FA_KP_FN fa_kp_i64 fa_keys_begin(const fa_kernel_params *p, fa_kp_i32 features, 
 FA_KP_FN fa_kp_i64 fa_keys_end(const fa_kernel_params *p, fa_kp_i32 mask, fa_kp_i32 features,
                                fa_kp_i64 row)
 {
-    fa_kp_i64 n = fa_keys_allowed(mask, row, p->seqlen_q, p->seqlen_k);
+    fa_kp_i64 shift = mask == 2 ? p->shift_bottom_right : p->shift_top_left;
+    fa_kp_i64 n = fa_keys_allowed(mask, row + shift, p->seqlen_q, p->seqlen_k);
     if (features & FA_FEATURE_WINDOW) {
         fa_kp_i64 w = fa_window_end(p, row);
         n = w < n ? w : n;
@@ -243,16 +261,17 @@ FA_KP_FN void fa_philox4x32_10(fa_kp_u32 c[4], fa_kp_u32 k0, fa_kp_u32 k1)
 }
 
 /*
- * Dropout's random words for keys 4*(j >> 2) .. +3 of row i of (batch b, query head h): Philox
- * with counter (j >> 2, i, b * heads_q + h, dropout_offset), each word mod 2^32, and key
- * (seed & 0xffffffff, seed >> 32). Key j's word is w[j & 3]; it is kept when
+ * Dropout's random words for keys 4*(j >> 2) .. +3 of row i of (batch b, query head h), at
+ * positions I = q_position + i and J = k_position + j: Philox with counter (J >> 2, I,
+ * b * heads_q + h, dropout_offset), each word mod 2^32, and key (seed & 0xffffffff, seed >> 32).
+ * Key j's word is w[j & 3] (k_position is a multiple of 4: J & 3 == j & 3); it is kept when
  * w[j & 3] >= dropout_threshold.
  */
 FA_KP_FN void fa_dropout_words(const fa_kernel_params *p, fa_kp_i64 b, fa_kp_i64 h,
                                fa_kp_i64 i, fa_kp_i64 j, fa_kp_u32 w[4])
 {
-    w[0] = (fa_kp_u32)(j >> 2);
-    w[1] = (fa_kp_u32)i;
+    w[0] = (fa_kp_u32)((p->k_position + j) >> 2);
+    w[1] = (fa_kp_u32)(p->q_position + i);
     w[2] = (fa_kp_u32)(b * p->heads_q + h);
     w[3] = p->dropout_offset;
     fa_philox4x32_10(w, (fa_kp_u32)p->dropout_seed, (fa_kp_u32)(p->dropout_seed >> 32));

@@ -113,11 +113,12 @@ fa_status fa__modifiers_validate(fa_context *ctx, const fa_problem *p)
     return st == FA_STATUS_OK ? fa__block_sparse_validate(ctx, p) : st;
 }
 
-/* A window bound past seqlen_q + seqlen_k reaches every key: -1 says so, and keeps the sums of
- * fa_window_begin / fa_window_end inside int64. */
+/* A window bound past the whole problem's seqlen_q + seqlen_k (a block's own when it has no
+ * positions) reaches every key: -1 says so, and keeps the sums of fa_window_begin /
+ * fa_window_end inside int64. */
 static fa_kp_i64 window_bound(const fa_problem *p, int64_t bound)
 {
-    return bound < 0 || bound > p->seqlen_q + p->seqlen_k ? -1 : bound;
+    return bound < 0 || bound > fa__whole_seqlen_q(p) + fa__whole_seqlen_k(p) ? -1 : bound;
 }
 
 void fa__kernel_params_fill_modifiers(const fa_problem *p, fa_kernel_params *kp)
