@@ -60,7 +60,9 @@ static fa_status check_tensors(bwd_state *f)
         ring_check_buffer(f->run, x->lse, "LSE", lb) ||
         ring_check_buffer(f->run, x->d_o, "dO", qb) ||
         ring_check_buffer(f->run, x->dq, "dQ", qb) || ring_check_buffer(f->run, x->dk, "dK", kb) ||
-        ring_check_buffer(f->run, x->dv, "dV", kb))
+        ring_check_buffer(f->run, x->dv, "dV", kb) ||
+        (f->w->alibi && ring_check_buffer(f->run, x->alibi_slopes, "ALiBi slopes",
+                                          (uint64_t)f->w->heads_q * 4)))
         return (fa_status)f->run->err.status;
     return FA_STATUS_OK;
 }
@@ -177,10 +179,11 @@ static void pair_backward(bwd_state *f, int a, ring_pair kind, const fa_buffer *
                           const fa_buffer *v, const fa_ring_slice *blk, int j)
 {
     const fa_problem *w = f->w;
-    int64_t q_first = a == 0 ? 0 : f->mine.len[0], k_first = j == 0 ? 0 : blk->len[0];
+    int64_t k_first = j == 0 ? 0 : blk->len[0];
     int64_t na = f->mine.len[a], nb = blk->len[j];
-    fa_problem p = ring_pair_problem(w, f->o, kind, f->mine.rows, q_first, na, blk->rows,
-                                     k_first, nb);
+    ring_rows qr = {f->mine.rows, a == 0 ? 0 : f->mine.len[0], na, f->mine.start[a]};
+    ring_rows kr = {blk->rows, k_first, nb, blk->start[j]};
+    fa_problem p = ring_pair_problem(w, f->o, kind, &qr, &kr);
     p.o = p.q;
     p.d_o = p.q;
     p.dq = ring_layout(FA_LAYOUT_BHSD, w->heads_q, na, w->head_dim, 0);
@@ -196,6 +199,7 @@ static void pair_backward(bwd_state *f, int a, ring_pair kind, const fa_buffer *
     t.q = f->x->q;
     t.k = k;
     t.v = v;
+    t.alibi_slopes = w->alibi ? f->x->alibi_slopes : NULL;
     t.o = f->x->o;
     t.lse = f->lse[a];
     t.d_o = f->x->d_o;
@@ -225,8 +229,8 @@ static void block_backward(bwd_state *f, int s, const fa_buffer *k, const fa_buf
         return;
     for (int a = 0; a < f->mine.chunks; a++)
         for (int j = 0; j < b.chunks && !ring_failed(f->run); j++) {
-            ring_pair kind = ring_pair_kind(f->w->mask, f->mine.start[a], f->mine.len[a],
-                                            b.start[j], b.len[j]);
+            ring_pair kind = ring_pair_kind(f->w, f->mine.start[a], f->mine.len[a], b.start[j],
+                                            b.len[j]);
             if (kind != RING_PAIR_SKIP)
                 pair_backward(f, a, kind, k, v, &b, j);
         }

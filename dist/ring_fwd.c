@@ -96,7 +96,9 @@ static fa_status setup(fwd_state *f)
     uint64_t lb = (uint64_t)w->batch * (uint64_t)w->heads_q * (uint64_t)f->mine.rows * 4;
     if (ring_check_buffer(f->run, x->q, "Q", qb) || ring_check_buffer(f->run, x->k, "K", kb) ||
         ring_check_buffer(f->run, x->v, "V", kb) || ring_check_buffer(f->run, x->o, "O", qb) ||
-        (x->lse && ring_check_buffer(f->run, x->lse, "LSE", lb)))
+        (x->lse && ring_check_buffer(f->run, x->lse, "LSE", lb)) ||
+        (w->alibi && ring_check_buffer(f->run, x->alibi_slopes, "ALiBi slopes",
+                                       (uint64_t)w->heads_q * 4)))
         return (fa_status)f->run->err.status;
     int64_t rows_max = 0;
     for (int r = 0; r < P; r++) {
@@ -153,14 +155,15 @@ static fa_status merge_new(fwd_state *f, int a)
     return st;
 }
 
-/* Query chunk a against keys [k_first, + k_len) of a block of k_rows rows. */
+/* Query chunk a against key chunk j of the block `blk`. */
 static fa_status pair_forward(fwd_state *f, int a, ring_pair kind, const fa_buffer *k,
-                              const fa_buffer *v, int64_t k_rows, int64_t k_first, int64_t k_len)
+                              const fa_buffer *v, const fa_ring_slice *blk, int j)
 {
     fwd_chunk *c = &f->ch[a];
-    int64_t q_first = a == 0 ? 0 : f->mine.len[0];
-    fa_problem p = ring_pair_problem(f->w, f->o, kind, f->mine.rows, q_first, f->mine.len[a],
-                                     k_rows, k_first, k_len);
+    ring_rows qr = {f->mine.rows, a == 0 ? 0 : f->mine.len[0], f->mine.len[a],
+                    f->mine.start[a]};
+    ring_rows kr = {blk->rows, j == 0 ? 0 : blk->len[0], blk->len[j], blk->start[j]};
+    fa_problem p = ring_pair_problem(f->w, f->o, kind, &qr, &kr);
     int first = c->parts == 0;
     p.o = ring_layout(FA_LAYOUT_BHSD, f->w->heads_q, f->mine.len[a], f->w->head_dim, 0);
     p.o.offset = first ? 0 : (int64_t)chunk_o_elems(f, a);
@@ -172,6 +175,7 @@ static fa_status pair_forward(fwd_state *f, int a, ring_pair kind, const fa_buff
     t.q = f->x->q;
     t.k = k;
     t.v = v;
+    t.alibi_slopes = f->w->alibi ? f->x->alibi_slopes : NULL;
     t.o = c->po[c->cur];
     t.lse = first ? c->pl[c->cur] : c->lse_new;
     st = fa_run(f->ctx, plan, &t);
@@ -191,10 +195,10 @@ static void block_forward(fwd_state *f, int s, const fa_buffer *k, const fa_buff
         if (chunk_o_elems(f, a) == 0)
             continue; /* no rows (or batch 0): nothing to compute */
         for (int j = 0; j < b.chunks && !ring_failed(f->run); j++) {
-            ring_pair kind = ring_pair_kind(f->w->mask, f->mine.start[a], f->mine.len[a],
-                                            b.start[j], b.len[j]);
+            ring_pair kind = ring_pair_kind(f->w, f->mine.start[a], f->mine.len[a], b.start[j],
+                                            b.len[j]);
             if (kind != RING_PAIR_SKIP)
-                pair_forward(f, a, kind, k, v, b.rows, j == 0 ? 0 : b.len[0], b.len[j]);
+                pair_forward(f, a, kind, k, v, &b, j);
         }
     }
 }

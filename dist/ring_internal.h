@@ -92,16 +92,21 @@ fa_status ring_check_buffer(ring_run *run, const fa_buffer *b, const char *name,
 
 /* How a query chunk meets a key chunk of the same sequence. */
 typedef enum ring_pair { RING_PAIR_SKIP, RING_PAIR_FULL, RING_PAIR_DIAG } ring_pair;
-/* SKIP: empty, or every key after every row (causal); DIAG: the same chunk (causal, masked
- * top-left, which is both alignments since the whole problem is square); FULL: no mask. */
-ring_pair ring_pair_kind(fa_mask mask, int64_t q_start, int64_t q_len, int64_t k_start,
+/* SKIP: empty, every key after every row (causal), or every key outside every row's window;
+ * DIAG: the same chunk (causal, masked top-left, which is both alignments since the whole
+ * problem is square); FULL: no causal mask needed (the window, if any, still applies). */
+ring_pair ring_pair_kind(const fa_problem *w, int64_t q_start, int64_t q_len, int64_t k_start,
                          int64_t k_len);
-/* The block problem of query rows [q_first, + q_len) of the local tensors (q_rows rows) against
- * keys [k_first, + k_len) of a K/V block of k_rows rows; O, dO and the gradients' layouts are
- * left to the caller. */
+/* One chunk's rows in a local tensor: `len` rows from local row `first` of a tensor of `rows`
+ * rows, at row `start` of the whole sequence. */
+typedef struct ring_rows {
+    int64_t rows, first, len, start;
+} ring_rows;
+/* The block problem of the query chunk q of the local tensors against the key chunk k of a K/V
+ * block, at their positions in the whole problem; O, dO and the gradients' layouts are left
+ * to the caller. */
 fa_problem ring_pair_problem(const fa_problem *w, const fa_ring_options *o, ring_pair kind,
-                             int64_t q_rows, int64_t q_first, int64_t q_len, int64_t k_rows,
-                             int64_t k_first, int64_t k_len);
+                             const ring_rows *q, const ring_rows *k);
 /* Copies rows [0, n) of each (b, h) of a compact BHSD [batch, heads, n, head_dim] array into
  * local rows [first, + n) of an array laid out as `l` (elements of elem bytes). */
 void ring_place(const fa_tensor_layout *l, int64_t batch, int64_t heads, int64_t n,

@@ -116,13 +116,17 @@ typedef struct fa_ring_tensors {
     fa_buffer *lse; /* forward: written when given; backward: read (required) */
     const fa_buffer *d_o;
     fa_buffer *dq, *dk, *dv;
+    const fa_buffer *alibi_slopes; /* f32 [heads_q] on every rank, when whole.alibi */
 } fa_ring_tensors;
 
 /*
  * The ring forward: O (and LSE when tensors->lse is given) of this rank's rows of the whole
  * problem `whole` (its seqlen_q = seqlen_k = N, the whole length; its tensor layouts are not
- * read). Supported: the three masks, GQA/MQA, f32/f16/bf16, scale and softcap. Modifiers that
- * depend on positions (window, ALiBi, dropout), bias, sinks, varlen and paged K/V: UNSUPPORTED.
+ * read). Supported: the three masks, GQA/MQA, f32/f16/bf16, scale, softcap, the sliding window,
+ * ALiBi and dropout (each block runs at its absolute positions: fa_problem's q_position and
+ * k_position, so dropout's bits are a single device's); dropout needs every chunk to start at
+ * a multiple of 4 rows (N a multiple of 4 * chunks). Bias, sinks, varlen and paged K/V, and
+ * seqlen_q != seqlen_k: UNSUPPORTED.
  * O is merged in the storage dtype, one rounding per merged block (f32: exact to rounding).
  * Returns FA_STATUS_OK on every rank, or on every rank the status of the lowest failing rank
  * with "rank R: message" in why (truncated to why_size, NUL-terminated): NULL_POINTER,

@@ -80,35 +80,62 @@ static int fail(char *msg, size_t size, const char *what, fa_status st, const ch
     return 1;
 }
 
-/* The golden forward and backward on the whole problem (cpu backend, host-wrapped memory). */
-static int golden_run(fa_context *g, const ring_case *c, arrays *x, char *msg, size_t size)
+/* The whole problem of a case, with its modifiers. */
+static fa_problem whole_problem(const ring_case *c)
 {
     fa_problem p;
     fa_problem_init(&p, c->dtype, c->tensor_layout, c->batch, c->heads_q, c->heads_kv,
                     c->seqlen, c->seqlen, c->head_dim);
     p.mask = c->mask;
     p.softcap = c->softcap;
+    p.window = c->window;
+    p.window_left = c->window_left;
+    p.window_right = c->window_right;
+    p.alibi = c->alibi;
+    p.dropout_p = c->dropout;
+    p.dropout_seed = 0xfeedbeef12345ull;
+    p.dropout_offset = 3;
+    return p;
+}
+
+/* ALiBi's slopes, f32 [heads_q] (at most 16 heads in the cases). */
+static float *slopes_of(const ring_case *c)
+{
+    static float s[16];
+    for (int h = 0; h < 16; h++)
+        s[h] = 0.3f / (float)(h + 1);
+    return c->heads_q <= 16 ? s : NULL;
+}
+
+/* The golden forward and backward on the whole problem (cpu backend, host-wrapped memory). */
+static int golden_run(fa_context *g, const ring_case *c, arrays *x, char *msg, size_t size)
+{
+    fa_problem p = whole_problem(c);
     tensor *ts[8] = {&x->q, &x->k, &x->v, &x->o, &x->d_o, &x->dq, &x->dk, &x->dv};
-    fa_buffer *b[9] = {0};
+    fa_buffer *b[10] = {0};
     fa_status st = FA_STATUS_OK;
     for (int i = 0; i < 8 && st == FA_STATUS_OK; i++)
         st = fa_buffer_wrap_host(g, ts[i]->data, ts[i]->bytes + 8, &b[i]);
     size_t lse_bytes = (size_t)(c->batch * c->heads_q * c->seqlen) * 4 + 4;
     if (st == FA_STATUS_OK)
         st = fa_buffer_wrap_host(g, x->lse, lse_bytes, &b[8]);
+    if (st == FA_STATUS_OK && c->alibi)
+        st = fa_buffer_wrap_host(g, slopes_of(c), (size_t)c->heads_q * 4, &b[9]);
+    fa_modifier_buffers mods = {b[9], NULL, NULL, NULL};
     fa_plan *fwd = NULL, *bwd = NULL;
     if (st == FA_STATUS_OK)
         st = fa_plan_create(g, &p, &fwd);
     if (st == FA_STATUS_OK)
-        st = fa_forward(g, fwd, b[0], b[1], b[2], b[3], b[8]);
+        st = fa_forward_ex(g, fwd, b[0], b[1], b[2], b[3], b[8], &mods);
     if (st == FA_STATUS_OK && c->backward)
         st = fa_plan_create_backward(g, &p, &bwd);
     if (st == FA_STATUS_OK && c->backward)
-        st = fa_backward(g, bwd, b[0], b[1], b[2], b[3], b[8], b[4], b[5], b[6], b[7]);
+        st = fa_backward_ex(g, bwd, b[0], b[1], b[2], b[3], b[8], b[4], b[5], b[6], b[7],
+                            &mods);
     int rc = st == FA_STATUS_OK ? 0 : fail(msg, size, "golden", st, fa_context_last_error(g));
     fa_plan_destroy(fwd);
     fa_plan_destroy(bwd);
-    for (int i = 0; i < 9; i++)
+    for (int i = 0; i < 10; i++)
         fa_buffer_destroy(b[i]);
     return rc;
 }
@@ -165,7 +192,7 @@ static int compare_lse(const ring_case *c, const fa_ring_slice *s, const float *
 
 /* Device buffers of the local tensors on ctx. */
 typedef struct devbufs {
-    fa_buffer *q, *k, *v, *o, *lse, *d_o, *dq, *dk, *dv;
+    fa_buffer *q, *k, *v, *o, *lse, *d_o, *dq, *dk, *dv, *slopes;
 } devbufs;
 
 static fa_status upload(fa_context *ctx, const tensor *t, fa_buffer **out)
@@ -196,10 +223,21 @@ static fa_status device_setup(fa_context *ctx, arrays *x, size_t lse_bytes, devb
     return st;
 }
 
+static fa_status slopes_setup(fa_context *ctx, const ring_case *c, devbufs *d)
+{
+    if (!c->alibi)
+        return FA_STATUS_OK;
+    fa_status st = fa_buffer_create(ctx, (size_t)c->heads_q * 4, &d->slopes);
+    return st == FA_STATUS_OK ? fa_buffer_write(d->slopes, 0, slopes_of(c),
+                                                (size_t)c->heads_q * 4)
+                              : st;
+}
+
 static void device_free(devbufs *d)
 {
-    fa_buffer *all[9] = {d->q, d->k, d->v, d->o, d->lse, d->d_o, d->dq, d->dk, d->dv};
-    for (int i = 0; i < 9; i++)
+    fa_buffer *all[10] = {d->q, d->k, d->v, d->o, d->lse, d->d_o, d->dq, d->dk, d->dv,
+                          d->slopes};
+    for (int i = 0; i < 10; i++)
         fa_buffer_destroy(all[i]);
 }
 
@@ -210,17 +248,15 @@ static int ring_run(fa_context *ctx, const fa_ring_transport *t, const ring_case
     devbufs d;
     memset(&d, 0, sizeof d);
     fa_status st = device_setup(ctx, x, lse_bytes, &d);
+    if (st == FA_STATUS_OK)
+        st = slopes_setup(ctx, c, &d);
     if (st != FA_STATUS_OK) {
         device_free(&d);
         return fail(msg, size, "device buffers", st, fa_context_last_error(ctx));
     }
-    fa_problem whole;
-    fa_problem_init(&whole, c->dtype, c->tensor_layout, c->batch, c->heads_q, c->heads_kv,
-                    c->seqlen, c->seqlen, c->head_dim);
-    whole.mask = c->mask;
-    whole.softcap = c->softcap;
+    fa_problem whole = whole_problem(c);
     fa_ring_options o = {c->layout, c->tensor_layout, 20000, NULL};
-    fa_ring_tensors rt = {d.q, d.k, d.v, d.o, d.lse, d.d_o, d.dq, d.dk, d.dv};
+    fa_ring_tensors rt = {d.q, d.k, d.v, d.o, d.lse, d.d_o, d.dq, d.dk, d.dv, d.slopes};
     char why[512];
     unsigned char *first = malloc(x->lo.bytes + 1);
     int rc = first ? 0 : fail(msg, size, "host", FA_STATUS_OUT_OF_MEMORY, "");
@@ -318,9 +354,15 @@ int ring_case_run(fa_context *ctx, fa_context *golden, const fa_ring_transport *
 
 void ring_case_describe(const ring_case *c, char *out, size_t size)
 {
-    snprintf(out, size, "%s %s %s %s B%lld H%lld/%lld N%lld D%lld%s%s",
+    char win[48] = "";
+    if (c->window)
+        snprintf(win, sizeof win, " window(%lld,%lld)", (long long)c->window_left,
+                 (long long)c->window_right);
+    snprintf(out, size, "%s %s %s %s B%lld H%lld/%lld N%lld D%lld%s%s%s%s%s",
              fa_ring_layout_name(c->layout), c->tensor_layout == FA_LAYOUT_BSHD ? "bshd" : "bhsd",
              fa_mask_name(c->mask), fa_dtype_name(c->dtype), (long long)c->batch,
              (long long)c->heads_q, (long long)c->heads_kv, (long long)c->seqlen,
-             (long long)c->head_dim, c->softcap > 0 ? " softcap" : "", c->backward ? " bwd" : "");
+             (long long)c->head_dim, c->softcap > 0 ? " softcap" : "", win,
+             c->alibi ? " alibi" : "", c->dropout > 0 ? " dropout" : "",
+             c->backward ? " bwd" : "");
 }
