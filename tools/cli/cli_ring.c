@@ -8,6 +8,7 @@
  */
 #include "cli_commands.h"
 #include "cli_common.h"
+#include "cli_modifiers.h"
 #include "cli_tensor.h"
 
 #include "flashattn_ring_mpi.h"
@@ -17,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#define RING_NOPTS (CLI_PROBLEM_NOPTS + 19)
+#define RING_NOPTS (CLI_PROBLEM_NOPTS + 18 + CLI_MOD_NOPTS)
 
 typedef struct ring_args {
     cli_problem_args pa;
@@ -26,7 +27,8 @@ typedef struct ring_args {
     fa_ring_layout ring_layout;
     const char *ring_layout_name;
     uint64_t seed;
-    float softcap;
+    cli_mod_args mods; /* --softcap, --window, --alibi, --dropout ... (the ring runs some) */
+    const cli_cmd *cmd;
     const char *q_path, *k_path, *v_path, *do_path;
     const char *out_path, *lse_path, *dq_path, *dk_path, *dv_path;
     int backward, check, quiet;
@@ -44,6 +46,8 @@ typedef struct ring_data {
     cli_tensor lq, lk, lv, ldo;   /* local inputs */
     cli_tensor lo, ldq, ldk, ldv; /* local outputs */
     float *llse;
+    cli_mod_files mod_files;
+    cli_mod_data mods; /* the ALiBi slopes (and what the ring refuses: bias, sinks) */
     fa_ring_stats fwd, bwd;
     uint64_t peak;
     char device[300]; /* "opencl device 0: NAME" */
@@ -56,7 +60,6 @@ static size_t ring_table(ring_args *a, cli_opt *o)
         {"device", CLI_INT, &a->device, 0, INT32_MAX, "N", "device index (default 0)", 0},
         {"ring-layout", CLI_STRING, &a->ring_layout_name, 0, 0, "L",
          "zigzag (rank r holds chunks r and 2P-1-r of 2P) or contiguous (default zigzag)", 0},
-        {"softcap", CLI_FLOAT, &a->softcap, 0, 0, "X", "logit softcap (default 0: off)", 0},
         {"seed", CLI_U64, &a->seed, 0, 0, "S", "seed of the random inputs (default 1)", 0},
         {"q", CLI_STRING, &a->q_path, 0, 0, "FILE", "Q from .npy in --layout", 0},
         {"k", CLI_STRING, &a->k_path, 0, 0, "FILE", "K from .npy in --layout", 0},
@@ -80,6 +83,7 @@ static size_t ring_table(ring_args *a, cli_opt *o)
     };
     cli_problem_opts(&a->pa, o);
     memcpy(o + CLI_PROBLEM_NOPTS, rest, sizeof rest);
+    cli_mod_opts(&a->mods, o + RING_NOPTS - CLI_MOD_NOPTS);
     return RING_NOPTS;
 }
 
@@ -134,10 +138,22 @@ static int load_inputs(const ring_args *a, ring_data *d)
                     d->k.shape[1], d->q.shape[2], d->k.shape[2], d->q.shape[3]);
     d->whole.mask = pa->mask;
     d->whole.scale = pa->scale;
-    d->whole.softcap = a->softcap;
     d->whole.block_r = (int32_t)pa->block_r;
     d->whole.block_c = (int32_t)pa->block_c;
-    return 0;
+    if (cli_mod_load(&a->mods, &d->mod_files) != 0)
+        return CLI_EXIT_FAIL;
+    int rc = cli_mod_apply(a->cmd, &a->mods, &d->mod_files, &d->whole);
+    return rc ? rc : cli_mod_fill(&a->mods, &d->mod_files, &d->whole, a->seed, &d->mods);
+}
+
+/* The ALiBi slopes on a context, when the problem has them. */
+static fa_status upload_slopes(fa_context *ctx, const ring_data *d, fa_buffer **out)
+{
+    if (!d->whole.alibi)
+        return FA_STATUS_OK;
+    size_t bytes = (size_t)d->whole.heads_q * sizeof(float);
+    fa_status st = fa_buffer_create(ctx, bytes, out);
+    return st == FA_STATUS_OK ? fa_buffer_write(*out, 0, d->mods.slopes, bytes) : st;
 }
 
 /* Copies the slice's rows between a whole tensor and a local one (to_local: whole -> local). */
@@ -197,13 +213,14 @@ static fa_status download(const fa_problem *lp, const fa_tensor_layout *l, const
 
 /* The local buffers of one rank. */
 typedef struct ring_bufs {
-    fa_buffer *q, *k, *v, *o, *lse, *d_o, *dq, *dk, *dv;
+    fa_buffer *q, *k, *v, *o, *lse, *d_o, *dq, *dk, *dv, *slopes;
 } ring_bufs;
 
 static void bufs_free(ring_bufs *b)
 {
-    fa_buffer *all[9] = {b->q, b->k, b->v, b->o, b->lse, b->d_o, b->dq, b->dk, b->dv};
-    for (int i = 0; i < 9; i++)
+    fa_buffer *all[10] = {b->q, b->k, b->v, b->o, b->lse, b->d_o, b->dq, b->dk, b->dv,
+                          b->slopes};
+    for (int i = 0; i < 10; i++)
         fa_buffer_destroy(all[i]);
 }
 
@@ -228,7 +245,7 @@ static fa_status bufs_make(fa_context *ctx, const fa_problem *lp, ring_data *d, 
         st = upload(ctx, lp, FA_TENSOR_DK, NULL, &b->dk);
     if (st == FA_STATUS_OK && backward)
         st = upload(ctx, lp, FA_TENSOR_DV, NULL, &b->dv);
-    return st;
+    return st == FA_STATUS_OK ? upload_slopes(ctx, d, &b->slopes) : st;
 }
 
 static int by_total(const void *x, const void *y)
@@ -280,7 +297,7 @@ static int ring_device(const ring_args *a, const fa_ring_transport *t, ring_data
     fa_status st = bufs_make(ctx, &lp, d, a->backward, &b);
     fa_context_reset_peak(ctx);
     fa_ring_options o = {a->ring_layout, a->pa.layout, (int32_t)a->timeout_ms, &d->fwd};
-    fa_ring_tensors x = {b.q, b.k, b.v, b.o, b.lse, b.d_o, b.dq, b.dk, b.dv};
+    fa_ring_tensors x = {b.q, b.k, b.v, b.o, b.lse, b.d_o, b.dq, b.dk, b.dv, b.slopes};
     char why[512] = "";
     if (st != FA_STATUS_OK)
         snprintf(why, sizeof why, "rank %d: local buffers: %s", t->rank,
@@ -359,11 +376,13 @@ static int golden(const ring_args *a, ring_data *d, cli_tensor *o, float *lse, c
     uint64_t lb = (uint64_t)(p.batch * p.heads_q * p.seqlen_q) * 4;
     if (st == FA_STATUS_OK && lb)
         st = fa_buffer_create(g, (size_t)lb, &b.lse);
+    if (st == FA_STATUS_OK)
+        st = upload_slopes(g, d, &b.slopes);
     fa_plan *plan = NULL;
     if (st == FA_STATUS_OK)
         st = fa_plan_create(g, &p, &plan);
     fa_tensors x = {0};
-    x.q = b.q, x.k = b.k, x.v = b.v, x.o = b.o, x.lse = b.lse;
+    x.q = b.q, x.k = b.k, x.v = b.v, x.o = b.o, x.lse = b.lse, x.alibi_slopes = b.slopes;
     if (st == FA_STATUS_OK)
         st = fa_run(g, plan, &x);
     if (st == FA_STATUS_OK)
@@ -616,6 +635,8 @@ static void data_free(ring_data *d)
         cli_tensor_free(all[i]);
     free(d->lse);
     free(d->llse);
+    cli_mod_data_free(&d->mods);
+    cli_mod_files_free(&d->mod_files);
 }
 
 int cli_cmd_ring(int argc, char **argv)
@@ -637,6 +658,8 @@ int cli_cmd_ring(int argc, char **argv)
     memset(&a, 0, sizeof a);
     memset(&d, 0, sizeof d);
     cli_problem_defaults(&a.pa);
+    cli_mod_defaults(&a.mods);
+    a.cmd = &cmd;
     a.backend = FA_BACKEND_AUTO;
     a.ring_layout = FA_RING_ZIGZAG;
     a.seed = 1;
@@ -649,7 +672,8 @@ int cli_cmd_ring(int argc, char **argv)
         cli_print_help(&cmd, opts, n);
         return CLI_EXIT_OK;
     }
-    if (r != CLI_PARSE_OK || ring_validate(&cmd, &a) != 0)
+    if (r != CLI_PARSE_OK || ring_validate(&cmd, &a) != 0 ||
+        cli_mod_validate(&cmd, &a.mods, opts, n) != 0)
         return CLI_EXIT_USAGE;
     cli_problem_resolve(&a.pa, opts, n);
     MPI_Init(&argc, &argv);
