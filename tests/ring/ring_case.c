@@ -255,7 +255,9 @@ static int ring_run(fa_context *ctx, const fa_ring_transport *t, const ring_case
         return fail(msg, size, "device buffers", st, fa_context_last_error(ctx));
     }
     fa_problem whole = whole_problem(c);
-    fa_ring_options o = {c->layout, c->tensor_layout, 20000, NULL};
+    /* 60 s: a rank compiling a new kernel variant (pocl, a loaded machine) keeps its
+     * neighbours waiting */
+    fa_ring_options o = {c->layout, c->tensor_layout, 60000, NULL};
     fa_ring_tensors rt = {d.q, d.k, d.v, d.o, d.lse, d.d_o, d.dq, d.dk, d.dv, d.slopes};
     char why[512];
     unsigned char *first = malloc(x->lo.bytes + 1);
