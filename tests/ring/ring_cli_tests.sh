@@ -41,6 +41,8 @@ expect 0 "cpu P=2 zigzag causal f32 bwd --check" "${mpirun[@]}" -np 2 "$cli" rin
     --backend cpu --seq 67 --heads 4 --heads-kv 2 --dim 16 --causal bottom-right --backward --check
 contains "cpu P=2 check lines" "check dK"
 contains "cpu P=2 summary" "compute max/mean"
+contains "cpu P=2 transfers line" "through host staging"
+contains "cpu P=2 MPI device memory" "MPI device memory: "
 expect 0 "cpu P=3 contiguous bf16 bshd --check" "${mpirun[@]}" -np 3 "$cli" ring \
     --backend cpu --seq 50 --heads 2 --dim 32 --dtype bf16 --layout bshd --ring-layout contiguous \
     --causal top-left --check

@@ -51,6 +51,7 @@ typedef struct ring_data {
     fa_ring_stats fwd, bwd;
     uint64_t peak;
     char device[300]; /* "opencl device 0: NAME" */
+    char transfers[400]; /* how blocks cross the ring (fa_ring_mpi_explain) */
 } ring_data;
 
 static size_t ring_table(ring_args *a, cli_opt *o)
@@ -294,6 +295,7 @@ static int ring_device(const ring_args *a, const fa_ring_transport *t, ring_data
     ring_bufs b;
     memset(&b, 0, sizeof b);
     cli_describe_context(ctx, a->backend == FA_BACKEND_AUTO, d->device, sizeof d->device);
+    fa_ring_mpi_explain(ctx, d->transfers, sizeof d->transfers);
     fa_status st = bufs_make(ctx, &lp, d, a->backward, &b);
     fa_context_reset_peak(ctx);
     fa_ring_options o = {a->ring_layout, a->pa.layout, (int32_t)a->timeout_ms, &d->fwd};
@@ -516,7 +518,7 @@ static void report(const ring_args *a, const fa_ring_transport *t, ring_data *d)
     printf("command: mpirun -np %d flashattn", t->size);
     for (int i = 0; i < a->argc; i++)
         printf(" %s", a->argv[i]);
-    printf("\ndevice: %s (each rank); date: %s\n", d->device, date);
+    printf("\ndevice: %s (each rank); date: %s\n%s\n", d->device, date, d->transfers);
     double max = 0, cmax = 0, csum = 0, umax = 0, usum = 0, wmin = 1e30, xfer = 0, bmax = 0,
            bsum = 0;
     for (int r = 0; r < t->size; r++) {
