@@ -31,6 +31,7 @@ typedef struct bwd_state {
     void *part_host;         /* a partial gradient read back */
     float *part_f32;
     int64_t rows_max, chunk_max;
+    ring_xfer *pending[2]; /* the step's K/V and sums exchanges, polled between blocks */
 } bwd_state;
 
 static uint64_t q_elems(const bwd_state *f, int64_t rows)
@@ -219,6 +220,8 @@ static void pair_backward(bwd_state *f, int a, ring_pair kind, const fa_buffer *
     if (st != FA_STATUS_OK)
         ring_lib_fail(f->run, f->ctx, st, "a block's backward");
     f->run->st.pairs++;
+    ring_xfer_poll(f->run, f->pending[0]);
+    ring_xfer_poll(f->run, f->pending[1]);
 }
 
 static void block_backward(bwd_state *f, int s, const fa_buffer *k, const fa_buffer *v)
@@ -259,21 +262,24 @@ static void steps(bwd_state *f)
 {
     const fa_ring_transport *t = f->run->t;
     int P = t->size, r = t->rank;
-    ring_xfer sums_xf;
+    ring_xfer sums_xf = {0};
     if (P > 1)
         ring_stage_kv(f->run, f->ctx, f->x->k, f->x->v, ring_kv_bytes(f->w, f->mine.rows),
                       f->stage[0]);
     for (int step = 0; step < P; step++) {
         int s = (r - step + P) % P, s_next = (s + P - 1) % P;
-        ring_xfer kv_xf;
+        ring_xfer kv_xf = {0};
         if (step + 1 < P)
             ring_xfer_start(f->run, &kv_xf, RING_TAG_KV, f->stage[step % 2], kv_msg_bytes(f, s),
                             f->stage[(step + 1) % 2], kv_msg_bytes(f, s_next));
+        f->pending[0] = &kv_xf;
+        f->pending[1] = step > 0 ? &sums_xf : NULL;
         double c0 = ring_now(), cpu0 = ring_cpu_now();
         if (!ring_failed(f->run))
             block_backward(f, s, step == 0 ? f->x->k : f->kdev, step == 0 ? f->x->v : f->vdev);
         f->run->st.compute_s += ring_now() - c0;
         f->run->st.compute_cpu_s += ring_cpu_now() - cpu0;
+        f->pending[0] = f->pending[1] = NULL;
         if (step + 1 < P) {
             ring_xfer_finish(f->run, &kv_xf);
             ring_upload_kv(f->run, f->ctx, f->stage[(step + 1) % 2],

@@ -32,6 +32,7 @@ typedef struct fwd_state {
     fa_buffer *kdev, *vdev; /* a received block */
     unsigned char *stage[2];
     size_t stage_bytes;
+    ring_xfer *pending; /* the step's exchange, polled between blocks (NULL: none) */
 } fwd_state;
 
 static uint64_t chunk_o_elems(const fwd_state *f, int a)
@@ -184,7 +185,10 @@ static fa_status pair_forward(fwd_state *f, int a, ring_pair kind, const fa_buff
         return ring_lib_fail(f->run, f->ctx, st, "a block's forward");
     c->parts++;
     f->run->st.pairs++;
-    return first ? FA_STATUS_OK : merge_new(f, a);
+    ring_xfer_poll(f->run, f->pending);
+    st = first ? FA_STATUS_OK : merge_new(f, a);
+    ring_xfer_poll(f->run, f->pending);
+    return st;
 }
 
 /* Every (query chunk, key chunk) pair of the block of rank s, in chunk order. */
@@ -222,11 +226,13 @@ static void steps(fwd_state *f)
             ring_xfer_start(f->run, &xf, RING_TAG_KV, f->stage[step % 2], out,
                             f->stage[(step + 1) % 2], in);
         }
+        f->pending = more ? &xf : NULL;
         double c0 = ring_now(), cpu0 = ring_cpu_now();
         if (!ring_failed(f->run))
             block_forward(f, s, step == 0 ? f->x->k : f->kdev, step == 0 ? f->x->v : f->vdev);
         f->run->st.compute_s += ring_now() - c0;
         f->run->st.compute_cpu_s += ring_cpu_now() - cpu0;
+        f->pending = NULL;
         if (more) {
             ring_xfer_finish(f->run, &xf);
             ring_upload_kv(f->run, f->ctx, f->stage[(step + 1) % 2],

@@ -64,14 +64,19 @@ fa_status ring_finish(ring_run *run, const fa_ring_options *opts, char *why, siz
 typedef struct ring_xfer {
     void *send_req, *recv_req;
     void *recv_buf;
+    int started, received; /* started; the receive seen complete (by a poll or the wait) */
 } ring_xfer;
 
 /* Starts sending send_buf (a ring_header then the payload) to the next rank and receiving
  * recv_bytes from the previous one; the header's error fields are set from run first. */
 void ring_xfer_start(ring_run *run, ring_xfer *x, int tag, void *send_buf, size_t send_bytes,
                      void *recv_buf, size_t recv_bytes);
-/* Waits for both (bounded), adopts the received header's failure. */
+/* Waits for both (bounded), adopts the received header's failure; counts the exchange, and
+ * whether polls during the compute had already seen it complete. */
 void ring_xfer_finish(ring_run *run, ring_xfer *x);
+/* Between two blocks of a step's compute: tests the pending requests of x (NULL: none) without
+ * waiting, so MPI progresses a transfer that needs this rank's calls (a rendezvous). */
+void ring_xfer_poll(ring_run *run, ring_xfer *x);
 /* Every rank ends with the same failure (or none): P - 1 rounds around the ring. */
 void ring_agree(ring_run *run);
 

@@ -93,6 +93,9 @@ typedef struct fa_ring_stats {
     uint64_t bytes_sent;
     int32_t steps; /* P */
     int32_t pairs; /* (query chunk, key chunk) blocks computed; skipped ones not counted */
+    int32_t transfers; /* the steps' exchanges with the neighbours (a send and a receive) */
+    int32_t transfers_hidden; /* of those, the ones seen complete by a poll between two
+                                 blocks of the step's compute: wholly hidden behind it */
 } fa_ring_stats;
 
 typedef struct fa_ring_options {

@@ -76,6 +76,7 @@ typedef struct job {
     fa_status st;
     char msg[512];
     double seconds;
+    fa_ring_stats stats; /* a small forward's */
 } job;
 
 static double now_s(void)
@@ -108,7 +109,7 @@ static fa_status small_forward(job *j, fa_context *ctx, const fa_ring_transport 
     fa_buffer_write(v, 0, zeros, bytes);
     float before = 7.0f, after = 0.0f;
     fa_buffer_write(o, 0, &before, 4);
-    fa_ring_options opts = {FA_RING_ZIGZAG, FA_LAYOUT_BHSD, 300, NULL};
+    fa_ring_options opts = {FA_RING_ZIGZAG, FA_LAYOUT_BHSD, 300, &j->stats};
     fa_ring_tensors x = {q, k, v, o, NULL, NULL, NULL, NULL, NULL, NULL};
     fa_status st = fa_ring_forward(ctx, t, &p, &opts, &x, j->msg, sizeof j->msg);
     fa_buffer_read(o, 0, &after, 4);
@@ -228,6 +229,22 @@ static void test_unsupported_sinks(void **state)
     }
 }
 
+/* A plain forward's stats: P steps, P - 1 exchanges (the agreement rounds not counted), at
+ * most all of them seen complete during the compute, every pair of the causal zigzag. */
+static void test_stats(void **state)
+{
+    (void)state;
+    job jobs[3];
+    run_ranks(3, -1, JOB_PLAIN, NULL, jobs, NULL);
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(jobs[r].st, FA_STATUS_OK);
+        assert_int_equal(jobs[r].stats.steps, 3);
+        assert_int_equal(jobs[r].stats.transfers, 2);
+        assert_in_range(jobs[r].stats.transfers_hidden, 0, 2);
+        assert_int_equal(jobs[r].stats.pairs, 7); /* 2P - 1 whole pairs and 2 diagonal ones */
+    }
+}
+
 /* A rank whose messages never arrive: every rank returns TRANSPORT_ERROR within a few of the
  * 300 ms waits, none hangs. */
 static void test_silent_rank(void **state)
@@ -324,6 +341,7 @@ int main(void)
         cmocka_unit_test(test_cases),
         cmocka_unit_test(test_bad_input_on_one_rank),
         cmocka_unit_test(test_unsupported_sinks),
+        cmocka_unit_test(test_stats),
         cmocka_unit_test(test_silent_rank),
         cmocka_unit_test(test_failure_mid_ring),
         cmocka_unit_test(test_invalid_whole),

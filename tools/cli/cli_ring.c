@@ -490,7 +490,7 @@ static double transfer_only(const fa_ring_transport *t, size_t bytes)
 }
 
 enum { STAT_TOTAL, STAT_COMPUTE, STAT_CPU, STAT_WAIT, STAT_XFER, STAT_PEAK, STAT_ROWS,
-       STAT_BTOTAL, STAT_BCOMPUTE, STAT_BCPU, STAT_BWAIT, STAT_N };
+       STAT_BTOTAL, STAT_BCOMPUTE, STAT_BCPU, STAT_BWAIT, STAT_XN, STAT_XHID, STAT_N };
 
 /* Rank 0 prints each rank's forward (and backward) times and memory, and the summary lines:
  * the balance (max / mean rank time) and the fraction of transfer time hidden. */
@@ -507,7 +507,8 @@ static void report(const ring_args *a, const fa_ring_transport *t, ring_data *d)
     double mine[STAT_N] = {d->fwd.total_s, d->fwd.compute_s, d->fwd.compute_cpu_s,
                            d->fwd.wait_s, transfer_only(t, kv + 256), (double)d->peak,
                            (double)d->slice.rows, d->bwd.total_s, d->bwd.compute_s,
-                           d->bwd.compute_cpu_s, d->bwd.wait_s};
+                           d->bwd.compute_cpu_s, d->bwd.wait_s, (double)d->fwd.transfers,
+                           (double)d->fwd.transfers_hidden};
     double *all = t->rank == 0 ? calloc((size_t)t->size * STAT_N, sizeof(double)) : NULL;
     MPI_Gather(mine, STAT_N, MPI_DOUBLE, all, STAT_N, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     if (t->rank != 0 || !all)
@@ -520,16 +521,17 @@ static void report(const ring_args *a, const fa_ring_transport *t, ring_data *d)
         printf(" %s", a->argv[i]);
     printf("\ndevice: %s (each rank); date: %s\n%s\n", d->device, date, d->transfers);
     double max = 0, cmax = 0, csum = 0, umax = 0, usum = 0, wmin = 1e30, xfer = 0, bmax = 0,
-           bsum = 0;
+           bsum = 0, xn = 0, xhid = 0;
     for (int r = 0; r < t->size; r++) {
         const double *s = all + r * STAT_N;
         char peak[64];
         cli_format_bytes((uint64_t)s[STAT_PEAK], peak, sizeof peak);
         if (!a->quiet)
             printf("rank %d: rows %.0f, forward %.3f ms (compute %.3f, its cpu %.3f, wait %.3f; "
-                   "shifts alone %.3f), peak device memory %s\n", r, s[STAT_ROWS],
-                   s[STAT_TOTAL] * 1e3, s[STAT_COMPUTE] * 1e3, s[STAT_CPU] * 1e3,
-                   s[STAT_WAIT] * 1e3, s[STAT_XFER] * 1e3, peak);
+                   "shifts alone %.3f; transfers done within compute %.0f/%.0f), peak device "
+                   "memory %s\n", r, s[STAT_ROWS], s[STAT_TOTAL] * 1e3, s[STAT_COMPUTE] * 1e3,
+                   s[STAT_CPU] * 1e3, s[STAT_WAIT] * 1e3, s[STAT_XFER] * 1e3, s[STAT_XHID],
+                   s[STAT_XN], peak);
         if (!a->quiet && a->backward)
             printf("rank %d: backward %.3f ms (compute %.3f, its cpu %.3f, wait %.3f)\n", r,
                    s[STAT_BTOTAL] * 1e3, s[STAT_BCOMPUTE] * 1e3, s[STAT_BCPU] * 1e3,
@@ -543,6 +545,8 @@ static void report(const ring_args *a, const fa_ring_transport *t, ring_data *d)
         xfer += s[STAT_XFER] / t->size;
         bmax = s[STAT_BCPU] > bmax ? s[STAT_BCPU] : bmax;
         bsum += s[STAT_BCPU];
+        xn += s[STAT_XN];
+        xhid += s[STAT_XHID];
     }
     /* The rank that waits least waited for its transfers alone, not for a slower neighbour. */
     double hidden = xfer > 0 ? 1.0 - (wmin < xfer ? wmin / xfer : 1.0) : 1.0;
@@ -552,6 +556,9 @@ static void report(const ring_args *a, const fa_ring_transport *t, ring_data *d)
            "%.3f ms, least wait %.3f ms: transfer hidden %.0f%%\n", max * 1e3,
            csum > 0 ? cmax * t->size / csum : 0.0, usum > 0 ? umax * t->size / usum : 0.0,
            xfer * 1e3, wmin * 1e3, 100.0 * hidden);
+    if (xn > 0) /* a poll between two blocks saw the exchange complete: wholly hidden */
+        printf("forward: transfers done within the compute %.0f of %.0f (%.0f%%)\n", xhid, xn,
+               100.0 * xhid / xn);
     if (a->backward)
         printf("backward: compute max/mean (cpu time) %.3f\n",
                bsum > 0 ? bmax * t->size / bsum : 0.0);
