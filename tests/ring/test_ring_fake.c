@@ -177,7 +177,8 @@ static const ring_case cases[] = {
      1, 0, 0, 0, 0, 0.0f},
     {"", FA_RING_CONTIGUOUS, FA_LAYOUT_BSHD, FA_MASK_CAUSAL_TOP_LEFT, FA_DTYPE_F32, 1, 3, 1, 23,
      16, 5.0f, 1, 0, 0, 0, 0, 0.0f},
-    {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_NONE, FA_DTYPE_F32, 1, 2, 2, 5, 8, 0.0f, 1, 0, 0, 0, 0, 0.0f},
+    {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_NONE, FA_DTYPE_F32, 1, 2, 2, 5, 8, 0.0f, 1, 0, 0,
+     0, 0, 0.0f},
     /* the rules that read positions; dropout's N = 96 is a multiple of 4 * 2P for P <= 4 */
     {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_CAUSAL_TOP_LEFT, FA_DTYPE_F32, 1, 2, 1, 96, 16,
      0.0f, 1, 1, 9, -1, 1, 0.25f},
