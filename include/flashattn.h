@@ -540,8 +540,8 @@ typedef struct fa_plan fa_plan;
  * are validated like any input (FA_STATUS_INVALID_TILE).
  * Returns FA_STATUS_NULL_POINTER, INVALID_SHAPE, INVALID_STRIDE, UNSUPPORTED_DTYPE,
  * UNSUPPORTED_HEAD_DIM, HEADS_MISMATCH, INVALID_MASK, INVALID_SCALE, INVALID_TILE,
- * INVALID_DROPOUT, INVALID_SOFTCAP, INVALID_WINDOW, INVALID_BIAS, INVALID_ARGUMENT (a modifier
- * switch other than 0 or 1), SRAM_TOO_SMALL, UNSUPPORTED (also: a modifier the backend does
+ * INVALID_DROPOUT, INVALID_SOFTCAP, INVALID_WINDOW, INVALID_BIAS, INVALID_POSITION,
+ * INVALID_ARGUMENT (a modifier switch other than 0 or 1), SRAM_TOO_SMALL, UNSUPPORTED (also: a modifier the backend does
  * not run yet, named in the message), KERNEL_BUILD_ERROR (backends that compile at plan time),
  * OUT_OF_MEMORY.
  */
