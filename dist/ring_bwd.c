@@ -32,6 +32,8 @@ typedef struct bwd_state {
     float *part_f32;
     int64_t rows_max, chunk_max;
     ring_xfer *pending[2]; /* the step's K/V and sums exchanges, polled between blocks */
+    float *sinks;          /* whole.sinks: f32 [heads_q] */
+    double *d_sinks;       /* their gradient, summed over every rank's rows */
 } bwd_state;
 
 static uint64_t q_elems(const bwd_state *f, int64_t rows)
@@ -62,6 +64,8 @@ static fa_status check_tensors(bwd_state *f)
         ring_check_buffer(f->run, x->d_o, "dO", qb) ||
         ring_check_buffer(f->run, x->dq, "dQ", qb) || ring_check_buffer(f->run, x->dk, "dK", kb) ||
         ring_check_buffer(f->run, x->dv, "dV", kb) ||
+        (f->w->sinks && (ring_check_buffer(f->run, x->sinks, "sinks", f->w->heads_q * 4u) ||
+                         ring_check_buffer(f->run, x->d_sinks, "dsinks", f->w->heads_q * 4u))) ||
         (f->w->alibi && ring_check_buffer(f->run, x->alibi_slopes, "ALiBi slopes",
                                           (uint64_t)f->w->heads_q * 4)))
         return (fa_status)f->run->err.status;
@@ -134,6 +138,8 @@ static fa_status setup(bwd_state *f)
     if (P > 1 && kvb > 0 && (ring_buffer(f->run, f->ctx, kvb, &f->kdev, "K block") ||
                              ring_buffer(f->run, f->ctx, kvb, &f->vdev, "V block")))
         return FA_STATUS_OUT_OF_MEMORY;
+    if (f->w->sinks && ring_read_sinks(f->run, f->ctx, f->w, f->x->sinks, &f->sinks))
+        return FA_STATUS_OUT_OF_MEMORY;
     return setup_lse(f);
 }
 
@@ -153,6 +159,24 @@ static void release(bwd_state *f)
     free(f->contrib);
     free(f->part_host);
     free(f->part_f32);
+    free(f->sinks);
+    free(f->d_sinks);
+}
+
+/* The sinks' gradient: this rank's share, summed with every other rank's around the ring. */
+static void sinks_gradient(bwd_state *f)
+{
+    int64_t H = f->w->heads_q;
+    double *share = malloc((size_t)H * sizeof(double));
+    f->d_sinks = calloc((size_t)H, sizeof(double));
+    if (!share || !f->d_sinks)
+        ring_fail(f->run, FA_STATUS_OUT_OF_MEMORY, "the sinks' gradient");
+    else if (ring_sinks_share(f->run, f->ctx, f->w, f->o, f->x, f->mine.rows, f->sinks,
+                              share) != FA_STATUS_OK)
+        memset(share, 0, (size_t)H * sizeof(double)); /* the failure travels in the headers */
+    if (share && f->d_sinks)
+        ring_sum_around(f->run, share, H, f->d_sinks);
+    free(share);
 }
 
 /* Reads a partial gradient (n elements, compact) and adds it into sums laid out compact
@@ -297,10 +321,27 @@ static void steps(bwd_state *f)
         ring_xfer_finish(f->run, &sums_xf); /* this rank's own sums, home after P steps */
 }
 
+/* The sinks' gradient, f32 [heads_q], on every rank (one with no rows too). */
+static void write_d_sinks(bwd_state *f)
+{
+    int64_t H = f->w->heads_q;
+    float *ds = malloc((size_t)H * sizeof(float));
+    fa_status st = ds ? FA_STATUS_OK : FA_STATUS_OUT_OF_MEMORY;
+    for (int64_t h = 0; h < H && ds; h++)
+        ds[h] = (float)f->d_sinks[h];
+    if (st == FA_STATUS_OK)
+        st = fa_buffer_write(f->x->d_sinks, 0, ds, (size_t)H * sizeof(float));
+    if (st != FA_STATUS_OK)
+        ring_lib_fail(f->run, f->ctx, st, "writing the sinks' gradient");
+    free(ds);
+}
+
 /* Rounds the f32 sums to the dtype and writes dQ, dK, dV in the local layout. */
 static void write_outputs(bwd_state *f)
 {
     const fa_problem *w = f->w;
+    if (f->d_sinks)
+        write_d_sinks(f);
     size_t elem = fa_dtype_size(w->dtype);
     int64_t n = f->mine.rows, D = w->head_dim;
     uint64_t qe = q_elems(f, n), ke = kv_elems(f, n);
@@ -354,6 +395,10 @@ fa_status fa_ring_backward(fa_context *ctx, const fa_ring_transport *transport,
     if (!ring_failed(&run))
         steps(&f);
     ring_agree(&run);
+    if (!ring_failed(&run) && f.sinks) { /* every rank here, or none */
+        sinks_gradient(&f);
+        ring_agree(&run);
+    }
     if (!ring_failed(&run))
         write_outputs(&f);
     ring_agree(&run);

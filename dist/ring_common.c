@@ -4,6 +4,7 @@
  */
 #include "ring_internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -92,8 +93,6 @@ static const char *unsupported_feature(const fa_problem *p)
 {
     if (p->bias)
         return "an attention bias";
-    if (p->sinks)
-        return "attention sinks (they join each row's softmax once, not once per block)";
     if (p->varlen || p->seqlens_k || p->page_size)
         return "varlen, seqlens_k or paged K/V";
     if (p->kv_splits > 1)
@@ -301,4 +300,14 @@ void ring_upload_kv(ring_run *run, fa_context *ctx, const unsigned char *stage,
         st = fa_buffer_write(v, 0, payload + kv_bytes, (size_t)kv_bytes);
     if (st != FA_STATUS_OK)
         ring_lib_fail(run, ctx, st, "uploading a K/V block");
+}
+
+fa_status ring_read_sinks(ring_run *run, fa_context *ctx, const fa_problem *w,
+                          const fa_buffer *sinks, float **out)
+{
+    size_t bytes = (size_t)w->heads_q * sizeof(float);
+    if (!(*out = malloc(bytes)))
+        return ring_fail(run, FA_STATUS_OUT_OF_MEMORY, "the sinks on the host");
+    fa_status st = fa_buffer_read(sinks, 0, *out, bytes);
+    return st == FA_STATUS_OK ? st : ring_lib_fail(run, ctx, st, "reading the sinks");
 }

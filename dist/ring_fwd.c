@@ -33,6 +33,7 @@ typedef struct fwd_state {
     unsigned char *stage[2];
     size_t stage_bytes;
     ring_xfer *pending; /* the step's exchange, polled between blocks (NULL: none) */
+    float *sinks;       /* whole.sinks: the sink of each query head, f32 [heads_q] */
 } fwd_state;
 
 static uint64_t chunk_o_elems(const fwd_state *f, int a)
@@ -99,7 +100,8 @@ static fa_status setup(fwd_state *f)
         ring_check_buffer(f->run, x->v, "V", kb) || ring_check_buffer(f->run, x->o, "O", qb) ||
         (x->lse && ring_check_buffer(f->run, x->lse, "LSE", lb)) ||
         (w->alibi && ring_check_buffer(f->run, x->alibi_slopes, "ALiBi slopes",
-                                       (uint64_t)w->heads_q * 4)))
+                                       (uint64_t)w->heads_q * 4)) ||
+        (w->sinks && ring_check_buffer(f->run, x->sinks, "sinks", (uint64_t)w->heads_q * 4)))
         return (fa_status)f->run->err.status;
     int64_t rows_max = 0;
     for (int r = 0; r < P; r++) {
@@ -118,7 +120,7 @@ static fa_status setup(fwd_state *f)
     for (int a = 0; a < f->mine.chunks; a++)
         if (setup_chunk(f, a))
             return (fa_status)f->run->err.status;
-    return FA_STATUS_OK;
+    return w->sinks ? ring_read_sinks(f->run, f->ctx, w, x->sinks, &f->sinks) : FA_STATUS_OK;
 }
 
 static void release(fwd_state *f)
@@ -137,6 +139,7 @@ static void release(fwd_state *f)
     fa_buffer_destroy(f->vdev);
     free(f->stage[0]);
     free(f->stage[1]);
+    free(f->sinks);
 }
 
 /* Moves a new partial's LSE into slot 1 and merges slots 0 and 1 into the other pair. */
@@ -282,6 +285,32 @@ static void write_outputs(fwd_state *f)
     free(lpart);
 }
 
+/* Sinks join each row's softmax once: a last merge of every chunk's result with a part of
+ * O = 0 and LSE = sink[h] (a sink of -inf weighs nothing). */
+static void add_sinks(fwd_state *f)
+{
+    size_t elem = fa_dtype_size(f->w->dtype);
+    for (int a = 0; a < f->mine.chunks && f->sinks && !ring_failed(f->run); a++) {
+        fwd_chunk *c = &f->ch[a];
+        uint64_t ob = chunk_o_elems(f, a) * elem, n = (uint64_t)f->mine.len[a];
+        if (ob == 0 || c->parts == 0)
+            continue;
+        for (uint64_t r = 0; r < chunk_lse_bytes(f, a) / 4; r++)
+            c->lse_host[r] = f->sinks[(r / n) % (uint64_t)f->w->heads_q];
+        void *zeros = calloc(1, (size_t)ob);
+        fa_status st = zeros ? fa_buffer_write(c->po[c->cur], (size_t)ob, zeros, (size_t)ob)
+                             : FA_STATUS_OUT_OF_MEMORY;
+        free(zeros);
+        if (st == FA_STATUS_OK)
+            st = fa_buffer_write(c->lse_new, 0, c->lse_host, (size_t)chunk_lse_bytes(f, a));
+        if (st != FA_STATUS_OK) {
+            ring_lib_fail(f->run, f->ctx, st, "the sinks' part");
+            return;
+        }
+        merge_new(f, a);
+    }
+}
+
 fa_status fa_ring_forward(fa_context *ctx, const fa_ring_transport *transport,
                           const fa_problem *whole, const fa_ring_options *options,
                           const fa_ring_tensors *tensors, char *why, size_t why_size)
@@ -299,8 +328,10 @@ fa_status fa_ring_forward(fa_context *ctx, const fa_ring_transport *transport,
     if (ring_check_whole(&run, whole, options) == FA_STATUS_OK)
         setup(&f);
     ring_agree(&run);
-    if (!ring_failed(&run))
+    if (!ring_failed(&run)) {
         steps(&f);
+        add_sinks(&f);
+    }
     ring_agree(&run);
     if (!ring_failed(&run))
         write_outputs(&f);

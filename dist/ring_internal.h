@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 /* Message tags: K/V blocks, dK/dV accumulators, agreement rounds. */
-enum { RING_TAG_KV = 1, RING_TAG_DKV = 2, RING_TAG_AGREE = 3 };
+enum { RING_TAG_KV = 1, RING_TAG_DKV = 2, RING_TAG_AGREE = 3, RING_TAG_SINKS = 4 };
 
 #define RING_MSG_BYTES 248
 #define RING_DEFAULT_TIMEOUT_MS 30000
@@ -122,6 +122,17 @@ void ring_stage_kv(ring_run *run, fa_context *ctx, const fa_buffer *k, const fa_
 /* Writes a stage's K and V (kv_bytes each, after the header) into device buffers. */
 void ring_upload_kv(ring_run *run, fa_context *ctx, const unsigned char *stage,
                     uint64_t kv_bytes, fa_buffer *k, fa_buffer *v);
+/* Reads the sinks (f32 [heads_q]) into a new host array *out. */
+fa_status ring_read_sinks(ring_run *run, fa_context *ctx, const fa_problem *w,
+                          const fa_buffer *sinks, float **out);
+/* This rank's share of dL/dsink[h] (share: heads_q doubles): -sum over its rows (b, i) of
+ * exp(sink[h] - LSE) * D, D = rowsum(dO * O), from the local O, dO and LSE. */
+fa_status ring_sinks_share(ring_run *run, fa_context *ctx, const fa_problem *w,
+                           const fa_ring_options *o, const fa_ring_tensors *x, int64_t rows,
+                           const float *sinks, double *share);
+/* Every rank's n doubles gathered around the ring (P - 1 rounds) and summed in rank order into
+ * sum: the same on every rank. Collective. */
+void ring_sum_around(ring_run *run, const double *mine, int64_t n, double *sum);
 /* Bytes of one local K (or V) tensor of `rows` rows. */
 uint64_t ring_kv_bytes(const fa_problem *w, int64_t rows);
 

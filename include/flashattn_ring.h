@@ -120,6 +120,9 @@ typedef struct fa_ring_tensors {
     const fa_buffer *d_o;
     fa_buffer *dq, *dk, *dv;
     const fa_buffer *alibi_slopes; /* f32 [heads_q] on every rank, when whole.alibi */
+    const fa_buffer *sinks;        /* f32 [heads_q] on every rank, when whole.sinks */
+    fa_buffer *d_sinks;            /* backward, when whole.sinks: f32 [heads_q], the same sum
+                                      on every rank */
 } fa_ring_tensors;
 
 /*
@@ -128,8 +131,9 @@ typedef struct fa_ring_tensors {
  * read). Supported: the three masks, GQA/MQA, f32/f16/bf16, scale, softcap, the sliding window,
  * ALiBi and dropout (each block runs at its absolute positions: fa_problem's q_position and
  * k_position, so dropout's bits are a single device's); dropout needs every chunk to start at
- * a multiple of 4 rows (N a multiple of 4 * chunks). Bias, sinks, varlen and paged K/V, and
- * seqlen_q != seqlen_k: UNSUPPORTED.
+ * a multiple of 4 rows (N a multiple of 4 * chunks); sinks, joined once per row after the
+ * ring (a last merge with a part of O = 0 and LSE = sink; the backward's d_sinks summed around
+ * the ring in rank order). Bias, varlen and paged K/V, and seqlen_q != seqlen_k: UNSUPPORTED.
  * O is merged in the storage dtype, one rounding per merged block (f32: exact to rounding).
  * Returns FA_STATUS_OK on every rank, or on every rank the status of the lowest failing rank
  * with "rank R: message" in why (truncated to why_size, NUL-terminated): NULL_POINTER,

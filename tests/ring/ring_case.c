@@ -24,6 +24,7 @@ typedef struct arrays {
     float *lse;
     tensor lq, lk, lv, ldo, lo, ldq, ldk, ldv; /* local */
     float *llse;
+    float d_sinks[16], ld_sinks[16]; /* the golden's and the ring's */
 } arrays;
 
 static fa_tensor_layout layout_of(fa_layout kind, int64_t heads, int64_t rows, int64_t d)
@@ -95,7 +96,17 @@ static fa_problem whole_problem(const ring_case *c)
     p.dropout_p = c->dropout;
     p.dropout_seed = 0xfeedbeef12345ull;
     p.dropout_offset = 3;
+    p.sinks = c->sinks;
     return p;
+}
+
+/* The sinks, f32 [heads_q] (at most 16 heads): head 1 has none (-inf). */
+static float *sinks_of(const ring_case *c)
+{
+    static float s[16];
+    for (int h = 0; h < 16; h++)
+        s[h] = h == 1 ? -INFINITY : 0.5f - 0.25f * (float)h;
+    return c->heads_q <= 16 ? s : NULL;
 }
 
 /* ALiBi's slopes, f32 [heads_q] (at most 16 heads in the cases). */
@@ -112,7 +123,7 @@ static int golden_run(fa_context *g, const ring_case *c, arrays *x, char *msg, s
 {
     fa_problem p = whole_problem(c);
     tensor *ts[8] = {&x->q, &x->k, &x->v, &x->o, &x->d_o, &x->dq, &x->dk, &x->dv};
-    fa_buffer *b[10] = {0};
+    fa_buffer *b[12] = {0};
     fa_status st = FA_STATUS_OK;
     for (int i = 0; i < 8 && st == FA_STATUS_OK; i++)
         st = fa_buffer_wrap_host(g, ts[i]->data, ts[i]->bytes + 8, &b[i]);
@@ -121,7 +132,12 @@ static int golden_run(fa_context *g, const ring_case *c, arrays *x, char *msg, s
         st = fa_buffer_wrap_host(g, x->lse, lse_bytes, &b[8]);
     if (st == FA_STATUS_OK && c->alibi)
         st = fa_buffer_wrap_host(g, slopes_of(c), (size_t)c->heads_q * 4, &b[9]);
-    fa_modifier_buffers mods = {b[9], NULL, NULL, NULL};
+    if (st == FA_STATUS_OK && c->sinks)
+        st = fa_buffer_wrap_host(g, sinks_of(c), (size_t)c->heads_q * 4, &b[10]);
+    if (st == FA_STATUS_OK && c->sinks)
+        st = fa_buffer_wrap_host(g, x->d_sinks, sizeof x->d_sinks, &b[11]);
+    fa_modifier_buffers mods = {b[9], NULL, b[10], NULL};
+    fa_modifier_buffers bmods = {b[9], NULL, b[10], b[11]};
     fa_plan *fwd = NULL, *bwd = NULL;
     if (st == FA_STATUS_OK)
         st = fa_plan_create(g, &p, &fwd);
@@ -131,11 +147,11 @@ static int golden_run(fa_context *g, const ring_case *c, arrays *x, char *msg, s
         st = fa_plan_create_backward(g, &p, &bwd);
     if (st == FA_STATUS_OK && c->backward)
         st = fa_backward_ex(g, bwd, b[0], b[1], b[2], b[3], b[8], b[4], b[5], b[6], b[7],
-                            &mods);
+                            &bmods);
     int rc = st == FA_STATUS_OK ? 0 : fail(msg, size, "golden", st, fa_context_last_error(g));
     fa_plan_destroy(fwd);
     fa_plan_destroy(bwd);
-    for (int i = 0; i < 10; i++)
+    for (int i = 0; i < 12; i++)
         fa_buffer_destroy(b[i]);
     return rc;
 }
@@ -190,9 +206,23 @@ static int compare_lse(const ring_case *c, const fa_ring_slice *s, const float *
     return 0;
 }
 
+/* The sinks' gradient: every rank holds the whole sum. */
+static int compare_sinks(const ring_case *c, const arrays *x, double tol, char *msg,
+                         size_t size)
+{
+    for (int64_t h = 0; c->sinks && h < c->heads_q; h++) {
+        double got = x->ld_sinks[h], ref = x->d_sinks[h];
+        if (!(fabs(got - ref) <= tol * (1.0 + fabs(ref)))) {
+            snprintf(msg, size, "dsinks[%lld] = %.8g, golden %.8g", (long long)h, got, ref);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Device buffers of the local tensors on ctx. */
 typedef struct devbufs {
-    fa_buffer *q, *k, *v, *o, *lse, *d_o, *dq, *dk, *dv, *slopes;
+    fa_buffer *q, *k, *v, *o, *lse, *d_o, *dq, *dk, *dv, *slopes, *sinks, *d_sinks;
 } devbufs;
 
 static fa_status upload(fa_context *ctx, const tensor *t, fa_buffer **out)
@@ -225,19 +255,22 @@ static fa_status device_setup(fa_context *ctx, arrays *x, size_t lse_bytes, devb
 
 static fa_status slopes_setup(fa_context *ctx, const ring_case *c, devbufs *d)
 {
-    if (!c->alibi)
-        return FA_STATUS_OK;
-    fa_status st = fa_buffer_create(ctx, (size_t)c->heads_q * 4, &d->slopes);
-    return st == FA_STATUS_OK ? fa_buffer_write(d->slopes, 0, slopes_of(c),
-                                                (size_t)c->heads_q * 4)
-                              : st;
+    size_t bytes = (size_t)c->heads_q * 4;
+    fa_status st = FA_STATUS_OK;
+    if (c->alibi && (st = fa_buffer_create(ctx, bytes, &d->slopes)) == FA_STATUS_OK)
+        st = fa_buffer_write(d->slopes, 0, slopes_of(c), bytes);
+    if (st == FA_STATUS_OK && c->sinks && (st = fa_buffer_create(ctx, bytes, &d->sinks)) == 0)
+        st = fa_buffer_write(d->sinks, 0, sinks_of(c), bytes);
+    if (st == FA_STATUS_OK && c->sinks)
+        st = fa_buffer_create(ctx, bytes, &d->d_sinks);
+    return st;
 }
 
 static void device_free(devbufs *d)
 {
-    fa_buffer *all[10] = {d->q, d->k, d->v, d->o, d->lse, d->d_o, d->dq, d->dk, d->dv,
-                          d->slopes};
-    for (int i = 0; i < 10; i++)
+    fa_buffer *all[12] = {d->q, d->k, d->v, d->o, d->lse, d->d_o, d->dq, d->dk, d->dv,
+                          d->slopes, d->sinks, d->d_sinks};
+    for (int i = 0; i < 12; i++)
         fa_buffer_destroy(all[i]);
 }
 
@@ -258,7 +291,8 @@ static int ring_run(fa_context *ctx, const fa_ring_transport *t, const ring_case
     /* 60 s: a rank compiling a new kernel variant (pocl, a loaded machine) keeps its
      * neighbours waiting */
     fa_ring_options o = {c->layout, c->tensor_layout, 60000, NULL};
-    fa_ring_tensors rt = {d.q, d.k, d.v, d.o, d.lse, d.d_o, d.dq, d.dk, d.dv, d.slopes};
+    fa_ring_tensors rt = {d.q,  d.k,  d.v,      d.o,     d.lse,   d.d_o,
+                          d.dq, d.dk, d.dv, d.slopes, d.sinks, d.d_sinks};
     char why[512];
     unsigned char *first = malloc(x->lo.bytes + 1);
     int rc = first ? 0 : fail(msg, size, "host", FA_STATUS_OUT_OF_MEMORY, "");
@@ -281,6 +315,8 @@ static int ring_run(fa_context *ctx, const fa_ring_transport *t, const ring_case
             st = fa_buffer_read(d.dk, 0, x->ldk.data, x->ldk.bytes);
         if (st == FA_STATUS_OK)
             st = fa_buffer_read(d.dv, 0, x->ldv.data, x->ldv.bytes);
+        if (st == FA_STATUS_OK && c->sinks)
+            st = fa_buffer_read(d.d_sinks, 0, x->ld_sinks, (size_t)c->heads_q * 4);
         if (st != FA_STATUS_OK)
             rc = fail(msg, size, "fa_ring_backward", st, why);
     }
@@ -349,7 +385,8 @@ int ring_case_run(fa_context *ctx, fa_context *golden, const fa_ring_transport *
     if (!rc && c->backward)
         rc = compare(c, &s, c->heads_q, &x.dq, &x.ldq, 4 * tol, "dQ", msg, msg_size) ||
              compare(c, &s, c->heads_kv, &x.dk, &x.ldk, 4 * tol, "dK", msg, msg_size) ||
-             compare(c, &s, c->heads_kv, &x.dv, &x.ldv, 4 * tol, "dV", msg, msg_size);
+             compare(c, &s, c->heads_kv, &x.dv, &x.ldv, 4 * tol, "dV", msg, msg_size) ||
+             compare_sinks(c, &x, 4 * tol, msg, msg_size);
     arrays_free(&x);
     return rc;
 }
@@ -360,11 +397,11 @@ void ring_case_describe(const ring_case *c, char *out, size_t size)
     if (c->window)
         snprintf(win, sizeof win, " window(%lld,%lld)", (long long)c->window_left,
                  (long long)c->window_right);
-    snprintf(out, size, "%s %s %s %s B%lld H%lld/%lld N%lld D%lld%s%s%s%s%s",
+    snprintf(out, size, "%s %s %s %s B%lld H%lld/%lld N%lld D%lld%s%s%s%s%s%s",
              fa_ring_layout_name(c->layout), c->tensor_layout == FA_LAYOUT_BSHD ? "bshd" : "bhsd",
              fa_mask_name(c->mask), fa_dtype_name(c->dtype), (long long)c->batch,
              (long long)c->heads_q, (long long)c->heads_kv, (long long)c->seqlen,
              (long long)c->head_dim, c->softcap > 0 ? " softcap" : "", win,
              c->alibi ? " alibi" : "", c->dropout > 0 ? " dropout" : "",
-             c->backward ? " bwd" : "");
+             c->sinks ? " sinks" : "", c->backward ? " bwd" : "");
 }

@@ -61,11 +61,11 @@ for f in o lse dq dk dv; do
     fi
 done
 
-# The rules that read positions: window, ALiBi and dropout (N a multiple of 4 * 2P), then
+# The rules that read positions: window, ALiBi and dropout (N a multiple of 4 * 2P), sinks; then
 # dropout on chunks that do not start at a multiple of 4 rows, refused on every rank.
-expect 0 "cpu P=3 zigzag window alibi dropout bwd --check" "${mpirun[@]}" -np 3 "$cli" ring \
-    --backend cpu --seq 48 --heads 2 --dim 16 --causal top-left --window 6,0 --alibi \
-    --dropout 0.2 --backward --check
+expect 0 "cpu P=3 zigzag window alibi dropout sinks bwd --check" "${mpirun[@]}" -np 3 "$cli" \
+    ring --backend cpu --seq 48 --heads 2 --dim 16 --causal top-left --window 6,0 --alibi \
+    --dropout 0.2 --sinks random --backward --check
 contains "cpu P=3 modifiers check" "check dV"
 expect 1 "dropout on unaligned chunks fails on every rank" "${mpirun[@]}" -np 2 "$cli" ring \
     --backend cpu --seq 30 --dim 8 --dropout 0.1

@@ -65,7 +65,7 @@ static void test_slices(void **state)
 
 /* ---- P threads ---------------------------------------------------------------------------- */
 
-typedef enum job_kind { JOB_CASE, JOB_BAD_INPUT, JOB_SINKS, JOB_PLAIN } job_kind;
+typedef enum job_kind { JOB_CASE, JOB_BAD_INPUT, JOB_BIAS, JOB_PLAIN } job_kind;
 
 typedef struct job {
     fake_world *w;
@@ -87,13 +87,13 @@ static double now_s(void)
 }
 
 /* A small forward on this rank where rank 1 may give a Q buffer one byte short (bad input)
- * or every rank sinks (unsupported). */
+ * or every rank a bias (unsupported). */
 static fa_status small_forward(job *j, fa_context *ctx, const fa_ring_transport *t)
 {
     fa_problem p;
     fa_problem_init(&p, FA_DTYPE_F32, FA_LAYOUT_BHSD, 1, 2, 2, 20, 20, 8);
     p.mask = FA_MASK_CAUSAL_TOP_LEFT;
-    p.sinks = j->kind == JOB_SINKS;
+    p.bias = j->kind == JOB_BIAS;
     fa_ring_slice s;
     fa_ring_slice_of(FA_RING_ZIGZAG, 20, t->size, t->rank, &s);
     size_t bytes = (size_t)(2 * s.rows * 8) * 4;
@@ -110,7 +110,7 @@ static fa_status small_forward(job *j, fa_context *ctx, const fa_ring_transport 
     float before = 7.0f, after = 0.0f;
     fa_buffer_write(o, 0, &before, 4);
     fa_ring_options opts = {FA_RING_ZIGZAG, FA_LAYOUT_BHSD, 300, &j->stats};
-    fa_ring_tensors x = {q, k, v, o, NULL, NULL, NULL, NULL, NULL, NULL};
+    fa_ring_tensors x = {q, k, v, o, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     fa_status st = fa_ring_forward(ctx, t, &p, &opts, &x, j->msg, sizeof j->msg);
     fa_buffer_read(o, 0, &after, 4);
     if (st != FA_STATUS_OK && after != before)
@@ -170,22 +170,27 @@ static void run_ranks(int P, int silent, job_kind kind, const ring_case *c, job 
 
 static const ring_case cases[] = {
     {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_CAUSAL_TOP_LEFT, FA_DTYPE_F32, 1, 4, 2, 37, 16,
-     0.0f, 1, 0, 0, 0, 0, 0.0f},
+     0.0f, 1, 0, 0, 0, 0, 0.0f, 0},
     {"", FA_RING_ZIGZAG, FA_LAYOUT_BSHD, FA_MASK_CAUSAL_BOTTOM_RIGHT, FA_DTYPE_F16, 2, 2, 1, 29,
-     8, 0.0f, 1, 0, 0, 0, 0, 0.0f},
+     8, 0.0f, 1, 0, 0, 0, 0, 0.0f, 0},
     {"", FA_RING_CONTIGUOUS, FA_LAYOUT_BHSD, FA_MASK_NONE, FA_DTYPE_BF16, 1, 2, 2, 31, 32, 0.0f,
-     1, 0, 0, 0, 0, 0.0f},
+     1, 0, 0, 0, 0, 0.0f, 0},
     {"", FA_RING_CONTIGUOUS, FA_LAYOUT_BSHD, FA_MASK_CAUSAL_TOP_LEFT, FA_DTYPE_F32, 1, 3, 1, 23,
-     16, 5.0f, 1, 0, 0, 0, 0, 0.0f},
+     16, 5.0f, 1, 0, 0, 0, 0, 0.0f, 0},
     {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_NONE, FA_DTYPE_F32, 1, 2, 2, 5, 8, 0.0f, 1, 0, 0,
-     0, 0, 0.0f},
+     0, 0, 0.0f, 0},
     /* the rules that read positions; dropout's N = 96 is a multiple of 4 * 2P for P <= 4 */
     {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_CAUSAL_TOP_LEFT, FA_DTYPE_F32, 1, 2, 1, 96, 16,
-     0.0f, 1, 1, 9, -1, 1, 0.25f},
+     0.0f, 1, 1, 9, -1, 1, 0.25f, 0},
     {"", FA_RING_CONTIGUOUS, FA_LAYOUT_BSHD, FA_MASK_NONE, FA_DTYPE_F32, 1, 2, 2, 37, 8, 0.0f, 1,
-     1, 4, 2, 1, 0.0f},
+     1, 4, 2, 1, 0.0f, 0},
     {"", FA_RING_ZIGZAG, FA_LAYOUT_BSHD, FA_MASK_CAUSAL_BOTTOM_RIGHT, FA_DTYPE_F16, 1, 2, 2, 96,
-     8, 0.0f, 1, 0, 0, 0, 0, 0.1f},
+     8, 0.0f, 1, 0, 0, 0, 0, 0.1f, 0},
+    /* sinks: joined once per row, their gradient summed around the ring */
+    {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_CAUSAL_TOP_LEFT, FA_DTYPE_F32, 1, 3, 1, 37, 16,
+     0.0f, 1, 0, 0, 0, 0, 0.0f, 1},
+    {"", FA_RING_CONTIGUOUS, FA_LAYOUT_BSHD, FA_MASK_NONE, FA_DTYPE_F16, 2, 2, 2, 29, 8, 0.0f, 1,
+     1, 3, 5, 1, 0.0f, 1},
 };
 
 /* Each case for P = 1..4 against the golden on every rank. */
@@ -219,14 +224,14 @@ static void test_bad_input_on_one_rank(void **state)
     }
 }
 
-static void test_unsupported_sinks(void **state)
+static void test_unsupported_bias(void **state)
 {
     (void)state;
     job jobs[2];
-    run_ranks(2, -1, JOB_SINKS, NULL, jobs, NULL);
+    run_ranks(2, -1, JOB_BIAS, NULL, jobs, NULL);
     for (int r = 0; r < 2; r++) {
         assert_int_equal(jobs[r].st, FA_STATUS_UNSUPPORTED);
-        assert_non_null(strstr(jobs[r].msg, "attention sinks"));
+        assert_non_null(strstr(jobs[r].msg, "an attention bias"));
     }
 }
 
@@ -296,7 +301,8 @@ static void test_invalid_whole(void **state)
         assert_int_equal(fa_buffer_create(ctx, sizeof init, &b[i]), FA_STATUS_OK);
         assert_int_equal(fa_buffer_write(b[i], 0, init, sizeof init), FA_STATUS_OK);
     }
-    fa_ring_tensors x = {b[0], b[1], b[2], b[3], NULL, NULL, NULL, NULL, NULL, NULL};
+    fa_ring_tensors x = {b[0], b[1], b[2], b[3], NULL, NULL,
+                         NULL, NULL, NULL, NULL, NULL, NULL};
     fa_ring_options o = {FA_RING_ZIGZAG, FA_LAYOUT_BHSD, 300, NULL};
     struct {
         int what;
@@ -341,7 +347,7 @@ int main(void)
         cmocka_unit_test(test_slices),
         cmocka_unit_test(test_cases),
         cmocka_unit_test(test_bad_input_on_one_rank),
-        cmocka_unit_test(test_unsupported_sinks),
+        cmocka_unit_test(test_unsupported_bias),
         cmocka_unit_test(test_stats),
         cmocka_unit_test(test_silent_rank),
         cmocka_unit_test(test_failure_mid_ring),

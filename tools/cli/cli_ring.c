@@ -47,7 +47,7 @@ typedef struct ring_data {
     cli_tensor lo, ldq, ldk, ldv; /* local outputs */
     float *llse;
     cli_mod_files mod_files;
-    cli_mod_data mods; /* the ALiBi slopes (and what the ring refuses: bias, sinks) */
+    cli_mod_data mods; /* the ALiBi slopes and the sinks (and the bias, which it refuses) */
     fa_ring_stats fwd, bwd;
     uint64_t peak;
     char device[300]; /* "opencl device 0: NAME" */
@@ -147,14 +147,16 @@ static int load_inputs(const ring_args *a, ring_data *d)
     return rc ? rc : cli_mod_fill(&a->mods, &d->mod_files, &d->whole, a->seed, &d->mods);
 }
 
-/* The ALiBi slopes on a context, when the problem has them. */
-static fa_status upload_slopes(fa_context *ctx, const ring_data *d, fa_buffer **out)
+/* A per-head f32 tensor (the ALiBi slopes, the sinks) on a context when `on`; data NULL: an
+ * output (the sinks' gradient). */
+static fa_status upload_heads(fa_context *ctx, const ring_data *d, int on, const float *data,
+                              fa_buffer **out)
 {
-    if (!d->whole.alibi)
+    if (!on)
         return FA_STATUS_OK;
     size_t bytes = (size_t)d->whole.heads_q * sizeof(float);
     fa_status st = fa_buffer_create(ctx, bytes, out);
-    return st == FA_STATUS_OK ? fa_buffer_write(*out, 0, d->mods.slopes, bytes) : st;
+    return st == FA_STATUS_OK && data ? fa_buffer_write(*out, 0, data, bytes) : st;
 }
 
 /* Copies the slice's rows between a whole tensor and a local one (to_local: whole -> local). */
@@ -214,14 +216,14 @@ static fa_status download(const fa_problem *lp, const fa_tensor_layout *l, const
 
 /* The local buffers of one rank. */
 typedef struct ring_bufs {
-    fa_buffer *q, *k, *v, *o, *lse, *d_o, *dq, *dk, *dv, *slopes;
+    fa_buffer *q, *k, *v, *o, *lse, *d_o, *dq, *dk, *dv, *slopes, *sinks, *d_sinks;
 } ring_bufs;
 
 static void bufs_free(ring_bufs *b)
 {
-    fa_buffer *all[10] = {b->q, b->k, b->v, b->o, b->lse, b->d_o, b->dq, b->dk, b->dv,
-                          b->slopes};
-    for (int i = 0; i < 10; i++)
+    fa_buffer *all[12] = {b->q,  b->k,  b->v,  b->o,      b->lse,   b->d_o,
+                          b->dq, b->dk, b->dv, b->slopes, b->sinks, b->d_sinks};
+    for (int i = 0; i < 12; i++)
         fa_buffer_destroy(all[i]);
 }
 
@@ -246,7 +248,13 @@ static fa_status bufs_make(fa_context *ctx, const fa_problem *lp, ring_data *d, 
         st = upload(ctx, lp, FA_TENSOR_DK, NULL, &b->dk);
     if (st == FA_STATUS_OK && backward)
         st = upload(ctx, lp, FA_TENSOR_DV, NULL, &b->dv);
-    return st == FA_STATUS_OK ? upload_slopes(ctx, d, &b->slopes) : st;
+    if (st == FA_STATUS_OK)
+        st = upload_heads(ctx, d, d->whole.alibi, d->mods.slopes, &b->slopes);
+    if (st == FA_STATUS_OK)
+        st = upload_heads(ctx, d, d->whole.sinks, d->mods.sinks, &b->sinks);
+    return st == FA_STATUS_OK ? upload_heads(ctx, d, d->whole.sinks && backward, NULL,
+                                             &b->d_sinks)
+                              : st;
 }
 
 static int by_total(const void *x, const void *y)
@@ -299,7 +307,8 @@ static int ring_device(const ring_args *a, const fa_ring_transport *t, ring_data
     fa_status st = bufs_make(ctx, &lp, d, a->backward, &b);
     fa_context_reset_peak(ctx);
     fa_ring_options o = {a->ring_layout, a->pa.layout, (int32_t)a->timeout_ms, &d->fwd};
-    fa_ring_tensors x = {b.q, b.k, b.v, b.o, b.lse, b.d_o, b.dq, b.dk, b.dv, b.slopes};
+    fa_ring_tensors x = {b.q,  b.k,  b.v,  b.o,      b.lse,   b.d_o,
+                         b.dq, b.dk, b.dv, b.slopes, b.sinks, b.d_sinks};
     char why[512] = "";
     if (st != FA_STATUS_OK)
         snprintf(why, sizeof why, "rank %d: local buffers: %s", t->rank,
@@ -379,12 +388,17 @@ static int golden(const ring_args *a, ring_data *d, cli_tensor *o, float *lse, c
     if (st == FA_STATUS_OK && lb)
         st = fa_buffer_create(g, (size_t)lb, &b.lse);
     if (st == FA_STATUS_OK)
-        st = upload_slopes(g, d, &b.slopes);
+        st = upload_heads(g, d, d->whole.alibi, d->mods.slopes, &b.slopes);
+    if (st == FA_STATUS_OK)
+        st = upload_heads(g, d, d->whole.sinks, d->mods.sinks, &b.sinks);
+    if (st == FA_STATUS_OK)
+        st = upload_heads(g, d, d->whole.sinks && a->backward, NULL, &b.d_sinks);
     fa_plan *plan = NULL;
     if (st == FA_STATUS_OK)
         st = fa_plan_create(g, &p, &plan);
     fa_tensors x = {0};
     x.q = b.q, x.k = b.k, x.v = b.v, x.o = b.o, x.lse = b.lse, x.alibi_slopes = b.slopes;
+    x.sinks = b.sinks;
     if (st == FA_STATUS_OK)
         st = fa_run(g, plan, &x);
     if (st == FA_STATUS_OK)
@@ -403,7 +417,7 @@ static int golden(const ring_args *a, ring_data *d, cli_tensor *o, float *lse, c
             st = upload(g, &p, FA_TENSOR_DV, NULL, &b.dv);
         if (st == FA_STATUS_OK)
             st = fa_plan_create_backward(g, &p, &plan);
-        x.d_o = b.d_o, x.dq = b.dq, x.dk = b.dk, x.dv = b.dv;
+        x.d_o = b.d_o, x.dq = b.dq, x.dk = b.dk, x.dv = b.dv, x.d_sinks = b.d_sinks;
         if (st == FA_STATUS_OK)
             st = fa_run(g, plan, &x);
         if (st == FA_STATUS_OK)
