@@ -113,9 +113,9 @@ void dropout_key_rows(__local float *x, const fa_kernel_params *p, long b, long 
     int c = 0;
     for (; c + DROPOUT_LANES <= n; c += DROPOUT_LANES) {
         /* the counter of fa_dropout_words: positions (k_position + j) >> 2 and q_position + i */
-        uint_lanes w0 = (uint_lanes)((uint)((p->k_position + j) >> 2));
+        uint_lanes w0 = (uint_lanes)((uint)((fa_k_position(p) + j) >> 2));
         uint_lanes w2 = (uint_lanes)((uint)(b * p->heads_q + h));
-        uint_lanes w1 = (uint_lanes)((uint)(p->q_position + i0 + c)) + PHILOX_LANE;
+        uint_lanes w1 = (uint_lanes)((uint)(fa_q_position(p) + i0 + c)) + PHILOX_LANE;
         uint_lanes w3 = (uint_lanes)p->dropout_offset;
         FA_PHILOX_10_ROUNDS(uint_lanes, PHILOX_MULHILO_LANES, w0, w1, w2, w3,
                             (uint)p->dropout_seed, (uint)(p->dropout_seed >> 32));

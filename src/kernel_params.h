@@ -43,9 +43,11 @@ typedef uint32_t fa_kp_u32;
 #define FA_FEATURE_DROPOUT 32u
 #define FA_FEATURE_BLOCK_SPARSE 64u /* only the key blocks of a query block's lists (on the
                                        cpu backend alone so far: not in FA_FEATURES_ALL) */
+#define FA_FEATURE_POSITIONS 128u /* a block of a longer problem: the rules read the shifts
+                                     and positions below (0 without the bit) */
 #define FA_FEATURES_ALL                                                                         \
     (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_BIAS | FA_FEATURE_WINDOW |              \
-     FA_FEATURE_SINKS | FA_FEATURE_DROPOUT)
+     FA_FEATURE_SINKS | FA_FEATURE_DROPOUT | FA_FEATURE_POSITIONS)
 
 typedef struct fa_kernel_params {
     fa_kp_i64 q_offset, q_stride_b, q_stride_h, q_stride_s; /* Q [B, Hq, Sq, D] */
@@ -128,6 +130,33 @@ typedef struct fa_kernel_params {
 #define FA_KP_FN static inline
 #endif
 
+/* The FA_FEATURE_* bits a rule may test: a kernel's FEATURES (a compile-time constant, so a
+ * kernel without positions never reads them), else the params' (the golden). */
+#if defined(FEATURES)
+#define FA_KP_FEATURES(p) (FEATURES)
+#else
+#define FA_KP_FEATURES(p) ((p)->features)
+#endif
+
+/* The position of row 0 and of key 0 in the whole problem: 0 without FA_FEATURE_POSITIONS. */
+FA_KP_FN fa_kp_i64 fa_q_position(const fa_kernel_params *p)
+{
+    return (FA_KP_FEATURES(p) & FA_FEATURE_POSITIONS) ? p->q_position : 0;
+}
+
+FA_KP_FN fa_kp_i64 fa_k_position(const fa_kernel_params *p)
+{
+    return (FA_KP_FEATURES(p) & FA_FEATURE_POSITIONS) ? p->k_position : 0;
+}
+
+/* The positions' shift of a diagonal (top-left, or bottom-right): 0 without the bit. */
+FA_KP_FN fa_kp_i64 fa_position_shift(const fa_kernel_params *p, int bottom_right)
+{
+    if (!(FA_KP_FEATURES(p) & FA_FEATURE_POSITIONS))
+        return 0;
+    return bottom_right ? p->shift_bottom_right : p->shift_top_left;
+}
+
 /*
  * Row `row`'s diagonal key: key j = row + fa_diagonal(p, bottom_right) sits at the row's
  * position. Top-left (mask 1) aligns the first row with the first key, bottom-right (mask 2,
@@ -136,7 +165,7 @@ typedef struct fa_kernel_params {
  */
 FA_KP_FN fa_kp_i64 fa_diagonal(const fa_kernel_params *p, int bottom_right)
 {
-    return bottom_right ? p->seqlen_k - p->seqlen_q + p->shift_bottom_right : p->shift_top_left;
+    return (bottom_right ? p->seqlen_k - p->seqlen_q : 0) + fa_position_shift(p, bottom_right);
 }
 
 /*
@@ -192,8 +221,8 @@ FA_KP_FN fa_kp_i64 fa_keys_begin(const fa_kernel_params *p, fa_kp_i32 features, 
 FA_KP_FN fa_kp_i64 fa_keys_end(const fa_kernel_params *p, fa_kp_i32 mask, fa_kp_i32 features,
                                fa_kp_i64 row)
 {
-    fa_kp_i64 shift = mask == 2 ? p->shift_bottom_right : p->shift_top_left;
-    fa_kp_i64 n = fa_keys_allowed(mask, row + shift, p->seqlen_q, p->seqlen_k);
+    fa_kp_i64 n = fa_keys_allowed(mask, row + fa_position_shift(p, mask == 2), p->seqlen_q,
+                                  p->seqlen_k);
     if (features & FA_FEATURE_WINDOW) {
         fa_kp_i64 w = fa_window_end(p, row);
         n = w < n ? w : n;
@@ -270,8 +299,8 @@ FA_KP_FN void fa_philox4x32_10(fa_kp_u32 c[4], fa_kp_u32 k0, fa_kp_u32 k1)
 FA_KP_FN void fa_dropout_words(const fa_kernel_params *p, fa_kp_i64 b, fa_kp_i64 h,
                                fa_kp_i64 i, fa_kp_i64 j, fa_kp_u32 w[4])
 {
-    w[0] = (fa_kp_u32)((p->k_position + j) >> 2);
-    w[1] = (fa_kp_u32)(p->q_position + i);
+    w[0] = (fa_kp_u32)((fa_k_position(p) + j) >> 2);
+    w[1] = (fa_kp_u32)(fa_q_position(p) + i);
     w[2] = (fa_kp_u32)(b * p->heads_q + h);
     w[3] = p->dropout_offset;
     fa_philox4x32_10(w, (fa_kp_u32)p->dropout_seed, (fa_kp_u32)(p->dropout_seed >> 32));

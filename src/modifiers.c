@@ -25,6 +25,8 @@ unsigned fa__problem_features(const fa_problem *p)
         f |= FA_FEATURE_DROPOUT;
     if (p->block_sparse)
         f |= FA_FEATURE_BLOCK_SPARSE;
+    if (fa__positioned(p))
+        f |= FA_FEATURE_POSITIONS;
     return f;
 }
 
@@ -45,6 +47,8 @@ const char *fa__feature_name(unsigned bit)
         return "dropout";
     case FA_FEATURE_BLOCK_SPARSE:
         return "block_sparse";
+    case FA_FEATURE_POSITIONS:
+        return "positions";
     default:
         return "?";
     }
@@ -53,7 +57,7 @@ const char *fa__feature_name(unsigned bit)
 void fa__features_spell(unsigned features, char *dst, size_t size)
 {
     fa__format(dst, size, "%s", features ? "" : "none");
-    for (unsigned bit = 1; bit <= FA_FEATURE_BLOCK_SPARSE; bit <<= 1) {
+    for (unsigned bit = 1; bit <= FA_FEATURE_POSITIONS; bit <<= 1) {
         if (features & bit)
             fa__append(dst, size, "%s%s", dst[0] ? ", " : "", fa__feature_name(bit));
     }
