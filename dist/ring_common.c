@@ -225,11 +225,14 @@ fa_problem ring_pair_problem(const fa_problem *w, const fa_ring_options *o, ring
     p.mask = kind == RING_PAIR_DIAG ? FA_MASK_CAUSAL_TOP_LEFT : FA_MASK_NONE;
     p.scale = w->scale;
     p.softcap = w->softcap;
-    /* the position-based rules see the whole problem: the block's rows and keys in it */
-    p.q_position = q->start;
-    p.k_position = k->start;
-    p.whole_seqlen_q = w->seqlen_q;
-    p.whole_seqlen_k = w->seqlen_k;
+    /* the position-based rules see the whole problem: the block's rows and keys in it (the
+     * causal mask alone needs none: a pair is whole, skipped or its own diagonal) */
+    if (w->window || w->alibi || w->dropout_p > 0.0f) {
+        p.q_position = q->start;
+        p.k_position = k->start;
+        p.whole_seqlen_q = w->seqlen_q;
+        p.whole_seqlen_k = w->seqlen_k;
+    }
     p.window = w->window;
     p.window_left = w->window_left;
     p.window_right = w->window_right;
