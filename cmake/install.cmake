@@ -1,6 +1,7 @@
 # install.cmake - what `cmake --install` puts in place: the public headers, the shared and static
 # libraries, the `flashattn` program, a CMake package (find_package(flashattn) gives the targets
-# flashattn::flashattn and flashattn::flashattn_static) and a pkg-config file flashattn.pc.
+# flashattn::flashattn and flashattn::flashattn_static; with COMPONENTS ring, where it was built,
+# flashattn::flashattn_ring) and a pkg-config file flashattn.pc.
 include(CMakePackageConfigHelpers)
 
 set(FLASHATTN_PUBLIC_HEADERS ${PROJECT_SOURCE_DIR}/include/flashattn.h
@@ -51,3 +52,16 @@ configure_file(${PROJECT_SOURCE_DIR}/cmake/flashattn.pc.in ${CMAKE_CURRENT_BINAR
   @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/flashattn.pc
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# ---- ring attention (dist/), when built: its static library and headers, in an export set of
+# its own that flashattnConfig.cmake includes only for find_package(flashattn COMPONENTS ring),
+# so a user of the core alone needs no MPI.
+if(TARGET flashattn_ring)
+  install(FILES ${PROJECT_SOURCE_DIR}/include/flashattn_ring.h
+                ${PROJECT_SOURCE_DIR}/include/flashattn_ring_mpi.h
+          DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  install(TARGETS flashattn_ring EXPORT flashattnRingTargets
+    ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  install(EXPORT flashattnRingTargets NAMESPACE flashattn:: DESTINATION ${FLASHATTN_CMAKE_DIR})
+endif()

@@ -31,6 +31,9 @@ typedef struct bwd_state {
     void *part_host;         /* a partial gradient read back */
     float *part_f32;
     int64_t rows_max, chunk_max;
+    ring_xfer *pending[2]; /* the step's K/V and sums exchanges, polled between blocks */
+    float *sinks;          /* whole.sinks: f32 [heads_q] */
+    double *d_sinks;       /* their gradient, summed over every rank's rows */
 } bwd_state;
 
 static uint64_t q_elems(const bwd_state *f, int64_t rows)
@@ -60,7 +63,11 @@ static fa_status check_tensors(bwd_state *f)
         ring_check_buffer(f->run, x->lse, "LSE", lb) ||
         ring_check_buffer(f->run, x->d_o, "dO", qb) ||
         ring_check_buffer(f->run, x->dq, "dQ", qb) || ring_check_buffer(f->run, x->dk, "dK", kb) ||
-        ring_check_buffer(f->run, x->dv, "dV", kb))
+        ring_check_buffer(f->run, x->dv, "dV", kb) ||
+        (f->w->sinks && (ring_check_buffer(f->run, x->sinks, "sinks", f->w->heads_q * 4u) ||
+                         ring_check_buffer(f->run, x->d_sinks, "dsinks", f->w->heads_q * 4u))) ||
+        (f->w->alibi && ring_check_buffer(f->run, x->alibi_slopes, "ALiBi slopes",
+                                          (uint64_t)f->w->heads_q * 4)))
         return (fa_status)f->run->err.status;
     return FA_STATUS_OK;
 }
@@ -131,6 +138,8 @@ static fa_status setup(bwd_state *f)
     if (P > 1 && kvb > 0 && (ring_buffer(f->run, f->ctx, kvb, &f->kdev, "K block") ||
                              ring_buffer(f->run, f->ctx, kvb, &f->vdev, "V block")))
         return FA_STATUS_OUT_OF_MEMORY;
+    if (f->w->sinks && ring_read_sinks(f->run, f->ctx, f->w, f->x->sinks, &f->sinks))
+        return FA_STATUS_OUT_OF_MEMORY;
     return setup_lse(f);
 }
 
@@ -150,6 +159,24 @@ static void release(bwd_state *f)
     free(f->contrib);
     free(f->part_host);
     free(f->part_f32);
+    free(f->sinks);
+    free(f->d_sinks);
+}
+
+/* The sinks' gradient: this rank's share, summed with every other rank's around the ring. */
+static void sinks_gradient(bwd_state *f)
+{
+    int64_t H = f->w->heads_q;
+    double *share = malloc((size_t)H * sizeof(double));
+    f->d_sinks = calloc((size_t)H, sizeof(double));
+    if (!share || !f->d_sinks)
+        ring_fail(f->run, FA_STATUS_OUT_OF_MEMORY, "the sinks' gradient");
+    else if (ring_sinks_share(f->run, f->ctx, f->w, f->o, f->x, f->mine.rows, f->sinks,
+                              share) != FA_STATUS_OK)
+        memset(share, 0, (size_t)H * sizeof(double)); /* the failure travels in the headers */
+    if (share && f->d_sinks)
+        ring_sum_around(f->run, share, H, f->d_sinks);
+    free(share);
 }
 
 /* Reads a partial gradient (n elements, compact) and adds it into sums laid out compact
@@ -177,10 +204,11 @@ static void pair_backward(bwd_state *f, int a, ring_pair kind, const fa_buffer *
                           const fa_buffer *v, const fa_ring_slice *blk, int j)
 {
     const fa_problem *w = f->w;
-    int64_t q_first = a == 0 ? 0 : f->mine.len[0], k_first = j == 0 ? 0 : blk->len[0];
+    int64_t k_first = j == 0 ? 0 : blk->len[0];
     int64_t na = f->mine.len[a], nb = blk->len[j];
-    fa_problem p = ring_pair_problem(w, f->o, kind, f->mine.rows, q_first, na, blk->rows,
-                                     k_first, nb);
+    ring_rows qr = {f->mine.rows, a == 0 ? 0 : f->mine.len[0], na, f->mine.start[a]};
+    ring_rows kr = {blk->rows, k_first, nb, blk->start[j]};
+    fa_problem p = ring_pair_problem(w, f->o, kind, &qr, &kr);
     p.o = p.q;
     p.d_o = p.q;
     p.dq = ring_layout(FA_LAYOUT_BHSD, w->heads_q, na, w->head_dim, 0);
@@ -196,6 +224,7 @@ static void pair_backward(bwd_state *f, int a, ring_pair kind, const fa_buffer *
     t.q = f->x->q;
     t.k = k;
     t.v = v;
+    t.alibi_slopes = w->alibi ? f->x->alibi_slopes : NULL;
     t.o = f->x->o;
     t.lse = f->lse[a];
     t.d_o = f->x->d_o;
@@ -215,6 +244,8 @@ static void pair_backward(bwd_state *f, int a, ring_pair kind, const fa_buffer *
     if (st != FA_STATUS_OK)
         ring_lib_fail(f->run, f->ctx, st, "a block's backward");
     f->run->st.pairs++;
+    ring_xfer_poll(f->run, f->pending[0]);
+    ring_xfer_poll(f->run, f->pending[1]);
 }
 
 static void block_backward(bwd_state *f, int s, const fa_buffer *k, const fa_buffer *v)
@@ -225,8 +256,8 @@ static void block_backward(bwd_state *f, int s, const fa_buffer *k, const fa_buf
         return;
     for (int a = 0; a < f->mine.chunks; a++)
         for (int j = 0; j < b.chunks && !ring_failed(f->run); j++) {
-            ring_pair kind = ring_pair_kind(f->w->mask, f->mine.start[a], f->mine.len[a],
-                                            b.start[j], b.len[j]);
+            ring_pair kind = ring_pair_kind(f->w, f->mine.start[a], f->mine.len[a], b.start[j],
+                                            b.len[j]);
             if (kind != RING_PAIR_SKIP)
                 pair_backward(f, a, kind, k, v, &b, j);
         }
@@ -255,21 +286,24 @@ static void steps(bwd_state *f)
 {
     const fa_ring_transport *t = f->run->t;
     int P = t->size, r = t->rank;
-    ring_xfer sums_xf;
+    ring_xfer sums_xf = {0};
     if (P > 1)
         ring_stage_kv(f->run, f->ctx, f->x->k, f->x->v, ring_kv_bytes(f->w, f->mine.rows),
                       f->stage[0]);
     for (int step = 0; step < P; step++) {
         int s = (r - step + P) % P, s_next = (s + P - 1) % P;
-        ring_xfer kv_xf;
+        ring_xfer kv_xf = {0};
         if (step + 1 < P)
             ring_xfer_start(f->run, &kv_xf, RING_TAG_KV, f->stage[step % 2], kv_msg_bytes(f, s),
                             f->stage[(step + 1) % 2], kv_msg_bytes(f, s_next));
+        f->pending[0] = &kv_xf;
+        f->pending[1] = step > 0 ? &sums_xf : NULL;
         double c0 = ring_now(), cpu0 = ring_cpu_now();
         if (!ring_failed(f->run))
             block_backward(f, s, step == 0 ? f->x->k : f->kdev, step == 0 ? f->x->v : f->vdev);
         f->run->st.compute_s += ring_now() - c0;
         f->run->st.compute_cpu_s += ring_cpu_now() - cpu0;
+        f->pending[0] = f->pending[1] = NULL;
         if (step + 1 < P) {
             ring_xfer_finish(f->run, &kv_xf);
             ring_upload_kv(f->run, f->ctx, f->stage[(step + 1) % 2],
@@ -287,10 +321,27 @@ static void steps(bwd_state *f)
         ring_xfer_finish(f->run, &sums_xf); /* this rank's own sums, home after P steps */
 }
 
+/* The sinks' gradient, f32 [heads_q], on every rank (one with no rows too). */
+static void write_d_sinks(bwd_state *f)
+{
+    int64_t H = f->w->heads_q;
+    float *ds = malloc((size_t)H * sizeof(float));
+    fa_status st = ds ? FA_STATUS_OK : FA_STATUS_OUT_OF_MEMORY;
+    for (int64_t h = 0; h < H && ds; h++)
+        ds[h] = (float)f->d_sinks[h];
+    if (st == FA_STATUS_OK)
+        st = fa_buffer_write(f->x->d_sinks, 0, ds, (size_t)H * sizeof(float));
+    if (st != FA_STATUS_OK)
+        ring_lib_fail(f->run, f->ctx, st, "writing the sinks' gradient");
+    free(ds);
+}
+
 /* Rounds the f32 sums to the dtype and writes dQ, dK, dV in the local layout. */
 static void write_outputs(bwd_state *f)
 {
     const fa_problem *w = f->w;
+    if (f->d_sinks)
+        write_d_sinks(f);
     size_t elem = fa_dtype_size(w->dtype);
     int64_t n = f->mine.rows, D = w->head_dim;
     uint64_t qe = q_elems(f, n), ke = kv_elems(f, n);
@@ -344,6 +395,10 @@ fa_status fa_ring_backward(fa_context *ctx, const fa_ring_transport *transport,
     if (!ring_failed(&run))
         steps(&f);
     ring_agree(&run);
+    if (!ring_failed(&run) && f.sinks) { /* every rank here, or none */
+        sinks_gradient(&f);
+        ring_agree(&run);
+    }
     if (!ring_failed(&run))
         write_outputs(&f);
     ring_agree(&run);

@@ -120,6 +120,7 @@ void ring_xfer_start(ring_run *run, ring_xfer *x, int tag, void *send_buf, size_
     int next = (t->rank + 1) % t->size, prev = (t->rank + t->size - 1) % t->size;
     memcpy(send_buf, &run->err, sizeof run->err);
     x->recv_buf = recv_buf;
+    x->started = 1;
     if (t->recv(t->user, prev, tag, recv_buf, recv_bytes, &x->recv_req) != 0) {
         x->recv_req = NULL;
         run->broken = 1;
@@ -135,9 +136,39 @@ void ring_xfer_start(ring_run *run, ring_xfer *x, int tag, void *send_buf, size_
     run->st.bytes_sent += send_bytes;
 }
 
+/* Tests one request without waiting: released when complete; a failure breaks the ring. */
+static void poll_request(ring_run *run, void **req, const char *what)
+{
+    if (!*req || run->broken)
+        return;
+    int rc = run->t->wait(run->t->user, *req, 0);
+    if (rc == FA_RING_WAIT_TIMEOUT)
+        return;
+    *req = NULL;
+    if (rc != FA_RING_WAIT_DONE) {
+        run->broken = 1;
+        run->err.status = FA_STATUS_OK; /* as in wait_request: a transport failure outranks */
+        ring_fail(run, FA_STATUS_TRANSPORT_ERROR, "%s failed", what);
+    }
+}
+
+void ring_xfer_poll(ring_run *run, ring_xfer *x)
+{
+    if (!x || !x->started)
+        return;
+    int pending = x->recv_req != NULL;
+    poll_request(run, &x->recv_req, "receive from the previous rank");
+    x->received |= pending && !x->recv_req && !run->broken;
+    poll_request(run, &x->send_req, "send to the next rank");
+}
+
 void ring_xfer_finish(ring_run *run, ring_xfer *x)
 {
-    int had_recv = x->recv_req != NULL;
+    if (x->started && !run->broken) {
+        run->st.transfers++;
+        run->st.transfers_hidden += !x->recv_req && !x->send_req;
+    }
+    int had_recv = x->recv_req != NULL || x->received;
     wait_request(run, &x->recv_req, "receive from the previous rank");
     if (x->send_req && run->broken && run->t->cancel) {
         run->t->cancel(run->t->user, x->send_req);
@@ -153,7 +184,9 @@ void ring_xfer_finish(ring_run *run, ring_xfer *x)
 
 void ring_agree(ring_run *run)
 {
-    double waited = run->st.wait_s; /* wait_s counts the steps' transfers, not agreement */
+    /* wait_s and the transfer counts are the steps', not the agreement's */
+    double waited = run->st.wait_s;
+    int32_t transfers = run->st.transfers, hidden = run->st.transfers_hidden;
     for (int round = 0; round + 1 < run->t->size && !run->broken; round++) {
         ring_header out, in;
         ring_xfer x;
@@ -161,4 +194,6 @@ void ring_agree(ring_run *run)
         ring_xfer_finish(run, &x);
     }
     run->st.wait_s = waited;
+    run->st.transfers = transfers;
+    run->st.transfers_hidden = hidden;
 }

@@ -4,6 +4,7 @@
  */
 #include "ring_internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -86,26 +87,40 @@ uint64_t ring_elems(int64_t batch, int64_t heads, int64_t rows, int64_t head_dim
     return (uint64_t)batch * (uint64_t)heads * (uint64_t)rows * (uint64_t)head_dim;
 }
 
-/* The features the ring cannot place at absolute positions, or does not carry. */
+/* The features the ring does not carry (the window, ALiBi and dropout it runs at each block's
+ * absolute positions). */
 static const char *unsupported_feature(const fa_problem *p)
 {
-    if (p->window)
-        return "a sliding window (it needs the block's absolute positions)";
-    if (p->alibi)
-        return "ALiBi (it needs the block's absolute positions)";
-    if (p->dropout_p != 0.0f)
-        return "dropout (its keep mask is keyed by absolute positions)";
     if (p->bias)
         return "an attention bias";
-    if (p->sinks)
-        return "attention sinks";
     if (p->varlen || p->seqlens_k || p->page_size)
         return "varlen, seqlens_k or paged K/V";
     if (p->kv_splits > 1)
         return "split-KV (the ring splits the keys itself)";
     if (p->block_sparse)
         return "block-sparse attention (its lists index the whole sequence's blocks)";
+    if (p->q_position || p->k_position || p->whole_seqlen_q || p->whole_seqlen_k)
+        return "positions in the whole problem (the ring sets each block's)";
     return NULL;
+}
+
+/* Dropout's words come in groups of 4 keys: every chunk must start at a multiple of 4. */
+static fa_status check_dropout_chunks(ring_run *run, const fa_problem *w,
+                                      const fa_ring_options *o)
+{
+    if (w->dropout_p == 0.0f)
+        return FA_STATUS_OK;
+    for (int r = 0; r < run->t->size; r++) {
+        fa_ring_slice s = ring_slice(o, w, run->t->size, r);
+        for (int c = 0; c < s.chunks; c++)
+            if (s.start[c] % 4 != 0)
+                return ring_fail(run, FA_STATUS_UNSUPPORTED,
+                                 "ring attention with dropout needs every chunk to start at a "
+                                 "multiple of 4 rows (rank %d's starts at %lld): make seqlen a "
+                                 "multiple of 4 * %d", r, (long long)s.start[c],
+                                 o->layout == FA_RING_ZIGZAG ? 2 * run->t->size : run->t->size);
+    }
+    return FA_STATUS_OK;
 }
 
 fa_status ring_check_whole(ring_run *run, const fa_problem *w, const fa_ring_options *o)
@@ -136,7 +151,7 @@ fa_status ring_check_whole(ring_run *run, const fa_problem *w, const fa_ring_opt
         return ring_fail(run, FA_STATUS_UNSUPPORTED_DTYPE, "unknown dtype %d", (int)w->dtype);
     if (!fa_mask_name(w->mask))
         return ring_fail(run, FA_STATUS_INVALID_MASK, "unknown mask %d", (int)w->mask);
-    return FA_STATUS_OK;
+    return check_dropout_chunks(run, w, o);
 }
 
 fa_status ring_check_buffer(ring_run *run, const fa_buffer *b, const char *name, uint64_t bytes)
@@ -172,12 +187,23 @@ void ring_from_f32(fa_dtype dtype, const float *src, void *dst, uint64_t n)
     }
 }
 
-ring_pair ring_pair_kind(fa_mask mask, int64_t q_start, int64_t q_len, int64_t k_start,
+/* Whether the window leaves no key of [k_start, + k_len) to any row of [q_start, + q_len): the
+ * keys all before the first row's window or all after the last row's (square: i' = i). */
+static int outside_window(const fa_problem *w, int64_t q_start, int64_t q_len, int64_t k_start,
+                          int64_t k_len)
+{
+    if (!w->window)
+        return 0;
+    return (w->window_left >= 0 && k_start + k_len - 1 < q_start - w->window_left) ||
+           (w->window_right >= 0 && k_start > q_start + q_len - 1 + w->window_right);
+}
+
+ring_pair ring_pair_kind(const fa_problem *w, int64_t q_start, int64_t q_len, int64_t k_start,
                          int64_t k_len)
 {
-    if (q_len == 0 || k_len == 0)
+    if (q_len == 0 || k_len == 0 || outside_window(w, q_start, q_len, k_start, k_len))
         return RING_PAIR_SKIP;
-    if (mask == FA_MASK_NONE)
+    if (w->mask == FA_MASK_NONE)
         return RING_PAIR_FULL;
     if (k_start == q_start)
         return RING_PAIR_DIAG;
@@ -186,9 +212,10 @@ ring_pair ring_pair_kind(fa_mask mask, int64_t q_start, int64_t q_len, int64_t k
 }
 
 fa_problem ring_pair_problem(const fa_problem *w, const fa_ring_options *o, ring_pair kind,
-                             int64_t q_rows, int64_t q_first, int64_t q_len, int64_t k_rows,
-                             int64_t k_first, int64_t k_len)
+                             const ring_rows *q, const ring_rows *k)
 {
+    int64_t q_rows = q->rows, q_first = q->first, q_len = q->len;
+    int64_t k_rows = k->rows, k_first = k->first, k_len = k->len;
     fa_problem p;
     fa_problem_init(&p, w->dtype, o->tensor_layout, w->batch, w->heads_q, w->heads_kv, q_len,
                     k_len, w->head_dim);
@@ -198,6 +225,21 @@ fa_problem ring_pair_problem(const fa_problem *w, const fa_ring_options *o, ring
     p.mask = kind == RING_PAIR_DIAG ? FA_MASK_CAUSAL_TOP_LEFT : FA_MASK_NONE;
     p.scale = w->scale;
     p.softcap = w->softcap;
+    /* the position-based rules see the whole problem: the block's rows and keys in it (the
+     * causal mask alone needs none: a pair is whole, skipped or its own diagonal) */
+    if (w->window || w->alibi || w->dropout_p > 0.0f) {
+        p.q_position = q->start;
+        p.k_position = k->start;
+        p.whole_seqlen_q = w->seqlen_q;
+        p.whole_seqlen_k = w->seqlen_k;
+    }
+    p.window = w->window;
+    p.window_left = w->window_left;
+    p.window_right = w->window_right;
+    p.alibi = w->alibi;
+    p.dropout_p = w->dropout_p;
+    p.dropout_seed = w->dropout_seed;
+    p.dropout_offset = w->dropout_offset;
     p.block_r = w->block_r;
     p.block_c = w->block_c;
     p.kv_splits = w->kv_splits;
@@ -261,4 +303,14 @@ void ring_upload_kv(ring_run *run, fa_context *ctx, const unsigned char *stage,
         st = fa_buffer_write(v, 0, payload + kv_bytes, (size_t)kv_bytes);
     if (st != FA_STATUS_OK)
         ring_lib_fail(run, ctx, st, "uploading a K/V block");
+}
+
+fa_status ring_read_sinks(ring_run *run, fa_context *ctx, const fa_problem *w,
+                          const fa_buffer *sinks, float **out)
+{
+    size_t bytes = (size_t)w->heads_q * sizeof(float);
+    if (!(*out = malloc(bytes)))
+        return ring_fail(run, FA_STATUS_OUT_OF_MEMORY, "the sinks on the host");
+    fa_status st = fa_buffer_read(sinks, 0, *out, bytes);
+    return st == FA_STATUS_OK ? st : ring_lib_fail(run, ctx, st, "reading the sinks");
 }

@@ -32,6 +32,8 @@ typedef struct fwd_state {
     fa_buffer *kdev, *vdev; /* a received block */
     unsigned char *stage[2];
     size_t stage_bytes;
+    ring_xfer *pending; /* the step's exchange, polled between blocks (NULL: none) */
+    float *sinks;       /* whole.sinks: the sink of each query head, f32 [heads_q] */
 } fwd_state;
 
 static uint64_t chunk_o_elems(const fwd_state *f, int a)
@@ -96,7 +98,10 @@ static fa_status setup(fwd_state *f)
     uint64_t lb = (uint64_t)w->batch * (uint64_t)w->heads_q * (uint64_t)f->mine.rows * 4;
     if (ring_check_buffer(f->run, x->q, "Q", qb) || ring_check_buffer(f->run, x->k, "K", kb) ||
         ring_check_buffer(f->run, x->v, "V", kb) || ring_check_buffer(f->run, x->o, "O", qb) ||
-        (x->lse && ring_check_buffer(f->run, x->lse, "LSE", lb)))
+        (x->lse && ring_check_buffer(f->run, x->lse, "LSE", lb)) ||
+        (w->alibi && ring_check_buffer(f->run, x->alibi_slopes, "ALiBi slopes",
+                                       (uint64_t)w->heads_q * 4)) ||
+        (w->sinks && ring_check_buffer(f->run, x->sinks, "sinks", (uint64_t)w->heads_q * 4)))
         return (fa_status)f->run->err.status;
     int64_t rows_max = 0;
     for (int r = 0; r < P; r++) {
@@ -115,7 +120,7 @@ static fa_status setup(fwd_state *f)
     for (int a = 0; a < f->mine.chunks; a++)
         if (setup_chunk(f, a))
             return (fa_status)f->run->err.status;
-    return FA_STATUS_OK;
+    return w->sinks ? ring_read_sinks(f->run, f->ctx, w, x->sinks, &f->sinks) : FA_STATUS_OK;
 }
 
 static void release(fwd_state *f)
@@ -134,6 +139,7 @@ static void release(fwd_state *f)
     fa_buffer_destroy(f->vdev);
     free(f->stage[0]);
     free(f->stage[1]);
+    free(f->sinks);
 }
 
 /* Moves a new partial's LSE into slot 1 and merges slots 0 and 1 into the other pair. */
@@ -153,14 +159,15 @@ static fa_status merge_new(fwd_state *f, int a)
     return st;
 }
 
-/* Query chunk a against keys [k_first, + k_len) of a block of k_rows rows. */
+/* Query chunk a against key chunk j of the block `blk`. */
 static fa_status pair_forward(fwd_state *f, int a, ring_pair kind, const fa_buffer *k,
-                              const fa_buffer *v, int64_t k_rows, int64_t k_first, int64_t k_len)
+                              const fa_buffer *v, const fa_ring_slice *blk, int j)
 {
     fwd_chunk *c = &f->ch[a];
-    int64_t q_first = a == 0 ? 0 : f->mine.len[0];
-    fa_problem p = ring_pair_problem(f->w, f->o, kind, f->mine.rows, q_first, f->mine.len[a],
-                                     k_rows, k_first, k_len);
+    ring_rows qr = {f->mine.rows, a == 0 ? 0 : f->mine.len[0], f->mine.len[a],
+                    f->mine.start[a]};
+    ring_rows kr = {blk->rows, j == 0 ? 0 : blk->len[0], blk->len[j], blk->start[j]};
+    fa_problem p = ring_pair_problem(f->w, f->o, kind, &qr, &kr);
     int first = c->parts == 0;
     p.o = ring_layout(FA_LAYOUT_BHSD, f->w->heads_q, f->mine.len[a], f->w->head_dim, 0);
     p.o.offset = first ? 0 : (int64_t)chunk_o_elems(f, a);
@@ -172,6 +179,7 @@ static fa_status pair_forward(fwd_state *f, int a, ring_pair kind, const fa_buff
     t.q = f->x->q;
     t.k = k;
     t.v = v;
+    t.alibi_slopes = f->w->alibi ? f->x->alibi_slopes : NULL;
     t.o = c->po[c->cur];
     t.lse = first ? c->pl[c->cur] : c->lse_new;
     st = fa_run(f->ctx, plan, &t);
@@ -180,7 +188,10 @@ static fa_status pair_forward(fwd_state *f, int a, ring_pair kind, const fa_buff
         return ring_lib_fail(f->run, f->ctx, st, "a block's forward");
     c->parts++;
     f->run->st.pairs++;
-    return first ? FA_STATUS_OK : merge_new(f, a);
+    ring_xfer_poll(f->run, f->pending);
+    st = first ? FA_STATUS_OK : merge_new(f, a);
+    ring_xfer_poll(f->run, f->pending);
+    return st;
 }
 
 /* Every (query chunk, key chunk) pair of the block of rank s, in chunk order. */
@@ -191,10 +202,10 @@ static void block_forward(fwd_state *f, int s, const fa_buffer *k, const fa_buff
         if (chunk_o_elems(f, a) == 0)
             continue; /* no rows (or batch 0): nothing to compute */
         for (int j = 0; j < b.chunks && !ring_failed(f->run); j++) {
-            ring_pair kind = ring_pair_kind(f->w->mask, f->mine.start[a], f->mine.len[a],
-                                            b.start[j], b.len[j]);
+            ring_pair kind = ring_pair_kind(f->w, f->mine.start[a], f->mine.len[a], b.start[j],
+                                            b.len[j]);
             if (kind != RING_PAIR_SKIP)
-                pair_forward(f, a, kind, k, v, b.rows, j == 0 ? 0 : b.len[0], b.len[j]);
+                pair_forward(f, a, kind, k, v, &b, j);
         }
     }
 }
@@ -218,11 +229,13 @@ static void steps(fwd_state *f)
             ring_xfer_start(f->run, &xf, RING_TAG_KV, f->stage[step % 2], out,
                             f->stage[(step + 1) % 2], in);
         }
+        f->pending = more ? &xf : NULL;
         double c0 = ring_now(), cpu0 = ring_cpu_now();
         if (!ring_failed(f->run))
             block_forward(f, s, step == 0 ? f->x->k : f->kdev, step == 0 ? f->x->v : f->vdev);
         f->run->st.compute_s += ring_now() - c0;
         f->run->st.compute_cpu_s += ring_cpu_now() - cpu0;
+        f->pending = NULL;
         if (more) {
             ring_xfer_finish(f->run, &xf);
             ring_upload_kv(f->run, f->ctx, f->stage[(step + 1) % 2],
@@ -272,6 +285,32 @@ static void write_outputs(fwd_state *f)
     free(lpart);
 }
 
+/* Sinks join each row's softmax once: a last merge of every chunk's result with a part of
+ * O = 0 and LSE = sink[h] (a sink of -inf weighs nothing). */
+static void add_sinks(fwd_state *f)
+{
+    size_t elem = fa_dtype_size(f->w->dtype);
+    for (int a = 0; a < f->mine.chunks && f->sinks && !ring_failed(f->run); a++) {
+        fwd_chunk *c = &f->ch[a];
+        uint64_t ob = chunk_o_elems(f, a) * elem, n = (uint64_t)f->mine.len[a];
+        if (ob == 0 || c->parts == 0)
+            continue;
+        for (uint64_t r = 0; r < chunk_lse_bytes(f, a) / 4; r++)
+            c->lse_host[r] = f->sinks[(r / n) % (uint64_t)f->w->heads_q];
+        void *zeros = calloc(1, (size_t)ob);
+        fa_status st = zeros ? fa_buffer_write(c->po[c->cur], (size_t)ob, zeros, (size_t)ob)
+                             : FA_STATUS_OUT_OF_MEMORY;
+        free(zeros);
+        if (st == FA_STATUS_OK)
+            st = fa_buffer_write(c->lse_new, 0, c->lse_host, (size_t)chunk_lse_bytes(f, a));
+        if (st != FA_STATUS_OK) {
+            ring_lib_fail(f->run, f->ctx, st, "the sinks' part");
+            return;
+        }
+        merge_new(f, a);
+    }
+}
+
 fa_status fa_ring_forward(fa_context *ctx, const fa_ring_transport *transport,
                           const fa_problem *whole, const fa_ring_options *options,
                           const fa_ring_tensors *tensors, char *why, size_t why_size)
@@ -289,8 +328,10 @@ fa_status fa_ring_forward(fa_context *ctx, const fa_ring_transport *transport,
     if (ring_check_whole(&run, whole, options) == FA_STATUS_OK)
         setup(&f);
     ring_agree(&run);
-    if (!ring_failed(&run))
+    if (!ring_failed(&run)) {
         steps(&f);
+        add_sinks(&f);
+    }
     ring_agree(&run);
     if (!ring_failed(&run))
         write_outputs(&f);

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 /* Message tags: K/V blocks, dK/dV accumulators, agreement rounds. */
-enum { RING_TAG_KV = 1, RING_TAG_DKV = 2, RING_TAG_AGREE = 3 };
+enum { RING_TAG_KV = 1, RING_TAG_DKV = 2, RING_TAG_AGREE = 3, RING_TAG_SINKS = 4 };
 
 #define RING_MSG_BYTES 248
 #define RING_DEFAULT_TIMEOUT_MS 30000
@@ -64,14 +64,19 @@ fa_status ring_finish(ring_run *run, const fa_ring_options *opts, char *why, siz
 typedef struct ring_xfer {
     void *send_req, *recv_req;
     void *recv_buf;
+    int started, received; /* started; the receive seen complete (by a poll or the wait) */
 } ring_xfer;
 
 /* Starts sending send_buf (a ring_header then the payload) to the next rank and receiving
  * recv_bytes from the previous one; the header's error fields are set from run first. */
 void ring_xfer_start(ring_run *run, ring_xfer *x, int tag, void *send_buf, size_t send_bytes,
                      void *recv_buf, size_t recv_bytes);
-/* Waits for both (bounded), adopts the received header's failure. */
+/* Waits for both (bounded), adopts the received header's failure; counts the exchange, and
+ * whether polls during the compute had already seen it complete. */
 void ring_xfer_finish(ring_run *run, ring_xfer *x);
+/* Between two blocks of a step's compute: tests the pending requests of x (NULL: none) without
+ * waiting, so MPI progresses a transfer that needs this rank's calls (a rendezvous). */
+void ring_xfer_poll(ring_run *run, ring_xfer *x);
 /* Every rank ends with the same failure (or none): P - 1 rounds around the ring. */
 void ring_agree(ring_run *run);
 
@@ -92,16 +97,21 @@ fa_status ring_check_buffer(ring_run *run, const fa_buffer *b, const char *name,
 
 /* How a query chunk meets a key chunk of the same sequence. */
 typedef enum ring_pair { RING_PAIR_SKIP, RING_PAIR_FULL, RING_PAIR_DIAG } ring_pair;
-/* SKIP: empty, or every key after every row (causal); DIAG: the same chunk (causal, masked
- * top-left, which is both alignments since the whole problem is square); FULL: no mask. */
-ring_pair ring_pair_kind(fa_mask mask, int64_t q_start, int64_t q_len, int64_t k_start,
+/* SKIP: empty, every key after every row (causal), or every key outside every row's window;
+ * DIAG: the same chunk (causal, masked top-left, which is both alignments since the whole
+ * problem is square); FULL: no causal mask needed (the window, if any, still applies). */
+ring_pair ring_pair_kind(const fa_problem *w, int64_t q_start, int64_t q_len, int64_t k_start,
                          int64_t k_len);
-/* The block problem of query rows [q_first, + q_len) of the local tensors (q_rows rows) against
- * keys [k_first, + k_len) of a K/V block of k_rows rows; O, dO and the gradients' layouts are
- * left to the caller. */
+/* One chunk's rows in a local tensor: `len` rows from local row `first` of a tensor of `rows`
+ * rows, at row `start` of the whole sequence. */
+typedef struct ring_rows {
+    int64_t rows, first, len, start;
+} ring_rows;
+/* The block problem of the query chunk q of the local tensors against the key chunk k of a K/V
+ * block, at their positions in the whole problem; O, dO and the gradients' layouts are left
+ * to the caller. */
 fa_problem ring_pair_problem(const fa_problem *w, const fa_ring_options *o, ring_pair kind,
-                             int64_t q_rows, int64_t q_first, int64_t q_len, int64_t k_rows,
-                             int64_t k_first, int64_t k_len);
+                             const ring_rows *q, const ring_rows *k);
 /* Copies rows [0, n) of each (b, h) of a compact BHSD [batch, heads, n, head_dim] array into
  * local rows [first, + n) of an array laid out as `l` (elements of elem bytes). */
 void ring_place(const fa_tensor_layout *l, int64_t batch, int64_t heads, int64_t n,
@@ -112,6 +122,17 @@ void ring_stage_kv(ring_run *run, fa_context *ctx, const fa_buffer *k, const fa_
 /* Writes a stage's K and V (kv_bytes each, after the header) into device buffers. */
 void ring_upload_kv(ring_run *run, fa_context *ctx, const unsigned char *stage,
                     uint64_t kv_bytes, fa_buffer *k, fa_buffer *v);
+/* Reads the sinks (f32 [heads_q]) into a new host array *out. */
+fa_status ring_read_sinks(ring_run *run, fa_context *ctx, const fa_problem *w,
+                          const fa_buffer *sinks, float **out);
+/* This rank's share of dL/dsink[h] (share: heads_q doubles): -sum over its rows (b, i) of
+ * exp(sink[h] - LSE) * D, D = rowsum(dO * O), from the local O, dO and LSE. */
+fa_status ring_sinks_share(ring_run *run, fa_context *ctx, const fa_problem *w,
+                           const fa_ring_options *o, const fa_ring_tensors *x, int64_t rows,
+                           const float *sinks, double *share);
+/* Every rank's n doubles gathered around the ring (P - 1 rounds) and summed in rank order into
+ * sum: the same on every rank. Collective. */
+void ring_sum_around(ring_run *run, const double *mine, int64_t n, double *sum);
 /* Bytes of one local K (or V) tensor of `rows` rows. */
 uint64_t ring_kv_bytes(const fa_problem *w, int64_t rows);
 

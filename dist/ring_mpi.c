@@ -7,8 +7,16 @@
 #include "flashattn_ring_mpi.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+
+/* Open MPI's extensions: MPIX_CUDA_AWARE_SUPPORT and MPIX_Query_cuda_support (mpiext_cuda). */
+#if defined(OPEN_MPI) && OPEN_MPI && defined(__has_include)
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>
+#endif
+#endif
 
 /* The communicator travels in `user` as its Fortran handle (an integer in every MPI). */
 static MPI_Comm comm_of(void *user)
@@ -98,4 +106,26 @@ fa_status fa_ring_transport_mpi(MPI_Comm comm, fa_ring_transport *out)
     out->cancel = mpi_cancel;
     out->user = (void *)(intptr_t)MPI_Comm_c2f(comm);
     return FA_STATUS_OK;
+}
+
+/* What the MPI library says about device (CUDA) memory. */
+static const char *mpi_device_memory(void)
+{
+#if defined(MPIX_CUDA_AWARE_SUPPORT)
+    return MPIX_Query_cuda_support() ? "CUDA-aware (MPIX_Query_cuda_support() = 1), not used: "
+                                       "the public API gives a transport no device pointer"
+                                     : "not CUDA-aware (MPIX_Query_cuda_support() = 0)";
+#else
+    return "not reported (this MPI's headers have no MPIX_Query_cuda_support)";
+#endif
+}
+
+void fa_ring_mpi_explain(fa_context *ctx, char *buf, size_t size)
+{
+    if (!buf || size == 0)
+        return;
+    fa_backend b = ctx ? fa_context_backend(ctx) : FA_BACKEND_AUTO;
+    const char *name = fa_backend_name(b) ? fa_backend_name(b) : "?";
+    snprintf(buf, size, "ring transfers: %s buffers through host staging (fa_buffer_read, MPI on "
+             "host memory, fa_buffer_write); MPI device memory: %s", name, mpi_device_memory());
 }

@@ -76,7 +76,8 @@ FA_API const char *fa_version(void);
     X(INVALID_BLOCK_TABLE, "invalid block table: a page outside the pool or the table")     \
     X(INVALID_BLOCK_SIZE, "a block mask's block size is not a power of two in [16, 256]")    \
     X(INVALID_BLOCK_MASK, "invalid block mask: a count, an index or an order in its lists")  \
-    X(TRANSPORT_ERROR, "a transfer between ranks failed or timed out (flashattn_ring)")
+    X(TRANSPORT_ERROR, "a transfer between ranks failed or timed out (flashattn_ring)")      \
+    X(INVALID_POSITION, "invalid positions: negative, past the whole sequence, or unaligned")
 
 typedef enum fa_status {
 #define FA__STATUS_ENUM(name, msg) FA_STATUS_##name,
@@ -433,6 +434,20 @@ typedef struct fa_problem {
     int32_t sparse_batch;   /* the lists' batch dimension: 1 (broadcast) or batch */
     int32_t sparse_heads;   /* the lists' head dimension: 1 (broadcast) or heads_q */
     int32_t sparse_full;    /* 1: the full pairs are given; 0: not */
+    /* Positions (off at zero): the problem is a block of a longer one, its rows at positions
+     * [q_position, q_position + seqlen_q) of a query sequence of whole_seqlen_q, its keys at
+     * [k_position, k_position + seqlen_k) of a key sequence of whole_seqlen_k (ring attention,
+     * a problem run in blocks). Every rule that compares a row with a key then uses the whole
+     * problem's: the causal mask (top-left: position j <= position i; bottom-right: j <= i +
+     * whole_seqlen_k - whole_seqlen_q), the window and ALiBi (i' = position i + whole_seqlen_k
+     * - whole_seqlen_q, j the key's position), and dropout's Philox counter (positions i, j).
+     * So blocks that cover the whole problem, merged by LSE (fa_merge), give the whole run's O
+     * and LSE. Not with varlen or seqlens_k; with dropout, k_position is a multiple of 4 (the
+     * counter draws words for 4 keys at once). FA_STATUS_INVALID_POSITION otherwise. */
+    int64_t q_position;     /* >= 0 */
+    int64_t k_position;     /* >= 0 */
+    int64_t whole_seqlen_q; /* >= q_position + seqlen_q; 0: q_position + seqlen_q */
+    int64_t whole_seqlen_k; /* >= k_position + seqlen_k; 0: k_position + seqlen_k */
 } fa_problem;
 
 /* LSE, when requested, is f32 [batch, heads_q, seqlen_q], contiguous, natural log. */
@@ -526,8 +541,8 @@ typedef struct fa_plan fa_plan;
  * are validated like any input (FA_STATUS_INVALID_TILE).
  * Returns FA_STATUS_NULL_POINTER, INVALID_SHAPE, INVALID_STRIDE, UNSUPPORTED_DTYPE,
  * UNSUPPORTED_HEAD_DIM, HEADS_MISMATCH, INVALID_MASK, INVALID_SCALE, INVALID_TILE,
- * INVALID_DROPOUT, INVALID_SOFTCAP, INVALID_WINDOW, INVALID_BIAS, INVALID_ARGUMENT (a modifier
- * switch other than 0 or 1), SRAM_TOO_SMALL, UNSUPPORTED (also: a modifier the backend does
+ * INVALID_DROPOUT, INVALID_SOFTCAP, INVALID_WINDOW, INVALID_BIAS, INVALID_POSITION,
+ * INVALID_ARGUMENT (a modifier switch other than 0 or 1), SRAM_TOO_SMALL, UNSUPPORTED (also: a modifier the backend does
  * not run yet, named in the message), KERNEL_BUILD_ERROR (backends that compile at plan time),
  * OUT_OF_MEMORY.
  */

@@ -93,6 +93,9 @@ typedef struct fa_ring_stats {
     uint64_t bytes_sent;
     int32_t steps; /* P */
     int32_t pairs; /* (query chunk, key chunk) blocks computed; skipped ones not counted */
+    int32_t transfers; /* the steps' exchanges with the neighbours (a send and a receive) */
+    int32_t transfers_hidden; /* of those, the ones seen complete by a poll between two
+                                 blocks of the step's compute: wholly hidden behind it */
 } fa_ring_stats;
 
 typedef struct fa_ring_options {
@@ -116,13 +119,21 @@ typedef struct fa_ring_tensors {
     fa_buffer *lse; /* forward: written when given; backward: read (required) */
     const fa_buffer *d_o;
     fa_buffer *dq, *dk, *dv;
+    const fa_buffer *alibi_slopes; /* f32 [heads_q] on every rank, when whole.alibi */
+    const fa_buffer *sinks;        /* f32 [heads_q] on every rank, when whole.sinks */
+    fa_buffer *d_sinks;            /* backward, when whole.sinks: f32 [heads_q], the same sum
+                                      on every rank */
 } fa_ring_tensors;
 
 /*
  * The ring forward: O (and LSE when tensors->lse is given) of this rank's rows of the whole
  * problem `whole` (its seqlen_q = seqlen_k = N, the whole length; its tensor layouts are not
- * read). Supported: the three masks, GQA/MQA, f32/f16/bf16, scale and softcap. Modifiers that
- * depend on positions (window, ALiBi, dropout), bias, sinks, varlen and paged K/V: UNSUPPORTED.
+ * read). Supported: the three masks, GQA/MQA, f32/f16/bf16, scale, softcap, the sliding window,
+ * ALiBi and dropout (each block runs at its absolute positions: fa_problem's q_position and
+ * k_position, so dropout's bits are a single device's); dropout needs every chunk to start at
+ * a multiple of 4 rows (N a multiple of 4 * chunks); sinks, joined once per row after the
+ * ring (a last merge with a part of O = 0 and LSE = sink; the backward's d_sinks summed around
+ * the ring in rank order). Bias, varlen and paged K/V, and seqlen_q != seqlen_k: UNSUPPORTED.
  * O is merged in the storage dtype, one rounding per merged block (f32: exact to rounding).
  * Returns FA_STATUS_OK on every rank, or on every rank the status of the lowest failing rank
  * with "rank R: message" in why (truncated to why_size, NUL-terminated): NULL_POINTER,

@@ -112,8 +112,10 @@ void dropout_key_rows(__local float *x, const fa_kernel_params *p, long b, long 
     const int e = (int)(j & 3);
     int c = 0;
     for (; c + DROPOUT_LANES <= n; c += DROPOUT_LANES) {
-        uint_lanes w0 = (uint_lanes)((uint)(j >> 2)), w2 = (uint_lanes)((uint)(b * p->heads_q + h));
-        uint_lanes w1 = (uint_lanes)((uint)(i0 + c)) + PHILOX_LANE;
+        /* the counter of fa_dropout_words: positions (k_position + j) >> 2 and q_position + i */
+        uint_lanes w0 = (uint_lanes)((uint)((fa_k_position(p) + j) >> 2));
+        uint_lanes w2 = (uint_lanes)((uint)(b * p->heads_q + h));
+        uint_lanes w1 = (uint_lanes)((uint)(fa_q_position(p) + i0 + c)) + PHILOX_LANE;
         uint_lanes w3 = (uint_lanes)p->dropout_offset;
         FA_PHILOX_10_ROUNDS(uint_lanes, PHILOX_MULHILO_LANES, w0, w1, w2, w3,
                             (uint)p->dropout_seed, (uint)(p->dropout_seed >> 32));
@@ -258,7 +260,7 @@ INLINE_ON_GPU void grad_row_dq(__local float *s_row, __local float *dp_row,
         const float lo = (float)clamp(begin - j0, -1L, (long)KEYS_PER_VEC);
         const float hi = (float)clamp(end - j0, -1L, (long)KEYS_PER_VEC);
         const int_keys visible = LANE_INDEX >= lo && LANE_INDEX < hi;
-        const float_keys dist = (float)(i + p->seqlen_k - p->seqlen_q - j0) - LANE_INDEX;
+        const float_keys dist = (float)(i + fa_diagonal(p, 1) - j0) - LANE_INDEX;
         float_keys bias2 = 0.0f;
         if ((FEATURES & FA_FEATURE_BIAS) && bias_row && j0 + KEYS_PER_VEC <= p->seqlen_k) {
             bias2 = LOG2E * load_bias_keys(bias_row + j0);
@@ -394,21 +396,21 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
 /* ---- the dK/dV pass ------------------------------------------------------------------------ */
 
 /* The first query row that sees key `key` (the mask and window rules of kernel_params.h,
- * inverted: j <= i' + window_right means i >= j - window_right - (Sk - Sq)). */
+ * inverted: j <= i' + window_right means i >= j - window_right - fa_diagonal(p, 1)). */
 long first_row_seeing(long key, const fa_kernel_params *p)
 {
-    long first = MASK == 0 ? 0 : key - (MASK == 2 ? p->seqlen_k - p->seqlen_q : 0);
+    long first = MASK == 0 ? 0 : key - fa_diagonal(p, MASK == 2);
     if ((FEATURES & FA_FEATURE_WINDOW) && p->window_right >= 0)
-        first = max(first, key - p->window_right - (p->seqlen_k - p->seqlen_q));
+        first = max(first, key - p->window_right - fa_diagonal(p, 1));
     return clamp(first, 0L, p->seqlen_q);
 }
 
 /* The end of the query rows that see key `key` (the window's left side inverted: j >= i' -
- * window_left means i <= j + window_left - (Sk - Sq)); Sq without a window. */
+ * window_left means i <= j + window_left - fa_diagonal(p, 1)); Sq without a window. */
 long rows_seeing_end(long key, const fa_kernel_params *p)
 {
     if ((FEATURES & FA_FEATURE_WINDOW) && p->window_left >= 0)
-        return clamp(key + p->window_left - (p->seqlen_k - p->seqlen_q) + 1, 0L, p->seqlen_q);
+        return clamp(key + p->window_left - fa_diagonal(p, 1) + 1, 0L, p->seqlen_q);
     return p->seqlen_q;
 }
 
@@ -441,12 +443,12 @@ INLINE_ON_GPU void grad_row_dkdv(__local float *st_row, __local float *dpt_row,
         const long i0 = r0 + at;
         int_keys visible = (int_keys)(int)j < VLOAD_KEYS(keys_v + at);
         if ((FEATURES & FA_FEATURE_WINDOW) && p->window_left >= 0) {
-            /* j >= fa_window_begin(i) = i + Sk - Sq - left */
-            const float last = (float)clamp(
-                j - (i0 + p->seqlen_k - p->seqlen_q - p->window_left), -1L, (long)KEYS_PER_VEC);
+            /* j >= fa_window_begin(i) = i + fa_diagonal(p, 1) - left */
+            const float last = (float)clamp(j - (i0 + fa_diagonal(p, 1) - p->window_left), -1L,
+                                            (long)KEYS_PER_VEC);
             visible = visible && LANE_INDEX <= last;
         }
-        const float_keys dist = (float)(i0 + p->seqlen_k - p->seqlen_q - j) + LANE_INDEX;
+        const float_keys dist = (float)(i0 + fa_diagonal(p, 1) - j) + LANE_INDEX;
         float_keys bias2 = 0.0f;
         if (FEATURES & FA_FEATURE_BIAS) { /* a column here: gathered row by row where seen */
             float part[KEYS_PER_VEC];

@@ -116,7 +116,7 @@
 #endif
 
 /* The host passes the struct by value; C and OpenCL C must agree on its size (C99 check). */
-typedef char fa_kernel_params_size_check[sizeof(fa_kernel_params) == 536 ? 1 : -1];
+typedef char fa_kernel_params_size_check[sizeof(fa_kernel_params) == 568 ? 1 : -1];
 
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)

@@ -84,10 +84,11 @@ INLINE_ON_GPU void dropout_row(__local float *p_row, const fa_kernel_params *p, 
          * are round 1's product of word 2 and round 2's of word 0: the row's, made once. */
         uint r1_c0, r1_c1, r2_hi0, r2_lo0;
         FA_MULHILO_U32(FA_PHILOX_M1, (uint)(b * p->heads_q + h), r1_c0, r1_c1);
-        r1_c0 ^= (uint)row ^ key0;
+        r1_c0 ^= (uint)(fa_q_position(p) + row) ^ key0; /* the row's position */
         FA_MULHILO_U32(FA_PHILOX_M0, r1_c0, r2_hi0, r2_lo0);
         for (int g0 = 0; g0 < LANE_KEYS / 4; g0 += DROPOUT_LANES) { /* keys k0 + 4 g0 .. */
-            uint_lanes w0 = (uint_lanes)((uint)((k0 >> 2) + g0)) + PHILOX_LANE, w1, w2, w3;
+            uint_lanes w0 = (uint_lanes)((uint)(((fa_k_position(p) + k0) >> 2) + g0)) + PHILOX_LANE;
+            uint_lanes w1, w2, w3;
             /* round 1: it leaves words 0 and 1 at (r1_c0, r1_c1) in every lane */
             PHILOX_MULHILO_LANES(FA_PHILOX_M0, w0, w2, w3);
             w2 ^= p->dropout_offset ^ key1;

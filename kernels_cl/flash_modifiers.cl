@@ -12,8 +12,13 @@
 #if FEATURES & FA_FEATURE_ALIBI
 #define ALIBI_ARG , __global const float *alibi_slopes
 #define ALIBI_PASS , alibi_slopes
-/* the slope of (batch b, query head h), p the params' pointer; 0 without ALiBi */
+/* the slope of (batch b, query head h), p the params' pointer; 0 without ALiBi. The batch
+ * stride only with slopes per sequence: its index cost AMD's backward scalar registers. */
+#if FEATURES & FA_FEATURE_ALIBI_BATCH
 #define ALIBI_SLOPE(p, b, h) alibi_slopes[(b) * (p)->alibi_stride_b + (h)]
+#else
+#define ALIBI_SLOPE(p, b, h) alibi_slopes[h]
+#endif
 #else
 #define ALIBI_ARG
 #define ALIBI_PASS
@@ -122,7 +127,7 @@ void store_scores(float_keys s, __local float *s_row, int at, const fa_kernel_pa
  * moves them to a tile). */
 row_mods row_mods_of(const fa_kernel_params *p ALIBI_ARG BIAS_ARG, long b, long h, long row)
 {
-    row_mods rm = {ALIBI_SLOPE(p, b, h), row + p->seqlen_k - p->seqlen_q, 0, 0};
+    row_mods rm = {ALIBI_SLOPE(p, b, h), row + fa_diagonal(p, 1), 0, 0};
     if ((FEATURES & FA_FEATURE_BIAS) && row < p->seqlen_q) /* rows past Sq read nothing */
         rm.bias_row = BIAS_PTR + p->bias_offset + b * p->bias_stride_b + h * p->bias_stride_h +
                       row * p->bias_stride_s;

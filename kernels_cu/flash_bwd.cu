@@ -92,24 +92,24 @@ __device__ __forceinline__ T *key_rows(T *t, i64 offset, i64 stride_b, i64 strid
 }
 
 /* The first query row that sees key `key` (the mask and window rules of kernel_params.h,
- * inverted: j <= i' + window_right means i >= j - window_right - (Sk - Sq)). */
+ * inverted: j <= i' + window_right means i >= j - window_right - fa_diagonal). */
 __device__ __forceinline__ i64 first_row_seeing(i64 key, const fa_kernel_params &p)
 {
-    i64 first = MASK == 0 ? 0 : key - (MASK == 2 ? p.seqlen_k - p.seqlen_q : 0);
+    i64 first = MASK == 0 ? 0 : key - fa_diagonal(&p, MASK == 2);
 #if FEATURES & FA_FEATURE_WINDOW
     if (p.window_right >= 0)
-        first = max(first, key - p.window_right - (p.seqlen_k - p.seqlen_q));
+        first = max(first, key - p.window_right - fa_diagonal(&p, 1));
 #endif
     return max((i64)0, min(first, p.seqlen_q));
 }
 
 /* The end of the query rows that see key `key` (the window's left side inverted: j >= i' -
- * window_left means i <= j + window_left - (Sk - Sq)); Sq without a window. */
+ * window_left means i <= j + window_left - fa_diagonal); Sq without a window. */
 __device__ __forceinline__ i64 rows_seeing_end(i64 key, const fa_kernel_params &p)
 {
 #if FEATURES & FA_FEATURE_WINDOW
     if (p.window_left >= 0)
-        return max((i64)0, min(key + p.window_left - (p.seqlen_k - p.seqlen_q) + 1, p.seqlen_q));
+        return max((i64)0, min(key + p.window_left - fa_diagonal(&p, 1) + 1, p.seqlen_q));
 #endif
     (void)key;
     return p.seqlen_q;

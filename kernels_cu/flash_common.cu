@@ -63,7 +63,7 @@
 #endif
 #endif
 
-static_assert(sizeof(fa_kernel_params) == 536, "fa_kernel_params must match the C layout");
+static_assert(sizeof(fa_kernel_params) == 568, "fa_kernel_params must match the C layout");
 static_assert(TPR >= 1 && TPR <= 32 && (TPR & (TPR - 1)) == 0, "TPR: a power of two <= 32");
 #if MMA
 static_assert(DTYPE != 0, "the tensor-core path takes f16 or bf16");

@@ -86,8 +86,8 @@ typedef store_t bias_t;
 __device__ __forceinline__ float bias_to_f32(bias_t v) { return to_f32(v); }
 #endif
 
-/* The modifier tensors of a launch, in the host's order (src/op_launches.c add_modifier_args): those of
- * the features compiled in follow the launch's own tensors; absent ones are null here. */
+/* The modifier tensors of a launch, in the host's order (src/op_launches.c add_modifier_args):
+ * those of the features compiled in follow the launch's own tensors; absent ones are null here. */
 struct modifier_args {
     const float *alibi;  /* ALiBi slopes f32 [Hq], or [B, Hq] (alibi_stride_b) */
     const bias_t *bias;  /* bias [B, Hq, Sq, Sk] (bias_* params), keys contiguous */
@@ -127,7 +127,7 @@ __device__ __forceinline__ head_mods head_mods_of(const modifier_args &a,
 {
     head_mods hm = {0.0f, nullptr, NEG_INF};
 #if FEATURES & FA_FEATURE_ALIBI
-    hm.slope = a.alibi[b * p.alibi_stride_b + h];
+    hm.slope = a.alibi[((FEATURES & FA_FEATURE_ALIBI_BATCH) ? b * p.alibi_stride_b : 0) + h];
 #endif
 #if FEATURES & FA_FEATURE_BIAS
     hm.bias = a.bias + p.bias_offset + b * p.bias_stride_b + h * p.bias_stride_h;
@@ -144,8 +144,9 @@ __device__ __forceinline__ head_mods head_mods_of(const modifier_args &a,
 }
 
 /* The score of (row, key) in log2 units, for exp2, from dot = q.k: s = scale * dot, then, in
- * natural units, softcap (s = cap * tanh(s / cap)), ALiBi (s -= slope * |row + Sk - Sq - key|)
- * and bias (s += bias[b][h][row][key]). Only for rows < Sq and keys < Sk (the bias is read).
+ * natural units, softcap (s = cap * tanh(s / cap)), ALiBi (s -= slope * |i' - key|, i' = row +
+ * fa_diagonal) and bias (s += bias[b][h][row][key]). Only for rows < Sq and keys < Sk (the
+ * bias is read).
  * dcap (the backward's): when not null, receives d softcap(s) / ds = 1 - tanh^2(s / cap); it is
  * left as it is without softcap. */
 __device__ __forceinline__ float score_log2(float dot, const fa_kernel_params &p,
@@ -161,7 +162,7 @@ __device__ __forceinline__ float score_log2(float dot, const fa_kernel_params &p
         *dcap = 1.0f - th * th;
 #endif
 #if FEATURES & FA_FEATURE_ALIBI
-    i64 dist = row + p.seqlen_k - p.seqlen_q - key;
+    i64 dist = row + fa_diagonal(&p, 1) - key;
     s -= hm.slope * (float)(dist < 0 ? -dist : dist);
 #endif
 #if FEATURES & FA_FEATURE_BIAS

@@ -390,6 +390,18 @@ fa_status fa__modifiers_validate(fa_context *ctx, const fa_problem *p);
 /* Fills the modifier and dropout fields of kernel params from a validated problem. */
 void fa__kernel_params_fill_modifiers(const fa_problem *p, fa_kernel_params *kp);
 
+/* ---- positions: a block of a longer problem (src/positions.c) ---------------------------- */
+
+/* The whole sequences' lengths (whole_seqlen_q/k, or the block's end when 0). */
+int64_t fa__whole_seqlen_q(const fa_problem *p);
+int64_t fa__whole_seqlen_k(const fa_problem *p);
+/* Whether any position field is set. */
+bool fa__positioned(const fa_problem *p);
+/* Checks the position fields (called by fa__problem_validate; OK when off). */
+fa_status fa__positions_validate(fa_context *ctx, const fa_problem *p);
+/* Fills the position fields of kernel params (zero when off). */
+void fa__kernel_params_fill_positions(const fa_problem *p, fa_kernel_params *kp);
+
 /* ---- block-sparse attention (src/block_sparse.c) ----------------------------------------- */
 
 /* Checks the block-sparse fields (called by fa__modifiers_validate; OK when off). */

@@ -14,7 +14,9 @@ _Static_assert(offsetof(fa_kernel_params, sparse_block_q) == 504,
                "fa_kernel_params: block-sparse fields appended");
 _Static_assert(offsetof(fa_kernel_params, alibi_stride_b) == 528,
                "fa_kernel_params: the slopes' batch stride appended");
-_Static_assert(sizeof(fa_kernel_params) == 536, "fa_kernel_params size (kernels check it too)");
+_Static_assert(offsetof(fa_kernel_params, q_position) == 536,
+               "fa_kernel_params q_position offset");
+_Static_assert(sizeof(fa_kernel_params) == 568, "fa_kernel_params size (kernels check it too)");
 
 static void copy_layout(const fa_tensor_layout *t, fa_kp_i64 *offset, fa_kp_i64 *sb,
                         fa_kp_i64 *sh, fa_kp_i64 *ss)
@@ -52,6 +54,7 @@ void fa__kernel_params_fill(const fa_problem *p, int32_t block_r, fa_kernel_para
     kp->scale_log2 = (float)((double)kp->scale * 1.4426950408889634);
     fa__kernel_params_fill_modifiers(p, kp);
     fa__kernel_params_fill_seq(p, kp);
+    fa__kernel_params_fill_positions(p, kp);
 }
 
 void fa__kernel_params_fill_backward(const fa_problem *p, fa_kernel_params *kp)

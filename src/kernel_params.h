@@ -43,9 +43,13 @@ typedef uint32_t fa_kp_u32;
 #define FA_FEATURE_DROPOUT 32u
 #define FA_FEATURE_BLOCK_SPARSE 64u /* only the key blocks of a query block's lists (backends
                                        opt in: not in FA_FEATURES_ALL) */
+#define FA_FEATURE_POSITIONS 128u /* a block of a longer problem: the rules read the shifts
+                                     and positions below (0 without the bit) */
+#define FA_FEATURE_ALIBI_BATCH 256u /* ALiBi slopes per sequence [B, Hq] (fa_problem.alibi 2):
+                                       the slopes' batch stride is read (0 without the bit) */
 #define FA_FEATURES_ALL                                                                         \
     (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_BIAS | FA_FEATURE_WINDOW |              \
-     FA_FEATURE_SINKS | FA_FEATURE_DROPOUT)
+     FA_FEATURE_SINKS | FA_FEATURE_DROPOUT | FA_FEATURE_POSITIONS | FA_FEATURE_ALIBI_BATCH)
 
 typedef struct fa_kernel_params {
     fa_kp_i64 q_offset, q_stride_b, q_stride_h, q_stride_s; /* Q [B, Hq, Sq, D] */
@@ -110,9 +114,16 @@ typedef struct fa_kernel_params {
     fa_kp_i32 sparse_q_blocks, sparse_k_blocks;
     fa_kp_i32 sparse_batch, sparse_heads;
     /* ALiBi: the slope of (b, h) is alibi_slopes[b * alibi_stride_b + h]: 0 for slopes shared
-     * by the batch (fa_problem.alibi 1), heads_q for per-sequence slopes (alibi 2). */
+     * by the batch (fa_problem.alibi 1), heads_q for per-sequence slopes (alibi 2, where
+     * FA_FEATURE_ALIBI_BATCH tells the kernels to read it at all). */
     fa_kp_i32 alibi_stride_b;
     fa_kp_i32 alibi_unused; /* keeps the size a multiple of 8 */
+    /* Positions (fa_problem's q_position, k_position, whole_seqlen_q/k): a problem that is a
+     * block of a longer one. All 0 otherwise, so every rule below is the block-relative one. */
+    fa_kp_i64 q_position, k_position; /* row i is at q_position + i, key j at k_position + j */
+    fa_kp_i64 shift_top_left;     /* q_position - k_position: the top-left diagonal's shift */
+    fa_kp_i64 shift_bottom_right; /* added to seqlen_k - seqlen_q: the whole problem's
+                                     bottom-right diagonal (mask 2, the window and ALiBi) */
 } fa_kernel_params;
 
 /* How sequences are addressed, as bits of `seq` (and of a kernel's SEQ define). */
@@ -126,13 +137,52 @@ typedef struct fa_kernel_params {
 #define FA_KP_FN static inline
 #endif
 
+/* The FA_FEATURE_* bits a rule may test: a kernel's FEATURES (a compile-time constant, so a
+ * kernel without positions never reads them), else the params' (the golden). */
+#if defined(FEATURES)
+#define FA_KP_FEATURES(p) (FEATURES)
+#else
+#define FA_KP_FEATURES(p) ((p)->features)
+#endif
+
+/* The position of row 0 and of key 0 in the whole problem: 0 without FA_FEATURE_POSITIONS. */
+FA_KP_FN fa_kp_i64 fa_q_position(const fa_kernel_params *p)
+{
+    return (FA_KP_FEATURES(p) & FA_FEATURE_POSITIONS) ? p->q_position : 0;
+}
+
+FA_KP_FN fa_kp_i64 fa_k_position(const fa_kernel_params *p)
+{
+    return (FA_KP_FEATURES(p) & FA_FEATURE_POSITIONS) ? p->k_position : 0;
+}
+
+/* The positions' shift of a diagonal (top-left, or bottom-right): 0 without the bit. */
+FA_KP_FN fa_kp_i64 fa_position_shift(const fa_kernel_params *p, int bottom_right)
+{
+    if (!(FA_KP_FEATURES(p) & FA_FEATURE_POSITIONS))
+        return 0;
+    return bottom_right ? p->shift_bottom_right : p->shift_top_left;
+}
+
+/*
+ * Row `row`'s diagonal key: key j = row + fa_diagonal(p, bottom_right) sits at the row's
+ * position. Top-left (mask 1) aligns the first row with the first key, bottom-right (mask 2,
+ * the window and ALiBi) the last row with the last key (seqlen_k - seqlen_q); a block of a
+ * longer problem (positions) shifts both so that they are the whole problem's diagonals.
+ */
+FA_KP_FN fa_kp_i64 fa_diagonal(const fa_kernel_params *p, int bottom_right)
+{
+    return (bottom_right ? p->seqlen_k - p->seqlen_q : 0) + fa_position_shift(p, bottom_right);
+}
+
 /*
  * The mask rule: query row `row` may attend to keys [0, fa_keys_allowed(...)), i.e. key j when
  *   mask 0 (FA_MASK_NONE):                 always
  *   mask 1 (FA_MASK_CAUSAL_TOP_LEFT):      j <= row
  *   mask 2 (FA_MASK_CAUSAL_BOTTOM_RIGHT):  j <= row + (seqlen_k - seqlen_q)
  * clamped to [0, seqlen_k]. The count never decreases with the row, so a tile's first row has
- * the fewest keys and its last row the most.
+ * the fewest keys and its last row the most. A block of a longer problem passes its row
+ * shifted to the whole problem's diagonal (fa_keys_end).
  */
 FA_KP_FN fa_kp_i64 fa_keys_allowed(fa_kp_i32 mask, fa_kp_i64 row, fa_kp_i64 seqlen_q,
                                    fa_kp_i64 seqlen_k)
@@ -145,16 +195,15 @@ FA_KP_FN fa_kp_i64 fa_keys_allowed(fa_kp_i32 mask, fa_kp_i64 row, fa_kp_i64 seql
 
 /*
  * The sliding window (FA_FEATURE_WINDOW): row `row` sees keys [fa_window_begin, fa_window_end)
- * with i' = row + seqlen_k - seqlen_q, begin = i' - window_left, end = i' + window_right + 1,
+ * with i' = row + fa_diagonal(p, 1), begin = i' - window_left, end = i' + window_right + 1,
  * clamped to [0, seqlen_k]; -1 leaves that side unbounded. Both never decrease with the row.
- * The params hold bounds below seqlen_q + seqlen_k + 1 (larger ones become -1), so no sum here
- * can overflow.
+ * The params hold bounds and shifts that keep these sums inside int64 (src/modifiers.c).
  */
 FA_KP_FN fa_kp_i64 fa_window_begin(const fa_kernel_params *p, fa_kp_i64 row)
 {
     if (p->window_left < 0)
         return 0;
-    fa_kp_i64 n = row + p->seqlen_k - p->seqlen_q - p->window_left;
+    fa_kp_i64 n = row + fa_diagonal(p, 1) - p->window_left;
     return n < 0 ? 0 : n > p->seqlen_k ? p->seqlen_k : n;
 }
 
@@ -162,7 +211,7 @@ FA_KP_FN fa_kp_i64 fa_window_end(const fa_kernel_params *p, fa_kp_i64 row)
 {
     if (p->window_right < 0)
         return p->seqlen_k;
-    fa_kp_i64 n = row + p->seqlen_k - p->seqlen_q + p->window_right + 1;
+    fa_kp_i64 n = row + fa_diagonal(p, 1) + p->window_right + 1;
     return n < 0 ? 0 : n > p->seqlen_k ? p->seqlen_k : n;
 }
 
@@ -179,7 +228,8 @@ FA_KP_FN fa_kp_i64 fa_keys_begin(const fa_kernel_params *p, fa_kp_i32 features, 
 FA_KP_FN fa_kp_i64 fa_keys_end(const fa_kernel_params *p, fa_kp_i32 mask, fa_kp_i32 features,
                                fa_kp_i64 row)
 {
-    fa_kp_i64 n = fa_keys_allowed(mask, row, p->seqlen_q, p->seqlen_k);
+    fa_kp_i64 n = fa_keys_allowed(mask, row + fa_position_shift(p, mask == 2), p->seqlen_q,
+                                  p->seqlen_k);
     if (features & FA_FEATURE_WINDOW) {
         fa_kp_i64 w = fa_window_end(p, row);
         n = w < n ? w : n;
@@ -247,16 +297,17 @@ FA_KP_FN void fa_philox4x32_10(fa_kp_u32 c[4], fa_kp_u32 k0, fa_kp_u32 k1)
 }
 
 /*
- * Dropout's random words for keys 4*(j >> 2) .. +3 of row i of (batch b, query head h): Philox
- * with counter (j >> 2, i, b * heads_q + h, dropout_offset), each word mod 2^32, and key
- * (seed & 0xffffffff, seed >> 32). Key j's word is w[j & 3]; it is kept when
+ * Dropout's random words for keys 4*(j >> 2) .. +3 of row i of (batch b, query head h), at
+ * positions I = q_position + i and J = k_position + j: Philox with counter (J >> 2, I,
+ * b * heads_q + h, dropout_offset), each word mod 2^32, and key (seed & 0xffffffff, seed >> 32).
+ * Key j's word is w[j & 3] (k_position is a multiple of 4: J & 3 == j & 3); it is kept when
  * w[j & 3] >= dropout_threshold.
  */
 FA_KP_FN void fa_dropout_words(const fa_kernel_params *p, fa_kp_i64 b, fa_kp_i64 h,
                                fa_kp_i64 i, fa_kp_i64 j, fa_kp_u32 w[4])
 {
-    w[0] = (fa_kp_u32)(j >> 2);
-    w[1] = (fa_kp_u32)i;
+    w[0] = (fa_kp_u32)((fa_k_position(p) + j) >> 2);
+    w[1] = (fa_kp_u32)(fa_q_position(p) + i);
     w[2] = (fa_kp_u32)(b * p->heads_q + h);
     w[3] = p->dropout_offset;
     fa_philox4x32_10(w, (fa_kp_u32)p->dropout_seed, (fa_kp_u32)(p->dropout_seed >> 32));

@@ -25,6 +25,10 @@ unsigned fa__problem_features(const fa_problem *p)
         f |= FA_FEATURE_DROPOUT;
     if (p->block_sparse)
         f |= FA_FEATURE_BLOCK_SPARSE;
+    if (fa__positioned(p))
+        f |= FA_FEATURE_POSITIONS;
+    if (p->alibi == 2)
+        f |= FA_FEATURE_ALIBI_BATCH;
     return f;
 }
 
@@ -45,6 +49,10 @@ const char *fa__feature_name(unsigned bit)
         return "dropout";
     case FA_FEATURE_BLOCK_SPARSE:
         return "block_sparse";
+    case FA_FEATURE_POSITIONS:
+        return "positions";
+    case FA_FEATURE_ALIBI_BATCH:
+        return "alibi_batch";
     default:
         return "?";
     }
@@ -53,7 +61,7 @@ const char *fa__feature_name(unsigned bit)
 void fa__features_spell(unsigned features, char *dst, size_t size)
 {
     fa__format(dst, size, "%s", features ? "" : "none");
-    for (unsigned bit = 1; bit <= FA_FEATURE_BLOCK_SPARSE; bit <<= 1) {
+    for (unsigned bit = 1; bit <= FA_FEATURE_POSITIONS; bit <<= 1) {
         if (features & bit)
             fa__append(dst, size, "%s%s", dst[0] ? ", " : "", fa__feature_name(bit));
     }
@@ -114,11 +122,12 @@ fa_status fa__modifiers_validate(fa_context *ctx, const fa_problem *p)
     return st == FA_STATUS_OK ? fa__block_sparse_validate(ctx, p) : st;
 }
 
-/* A window bound past seqlen_q + seqlen_k reaches every key: -1 says so, and keeps the sums of
- * fa_window_begin / fa_window_end inside int64. */
+/* A window bound past the whole problem's seqlen_q + seqlen_k (a block's own when it has no
+ * positions) reaches every key: -1 says so, and keeps the sums of fa_window_begin /
+ * fa_window_end inside int64. */
 static fa_kp_i64 window_bound(const fa_problem *p, int64_t bound)
 {
-    return bound < 0 || bound > p->seqlen_q + p->seqlen_k ? -1 : bound;
+    return bound < 0 || bound > fa__whole_seqlen_q(p) + fa__whole_seqlen_k(p) ? -1 : bound;
 }
 
 void fa__kernel_params_fill_modifiers(const fa_problem *p, fa_kernel_params *kp)

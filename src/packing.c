@@ -14,15 +14,15 @@ static fa_tensor_layout pack_layout(fa_tensor_layout t, int64_t group)
 }
 
 /* Whether the query heads of a one-row problem can be rows: dense (not varlen), seqlen_q 1, no
- * mask or causal bottom-right (row 0 sees every key either way), and no bias or dropout (they
- * address the head and row themselves); softcap, ALiBi, a window and sinks the packed kernel
- * applies per row (PACKED). Not with slopes per sequence (alibi 2): the packed rows index the
- * slopes by head alone. */
+ * mask or causal bottom-right (row 0 sees every key either way), no bias or dropout (they
+ * address the head and row themselves) and no positions (a packed row is a head); softcap,
+ * ALiBi, a window and sinks the packed kernel applies per row (PACKED). Not with slopes per
+ * sequence (alibi 2): the packed rows index the slopes by head alone. */
 static bool heads_alike(const fa_problem *p)
 {
     const unsigned allowed =
         FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_WINDOW | FA_FEATURE_SINKS;
-    return p->seqlen_q == 1 && !p->varlen && p->alibi != 2 &&
+    return p->seqlen_q == 1 && !p->varlen && p->alibi != 2 && !fa__positioned(p) &&
            (p->mask == FA_MASK_NONE || p->mask == FA_MASK_CAUSAL_BOTTOM_RIGHT) &&
            !(fa__problem_features(p) & ~allowed);
 }

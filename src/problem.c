@@ -159,7 +159,8 @@ fa_status fa__problem_validate(fa_context *ctx, const fa_problem *p)
         return fa__error(ctx, FA_STATUS_INVALID_TILE,
                          "tile overrides block_r = %d, block_c = %d must be in [0, %d]",
                          (int)p->block_r, (int)p->block_c, FA__MAX_TILE);
-    return fa__modifiers_validate(ctx, p);
+    st = fa__modifiers_validate(ctx, p);
+    return st == FA_STATUS_OK ? fa__positions_validate(ctx, p) : st;
 }
 
 fa_status fa__tensors_validate(fa_context *ctx, const fa_problem *p, int64_t total_q,

@@ -48,6 +48,7 @@ typedef struct emu_mods {
     bool sinks;         /* random in [-1, 2), the last head's -inf (no sink) */
     float dropout_p;    /* > 0: on */
     bool masked_rows;   /* the golden has rows without keys: the case checks them */
+    int64_t q_position, k_position, whole_q, whole_k; /* a block of a longer problem */
 } emu_mods;
 
 typedef struct emu_case {
@@ -129,6 +130,13 @@ static const emu_mods all_storage_bias = {.softcap = 0.5f, .alibi = true, .bias 
                                           .bias_bcast = true, .window = true, .window_left = 20,
                                           .window_right = 0, .sinks = true, .dropout_p = 0.1f};
 
+/* Every modifier on a block of a longer problem: rows at 40 of 120, keys at 12 of 100, so the
+ * mask, window and ALiBi align on whole-problem positions and dropout keys by them. */
+static const emu_mods all_positioned = {.softcap = 0.5f, .alibi = true, .bias = 1, .window = true,
+                                        .window_left = 9, .window_right = 4, .sinks = true,
+                                        .dropout_p = 0.25f, .q_position = 40, .k_position = 12,
+                                        .whole_q = 120, .whole_k = 100};
+
 static const emu_case mod_cases[] = {
     /* CUDA cores: f32 (and f16 at d 40), d 40, Br 8, Bc 24. */
     {"mod_softcap_gqa_f32", FA_DTYPE_F32, FA_MASK_NONE, FA_LAYOUT_BSHD, 2, 4, 2, 37, 45, 40, 8,
@@ -170,6 +178,11 @@ static const emu_case mod_cases[] = {
      100, 64, 16, 32, 0, false, false, &all_storage_bias},
     {"mma_mod_window_skip_bf16", FA_DTYPE_BF16, FA_MASK_NONE, FA_LAYOUT_BHSD, 1, 2, 1, 100, 100,
      64, 16, 32, 0, false, false, &window_skip},
+    /* Positions, on both paths (the configurations of the all-modifier cases above). */
+    {"mod_all_positioned_bottom_right_f32", FA_DTYPE_F32, FA_MASK_CAUSAL_BOTTOM_RIGHT,
+     FA_LAYOUT_BHSD, 2, 4, 2, 45, 40, 40, 8, 24, 0, false, false, &all_positioned},
+    {"mma_mod_all_positioned_bottom_right_f16", FA_DTYPE_F16, FA_MASK_CAUSAL_BOTTOM_RIGHT,
+     FA_LAYOUT_BHSD, 2, 4, 2, 45, 40, 64, 16, 32, 0, false, false, &all_positioned},
 };
 
 /* Pads one tensor's BHSD rows: stride_seq d + pad, offset pad. */
@@ -221,6 +234,10 @@ static void mods_for(const emu_case *c, fa_problem *p)
     p->dropout_p = m->dropout_p;
     p->dropout_seed = 0x0123456789abcdefull;
     p->dropout_offset = 7;
+    p->q_position = m->q_position;
+    p->k_position = m->k_position;
+    p->whole_seqlen_q = m->whole_q;
+    p->whole_seqlen_k = m->whole_k;
 }
 
 static void fill_random(const emu_case *c, void *t, size_t n, const char *salt);

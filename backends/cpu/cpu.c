@@ -177,7 +177,7 @@ static double modified_score(const head_mods *hm, double s, int64_t i, int64_t j
         *dcap = 1.0 - t * t;
     }
     if (f & FA_FEATURE_ALIBI)
-        s -= log2_range(hm->slope * fabs((double)(i + kp->seqlen_k - kp->seqlen_q - j)));
+        s -= log2_range(hm->slope * fabs((double)(i + fa_diagonal(kp, 1) - j)));
     if (f & FA_FEATURE_BIAS)
         s += load((fa_dtype)kp->bias_dtype, hm->bias, hm->bias0 + i * kp->bias_stride_s + j);
     return f & (FA_FEATURE_ALIBI | FA_FEATURE_BIAS) ? log2_range(s) : s;

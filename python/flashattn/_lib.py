@@ -32,7 +32,9 @@ class Problem(ctypes.Structure):
         ("seqlens_k", c_i32), ("page_size", c_i64), ("num_pages", c_i64),
         ("pages_per_seq", c_i64), ("kv_splits", c_i32),
         ("block_sparse", c_i32), ("sparse_block_q", c_i32), ("sparse_block_k", c_i32),
-        ("sparse_batch", c_i32), ("sparse_heads", c_i32), ("sparse_full", c_i32)]
+        ("sparse_batch", c_i32), ("sparse_heads", c_i32), ("sparse_full", c_i32),
+        ("q_position", c_i64), ("k_position", c_i64), ("whole_seqlen_q", c_i64),
+        ("whole_seqlen_k", c_i64)]
 
 
 # fa_tensors' members, in the header's order; each a const or non-const fa_buffer pointer.

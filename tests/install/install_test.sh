@@ -3,12 +3,15 @@
 # project against it twice: with find_package(flashattn) (shared and static targets) and with
 # pkg-config (shared, and static with --static). Every program must run and pass, and neither
 # the installed library nor `pkg-config --static` may name OpenCL (it is loaded at run time).
+# With MPIEXEC (the build has flashattn_ring), also find_package(flashattn COMPONENTS ring):
+# examples/ring_attention.c built against the install and run on 2 ranks.
 #
-#   install_test.sh BUILD_DIR SOURCE_DIR C_COMPILER
+#   install_test.sh BUILD_DIR SOURCE_DIR C_COMPILER [MPIEXEC]
 set -eu
 build=$1
 src=$2
 cc=$3
+mpiexec=${4:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 prefix=$tmp/prefix
@@ -46,4 +49,16 @@ fi
     $(pkg-config --cflags flashattn) "$(pkg-config --variable=libdir flashattn)/libflashattn.a" \
     $(pkg-config --static --libs flashattn | sed 's/-lflashattn\b//')
 "$tmp/pc_static"
-echo "install: 4 passed, 0 failed"
+if [ -z "$mpiexec" ]; then
+    echo "install: 4 passed, 0 failed"
+    exit 0
+fi
+echo "-- find_package(flashattn COMPONENTS ring)"
+for f in include/flashattn_ring.h include/flashattn_ring_mpi.h; do
+    [ -e "$prefix/$f" ] || { echo "FAIL: $f is not installed"; exit 1; }
+done
+cmake -S "$src/tests/install/consumer_ring" -B "$tmp/consumer_ring" -DCMAKE_C_COMPILER="$cc" \
+    -DCMAKE_PREFIX_PATH="$prefix" -DRING_EXAMPLE="$src/examples/ring_attention.c" >/dev/null
+cmake --build "$tmp/consumer_ring" >/dev/null
+"$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$tmp/consumer_ring/ring_consumer" cpu
+echo "install: 5 passed, 0 failed"

@@ -24,6 +24,7 @@ typedef struct arrays {
     float *lse;
     tensor lq, lk, lv, ldo, lo, ldq, ldk, ldv; /* local */
     float *llse;
+    float d_sinks[16], ld_sinks[16]; /* the golden's and the ring's */
 } arrays;
 
 static fa_tensor_layout layout_of(fa_layout kind, int64_t heads, int64_t rows, int64_t d)
@@ -80,35 +81,77 @@ static int fail(char *msg, size_t size, const char *what, fa_status st, const ch
     return 1;
 }
 
-/* The golden forward and backward on the whole problem (cpu backend, host-wrapped memory). */
-static int golden_run(fa_context *g, const ring_case *c, arrays *x, char *msg, size_t size)
+/* The whole problem of a case, with its modifiers. */
+static fa_problem whole_problem(const ring_case *c)
 {
     fa_problem p;
     fa_problem_init(&p, c->dtype, c->tensor_layout, c->batch, c->heads_q, c->heads_kv,
                     c->seqlen, c->seqlen, c->head_dim);
     p.mask = c->mask;
     p.softcap = c->softcap;
+    p.window = c->window;
+    p.window_left = c->window_left;
+    p.window_right = c->window_right;
+    p.alibi = c->alibi;
+    p.dropout_p = c->dropout;
+    p.dropout_seed = 0xfeedbeef12345ull;
+    p.dropout_offset = 3;
+    p.sinks = c->sinks;
+    return p;
+}
+
+/* The sinks, f32 [heads_q] (at most 16 heads): head 1 has none (-inf). */
+static float *sinks_of(const ring_case *c)
+{
+    static float s[16];
+    for (int h = 0; h < 16; h++)
+        s[h] = h == 1 ? -INFINITY : 0.5f - 0.25f * (float)h;
+    return c->heads_q <= 16 ? s : NULL;
+}
+
+/* ALiBi's slopes, f32 [heads_q] (at most 16 heads in the cases). */
+static float *slopes_of(const ring_case *c)
+{
+    static float s[16];
+    for (int h = 0; h < 16; h++)
+        s[h] = 0.3f / (float)(h + 1);
+    return c->heads_q <= 16 ? s : NULL;
+}
+
+/* The golden forward and backward on the whole problem (cpu backend, host-wrapped memory). */
+static int golden_run(fa_context *g, const ring_case *c, arrays *x, char *msg, size_t size)
+{
+    fa_problem p = whole_problem(c);
     tensor *ts[8] = {&x->q, &x->k, &x->v, &x->o, &x->d_o, &x->dq, &x->dk, &x->dv};
-    fa_buffer *b[9] = {0};
+    fa_buffer *b[12] = {0};
     fa_status st = FA_STATUS_OK;
     for (int i = 0; i < 8 && st == FA_STATUS_OK; i++)
         st = fa_buffer_wrap_host(g, ts[i]->data, ts[i]->bytes + 8, &b[i]);
     size_t lse_bytes = (size_t)(c->batch * c->heads_q * c->seqlen) * 4 + 4;
     if (st == FA_STATUS_OK)
         st = fa_buffer_wrap_host(g, x->lse, lse_bytes, &b[8]);
+    if (st == FA_STATUS_OK && c->alibi)
+        st = fa_buffer_wrap_host(g, slopes_of(c), (size_t)c->heads_q * 4, &b[9]);
+    if (st == FA_STATUS_OK && c->sinks)
+        st = fa_buffer_wrap_host(g, sinks_of(c), (size_t)c->heads_q * 4, &b[10]);
+    if (st == FA_STATUS_OK && c->sinks)
+        st = fa_buffer_wrap_host(g, x->d_sinks, sizeof x->d_sinks, &b[11]);
+    fa_modifier_buffers mods = {b[9], NULL, b[10], NULL};
+    fa_modifier_buffers bmods = {b[9], NULL, b[10], b[11]};
     fa_plan *fwd = NULL, *bwd = NULL;
     if (st == FA_STATUS_OK)
         st = fa_plan_create(g, &p, &fwd);
     if (st == FA_STATUS_OK)
-        st = fa_forward(g, fwd, b[0], b[1], b[2], b[3], b[8]);
+        st = fa_forward_ex(g, fwd, b[0], b[1], b[2], b[3], b[8], &mods);
     if (st == FA_STATUS_OK && c->backward)
         st = fa_plan_create_backward(g, &p, &bwd);
     if (st == FA_STATUS_OK && c->backward)
-        st = fa_backward(g, bwd, b[0], b[1], b[2], b[3], b[8], b[4], b[5], b[6], b[7]);
+        st = fa_backward_ex(g, bwd, b[0], b[1], b[2], b[3], b[8], b[4], b[5], b[6], b[7],
+                            &bmods);
     int rc = st == FA_STATUS_OK ? 0 : fail(msg, size, "golden", st, fa_context_last_error(g));
     fa_plan_destroy(fwd);
     fa_plan_destroy(bwd);
-    for (int i = 0; i < 9; i++)
+    for (int i = 0; i < 12; i++)
         fa_buffer_destroy(b[i]);
     return rc;
 }
@@ -163,9 +206,23 @@ static int compare_lse(const ring_case *c, const fa_ring_slice *s, const float *
     return 0;
 }
 
+/* The sinks' gradient: every rank holds the whole sum. */
+static int compare_sinks(const ring_case *c, const arrays *x, double tol, char *msg,
+                         size_t size)
+{
+    for (int64_t h = 0; c->sinks && h < c->heads_q; h++) {
+        double got = x->ld_sinks[h], ref = x->d_sinks[h];
+        if (!(fabs(got - ref) <= tol * (1.0 + fabs(ref)))) {
+            snprintf(msg, size, "dsinks[%lld] = %.8g, golden %.8g", (long long)h, got, ref);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Device buffers of the local tensors on ctx. */
 typedef struct devbufs {
-    fa_buffer *q, *k, *v, *o, *lse, *d_o, *dq, *dk, *dv;
+    fa_buffer *q, *k, *v, *o, *lse, *d_o, *dq, *dk, *dv, *slopes, *sinks, *d_sinks;
 } devbufs;
 
 static fa_status upload(fa_context *ctx, const tensor *t, fa_buffer **out)
@@ -196,10 +253,24 @@ static fa_status device_setup(fa_context *ctx, arrays *x, size_t lse_bytes, devb
     return st;
 }
 
+static fa_status slopes_setup(fa_context *ctx, const ring_case *c, devbufs *d)
+{
+    size_t bytes = (size_t)c->heads_q * 4;
+    fa_status st = FA_STATUS_OK;
+    if (c->alibi && (st = fa_buffer_create(ctx, bytes, &d->slopes)) == FA_STATUS_OK)
+        st = fa_buffer_write(d->slopes, 0, slopes_of(c), bytes);
+    if (st == FA_STATUS_OK && c->sinks && (st = fa_buffer_create(ctx, bytes, &d->sinks)) == 0)
+        st = fa_buffer_write(d->sinks, 0, sinks_of(c), bytes);
+    if (st == FA_STATUS_OK && c->sinks)
+        st = fa_buffer_create(ctx, bytes, &d->d_sinks);
+    return st;
+}
+
 static void device_free(devbufs *d)
 {
-    fa_buffer *all[9] = {d->q, d->k, d->v, d->o, d->lse, d->d_o, d->dq, d->dk, d->dv};
-    for (int i = 0; i < 9; i++)
+    fa_buffer *all[12] = {d->q, d->k, d->v, d->o, d->lse, d->d_o, d->dq, d->dk, d->dv,
+                          d->slopes, d->sinks, d->d_sinks};
+    for (int i = 0; i < 12; i++)
         fa_buffer_destroy(all[i]);
 }
 
@@ -210,17 +281,18 @@ static int ring_run(fa_context *ctx, const fa_ring_transport *t, const ring_case
     devbufs d;
     memset(&d, 0, sizeof d);
     fa_status st = device_setup(ctx, x, lse_bytes, &d);
+    if (st == FA_STATUS_OK)
+        st = slopes_setup(ctx, c, &d);
     if (st != FA_STATUS_OK) {
         device_free(&d);
         return fail(msg, size, "device buffers", st, fa_context_last_error(ctx));
     }
-    fa_problem whole;
-    fa_problem_init(&whole, c->dtype, c->tensor_layout, c->batch, c->heads_q, c->heads_kv,
-                    c->seqlen, c->seqlen, c->head_dim);
-    whole.mask = c->mask;
-    whole.softcap = c->softcap;
-    fa_ring_options o = {c->layout, c->tensor_layout, 20000, NULL};
-    fa_ring_tensors rt = {d.q, d.k, d.v, d.o, d.lse, d.d_o, d.dq, d.dk, d.dv};
+    fa_problem whole = whole_problem(c);
+    /* 60 s: a rank compiling a new kernel variant (pocl, a loaded machine) keeps its
+     * neighbours waiting */
+    fa_ring_options o = {c->layout, c->tensor_layout, 60000, NULL};
+    fa_ring_tensors rt = {d.q,  d.k,  d.v,      d.o,     d.lse,   d.d_o,
+                          d.dq, d.dk, d.dv, d.slopes, d.sinks, d.d_sinks};
     char why[512];
     unsigned char *first = malloc(x->lo.bytes + 1);
     int rc = first ? 0 : fail(msg, size, "host", FA_STATUS_OUT_OF_MEMORY, "");
@@ -243,6 +315,8 @@ static int ring_run(fa_context *ctx, const fa_ring_transport *t, const ring_case
             st = fa_buffer_read(d.dk, 0, x->ldk.data, x->ldk.bytes);
         if (st == FA_STATUS_OK)
             st = fa_buffer_read(d.dv, 0, x->ldv.data, x->ldv.bytes);
+        if (st == FA_STATUS_OK && c->sinks)
+            st = fa_buffer_read(d.d_sinks, 0, x->ld_sinks, (size_t)c->heads_q * 4);
         if (st != FA_STATUS_OK)
             rc = fail(msg, size, "fa_ring_backward", st, why);
     }
@@ -311,16 +385,23 @@ int ring_case_run(fa_context *ctx, fa_context *golden, const fa_ring_transport *
     if (!rc && c->backward)
         rc = compare(c, &s, c->heads_q, &x.dq, &x.ldq, 4 * tol, "dQ", msg, msg_size) ||
              compare(c, &s, c->heads_kv, &x.dk, &x.ldk, 4 * tol, "dK", msg, msg_size) ||
-             compare(c, &s, c->heads_kv, &x.dv, &x.ldv, 4 * tol, "dV", msg, msg_size);
+             compare(c, &s, c->heads_kv, &x.dv, &x.ldv, 4 * tol, "dV", msg, msg_size) ||
+             compare_sinks(c, &x, 4 * tol, msg, msg_size);
     arrays_free(&x);
     return rc;
 }
 
 void ring_case_describe(const ring_case *c, char *out, size_t size)
 {
-    snprintf(out, size, "%s %s %s %s B%lld H%lld/%lld N%lld D%lld%s%s",
+    char win[48] = "";
+    if (c->window)
+        snprintf(win, sizeof win, " window(%lld,%lld)", (long long)c->window_left,
+                 (long long)c->window_right);
+    snprintf(out, size, "%s %s %s %s B%lld H%lld/%lld N%lld D%lld%s%s%s%s%s%s",
              fa_ring_layout_name(c->layout), c->tensor_layout == FA_LAYOUT_BSHD ? "bshd" : "bhsd",
              fa_mask_name(c->mask), fa_dtype_name(c->dtype), (long long)c->batch,
              (long long)c->heads_q, (long long)c->heads_kv, (long long)c->seqlen,
-             (long long)c->head_dim, c->softcap > 0 ? " softcap" : "", c->backward ? " bwd" : "");
+             (long long)c->head_dim, c->softcap > 0 ? " softcap" : "", win,
+             c->alibi ? " alibi" : "", c->dropout > 0 ? " dropout" : "",
+             c->sinks ? " sinks" : "", c->backward ? " bwd" : "");
 }

@@ -17,6 +17,12 @@ typedef struct ring_case {
     int64_t batch, heads_q, heads_kv, seqlen, head_dim;
     float softcap;
     int backward; /* 1: also the backward against the golden's gradients */
+    /* The rules that read positions (off at zero) */
+    int window;
+    int64_t window_left, window_right;
+    int alibi;     /* 1: ALiBi with slopes 0.3 / (h + 1) */
+    float dropout; /* dropout_p, a fixed seed and offset */
+    int sinks;     /* 1: sinks 0.5 - 0.25 h, head 1's -inf (no sink); d_sinks checked */
 } ring_case;
 
 /*

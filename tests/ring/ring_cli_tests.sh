@@ -3,7 +3,8 @@
 # option without mpirun; under mpirun (2 and 3 ranks) random inputs with --check, forward and
 # backward, on cpu and (when it has a device) opencl; inputs from .npy files (written by
 # `flashattn run --save-inputs`) with every output written, each output file checked to exist
-# with its .npy shape; a bad --seq-k (unsupported) fails on every rank with the message.
+# with its .npy shape; window, ALiBi and dropout with --check; a bad --seq-k and dropout on
+# unaligned chunks (unsupported) fail on every rank with the message.
 set -u
 cli=$1
 shift
@@ -40,6 +41,8 @@ expect 0 "cpu P=2 zigzag causal f32 bwd --check" "${mpirun[@]}" -np 2 "$cli" rin
     --backend cpu --seq 67 --heads 4 --heads-kv 2 --dim 16 --causal bottom-right --backward --check
 contains "cpu P=2 check lines" "check dK"
 contains "cpu P=2 summary" "compute max/mean"
+contains "cpu P=2 transfers line" "through host staging"
+contains "cpu P=2 MPI device memory" "MPI device memory: "
 expect 0 "cpu P=3 contiguous bf16 bshd --check" "${mpirun[@]}" -np 3 "$cli" ring \
     --backend cpu --seq 50 --heads 2 --dim 32 --dtype bf16 --layout bshd --ring-layout contiguous \
     --causal top-left --check
@@ -57,6 +60,16 @@ for f in o lse dq dk dv; do
         fails=$((fails + 1))
     fi
 done
+
+# The rules that read positions: window, ALiBi and dropout (N a multiple of 4 * 2P), sinks; then
+# dropout on chunks that do not start at a multiple of 4 rows, refused on every rank.
+expect 0 "cpu P=3 zigzag window alibi dropout sinks bwd --check" "${mpirun[@]}" -np 3 "$cli" \
+    ring --backend cpu --seq 48 --heads 2 --dim 16 --causal top-left --window 6,0 --alibi \
+    --dropout 0.2 --sinks random --backward --check
+contains "cpu P=3 modifiers check" "check dV"
+expect 1 "dropout on unaligned chunks fails on every rank" "${mpirun[@]}" -np 2 "$cli" ring \
+    --backend cpu --seq 30 --dim 8 --dropout 0.1
+contains "dropout chunks message" "multiple of 4 rows"
 
 expect 1 "unsupported seq-k fails on every rank" "${mpirun[@]}" -np 2 "$cli" ring \
     --backend cpu --seq 30 --seq-k 31 --dim 8

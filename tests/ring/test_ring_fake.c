@@ -65,7 +65,7 @@ static void test_slices(void **state)
 
 /* ---- P threads ---------------------------------------------------------------------------- */
 
-typedef enum job_kind { JOB_CASE, JOB_BAD_INPUT, JOB_WINDOW, JOB_PLAIN } job_kind;
+typedef enum job_kind { JOB_CASE, JOB_BAD_INPUT, JOB_BIAS, JOB_PLAIN } job_kind;
 
 typedef struct job {
     fake_world *w;
@@ -76,6 +76,7 @@ typedef struct job {
     fa_status st;
     char msg[512];
     double seconds;
+    fa_ring_stats stats; /* a small forward's */
 } job;
 
 static double now_s(void)
@@ -86,17 +87,13 @@ static double now_s(void)
 }
 
 /* A small forward on this rank where rank 1 may give a Q buffer one byte short (bad input)
- * or every rank a window (unsupported). */
+ * or every rank a bias (unsupported). */
 static fa_status small_forward(job *j, fa_context *ctx, const fa_ring_transport *t)
 {
     fa_problem p;
     fa_problem_init(&p, FA_DTYPE_F32, FA_LAYOUT_BHSD, 1, 2, 2, 20, 20, 8);
     p.mask = FA_MASK_CAUSAL_TOP_LEFT;
-    if (j->kind == JOB_WINDOW) {
-        p.window = 1;
-        p.window_left = 4;
-        p.window_right = 0;
-    }
+    p.bias = j->kind == JOB_BIAS;
     fa_ring_slice s;
     fa_ring_slice_of(FA_RING_ZIGZAG, 20, t->size, t->rank, &s);
     size_t bytes = (size_t)(2 * s.rows * 8) * 4;
@@ -112,8 +109,8 @@ static fa_status small_forward(job *j, fa_context *ctx, const fa_ring_transport 
     fa_buffer_write(v, 0, zeros, bytes);
     float before = 7.0f, after = 0.0f;
     fa_buffer_write(o, 0, &before, 4);
-    fa_ring_options opts = {FA_RING_ZIGZAG, FA_LAYOUT_BHSD, 300, NULL};
-    fa_ring_tensors x = {q, k, v, o, NULL, NULL, NULL, NULL, NULL};
+    fa_ring_options opts = {FA_RING_ZIGZAG, FA_LAYOUT_BHSD, 300, &j->stats};
+    fa_ring_tensors x = {q, k, v, o, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     fa_status st = fa_ring_forward(ctx, t, &p, &opts, &x, j->msg, sizeof j->msg);
     fa_buffer_read(o, 0, &after, 4);
     if (st != FA_STATUS_OK && after != before)
@@ -173,14 +170,27 @@ static void run_ranks(int P, int silent, job_kind kind, const ring_case *c, job 
 
 static const ring_case cases[] = {
     {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_CAUSAL_TOP_LEFT, FA_DTYPE_F32, 1, 4, 2, 37, 16,
-     0.0f, 1},
+     0.0f, 1, 0, 0, 0, 0, 0.0f, 0},
     {"", FA_RING_ZIGZAG, FA_LAYOUT_BSHD, FA_MASK_CAUSAL_BOTTOM_RIGHT, FA_DTYPE_F16, 2, 2, 1, 29,
-     8, 0.0f, 1},
+     8, 0.0f, 1, 0, 0, 0, 0, 0.0f, 0},
     {"", FA_RING_CONTIGUOUS, FA_LAYOUT_BHSD, FA_MASK_NONE, FA_DTYPE_BF16, 1, 2, 2, 31, 32, 0.0f,
-     1},
+     1, 0, 0, 0, 0, 0.0f, 0},
     {"", FA_RING_CONTIGUOUS, FA_LAYOUT_BSHD, FA_MASK_CAUSAL_TOP_LEFT, FA_DTYPE_F32, 1, 3, 1, 23,
-     16, 5.0f, 1},
-    {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_NONE, FA_DTYPE_F32, 1, 2, 2, 5, 8, 0.0f, 1},
+     16, 5.0f, 1, 0, 0, 0, 0, 0.0f, 0},
+    {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_NONE, FA_DTYPE_F32, 1, 2, 2, 5, 8, 0.0f, 1, 0, 0,
+     0, 0, 0.0f, 0},
+    /* the rules that read positions; dropout's N = 96 is a multiple of 4 * 2P for P <= 4 */
+    {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_CAUSAL_TOP_LEFT, FA_DTYPE_F32, 1, 2, 1, 96, 16,
+     0.0f, 1, 1, 9, -1, 1, 0.25f, 0},
+    {"", FA_RING_CONTIGUOUS, FA_LAYOUT_BSHD, FA_MASK_NONE, FA_DTYPE_F32, 1, 2, 2, 37, 8, 0.0f, 1,
+     1, 4, 2, 1, 0.0f, 0},
+    {"", FA_RING_ZIGZAG, FA_LAYOUT_BSHD, FA_MASK_CAUSAL_BOTTOM_RIGHT, FA_DTYPE_F16, 1, 2, 2, 96,
+     8, 0.0f, 1, 0, 0, 0, 0, 0.1f, 0},
+    /* sinks: joined once per row, their gradient summed around the ring */
+    {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_CAUSAL_TOP_LEFT, FA_DTYPE_F32, 1, 3, 1, 37, 16,
+     0.0f, 1, 0, 0, 0, 0, 0.0f, 1},
+    {"", FA_RING_CONTIGUOUS, FA_LAYOUT_BSHD, FA_MASK_NONE, FA_DTYPE_F16, 2, 2, 2, 29, 8, 0.0f, 1,
+     1, 3, 5, 1, 0.0f, 1},
 };
 
 /* Each case for P = 1..4 against the golden on every rank. */
@@ -214,14 +224,30 @@ static void test_bad_input_on_one_rank(void **state)
     }
 }
 
-static void test_unsupported_window(void **state)
+static void test_unsupported_bias(void **state)
 {
     (void)state;
     job jobs[2];
-    run_ranks(2, -1, JOB_WINDOW, NULL, jobs, NULL);
+    run_ranks(2, -1, JOB_BIAS, NULL, jobs, NULL);
     for (int r = 0; r < 2; r++) {
         assert_int_equal(jobs[r].st, FA_STATUS_UNSUPPORTED);
-        assert_non_null(strstr(jobs[r].msg, "sliding window"));
+        assert_non_null(strstr(jobs[r].msg, "an attention bias"));
+    }
+}
+
+/* A plain forward's stats: P steps, P - 1 exchanges (the agreement rounds not counted), at
+ * most all of them seen complete during the compute, every pair of the causal zigzag. */
+static void test_stats(void **state)
+{
+    (void)state;
+    job jobs[3];
+    run_ranks(3, -1, JOB_PLAIN, NULL, jobs, NULL);
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(jobs[r].st, FA_STATUS_OK);
+        assert_int_equal(jobs[r].stats.steps, 3);
+        assert_int_equal(jobs[r].stats.transfers, 2);
+        assert_in_range(jobs[r].stats.transfers_hidden, 0, 2);
+        assert_int_equal(jobs[r].stats.pairs, 7); /* 2P - 1 whole pairs and 2 diagonal ones */
     }
 }
 
@@ -275,7 +301,8 @@ static void test_invalid_whole(void **state)
         assert_int_equal(fa_buffer_create(ctx, sizeof init, &b[i]), FA_STATUS_OK);
         assert_int_equal(fa_buffer_write(b[i], 0, init, sizeof init), FA_STATUS_OK);
     }
-    fa_ring_tensors x = {b[0], b[1], b[2], b[3], NULL, NULL, NULL, NULL, NULL};
+    fa_ring_tensors x = {b[0], b[1], b[2], b[3], NULL, NULL,
+                         NULL, NULL, NULL, NULL, NULL, NULL};
     fa_ring_options o = {FA_RING_ZIGZAG, FA_LAYOUT_BHSD, 300, NULL};
     struct {
         int what;
@@ -283,7 +310,8 @@ static void test_invalid_whole(void **state)
     } bad[] = {{0, FA_STATUS_HEADS_MISMATCH},  {1, FA_STATUS_UNSUPPORTED_DTYPE},
                  {2, FA_STATUS_INVALID_MASK},    {3, FA_STATUS_UNSUPPORTED},
                  {4, FA_STATUS_UNSUPPORTED_HEAD_DIM}, {5, FA_STATUS_INVALID_ARGUMENT},
-                 {6, FA_STATUS_NULL_POINTER}};
+                 {6, FA_STATUS_NULL_POINTER}, {7, FA_STATUS_UNSUPPORTED},
+                 {8, FA_STATUS_UNSUPPORTED}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         fa_problem p;
         fa_problem_init(&p, FA_DTYPE_F32, FA_LAYOUT_BHSD, 1, 4, 4, 6, 6, 8);
@@ -296,6 +324,8 @@ static void test_invalid_whole(void **state)
         case 3: p.seqlen_k = 7; break;
         case 4: p.head_dim = 300; break;
         case 5: oi.layout = (fa_ring_layout)4; break;
+        case 7: p.dropout_p = 0.1f; break; /* zigzag chunk 1 starts at row 3 */
+        case 8: p.q_position = 2; break;   /* the ring sets the blocks' positions */
         default: po = NULL; break;
         }
         char why[256] = "";
@@ -317,7 +347,8 @@ int main(void)
         cmocka_unit_test(test_slices),
         cmocka_unit_test(test_cases),
         cmocka_unit_test(test_bad_input_on_one_rank),
-        cmocka_unit_test(test_unsupported_window),
+        cmocka_unit_test(test_unsupported_bias),
+        cmocka_unit_test(test_stats),
         cmocka_unit_test(test_silent_rank),
         cmocka_unit_test(test_failure_mid_ring),
         cmocka_unit_test(test_invalid_whole),

@@ -21,25 +21,43 @@
 
 static const ring_case cpu_cases[] = {
     {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_CAUSAL_TOP_LEFT, FA_DTYPE_F32, 1, 4, 2, 45, 16,
-     0.0f, 1},
+     0.0f, 1, 0, 0, 0, 0, 0.0f, 0},
     {"", FA_RING_ZIGZAG, FA_LAYOUT_BSHD, FA_MASK_CAUSAL_BOTTOM_RIGHT, FA_DTYPE_F16, 2, 2, 1, 38,
-     8, 0.0f, 1},
-    {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_NONE, FA_DTYPE_BF16, 1, 2, 2, 41, 32, 0.0f, 1},
+     8, 0.0f, 1, 0, 0, 0, 0, 0.0f, 0},
+    {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_NONE, FA_DTYPE_BF16, 1, 2, 2, 41, 32, 0.0f, 1, 0,
+     0, 0, 0, 0.0f, 0},
     {"", FA_RING_CONTIGUOUS, FA_LAYOUT_BHSD, FA_MASK_CAUSAL_TOP_LEFT, FA_DTYPE_F16, 1, 2, 2, 43,
-     16, 0.0f, 1},
+     16, 0.0f, 1, 0, 0, 0, 0, 0.0f, 0},
     {"", FA_RING_CONTIGUOUS, FA_LAYOUT_BSHD, FA_MASK_CAUSAL_BOTTOM_RIGHT, FA_DTYPE_F32, 1, 6, 2,
-     30, 24, 8.0f, 1},
+     30, 24, 8.0f, 1, 0, 0, 0, 0, 0.0f, 0},
     {"", FA_RING_CONTIGUOUS, FA_LAYOUT_BHSD, FA_MASK_NONE, FA_DTYPE_F32, 2, 2, 1, 17, 64, 0.0f,
-     1},
+     1, 0, 0, 0, 0, 0.0f, 0},
+    /* the rules that read positions; dropout's N = 96 is a multiple of 4 * 2P for P <= 4 */
+    {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_CAUSAL_TOP_LEFT, FA_DTYPE_F32, 1, 4, 2, 45, 16,
+     0.0f, 1, 1, 7, -1, 1, 0.0f, 0},
+    {"", FA_RING_CONTIGUOUS, FA_LAYOUT_BSHD, FA_MASK_CAUSAL_BOTTOM_RIGHT, FA_DTYPE_F32, 1, 2, 1,
+     96, 16, 20.0f, 1, 0, 0, 0, 0, 0.2f, 0},
+    {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_NONE, FA_DTYPE_F16, 1, 2, 2, 96, 16, 0.0f, 1, 1,
+     5, 9, 1, 0.1f, 0},
+    {"", FA_RING_CONTIGUOUS, FA_LAYOUT_BHSD, FA_MASK_NONE, FA_DTYPE_BF16, 1, 2, 1, 39, 8, 0.0f, 1,
+     1, 3, 2, 1, 0.0f, 0},
+    {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_CAUSAL_TOP_LEFT, FA_DTYPE_F32, 1, 4, 2, 45, 16,
+     0.0f, 1, 1, 6, -1, 0, 0.0f, 1},
 };
 
 static const ring_case opencl_cases[] = {
     {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_CAUSAL_TOP_LEFT, FA_DTYPE_F32, 1, 4, 2, 45, 16,
-     0.0f, 1},
+     0.0f, 1, 0, 0, 0, 0, 0.0f, 0},
     {"", FA_RING_ZIGZAG, FA_LAYOUT_BSHD, FA_MASK_CAUSAL_BOTTOM_RIGHT, FA_DTYPE_F16, 1, 2, 1, 38,
-     16, 0.0f, 1},
+     16, 0.0f, 1, 0, 0, 0, 0, 0.0f, 0},
     {"", FA_RING_CONTIGUOUS, FA_LAYOUT_BHSD, FA_MASK_NONE, FA_DTYPE_BF16, 1, 2, 2, 33, 16, 0.0f,
-     1},
+     1, 0, 0, 0, 0, 0.0f, 0},
+    {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_CAUSAL_TOP_LEFT, FA_DTYPE_F32, 1, 2, 1, 96, 16,
+     0.0f, 1, 1, 11, -1, 1, 0.15f, 0},
+    {"", FA_RING_CONTIGUOUS, FA_LAYOUT_BSHD, FA_MASK_NONE, FA_DTYPE_F32, 1, 2, 2, 41, 16, 0.0f, 1,
+     1, 3, 6, 1, 0.0f, 0},
+    {"", FA_RING_ZIGZAG, FA_LAYOUT_BSHD, FA_MASK_CAUSAL_BOTTOM_RIGHT, FA_DTYPE_F32, 1, 3, 1, 40,
+     16, 0.0f, 1, 0, 0, 0, 1, 0.0f, 1},
 };
 
 /* Whether FLASHATTN_REQUIRE_BACKENDS names the backend (a missing device is then a failure). */
@@ -74,7 +92,7 @@ static int failure_case(fa_context *ctx, const fa_ring_transport *t, int bad)
         host[0] = 7.0f;
         fa_buffer_write(o, 0, host, bytes);
         fa_ring_options opts = {FA_RING_ZIGZAG, FA_LAYOUT_BHSD, 5000, NULL};
-        fa_ring_tensors x = {q, k, v, o, NULL, NULL, NULL, NULL, NULL};
+        fa_ring_tensors x = {q, k, v, o, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
         char why[512], want[32];
         double t0 = now_s();
         fa_status st = fa_ring_forward(ctx, t, &p, &opts, &x, why, sizeof why);

@@ -8,6 +8,7 @@
  */
 #include "cli_commands.h"
 #include "cli_common.h"
+#include "cli_modifiers.h"
 #include "cli_tensor.h"
 
 #include "flashattn_ring_mpi.h"
@@ -17,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#define RING_NOPTS (CLI_PROBLEM_NOPTS + 19)
+#define RING_NOPTS (CLI_PROBLEM_NOPTS + 18 + CLI_MOD_NOPTS)
 
 typedef struct ring_args {
     cli_problem_args pa;
@@ -26,7 +27,8 @@ typedef struct ring_args {
     fa_ring_layout ring_layout;
     const char *ring_layout_name;
     uint64_t seed;
-    float softcap;
+    cli_mod_args mods; /* --softcap, --window, --alibi, --dropout ... (the ring runs some) */
+    const cli_cmd *cmd;
     const char *q_path, *k_path, *v_path, *do_path;
     const char *out_path, *lse_path, *dq_path, *dk_path, *dv_path;
     int backward, check, quiet;
@@ -44,9 +46,12 @@ typedef struct ring_data {
     cli_tensor lq, lk, lv, ldo;   /* local inputs */
     cli_tensor lo, ldq, ldk, ldv; /* local outputs */
     float *llse;
+    cli_mod_files mod_files;
+    cli_mod_data mods; /* the ALiBi slopes and the sinks (and the bias, which it refuses) */
     fa_ring_stats fwd, bwd;
     uint64_t peak;
     char device[300]; /* "opencl device 0: NAME" */
+    char transfers[400]; /* how blocks cross the ring (fa_ring_mpi_explain) */
 } ring_data;
 
 static size_t ring_table(ring_args *a, cli_opt *o)
@@ -56,7 +61,6 @@ static size_t ring_table(ring_args *a, cli_opt *o)
         {"device", CLI_INT, &a->device, 0, INT32_MAX, "N", "device index (default 0)", 0},
         {"ring-layout", CLI_STRING, &a->ring_layout_name, 0, 0, "L",
          "zigzag (rank r holds chunks r and 2P-1-r of 2P) or contiguous (default zigzag)", 0},
-        {"softcap", CLI_FLOAT, &a->softcap, 0, 0, "X", "logit softcap (default 0: off)", 0},
         {"seed", CLI_U64, &a->seed, 0, 0, "S", "seed of the random inputs (default 1)", 0},
         {"q", CLI_STRING, &a->q_path, 0, 0, "FILE", "Q from .npy in --layout", 0},
         {"k", CLI_STRING, &a->k_path, 0, 0, "FILE", "K from .npy in --layout", 0},
@@ -80,6 +84,7 @@ static size_t ring_table(ring_args *a, cli_opt *o)
     };
     cli_problem_opts(&a->pa, o);
     memcpy(o + CLI_PROBLEM_NOPTS, rest, sizeof rest);
+    cli_mod_opts(&a->mods, o + RING_NOPTS - CLI_MOD_NOPTS);
     return RING_NOPTS;
 }
 
@@ -134,10 +139,24 @@ static int load_inputs(const ring_args *a, ring_data *d)
                     d->k.shape[1], d->q.shape[2], d->k.shape[2], d->q.shape[3]);
     d->whole.mask = pa->mask;
     d->whole.scale = pa->scale;
-    d->whole.softcap = a->softcap;
     d->whole.block_r = (int32_t)pa->block_r;
     d->whole.block_c = (int32_t)pa->block_c;
-    return 0;
+    if (cli_mod_load(&a->mods, &d->mod_files) != 0)
+        return CLI_EXIT_FAIL;
+    int rc = cli_mod_apply(a->cmd, &a->mods, &d->mod_files, &d->whole);
+    return rc ? rc : cli_mod_fill(&a->mods, &d->mod_files, &d->whole, a->seed, &d->mods);
+}
+
+/* A per-head f32 tensor (the ALiBi slopes, the sinks) on a context when `on`; data NULL: an
+ * output (the sinks' gradient). */
+static fa_status upload_heads(fa_context *ctx, const ring_data *d, int on, const float *data,
+                              fa_buffer **out)
+{
+    if (!on)
+        return FA_STATUS_OK;
+    size_t bytes = (size_t)d->whole.heads_q * sizeof(float);
+    fa_status st = fa_buffer_create(ctx, bytes, out);
+    return st == FA_STATUS_OK && data ? fa_buffer_write(*out, 0, data, bytes) : st;
 }
 
 /* Copies the slice's rows between a whole tensor and a local one (to_local: whole -> local). */
@@ -197,13 +216,14 @@ static fa_status download(const fa_problem *lp, const fa_tensor_layout *l, const
 
 /* The local buffers of one rank. */
 typedef struct ring_bufs {
-    fa_buffer *q, *k, *v, *o, *lse, *d_o, *dq, *dk, *dv;
+    fa_buffer *q, *k, *v, *o, *lse, *d_o, *dq, *dk, *dv, *slopes, *sinks, *d_sinks;
 } ring_bufs;
 
 static void bufs_free(ring_bufs *b)
 {
-    fa_buffer *all[9] = {b->q, b->k, b->v, b->o, b->lse, b->d_o, b->dq, b->dk, b->dv};
-    for (int i = 0; i < 9; i++)
+    fa_buffer *all[12] = {b->q,  b->k,  b->v,  b->o,      b->lse,   b->d_o,
+                          b->dq, b->dk, b->dv, b->slopes, b->sinks, b->d_sinks};
+    for (int i = 0; i < 12; i++)
         fa_buffer_destroy(all[i]);
 }
 
@@ -228,7 +248,13 @@ static fa_status bufs_make(fa_context *ctx, const fa_problem *lp, ring_data *d, 
         st = upload(ctx, lp, FA_TENSOR_DK, NULL, &b->dk);
     if (st == FA_STATUS_OK && backward)
         st = upload(ctx, lp, FA_TENSOR_DV, NULL, &b->dv);
-    return st;
+    if (st == FA_STATUS_OK)
+        st = upload_heads(ctx, d, d->whole.alibi, d->mods.slopes, &b->slopes);
+    if (st == FA_STATUS_OK)
+        st = upload_heads(ctx, d, d->whole.sinks, d->mods.sinks, &b->sinks);
+    return st == FA_STATUS_OK ? upload_heads(ctx, d, d->whole.sinks && backward, NULL,
+                                             &b->d_sinks)
+                              : st;
 }
 
 static int by_total(const void *x, const void *y)
@@ -277,10 +303,12 @@ static int ring_device(const ring_args *a, const fa_ring_transport *t, ring_data
     ring_bufs b;
     memset(&b, 0, sizeof b);
     cli_describe_context(ctx, a->backend == FA_BACKEND_AUTO, d->device, sizeof d->device);
+    fa_ring_mpi_explain(ctx, d->transfers, sizeof d->transfers);
     fa_status st = bufs_make(ctx, &lp, d, a->backward, &b);
     fa_context_reset_peak(ctx);
     fa_ring_options o = {a->ring_layout, a->pa.layout, (int32_t)a->timeout_ms, &d->fwd};
-    fa_ring_tensors x = {b.q, b.k, b.v, b.o, b.lse, b.d_o, b.dq, b.dk, b.dv};
+    fa_ring_tensors x = {b.q,  b.k,  b.v,  b.o,      b.lse,   b.d_o,
+                         b.dq, b.dk, b.dv, b.slopes, b.sinks, b.d_sinks};
     char why[512] = "";
     if (st != FA_STATUS_OK)
         snprintf(why, sizeof why, "rank %d: local buffers: %s", t->rank,
@@ -359,11 +387,18 @@ static int golden(const ring_args *a, ring_data *d, cli_tensor *o, float *lse, c
     uint64_t lb = (uint64_t)(p.batch * p.heads_q * p.seqlen_q) * 4;
     if (st == FA_STATUS_OK && lb)
         st = fa_buffer_create(g, (size_t)lb, &b.lse);
+    if (st == FA_STATUS_OK)
+        st = upload_heads(g, d, d->whole.alibi, d->mods.slopes, &b.slopes);
+    if (st == FA_STATUS_OK)
+        st = upload_heads(g, d, d->whole.sinks, d->mods.sinks, &b.sinks);
+    if (st == FA_STATUS_OK)
+        st = upload_heads(g, d, d->whole.sinks && a->backward, NULL, &b.d_sinks);
     fa_plan *plan = NULL;
     if (st == FA_STATUS_OK)
         st = fa_plan_create(g, &p, &plan);
     fa_tensors x = {0};
-    x.q = b.q, x.k = b.k, x.v = b.v, x.o = b.o, x.lse = b.lse;
+    x.q = b.q, x.k = b.k, x.v = b.v, x.o = b.o, x.lse = b.lse, x.alibi_slopes = b.slopes;
+    x.sinks = b.sinks;
     if (st == FA_STATUS_OK)
         st = fa_run(g, plan, &x);
     if (st == FA_STATUS_OK)
@@ -382,7 +417,7 @@ static int golden(const ring_args *a, ring_data *d, cli_tensor *o, float *lse, c
             st = upload(g, &p, FA_TENSOR_DV, NULL, &b.dv);
         if (st == FA_STATUS_OK)
             st = fa_plan_create_backward(g, &p, &plan);
-        x.d_o = b.d_o, x.dq = b.dq, x.dk = b.dk, x.dv = b.dv;
+        x.d_o = b.d_o, x.dq = b.dq, x.dk = b.dk, x.dv = b.dv, x.d_sinks = b.d_sinks;
         if (st == FA_STATUS_OK)
             st = fa_run(g, plan, &x);
         if (st == FA_STATUS_OK)
@@ -469,7 +504,7 @@ static double transfer_only(const fa_ring_transport *t, size_t bytes)
 }
 
 enum { STAT_TOTAL, STAT_COMPUTE, STAT_CPU, STAT_WAIT, STAT_XFER, STAT_PEAK, STAT_ROWS,
-       STAT_BTOTAL, STAT_BCOMPUTE, STAT_BCPU, STAT_BWAIT, STAT_N };
+       STAT_BTOTAL, STAT_BCOMPUTE, STAT_BCPU, STAT_BWAIT, STAT_XN, STAT_XHID, STAT_N };
 
 /* Rank 0 prints each rank's forward (and backward) times and memory, and the summary lines:
  * the balance (max / mean rank time) and the fraction of transfer time hidden. */
@@ -486,7 +521,8 @@ static void report(const ring_args *a, const fa_ring_transport *t, ring_data *d)
     double mine[STAT_N] = {d->fwd.total_s, d->fwd.compute_s, d->fwd.compute_cpu_s,
                            d->fwd.wait_s, transfer_only(t, kv + 256), (double)d->peak,
                            (double)d->slice.rows, d->bwd.total_s, d->bwd.compute_s,
-                           d->bwd.compute_cpu_s, d->bwd.wait_s};
+                           d->bwd.compute_cpu_s, d->bwd.wait_s, (double)d->fwd.transfers,
+                           (double)d->fwd.transfers_hidden};
     double *all = t->rank == 0 ? calloc((size_t)t->size * STAT_N, sizeof(double)) : NULL;
     MPI_Gather(mine, STAT_N, MPI_DOUBLE, all, STAT_N, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     if (t->rank != 0 || !all)
@@ -497,18 +533,19 @@ static void report(const ring_args *a, const fa_ring_transport *t, ring_data *d)
     printf("command: mpirun -np %d flashattn", t->size);
     for (int i = 0; i < a->argc; i++)
         printf(" %s", a->argv[i]);
-    printf("\ndevice: %s (each rank); date: %s\n", d->device, date);
+    printf("\ndevice: %s (each rank); date: %s\n%s\n", d->device, date, d->transfers);
     double max = 0, cmax = 0, csum = 0, umax = 0, usum = 0, wmin = 1e30, xfer = 0, bmax = 0,
-           bsum = 0;
+           bsum = 0, xn = 0, xhid = 0;
     for (int r = 0; r < t->size; r++) {
         const double *s = all + r * STAT_N;
         char peak[64];
         cli_format_bytes((uint64_t)s[STAT_PEAK], peak, sizeof peak);
         if (!a->quiet)
             printf("rank %d: rows %.0f, forward %.3f ms (compute %.3f, its cpu %.3f, wait %.3f; "
-                   "shifts alone %.3f), peak device memory %s\n", r, s[STAT_ROWS],
-                   s[STAT_TOTAL] * 1e3, s[STAT_COMPUTE] * 1e3, s[STAT_CPU] * 1e3,
-                   s[STAT_WAIT] * 1e3, s[STAT_XFER] * 1e3, peak);
+                   "shifts alone %.3f; transfers done within compute %.0f/%.0f), peak device "
+                   "memory %s\n", r, s[STAT_ROWS], s[STAT_TOTAL] * 1e3, s[STAT_COMPUTE] * 1e3,
+                   s[STAT_CPU] * 1e3, s[STAT_WAIT] * 1e3, s[STAT_XFER] * 1e3, s[STAT_XHID],
+                   s[STAT_XN], peak);
         if (!a->quiet && a->backward)
             printf("rank %d: backward %.3f ms (compute %.3f, its cpu %.3f, wait %.3f)\n", r,
                    s[STAT_BTOTAL] * 1e3, s[STAT_BCOMPUTE] * 1e3, s[STAT_BCPU] * 1e3,
@@ -522,6 +559,8 @@ static void report(const ring_args *a, const fa_ring_transport *t, ring_data *d)
         xfer += s[STAT_XFER] / t->size;
         bmax = s[STAT_BCPU] > bmax ? s[STAT_BCPU] : bmax;
         bsum += s[STAT_BCPU];
+        xn += s[STAT_XN];
+        xhid += s[STAT_XHID];
     }
     /* The rank that waits least waited for its transfers alone, not for a slower neighbour. */
     double hidden = xfer > 0 ? 1.0 - (wmin < xfer ? wmin / xfer : 1.0) : 1.0;
@@ -531,6 +570,9 @@ static void report(const ring_args *a, const fa_ring_transport *t, ring_data *d)
            "%.3f ms, least wait %.3f ms: transfer hidden %.0f%%\n", max * 1e3,
            csum > 0 ? cmax * t->size / csum : 0.0, usum > 0 ? umax * t->size / usum : 0.0,
            xfer * 1e3, wmin * 1e3, 100.0 * hidden);
+    if (xn > 0) /* a poll between two blocks saw the exchange complete: wholly hidden */
+        printf("forward: transfers done within the compute %.0f of %.0f (%.0f%%)\n", xhid, xn,
+               100.0 * xhid / xn);
     if (a->backward)
         printf("backward: compute max/mean (cpu time) %.3f\n",
                bsum > 0 ? bmax * t->size / bsum : 0.0);
@@ -616,6 +658,8 @@ static void data_free(ring_data *d)
         cli_tensor_free(all[i]);
     free(d->lse);
     free(d->llse);
+    cli_mod_data_free(&d->mods);
+    cli_mod_files_free(&d->mod_files);
 }
 
 int cli_cmd_ring(int argc, char **argv)
@@ -637,6 +681,8 @@ int cli_cmd_ring(int argc, char **argv)
     memset(&a, 0, sizeof a);
     memset(&d, 0, sizeof d);
     cli_problem_defaults(&a.pa);
+    cli_mod_defaults(&a.mods);
+    a.cmd = &cmd;
     a.backend = FA_BACKEND_AUTO;
     a.ring_layout = FA_RING_ZIGZAG;
     a.seed = 1;
@@ -649,7 +695,8 @@ int cli_cmd_ring(int argc, char **argv)
         cli_print_help(&cmd, opts, n);
         return CLI_EXIT_OK;
     }
-    if (r != CLI_PARSE_OK || ring_validate(&cmd, &a) != 0)
+    if (r != CLI_PARSE_OK || ring_validate(&cmd, &a) != 0 ||
+        cli_mod_validate(&cmd, &a.mods, opts, n) != 0)
         return CLI_EXIT_USAGE;
     cli_problem_resolve(&a.pa, opts, n);
     MPI_Init(&argc, &argv);
