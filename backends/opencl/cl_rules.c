@@ -206,6 +206,14 @@ static void block_sparse_rules(const fa_problem *p, fa__op op, fa__plan_rules *r
     }
     rules->shape.block_r_divides = bq; /* after the fit and the GPU floor too */
     rules->shape.block_c_divides = bk;
+    /* The forward's register-blocked path (CPUs) runs a tile in one work-item and skips key
+     * tiles per register block of 4 rows, each within one query block (block_q >= 16): Br
+     * keeps the dense plan's size, a multiple of block_q (divide_blocks), and copies a K/V
+     * tile once for every query block of it that lists it (plan_create.c, choose_reg_blocked
+     * says so in the plan). Should that path not hold the tiles, Br spans blocks and the
+     * other paths compute the union of their lists, each row masked to its own. */
+    if (op == FA__OP_FORWARD && rules->paths.reg_blocked)
+        return;
     rules->shape.pref_block_r = bq;
     if (rules->shape.min_block_r > bq) /* the measured floor of dense tiles: not here */
         rules->shape.min_block_r = bq;
