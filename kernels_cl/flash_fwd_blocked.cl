@@ -146,7 +146,7 @@ void store_rows(__global out_t *o, __global float *lse, __local const float *o_t
 ALWAYS_INLINE float blocked_row_rules(__local float *s_row, int r, long k0, int lane_keys,
                                       long tile_keys, long tile_begin, blocked_rows *rows,
                                       const block_lists *lists, const fa_kernel_params *p,
-                                      const fwd_item *it, long r0)
+                                      const fwd_item *it, long r0, bool full, bool one_block)
 {
     const long row = r0 + r;
     row_mods tile_mods;
@@ -154,8 +154,12 @@ ALWAYS_INLINE float blocked_row_rules(__local float *s_row, int r, long k0, int 
     if (FEATURES & (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI))
         modify_row(s_row, p, lane_mods); /* block_scores made S */
     add_bias(s_row, lane_mods);
-    mask_lane(s_row, 0, k0, tile_keys, rows->keys_end[r], tile_begin, rows->keys_begin[r]);
-    mask_unlisted(s_row, 0, LANE_KEYS, k0, row, lists, p, it->b, it->h);
+    /* Mask: none in full blocks; no list search where the tile's keys lie in one key block
+     * that the row's query block lists (one_block: the caller looked it up once). */
+    if (!full)
+        mask_lane(s_row, 0, k0, tile_keys, rows->keys_end[r], tile_begin, rows->keys_begin[r]);
+    if (!full && !one_block)
+        mask_unlisted(s_row, 0, LANE_KEYS, k0, row, lists, p, it->b, it->h);
     return softmax_update(s_row, 0, 0, r, 0, &rows->m[r], &rows->l[r], p, it->b, it->h, row, k0,
                           lane_keys);
 }
@@ -209,9 +213,28 @@ ALWAYS_INLINE void fwd_tile(__global const store_t *q, __global const store_t *k
         load_keys(k_tile, k_head, k0, sk, p->k_stride_b, p->k_stride_s, 1, p, block_table, b);
         load_keys(v_tile, v_head, k0, sk, p->v_stride_b, p->v_stride_s, 0, p, block_table, b);
 
+        /* Block-sparse: a register block's rows lie in one query block (block_q >= 16, a
+         * multiple of REG_ROWS), whose list decides for all of them; looked up once per
+         * query block of the tile (a tile may hold several: cl_rules.c). */
+        long list_qb = -1;
+        bool listed = true, full = false;
+        const bool one_block = (FEATURES & FA_FEATURE_BLOCK_SPARSE) &&
+                               k0 / p->sparse_block_k == (k0 + valid_keys - 1) / p->sparse_block_k;
+
         /* One register block of rows at a time: its S rows (in s_tile's rows) stay in the
          * cache from S = Q K^T through the row rules to P V. */
         for (int rb = 0; rb < item_rows; rb += REG_ROWS) {
+            if (FEATURES & FA_FEATURE_BLOCK_SPARSE) {
+                const long qb = (r0 + rb) / p->sparse_block_q;
+                if (qb != list_qb) {
+                    const long q_end = min((qb + 1) * p->sparse_block_q, r0 + item_rows);
+                    list_qb = qb;
+                    listed = tile_listed(lists, p, b, h, r0 + rb, q_end, k0, k0 + valid_keys);
+                    full = tile_full(lists, p, b, h, r0 + rb, q_end, k0, k0 + valid_keys);
+                }
+                if (!listed)
+                    continue; /* its query block lists no key of the tile: O, m, l unchanged */
+            }
             __local float *s_rows = s_tile + rb * BLOCK_C; /* S[rb .. rb + REG_ROWS][0 .. Bc) */
             /* S = Q K^T * scale (in log2 units, for exp2) */
             block_scores(s_rows, q_tile + rb * HEAD_DIM, k_tile, SCORE_SCALE(*p));
@@ -221,7 +244,8 @@ ALWAYS_INLINE void fwd_tile(__global const store_t *q, __global const store_t *k
                 __local float *s_row = s_rows + i * BLOCK_C;
                 if (rb + i < item_rows) {
                     alpha[i] = blocked_row_rules(s_row, rb + i, k0, lane_keys, tile_keys,
-                                                 tile_begin, &rows, lists, p, it, r0);
+                                                 tile_begin, &rows, lists, p, it, r0, full,
+                                                 one_block && listed);
                 } else {
                     alpha[i] = 1.0f;
                     for (int c = 0; c < BLOCK_C; c++)

@@ -5,7 +5,9 @@
  * block sizes 16..256, head dims, dtypes and lengths, a forward tile never straddles a mask
  * block (Br divides block_q or is a multiple of it, and the same for Bc and block_k), so a key
  * tile no query block of its query tile lists is skipped whole. Where only the GPU's work-group
- * floor raises Br above block_q, the explanation says so. Overrides are taken as asked.
+ * floor raises Br above block_q, the explanation says so; on CPUs the register-blocked forward
+ * keeps the dense plan's Br (a multiple of block_q), skipping per register block of 4 rows,
+ * and runs wherever the dense forward does. Overrides are taken as asked.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -41,6 +43,18 @@ static void sparse_problem(fa_problem *p, fa_dtype dtype, int64_t seq, int64_t d
     p->sparse_heads = 1;
 }
 
+/* Whether the problem without its block mask plans the register-blocked forward (CPUs). */
+static bool dense_reg_blocked(fa_context *ctx, const fa_problem *sparse)
+{
+    fa_problem p = *sparse;
+    fa_plan *pl = NULL;
+    p.block_sparse = 0;
+    assert_int_equal(fa_plan_create(ctx, &p, &pl), FA_STATUS_OK);
+    bool reg = strstr(fa_plan_explain(pl), "REG_BLOCKED") != NULL;
+    fa_plan_destroy(pl);
+    return reg;
+}
+
 /* Every block size pair, head dim, dtype and length on one context; returns the plans made. */
 static int check_context(fa_context *ctx, const char *name, size_t n_dims)
 {
@@ -64,8 +78,16 @@ static int check_context(fa_context *ctx, const char *name, size_t n_dims)
                                      name, (long long)dims[k], (long long)seqs[s], blocks[a],
                                      blocks[b], br, bc);
                         assert_true(bc <= blocks[b]); /* a key tile within one key block */
-                        if (br > blocks[a]) /* only a GPU's work-group floor raises it */
+                        /* Only a GPU's work-group floor raises Br above block_q, or a CPU's
+                         * register-blocked forward, which skips per register block and
+                         * says so; there Br is a multiple of block_q (aligned). */
+                        if (br > blocks[a] && strstr(fa_plan_explain(pl), "REG_BLOCKED"))
+                            assert_non_null(strstr(fa_plan_explain(pl), "query blocks of"));
+                        else if (br > blocks[a])
                             assert_non_null(strstr(fa_plan_explain(pl), "work-items"));
+                        /* Where the dense forward runs register-blocked, so does this one */
+                        if (dense_reg_blocked(ctx, &p))
+                            assert_non_null(strstr(fa_plan_explain(pl), "REG_BLOCKED"));
                         fa_plan_destroy(pl);
                         plans++;
                     }

@@ -186,7 +186,8 @@ static void gpu_rules(const fa_device_props *dev, const fa_problem *p, fa__op op
  * a key tile that the query tile's block does not list is skipped whole and the keys computed
  * follow the listed blocks. A query tile across several query blocks computes the union of their
  * lists (each row masked to its own): at Br 256 over blocks of 64, a random 10% mask at N 4096
- * took 0.56 of the dense time on pocl, at Br 64 0.12 (docs/benchmarks.md). The dense tiles' Br
+ * took 0.56 of the dense time on pocl, at Br 64 0.12 (docs/benchmarks.md); the register-blocked
+ * forward skips per 4 rows instead, so it keeps Br 256 (0.16 of dense at 10%). The dense tiles' Br
  * floor (min_block_r) is lowered to the block; a GPU's work-group floor (min_work_group) may
  * still raise Br. The backward's dK/dV pass may own Br keys and stream Bc query rows
  * (dkdv_owns_br), so there both tiles stay within the smaller block of either axis.
@@ -206,6 +207,14 @@ static void block_sparse_rules(const fa_problem *p, fa__op op, fa__plan_rules *r
     }
     rules->shape.block_r_divides = bq; /* after the fit and the GPU floor too */
     rules->shape.block_c_divides = bk;
+    /* The forward's register-blocked path (CPUs) runs a tile in one work-item and skips key
+     * tiles per register block of 4 rows, each within one query block (block_q >= 16): Br
+     * keeps the dense plan's size, a multiple of block_q (divide_blocks), and copies a K/V
+     * tile once for every query block of it that lists it (plan_create.c, choose_reg_blocked
+     * says so in the plan). Should that path not hold the tiles, Br spans blocks and the
+     * other paths compute the union of their lists, each row masked to its own. */
+    if (op == FA__OP_FORWARD && rules->paths.reg_blocked)
+        return;
     rules->shape.pref_block_r = bq;
     if (rules->shape.min_block_r > bq) /* the measured floor of dense tiles: not here */
         rules->shape.min_block_r = bq;

@@ -10,6 +10,7 @@
 #include "kernel_params.h"
 
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,15 +130,19 @@ void cli_plan_bytes(const fa_plan *plan, const cli_tile_map *m, uint64_t *flash,
     *naive = heads * (e * d * (2 * sq + 2 * sk) + 4 * 4 * sq * sk);
 }
 
-/* How the plan's tiles sit on the mask blocks, one direction ("Br", "block_q"). */
+/* How the plan's tiles sit on the mask blocks, one direction ("Br", "block_q"); per_rows: the
+ * tile's rows skip per register block of 4 (the register-blocked forward), not as a union. */
 static void tile_vs_block(char *buf, size_t size, const char *tile, int32_t t, const char *blk,
-                          int32_t b)
+                          int32_t b, bool per_rows)
 {
     if (t == b)
         snprintf(buf, size, "%s %d = %s %d: one tile per block", tile, t, blk, b);
     else if (t < b && b % t == 0)
         snprintf(buf, size, "%s %d: %d tiles per %s %d, none straddles a block", tile, t, b / t,
                  blk, b);
+    else if (t > b && t % b == 0 && per_rows)
+        snprintf(buf, size, "%s %d: a tile holds %d blocks of %s %d, each register block of 4 "
+                 "rows skips the key tiles its own block does not list", tile, t, t / b, blk, b);
     else if (t > b && t % b == 0)
         snprintf(buf, size, "%s %d: a tile spans %d blocks of %s %d (the union of their lists)",
                  tile, t, t / b, blk, b);
@@ -165,8 +170,10 @@ static void print_sparse(const fa_plan *plan, const cli_bm_args *a, const cli_bm
     printf("%-13s %" PRIu64 " of %" PRIu64 " blocks skipped: K and V reads %s, %s FLOPs (at "
            "most: edge blocks are shorter, and the causal mask or window may skip some too)\n",
            "mask saves", skipped, bm->all, kv, flops);
-    tile_vs_block(r, sizeof r, "Br", fa_plan_block_r(plan), "block_q", p->sparse_block_q);
-    tile_vs_block(c, sizeof c, "Bc", fa_plan_block_c(plan), "block_k", p->sparse_block_k);
+    bool reg_blocked = strstr(fa_plan_explain(plan), "(REG_BLOCKED)") != NULL;
+    tile_vs_block(r, sizeof r, "Br", fa_plan_block_r(plan), "block_q", p->sparse_block_q,
+                  reg_blocked);
+    tile_vs_block(c, sizeof c, "Bc", fa_plan_block_c(plan), "block_k", p->sparse_block_k, false);
     printf("%-13s %s; %s\n", "tiles/blocks", r, c);
 }
 
