@@ -426,8 +426,8 @@ typedef struct fa_problem {
      * reads the transposed q_num_blocks / q_indices), int32 [sparse_batch, sparse_heads, rows,
      * cols]; with sparse_full the full pairs too, whose blocks the run checks are wholly inside
      * the causal mask and the window. Each run reads the lists and checks them
-     * (fa_block_mask_check; FA_STATUS_INVALID_BLOCK_MASK). The cpu backend runs it, OpenCL its
-     * forward; the other ops and backends answer FA_STATUS_UNSUPPORTED for now. */
+     * (fa_block_mask_check; FA_STATUS_INVALID_BLOCK_MASK). Every built-in backend runs it,
+     * forward and backward. */
     int32_t block_sparse;   /* 1: on; 0: off */
     int32_t sparse_block_q; /* query rows per block: a power of two in [16, 256] */
     int32_t sparse_block_k; /* keys per block: a power of two in [16, 256] */
@@ -542,9 +542,9 @@ typedef struct fa_plan fa_plan;
  * Returns FA_STATUS_NULL_POINTER, INVALID_SHAPE, INVALID_STRIDE, UNSUPPORTED_DTYPE,
  * UNSUPPORTED_HEAD_DIM, HEADS_MISMATCH, INVALID_MASK, INVALID_SCALE, INVALID_TILE,
  * INVALID_DROPOUT, INVALID_SOFTCAP, INVALID_WINDOW, INVALID_BIAS, INVALID_POSITION,
- * INVALID_ARGUMENT (a modifier switch other than 0 or 1), SRAM_TOO_SMALL, UNSUPPORTED (also: a modifier the backend does
- * not run yet, named in the message), KERNEL_BUILD_ERROR (backends that compile at plan time),
- * OUT_OF_MEMORY.
+ * INVALID_ARGUMENT (a modifier switch other than 0 or 1), SRAM_TOO_SMALL, UNSUPPORTED (also: a
+ * modifier the backend does not run yet, named in the message), KERNEL_BUILD_ERROR (backends
+ * that compile at plan time), OUT_OF_MEMORY.
  */
 FA_API fa_status fa_plan_create(fa_context *ctx, const fa_problem *p, fa_plan **out);
 /* NULL is a no-op. */

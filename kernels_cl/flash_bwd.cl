@@ -198,13 +198,9 @@ __global const bias_t *bias_row_of(const fa_kernel_params *p BIAS_ARG, long b, l
 #define Q_LISTS_SETUP const block_lists lists = {0, 0, 0, 0}
 #endif
 
-/* The transposed lists (q_*): key blocks name query blocks. */
-list_view transposed_view(const block_lists *bl, const fa_kernel_params *p)
-{
-    list_view v = {*bl, p->sparse_block_k, p->sparse_block_q, p->sparse_k_blocks,
-                   p->sparse_q_blocks};
-    return v;
-}
+/* The transposed lists (q_*): key blocks name query blocks (an initializer, as FORWARD_VIEW). */
+#define TRANSPOSED_VIEW(bl, p)                                                                  \
+    {*(bl), (p)->sparse_block_k, (p)->sparse_block_q, (p)->sparse_k_blocks, (p)->sparse_q_blocks}
 
 /* Whether a pass computes the tile of own indices [o0, o_end) and streamed [s0, s_end) (any
  * block pair listed; always without the feature), and whether it is all full blocks. */
@@ -313,7 +309,7 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
     const long h = (long)get_group_id(1), b = (long)get_group_id(2);
     SEQ_SETUP(b); /* p: sequence b's lengths; rows from token seq.q_start, keys seq.k_start */
     LISTS_SETUP;  /* block-sparse: the forward's lists (null pointers without them) */
-    const list_view view = forward_view(&lists, &p);
+    const list_view view = FORWARD_VIEW(&lists, &p);
     const long h_kv = h / (p.heads_q / p.heads_kv); /* GQA: query heads share a K/V head */
     const long sq = p.seqlen_q, sk = p.seqlen_k;
     if (SEQ && r0 >= sq)
@@ -495,7 +491,7 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
     const long h_kv = (long)get_group_id(1), b = (long)get_group_id(2);
     SEQ_SETUP(b); /* p: sequence b's lengths; rows from token seq.q_start, keys seq.k_start */
     Q_LISTS_SETUP; /* block-sparse: the transposed lists (null pointers without them) */
-    const list_view view = transposed_view(&lists, &p);
+    const list_view view = TRANSPOSED_VIEW(&lists, &p);
     const long group = p.heads_q / p.heads_kv, sq = p.seqlen_q, sk = p.seqlen_k;
     if (SEQ && k0 >= sk)
         return; /* a tile past a shorter sequence's keys, the whole work-group */

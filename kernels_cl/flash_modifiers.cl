@@ -222,13 +222,10 @@ typedef struct list_view {
     int rows, cols;
 } list_view;
 
-/* The forward's lists (kv_*): query blocks name key blocks. */
-list_view forward_view(const block_lists *bl, const fa_kernel_params *p)
-{
-    list_view v = {*bl, p->sparse_block_q, p->sparse_block_k, p->sparse_q_blocks,
-                   p->sparse_k_blocks};
-    return v;
-}
+/* The forward's lists (kv_*): query blocks name key blocks. An initializer, not a function
+ * returning the struct: an inlined struct return left an intrinsic Oclgrind cannot run. */
+#define FORWARD_VIEW(bl, p)                                                                     \
+    {*(bl), (p)->sparse_block_q, (p)->sparse_block_k, (p)->sparse_q_blocks, (p)->sparse_k_blocks}
 
 /* Whether own block `ob` of (b, h) names streamed block `sb` in either list (a full block's
  * elements all pass the masks, as the run checked, so it is computed like any other), or with
@@ -261,7 +258,7 @@ bool view_tile(const list_view *v, const fa_kernel_params *p, long b, long h, lo
 bool block_listed(const block_lists *bl, const fa_kernel_params *p, long b, long h, long qb,
                   long kb)
 {
-    const list_view v = forward_view(bl, p);
+    const list_view v = FORWARD_VIEW(bl, p);
     return view_listed(&v, p, b, h, qb, kb, false);
 }
 
@@ -273,7 +270,7 @@ bool tile_listed(const block_lists *bl, const fa_kernel_params *p, long b, long 
 {
     if (!(FEATURES & FA_FEATURE_BLOCK_SPARSE))
         return true;
-    const list_view v = forward_view(bl, p);
+    const list_view v = FORWARD_VIEW(bl, p);
     return view_tile(&v, p, b, h, r0, r_end, k0, k_end, false);
 }
 
@@ -285,7 +282,7 @@ bool tile_full(const block_lists *bl, const fa_kernel_params *p, long b, long h,
                long r_end, long k0, long k_end)
 {
 #if (FEATURES & FA_FEATURE_BLOCK_SPARSE) && SPARSE_FULL
-    const list_view v = forward_view(bl, p);
+    const list_view v = FORWARD_VIEW(bl, p);
     return k_end - k0 == BLOCK_C && view_tile(&v, p, b, h, r0, r_end, k0, k_end, true);
 #else
     return false;

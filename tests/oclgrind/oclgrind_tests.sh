@@ -108,11 +108,12 @@ for c in mha97_d64/f32 gqa113_d80/f16 q113_k17_br/ q17_k113_br/bf16 gqa_padded/b
 done
 
 # Block-sparse forward and backward (flash_fwd, flash_bwd_dkdv and flash_bwd_dq with their
-# lists; each case runs both): skipped tiles, per-element block masks (tiles across several
-# blocks: "tiles 32x64"), full lists, split-KV, a window, softcap and dropout, on the GPU rules'
-# staged tiles with lanes.
+# lists; each case runs both): skipped tiles, per-element block masks, full lists, split-KV, a
+# window, on the GPU rules' staged tiles with lanes. The cases with tiles across several blocks
+# (tile overrides) are not here: their backward tiles exceed the simulator's local memory
+# (INVALID_TILE); test_block_sparse runs them on pocl.
 sparse=$build/tests/test_block_sparse
-for c in "small 40x70" "split-KV 3" "window 64x16" "tiles 32x64"; do
+for c in "small 40x70" "split-KV 3" "window 64x16"; do
     run "block-sparse races $c" clean --data-races --check-api -- "$sparse" opencl --case="$c"
 done
 
