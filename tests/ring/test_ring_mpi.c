@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 static const ring_case cpu_cases[] = {
@@ -132,6 +133,17 @@ static int run_cases(fa_context *ctx, fa_context *golden, const fa_ring_transpor
     return failures;
 }
 
+/* pocl's kernel cache, a folder per rank: ranks building the same program into one folder at
+ * once failed a build in CI (CL_BUILD_PROGRAM_FAILURE, no log) while the cache was cold. */
+static void own_pocl_cache(int rank)
+{
+    const char *base = getenv("POCL_CACHE_DIR");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/flashattn-ring-rank%d", base ? base : "/tmp", rank);
+    mkdir(dir, 0700); /* an existing folder is fine; pocl reports one it cannot use */
+    setenv("POCL_CACHE_DIR", dir, 1);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -148,6 +160,7 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 2;
     }
+    own_pocl_cache(t.rank);
     fa_context_options co = {backend, 0}, go = {FA_BACKEND_CPU, 0};
     fa_context *ctx = NULL, *golden = NULL;
     char why[256] = "";
