@@ -210,6 +210,21 @@ expect_ok "plan: backward svg" plan --backend cpu --seq 100 --dim 32 --backward 
 svg_counts "svg backward" "$BS/bwd.svg"
 expect_error "plan: svg not writable" 1 'cannot create the SVG file' "${PL[@]}" --svg \
     "$BS/no/such/dir/x.svg"
+# A long sequence: its tiles are counted in one pass over the rows (a fuzzer's input once ran
+# for 36 minutes classifying 10^9 tiles one by one); 16384 x 16384 tiles of 64 x 64, causal.
+expect_ok "plan: long sequence" plan --backend cpu --seq 1048576 --dim 64 --block-r 64 \
+    --block-c 64 --causal top-left
+grep -Eq '^tiles +268435456 .*computed 134209536, partly masked 16384 .*skipped 134209536$' \
+    "$TMP/out" && pass "plan: long sequence's tiles" ||
+    fail "plan: long sequence's tiles" "$(grep '^tiles' "$TMP/out")"
+expect_stdout "plan: rows beyond the classified" \
+    '^tiles +[0-9]+ \(batch 0, head 0\): not classified \(more than 16777216 query rows\)$' \
+    plan --backend cpu --seq 16777217 --dim 64
+expect_error "plan: no svg of unclassified tiles" 1 'no picture: the tiles are not classified' \
+    plan --backend cpu --seq 16777217 --dim 64 --svg "$BS/huge.svg"
+expect_stdout "plan: block mask beyond the classified" \
+    'not classified \(a block mask over more than 4194304 tiles\)$' plan --backend cpu \
+    --seq 131200 --dim 64 --block-r 64 --block-c 64 --block-pattern local:1 --block-size 64,64
 
 # ---- bench --block-sparse: tiny sweeps on the cpu backend -----------------------------------
 BB=(bench --block-sparse --backend cpu --heads 1 --dim 16 --repeat 1 --block-size 16,16)

@@ -40,73 +40,209 @@ static int64_t max64(int64_t a, int64_t b)
     return a > b ? a : b;
 }
 
-/* Keys of [c0, c1) that row r computes under the block mask, given its mask/window range
- * [lo, hi) already cut to [c0, c1). */
-static int64_t block_keys(const fa_problem *p, const cli_bm_data *bm, int64_t r, int64_t lo,
-                          int64_t hi)
+/*
+ * Which keys a row attends to, [fa_keys_begin, fa_keys_end), only moves right as the row grows,
+ * and consecutive rows' ranges leave no gap (each side moves a key a row, the window's width
+ * stays), so the keys any run of rows attends to together are one range, from its first
+ * non-empty row's begin to its last one's end: the run's hull. A key tile of a query tile
+ * ("tile row") is skipped when it misses the tile row's hull, computed (without a block mask)
+ * when it lies inside every row's range, else partly masked: `plan` costs one pass over the
+ * rows, however many tiles a long sequence has.
+ */
+typedef struct tile_ctx {
+    const fa_problem *p;
+    const cli_bm_data *bm; /* the block mask, or NULL */
+    fa_kernel_params kp;   /* what fa_keys_begin / fa_keys_end read */
+    int32_t features;
+    int64_t br, bc, cols;
+} tile_ctx;
+
+/* One tile row's key tiles: [touched_begin, touched_end) meet its hull, [full_begin, full_end)
+ * lie inside every row's range; kinds (with a block mask) its row of the map. */
+typedef struct tile_row {
+    int64_t r0, r1;
+    int64_t touched_begin, touched_end, full_begin, full_end;
+    const uint8_t *kinds;
+} tile_row;
+
+static void tile_ctx_init(tile_ctx *c, const fa_plan *plan, const cli_bm_data *bm,
+                          const cli_tile_map *m)
 {
-    int64_t n = 0, qb = r / p->sparse_block_q, bk = p->sparse_block_k;
-    for (int64_t k = lo; k < hi;) {
-        int64_t kb = k / bk, end = min64(hi, (kb + 1) * bk);
-        if (cli_bm_block_on(bm, 0, 0, qb, kb))
-            n += end - k;
-        k = end;
+    const fa_problem *p = fa_plan_problem(plan);
+    memset(c, 0, sizeof *c);
+    c->p = p;
+    c->bm = p->block_sparse ? bm : NULL;
+    c->kp.seqlen_q = p->seqlen_q;
+    c->kp.seqlen_k = p->seqlen_k;
+    c->kp.window_left = p->window_left;
+    c->kp.window_right = p->window_right;
+    c->features = p->window ? (int32_t)FA_FEATURE_WINDOW : 0;
+    c->br = m->br;
+    c->bc = m->bc;
+    c->cols = m->cols;
+}
+
+/* The keys rows [r0, r1) attend to together: [*lo, *hi), empty (lo == hi) when none. */
+static void rows_hull(const tile_ctx *c, int64_t r0, int64_t r1, int64_t *lo, int64_t *hi)
+{
+    *lo = *hi = 0;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t b = fa_keys_begin(&c->kp, c->features, r);
+        int64_t e = fa_keys_end(&c->kp, (int32_t)c->p->mask, c->features, r);
+        if (e <= b)
+            continue;
+        if (*hi <= *lo)
+            *lo = b;
+        *hi = e;
     }
+}
+
+static tile_row tile_row_of(const tile_ctx *c, int64_t i)
+{
+    tile_row t;
+    int64_t lo, hi;
+    memset(&t, 0, sizeof t);
+    t.r0 = i * c->br;
+    t.r1 = min64(c->p->seqlen_q, t.r0 + c->br);
+    rows_hull(c, t.r0, t.r1, &lo, &hi);
+    if (hi <= lo)
+        return t;
+    t.touched_begin = lo / c->bc;
+    t.touched_end = (hi + c->bc - 1) / c->bc;
+    /* The last row begins latest and the first ends first; when the last begins before the
+     * first ends, every row between sees [last begin, first end). */
+    int64_t b = fa_keys_begin(&c->kp, c->features, t.r1 - 1);
+    int64_t e = fa_keys_end(&c->kp, (int32_t)c->p->mask, c->features, t.r0);
+    if (b < e) {
+        t.full_begin = (b + c->bc - 1) / c->bc;
+        t.full_end = max64(t.full_begin, e >= c->p->seqlen_k ? c->cols : e / c->bc);
+    }
+    return t;
+}
+
+/* Whether any (want_all = 0) or all (1) of query block qb's mask blocks over keys [k0, k1) are
+ * on. */
+static int blocks_on(const tile_ctx *c, int64_t qb, int64_t k0, int64_t k1, int want_all)
+{
+    int64_t bk = c->p->sparse_block_k;
+    for (int64_t kb = k0 / bk; kb * bk < k1; kb++)
+        if (cli_bm_block_on(c->bm, 0, 0, qb, kb) != want_all)
+            return !want_all;
+    return want_all;
+}
+
+/* With a block mask, key tile j of tile row t: the rows of each mask block row attend to one
+ * hull; the tile is skipped when no hull meets an on block, computed when it lies inside every
+ * row's range and all its blocks are on. */
+static int sparse_tile_kind(const tile_ctx *c, const tile_row *t, int64_t j)
+{
+    int64_t c0 = j * c->bc, c1 = min64(c->p->seqlen_k, c0 + c->bc), bq = c->p->sparse_block_q;
+    int any = 0, all_on = 1, mask_only = 1;
+    for (int64_t a = t->r0; a < t->r1;) {
+        int64_t qb = a / bq, b = min64(t->r1, (qb + 1) * bq), lo, hi;
+        rows_hull(c, a, b, &lo, &hi);
+        lo = max64(lo, c0);
+        hi = min64(hi, c1);
+        if (lo < hi) {
+            any |= blocks_on(c, qb, lo, hi, 0);
+            mask_only &= blocks_on(c, qb, lo, hi, 1);
+        }
+        all_on &= blocks_on(c, qb, c0, c1, 1);
+        a = b;
+    }
+    if (!any)
+        return TILE_SKIPPED;
+    if (j >= t->full_begin && j < t->full_end)
+        return all_on ? TILE_COMPUTED : TILE_PART_BLOCK;
+    return mask_only ? TILE_PART_MASK : TILE_PART_BOTH;
+}
+
+/* Adds the classes of key tiles [j0, j1) of tile row t to count. */
+static void tile_row_count(const tile_row *t, int64_t j0, int64_t j1, uint64_t *count)
+{
+    if (t->kinds) {
+        for (int64_t j = j0; j < j1; j++)
+            count[t->kinds[j]]++;
+        return;
+    }
+    int64_t touched = max64(0, min64(j1, t->touched_end) - max64(j0, t->touched_begin));
+    int64_t full = max64(0, min64(j1, t->full_end) - max64(j0, t->full_begin));
+    count[TILE_SKIPPED] += (uint64_t)(j1 - j0 - touched);
+    count[TILE_COMPUTED] += (uint64_t)full;
+    count[TILE_PART_MASK] += (uint64_t)(touched - full);
+}
+
+/* Tile row i of the map (its classes from m->kind with a block mask). */
+static tile_row tile_row_at(const tile_ctx *c, const cli_tile_map *m, int64_t i)
+{
+    tile_row t = tile_row_of(c, i);
+    t.kinds = m->kind ? m->kind + i * m->cols : NULL;
+    return t;
+}
+
+/* Keys of tile row t's tiles that are not skipped (the last key tile is short by last_short). */
+static uint64_t tile_row_keys(const tile_row *t, const tile_ctx *c, uint64_t last_short)
+{
+    uint64_t n = 0;
+    if (t->touched_end <= t->touched_begin)
+        return 0;
+    if (!t->kinds)
+        return (uint64_t)((t->touched_end - t->touched_begin) * c->bc) -
+               (t->touched_end == c->cols ? last_short : 0);
+    for (int64_t j = t->touched_begin; j < t->touched_end; j++)
+        if (t->kinds[j] != TILE_SKIPPED)
+            n += (uint64_t)c->bc - (j == c->cols - 1 ? last_short : 0);
     return n;
 }
 
-/* One tile's class: rows [r0, r1), keys [c0, c1). */
-static int tile_kind(const fa_problem *p, const fa_kernel_params *kp, int32_t features,
-                     const cli_bm_data *bm, int64_t r0, int64_t r1, int64_t c0, int64_t c1)
+/* With a block mask, classifies tile row i's key tiles into m->kind. */
+static void sparse_row_classify(const tile_ctx *c, cli_tile_map *m, int64_t i)
 {
-    int64_t all = 0, in_mask = 0, done = 0;
-    for (int64_t r = r0; r < r1; r++) {
-        int64_t lo = max64(c0, fa_keys_begin(kp, features, r));
-        int64_t hi = min64(c1, fa_keys_end(kp, (int32_t)p->mask, features, r));
-        all += c1 - c0;
-        if (hi <= lo)
-            continue;
-        in_mask += hi - lo;
-        done += p->block_sparse ? block_keys(p, bm, r, lo, hi) : hi - lo;
-    }
-    if (done == 0)
-        return TILE_SKIPPED;
-    if (done == all)
-        return TILE_COMPUTED;
-    if (in_mask == all)
-        return TILE_PART_BLOCK;
-    return done == in_mask ? TILE_PART_MASK : TILE_PART_BOTH;
+    tile_row t = tile_row_of(c, i);
+    uint8_t *row = m->kind + i * m->cols;
+    memset(row, TILE_SKIPPED, (size_t)m->cols);
+    for (int64_t j = t.touched_begin; j < t.touched_end; j++)
+        row[j] = (uint8_t)sparse_tile_kind(c, &t, j);
 }
+
+/* Beyond these, `plan` does not classify the tiles (it says so) rather than run for minutes:
+ * the pass over the rows, and a block mask's walk of every tile's blocks. */
+#define CLASSIFY_ROWS_MAX ((int64_t)1 << 24)
+#define CLASSIFY_SPARSE_TILES_MAX ((int64_t)1 << 22)
 
 int cli_tile_map_make(const fa_plan *plan, const cli_bm_data *bm, cli_tile_map *m)
 {
     const fa_problem *p = fa_plan_problem(plan);
-    fa_kernel_params kp;
-    int32_t features = p->window ? (int32_t)FA_FEATURE_WINDOW : 0;
+    tile_ctx c;
     memset(m, 0, sizeof *m);
-    memset(&kp, 0, sizeof kp);
-    kp.seqlen_q = p->seqlen_q;
-    kp.seqlen_k = p->seqlen_k;
-    kp.window_left = p->window_left;
-    kp.window_right = p->window_right;
     m->br = fa_plan_block_r(plan) > 0 ? fa_plan_block_r(plan) : 1;
     m->bc = fa_plan_block_c(plan) > 0 ? fa_plan_block_c(plan) : 1;
     m->rows = (p->seqlen_q + m->br - 1) / m->br;
     m->cols = (p->seqlen_k + m->bc - 1) / m->bc;
-    m->kind = malloc(m->rows * m->cols > 0 ? (size_t)(m->rows * m->cols) : 1);
-    if (!m->kind)
+    if (p->seqlen_q > CLASSIFY_ROWS_MAX) {
+        snprintf(m->unclassified, sizeof m->unclassified, "more than %" PRId64 " query rows",
+                 CLASSIFY_ROWS_MAX);
+        return 0;
+    }
+    if (p->block_sparse && m->rows * m->cols > CLASSIFY_SPARSE_TILES_MAX) {
+        snprintf(m->unclassified, sizeof m->unclassified,
+                 "a block mask over more than %" PRId64 " tiles", CLASSIFY_SPARSE_TILES_MAX);
+        return 0;
+    }
+    size_t tiles = m->rows * m->cols > 0 ? (size_t)(m->rows * m->cols) : 1;
+    if (p->block_sparse && !(m->kind = malloc(tiles)))
         return cli_error("out of host memory for the plan's %" PRId64 " x %" PRId64 " tiles",
                          m->rows, m->cols);
+    tile_ctx_init(&c, plan, bm, m);
+    uint64_t last_short = (uint64_t)(m->cols * m->bc - p->seqlen_k);
     for (int64_t i = 0; i < m->rows; i++) {
-        int64_t r0 = i * m->br, r1 = min64(p->seqlen_q, r0 + m->br);
-        for (int64_t j = 0; j < m->cols; j++) {
-            int64_t c0 = j * m->bc, c1 = min64(p->seqlen_k, c0 + m->bc);
-            int k = tile_kind(p, &kp, features, bm, r0, r1, c0, c1);
-            m->kind[i * m->cols + j] = (uint8_t)k;
-            m->count[k]++;
-            m->keys_read += k == TILE_SKIPPED ? 0 : (uint64_t)(c1 - c0);
-        }
+        if (m->kind)
+            sparse_row_classify(&c, m, i);
+        tile_row t = tile_row_at(&c, m, i);
+        tile_row_count(&t, 0, m->cols, m->count);
+        m->keys_read += tile_row_keys(&t, &c, last_short);
     }
+    m->classified = 1;
     return 0;
 }
 
@@ -116,18 +252,40 @@ void cli_tile_map_free(cli_tile_map *m)
     memset(m, 0, sizeof *m);
 }
 
+/* a * b + c, or UINT64_MAX when it does not fit (a long sequence's naive bytes can exceed
+ * 16 EiB). */
+static uint64_t mul_add_sat(uint64_t a, uint64_t b, uint64_t c)
+{
+    if (a && b > (UINT64_MAX - c) / a)
+        return UINT64_MAX;
+    return a * b + c;
+}
+
 /* Per (batch, head): the flash loop reads Q once, K and V once for each query tile that does
  * not skip them, writes O and the f32 LSE; naive attention reads Q, K and V, writes O, and
- * writes then reads back S and P (f32 Sq x Sk each). */
+ * writes then reads back S and P (f32 Sq x Sk each). UINT64_MAX: more than that. */
 void cli_plan_bytes(const fa_plan *plan, const cli_tile_map *m, uint64_t *flash,
                     uint64_t *naive)
 {
     const fa_problem *p = fa_plan_problem(plan);
-    uint64_t e = fa_dtype_size(p->dtype), d = (uint64_t)p->head_dim;
+    uint64_t ed = fa_dtype_size(p->dtype) * (uint64_t)p->head_dim;
     uint64_t sq = (uint64_t)p->seqlen_q, sk = (uint64_t)p->seqlen_k;
     uint64_t heads = (uint64_t)p->batch * (uint64_t)p->heads_q;
-    *flash = heads * (e * d * (2 * sq + 2 * m->keys_read) + 4 * sq);
-    *naive = heads * (e * d * (2 * sq + 2 * sk) + 4 * 4 * sq * sk);
+    uint64_t f = mul_add_sat(ed, mul_add_sat(2, sq + m->keys_read, 0), 0);
+    uint64_t n = mul_add_sat(ed, 2 * (sq + sk), 0);
+    f = mul_add_sat(heads, f == UINT64_MAX ? f : mul_add_sat(4, sq, f), 0);
+    n = mul_add_sat(heads, n == UINT64_MAX ? n : mul_add_sat(16 * sq, sk, n), 0);
+    *flash = f;
+    *naive = n;
+}
+
+/* Bytes as cli_format_bytes writes them, or "over 16 EiB" where cli_plan_bytes saturated. */
+static void format_plan_bytes(uint64_t bytes, char *buf, size_t size)
+{
+    if (bytes == UINT64_MAX)
+        snprintf(buf, size, "over 16 EiB");
+    else
+        cli_format_bytes(bytes, buf, size);
 }
 
 /* How the plan's tiles sit on the mask blocks, one direction ("Br", "block_q"); per_rows: the
@@ -184,6 +342,11 @@ void cli_plan_tiles_print(const fa_plan *plan, const cli_bm_args *a, const cli_b
     char fb[64], nb[64];
     if (bm && bm->dense)
         print_sparse(plan, a, bm);
+    if (!m->classified) {
+        printf("%-13s %" PRIu64 " (batch 0, head 0): not classified (%s)\n", "tiles",
+               (uint64_t)(m->rows * m->cols), m->unclassified);
+        return;
+    }
     printf("%-13s %" PRIu64 " (batch 0, head 0): computed %" PRIu64 ", partly masked %" PRIu64
            " (causal/window %" PRIu64 ", block edge %" PRIu64 ", both %" PRIu64 "), skipped %"
            PRIu64 "\n", "tiles", (uint64_t)(m->rows * m->cols), m->count[TILE_COMPUTED],
@@ -191,29 +354,30 @@ void cli_plan_tiles_print(const fa_plan *plan, const cli_bm_args *a, const cli_b
            m->count[TILE_PART_MASK], m->count[TILE_PART_BLOCK], m->count[TILE_PART_BOTH],
            m->count[TILE_SKIPPED]);
     cli_plan_bytes(plan, m, &flash, &naive);
-    cli_format_bytes(flash, fb, sizeof fb);
-    cli_format_bytes(naive, nb, sizeof nb);
-    printf("%-13s flash %s, naive %s (%.3gx)\n", "memory bytes", fb, nb,
-           flash ? (double)naive / (double)flash : 0.0);
+    format_plan_bytes(flash, fb, sizeof fb);
+    format_plan_bytes(naive, nb, sizeof nb);
+    if (flash == UINT64_MAX || naive == UINT64_MAX)
+        printf("%-13s flash %s, naive %s\n", "memory bytes", fb, nb);
+    else
+        printf("%-13s flash %s, naive %s (%.3gx)\n", "memory bytes", fb, nb,
+               flash ? (double)naive / (double)flash : 0.0);
 }
 
 /* ---- the picture --------------------------------------------------------------------------- */
 
-/* A cell of tiles [i0, i1) x [j0, j1): its tiles' class when they share one, else -1 (a mixed
- * cell) with *busy the share of its tiles not skipped. */
-static int cell_kind(const cli_tile_map *m, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
-                     double *busy)
+/* A cell of tiles of these class counts: its tiles' class when they share one, else -1 (a
+ * mixed cell) with *busy the share of its tiles not skipped. */
+static int cell_kind(const uint64_t *count, double *busy)
 {
-    int first = m->kind[i0 * m->cols + j0], same = 1;
-    int64_t n = 0, on = 0;
-    for (int64_t i = i0; i < i1; i++)
-        for (int64_t j = j0; j < j1; j++, n++) {
-            int k = m->kind[i * m->cols + j];
-            same &= k == first;
-            on += k != TILE_SKIPPED;
-        }
-    *busy = n ? (double)on / (double)n : 0.0;
-    return same ? first : -1;
+    uint64_t n = 0;
+    int kind = -1;
+    for (int k = 0; k < TILE_KINDS; k++) {
+        n += count[k];
+        if (count[k])
+            kind = kind == -1 ? k : -2;
+    }
+    *busy = n ? 1.0 - (double)count[TILE_SKIPPED] / (double)n : 0.0;
+    return kind < 0 ? -1 : kind;
 }
 
 static void svg_head(FILE *f, const fa_plan *plan, double w, double h)
@@ -237,29 +401,42 @@ static void svg_head(FILE *f, const fa_plan *plan, double w, double h)
             SVG_LEFT, p->seqlen_q, p->seqlen_k, fa_plan_block_r(plan), fa_plan_block_c(plan));
 }
 
-/* The tiles (or cells of tiles) and the work-group labels of their query tiles. */
-static void svg_tiles(FILE *f, const fa_plan *plan, const cli_tile_map *m, double scale,
+/* Work-group labels, one every label_every cells of gr query tiles. */
+static void svg_label(FILE *f, double y, double hh, int64_t i0, int64_t i1, int64_t gr)
+{
+    if (gr == 1)
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">wg %" PRId64 "</text>\n",
+                SVG_LEFT - 4, y + hh / 2 + 4, i0);
+    else
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">wg %" PRId64 "-%" PRId64
+                   "</text>\n", SVG_LEFT - 4, y + hh / 2 + 4, i0, i1 - 1);
+}
+
+/* The tiles (or cells of gr x gc tiles) and the work-group labels of their query tiles; each
+ * row of cells counts its tiles' classes in one pass over its tile rows. */
+static void svg_tiles(FILE *f, const tile_ctx *c, const cli_tile_map *m, double scale,
                       int64_t gr, int64_t gc)
 {
-    const fa_problem *p = fa_plan_problem(plan);
     int64_t label_every = 1;
+    uint64_t cells[SVG_CELLS][TILE_KINDS];
     while (scale * (double)m->br * (double)(gr * label_every) < 12.0)
         label_every *= 2;
     for (int64_t i0 = 0; i0 < m->rows; i0 += gr) {
         int64_t i1 = min64(m->rows, i0 + gr), r0 = i0 * m->br;
-        int64_t r1 = min64(p->seqlen_q, i1 * m->br);
+        int64_t r1 = min64(c->p->seqlen_q, i1 * m->br);
         double y = SVG_TOP + scale * (double)r0, hh = scale * (double)(r1 - r0);
-        if ((i0 / gr) % label_every == 0 && gr == 1)
-            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">wg %" PRId64
-                       "</text>\n", SVG_LEFT - 4, y + hh / 2 + 4, i0);
-        else if ((i0 / gr) % label_every == 0)
-            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">wg %" PRId64 "-%" PRId64
-                       "</text>\n", SVG_LEFT - 4, y + hh / 2 + 4, i0, i1 - 1);
-        for (int64_t j0 = 0; j0 < m->cols; j0 += gc) {
-            int64_t j1 = min64(m->cols, j0 + gc), c0 = j0 * m->bc;
-            int64_t c1 = min64(p->seqlen_k, j1 * m->bc);
+        memset(cells, 0, sizeof cells);
+        for (int64_t i = i0; i < i1; i++) {
+            tile_row t = tile_row_at(c, m, i);
+            for (int64_t j0 = 0, q = 0; j0 < m->cols; j0 += gc, q++)
+                tile_row_count(&t, j0, min64(m->cols, j0 + gc), cells[q]);
+        }
+        if ((i0 / gr) % label_every == 0)
+            svg_label(f, y, hh, i0, i1, gr);
+        for (int64_t j0 = 0, q = 0; j0 < m->cols; j0 += gc, q++) {
+            int64_t c0 = j0 * m->bc, c1 = min64(c->p->seqlen_k, (j0 + gc) * m->bc);
             double busy;
-            int k = cell_kind(m, i0, i1, j0, j1, &busy);
+            int k = cell_kind(cells[q], &busy);
             char shade[48] = "";
             if (k < 0)
                 snprintf(shade, sizeof shade, " fill-opacity=\"%.2f\"", 0.15 + 0.85 * busy);
@@ -302,8 +479,8 @@ static void svg_legend(FILE *f, const fa_plan *plan, const cli_tile_map *m, doub
                 kind_class[k], m->count[k], kind_text[k], m->count[k]);
     }
     cli_plan_bytes(plan, m, &flash, &naive);
-    cli_format_bytes(flash, fb, sizeof fb);
-    cli_format_bytes(naive, nb, sizeof nb);
+    format_plan_bytes(flash, fb, sizeof fb);
+    format_plan_bytes(naive, nb, sizeof nb);
     fprintf(f, "<text x=\"%.0f\" y=\"%.0f\">memory to chip and back, all heads: flash %s, "
                "naive %s (S and P written and read, f32)</text>\n", SVG_LEFT, y, fb, nb);
     y += 18;
@@ -327,14 +504,18 @@ int cli_plan_svg_write(const char *path, const fa_plan *plan, const cli_bm_data 
     double scale = SVG_SIDE / (double)big;
     int64_t gr = (m->rows + SVG_CELLS - 1) / SVG_CELLS, gc = (m->cols + SVG_CELLS - 1) / SVG_CELLS;
     double bottom = SVG_TOP + scale * (double)p->seqlen_q + 30;
+    tile_ctx c;
+    if (!m->classified)
+        return cli_error("%s: no picture: the tiles are not classified (%s)", path,
+                         m->unclassified);
     FILE *f = fopen(path, "w");
-    (void)bm;
     if (!f)
         return cli_error("%s: cannot create the SVG file", path);
     gr = gr > 0 ? gr : 1;
     gc = gc > 0 ? gc : 1;
     svg_head(f, plan, SVG_LEFT + SVG_SIDE + 200, bottom + 18 * (TILE_KINDS + 3) + 10);
-    svg_tiles(f, plan, m, scale, gr, gc);
+    tile_ctx_init(&c, plan, bm, m);
+    svg_tiles(f, &c, m, scale, gr, gc);
     svg_blocks(f, p, scale);
     svg_legend(f, plan, m, bottom, gr, gc);
     fprintf(f, "</svg>\n");

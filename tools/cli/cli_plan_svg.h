@@ -17,11 +17,14 @@
 /* Tile classes, as the SVG's class attributes name them. */
 enum { TILE_SKIPPED, TILE_COMPUTED, TILE_PART_MASK, TILE_PART_BLOCK, TILE_PART_BOTH, TILE_KINDS };
 
-/* The tiles of one plan's head 0 of batch 0, classified. */
+/* The tiles of one plan's head 0 of batch 0, classified (counted; one class per tile only with
+ * a block mask: without one a query tile's classes follow from its rows' key ranges). */
 typedef struct cli_tile_map {
     int64_t rows, cols;        /* query tiles ceil(Sq / Br), key tiles ceil(Sk / Bc) */
     int32_t br, bc;
-    uint8_t *kind;             /* [rows, cols] of TILE_* */
+    int classified;            /* 0: too many rows or tiles; unclassified says which */
+    char unclassified[64];
+    uint8_t *kind;             /* with a block mask: [rows, cols] of TILE_*; else NULL */
     uint64_t count[TILE_KINDS];
     uint64_t keys_read;        /* keys of the tiles not skipped, summed over the query tiles */
 } cli_tile_map;
