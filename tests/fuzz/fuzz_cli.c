@@ -19,10 +19,11 @@
  *   - `flashattn plan ARGS` returns 0, 1 or 2. It runs on the cpu backend only: inputs that
  *     name another backend skip it, so replaying the corpus never opens a device; nor do
  *     inputs that name a device or process file (dev/, proc/), which --bias or --sinks would
- *     read to the end (/dev/zero has none).
+ *     read to the end (/dev/zero has none). Its --svg pictures go to one file in a directory
+ *     of the harness's own, whatever path the input names.
  */
 #if !defined(_POSIX_C_SOURCE)
-#define _POSIX_C_SOURCE 200809L /* setenv, unsetenv */
+#define _POSIX_C_SOURCE 200809L /* setenv, unsetenv, mkdtemp */
 #endif
 
 #include "fuzz.h"
@@ -58,6 +59,9 @@ typedef struct fz_args {
 #define FZ_NOPTS (CLI_PROBLEM_NOPTS + 6 + CLI_MOD_NOPTS)
 
 static fa_context *fz_ctx;
+/* Where `plan --svg` writes: a file in a directory of our own, whatever path the input names
+ * (the inputs' paths once littered the working directory with hundreds of pictures). */
+static char fz_svg[64], fz_svg_opt[80];
 
 static size_t fz_table(fz_args *a, cli_opt *opts)
 {
@@ -229,8 +233,23 @@ static void setup(void)
     unsetenv("FLASHATTN_BLOCK_R");
     unsetenv("FLASHATTN_BLOCK_C");
     FZ_CHECK(freopen("/dev/null", "w", stdout) != NULL, "cannot silence stdout");
+    char dir[] = "/tmp/flashattn_fuzz_cli_XXXXXX";
+    FZ_CHECK(mkdtemp(dir) != NULL, "cannot make a directory for plan's pictures");
+    snprintf(fz_svg, sizeof fz_svg, "%s/plan.svg", dir);
+    snprintf(fz_svg_opt, sizeof fz_svg_opt, "--svg=%s", fz_svg);
     fa_status st = fa_context_create(&fz_ctx, &opts, why, sizeof why);
     FZ_CHECK(st == FA_STATUS_OK, "cpu context: %s: %s", fa_status_name(st), why);
+}
+
+/* Points every --svg of argv at fz_svg. */
+static void redirect_svg(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--svg") == 0 && i + 1 < argc)
+            argv[++i] = fz_svg;
+        else if (strncmp(argv[i], "--svg=", 6) == 0)
+            argv[i] = fz_svg_opt;
+    }
 }
 
 /* Splits the input at NUL bytes into argv[1..]; returns argc. args must hold size + 1 bytes. */
@@ -260,6 +279,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         skip_plan |= mentions(argv[i], "opencl") || mentions(argv[i], "cuda") ||
                      mentions(argv[i], "dev/") || mentions(argv[i], "proc/");
     if (!skip_plan) {
+        redirect_svg(argc, argv);
         int r = cli_cmd_plan(argc, argv);
         FZ_CHECK(r == CLI_EXIT_OK || r == CLI_EXIT_FAIL || r == CLI_EXIT_USAGE,
                  "flashattn plan returned %d", r);
