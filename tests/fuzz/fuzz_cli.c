@@ -223,6 +223,16 @@ static void parse_table(int argc, char **argv, const char *args, size_t args_len
     check_modifiers(&cmd, &a.mods, opts, n);
 }
 
+/* Removes the pictures' directory when the fuzzer exits. */
+static void remove_svg_dir(void)
+{
+    char dir[sizeof fz_svg];
+    remove(fz_svg);
+    snprintf(dir, sizeof dir, "%s", fz_svg);
+    *strrchr(dir, '/') = '\0';
+    remove(dir);
+}
+
 static void setup(void)
 {
     fa_context_options opts = {FA_BACKEND_CPU, 0};
@@ -237,6 +247,7 @@ static void setup(void)
     FZ_CHECK(mkdtemp(dir) != NULL, "cannot make a directory for plan's pictures");
     snprintf(fz_svg, sizeof fz_svg, "%s/plan.svg", dir);
     snprintf(fz_svg_opt, sizeof fz_svg_opt, "--svg=%s", fz_svg);
+    atexit(remove_svg_dir);
     fa_status st = fa_context_create(&fz_ctx, &opts, why, sizeof why);
     FZ_CHECK(st == FA_STATUS_OK, "cpu context: %s: %s", fa_status_name(st), why);
 }
