@@ -57,15 +57,24 @@ fa_status ring_fail(ring_run *run, fa_status status, const char *fmt, ...)
 {
     if (ring_failed(run))
         return status;
-    char text[RING_MSG_BYTES - 16]; /* room for the "rank N: " prefix */
+    int rank = run->t ? run->t->rank : 0;
+    int n = snprintf(run->whole, sizeof run->whole, "rank %d: ", rank);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt, ap);
+    vsnprintf(run->whole + n, sizeof run->whole - (size_t)n, fmt, ap);
     va_end(ap);
-    int rank = run->t ? run->t->rank : 0;
     run->err.status = (int32_t)status;
     run->err.origin = rank;
-    snprintf(run->err.msg, sizeof run->err.msg, "rank %d: %s", rank, text);
+    /* What the other ranks get: the head of it, marked where it was cut. */
+    static const char cut[] = " [... cut; the failing rank's why has it all]";
+    size_t len = strlen(run->whole);
+    if (len < sizeof run->err.msg) {
+        memcpy(run->err.msg, run->whole, len + 1);
+    } else {
+        size_t keep = sizeof run->err.msg - sizeof cut;
+        memcpy(run->err.msg, run->whole, keep);
+        memcpy(run->err.msg + keep, cut, sizeof cut);
+    }
     return status;
 }
 
@@ -84,8 +93,9 @@ fa_status ring_finish(ring_run *run, const fa_ring_options *opts, char *why, siz
     run->st.total_s = ring_now() - run->started;
     if (opts && opts->stats)
         *opts->stats = run->st;
+    int own = ring_failed(run) && run->t && run->err.origin == run->t->rank && run->whole[0];
     if (why && why_size > 0)
-        snprintf(why, why_size, "%s", ring_failed(run) ? run->err.msg : "");
+        snprintf(why, why_size, "%s", own ? run->whole : ring_failed(run) ? run->err.msg : "");
     return (fa_status)run->err.status;
 }
 

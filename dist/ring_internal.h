@@ -15,6 +15,9 @@
 enum { RING_TAG_KV = 1, RING_TAG_DKV = 2, RING_TAG_AGREE = 3, RING_TAG_SINKS = 4 };
 
 #define RING_MSG_BYTES 248
+/* This rank's own failure, whole (an OpenCL build log runs to kilobytes): its why gets all of
+ * it, the other ranks' the RING_MSG_BYTES the header carries. */
+#define RING_WHOLE_BYTES 4096
 #define RING_DEFAULT_TIMEOUT_MS 30000
 
 /* The head of every message: the sender's view of the first failure (status OK: none). */
@@ -29,6 +32,7 @@ typedef struct ring_run {
     const fa_ring_transport *t;
     int timeout_ms;
     ring_header err; /* the first failure known here */
+    char whole[RING_WHOLE_BYTES]; /* this rank's failure untruncated ("" when none) */
     int broken;      /* a transfer failed or timed out: no further transfer is started */
     fa_ring_stats st;
     double started;

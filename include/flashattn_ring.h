@@ -136,7 +136,8 @@ typedef struct fa_ring_tensors {
  * the ring in rank order). Bias, varlen and paged K/V, and seqlen_q != seqlen_k: UNSUPPORTED.
  * O is merged in the storage dtype, one rounding per merged block (f32: exact to rounding).
  * Returns FA_STATUS_OK on every rank, or on every rank the status of the lowest failing rank
- * with "rank R: message" in why (truncated to why_size, NUL-terminated): NULL_POINTER,
+ * with "rank R: message" in why (truncated to why_size, NUL-terminated; rank R itself gets its
+ * message whole, up to 4 KiB, the others its first 247 bytes, marked where cut): NULL_POINTER,
  * INVALID_ARGUMENT (a layout), INVALID_SHAPE, UNSUPPORTED_HEAD_DIM, HEADS_MISMATCH,
  * UNSUPPORTED_DTYPE, INVALID_MASK, UNSUPPORTED, BUFFER_TOO_SMALL (a local buffer), or what a
  * block's fa_plan_create, fa_run or fa_merge returned (DEVICE_ERROR, OUT_OF_MEMORY ...);

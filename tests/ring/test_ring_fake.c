@@ -341,6 +341,33 @@ static void test_invalid_whole(void **state)
     fake_world_destroy(w);
 }
 
+/* A failure longer than the header carries (an OpenCL build log): its own rank's why holds it
+ * whole, another rank's the head of it, marked as cut. */
+static void test_long_failure(void **state)
+{
+    (void)state;
+    char detail[1500], why[RING_WHOLE_BYTES];
+    for (size_t i = 0; i < sizeof detail - 1; i++)
+        detail[i] = (char)('a' + i % 26);
+    detail[sizeof detail - 1] = '\0';
+    fa_ring_transport t2 = {0}, t0 = {0};
+    t2.rank = 2;
+    t2.size = 3;
+    t0.size = 3;
+    ring_run failing, other;
+    ring_run_init(&failing, &t2, NULL);
+    ring_run_init(&other, &t0, NULL);
+    ring_fail(&failing, FA_STATUS_DEVICE_ERROR, "build failed: %s", detail);
+    assert_int_equal(ring_finish(&failing, NULL, why, sizeof why), FA_STATUS_DEVICE_ERROR);
+    assert_int_equal(strncmp(why, "rank 2: build failed: ", 22), 0);
+    assert_string_equal(why + 22, detail);
+    ring_adopt(&other, &failing.err);
+    assert_int_equal(ring_finish(&other, NULL, why, sizeof why), FA_STATUS_DEVICE_ERROR);
+    assert_true(strlen(why) < RING_MSG_BYTES);
+    assert_int_equal(strncmp(why, "rank 2: build failed: abc", 25), 0);
+    assert_non_null(strstr(why, "[... cut; the failing rank's why has it all]"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -352,6 +379,7 @@ int main(void)
         cmocka_unit_test(test_silent_rank),
         cmocka_unit_test(test_failure_mid_ring),
         cmocka_unit_test(test_invalid_whole),
+        cmocka_unit_test(test_long_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

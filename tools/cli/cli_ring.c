@@ -309,7 +309,7 @@ static int ring_device(const ring_args *a, const fa_ring_transport *t, ring_data
     fa_ring_options o = {a->ring_layout, a->pa.layout, (int32_t)a->timeout_ms, &d->fwd};
     fa_ring_tensors x = {b.q,  b.k,  b.v,  b.o,      b.lse,   b.d_o,
                          b.dq, b.dk, b.dv, b.slopes, b.sinks, b.d_sinks};
-    char why[512] = "";
+    char why[4096] = ""; /* the failing rank prints its message whole */
     if (st != FA_STATUS_OK)
         snprintf(why, sizeof why, "rank %d: local buffers: %s", t->rank,
                  fa_context_last_error(ctx));
