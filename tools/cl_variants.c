@@ -63,7 +63,13 @@ static void add_modifiers(fa_problem *p, int set)
     p->window_left = 256;
     p->window_right = 0;
     if (set == 2) {
+        /* a ring block's: absolute positions (FA_FEATURE_POSITIONS) shift the diagonal, the
+         * window and ALiBi of a query block 64 rows into a longer sequence */
         p->sinks = 1;
+        p->q_position = 64;
+        p->k_position = 0;
+        p->whole_seqlen_q = p->seqlen_q + 64;
+        p->whole_seqlen_k = p->seqlen_k + 64;
         return;
     }
     p->softcap = 30.0f;
