@@ -78,6 +78,13 @@ def build_problem(spec):
     return p
 
 
+def unseeded(spec):
+    """The Spec a plan is cached under: dropout's seed and offset left out, since a plan takes
+    them at run time (fa_plan_set_dropout) and a training loop draws a new seed every call."""
+    p = spec.dropout[0]
+    return spec._replace(dropout=(p, 0, 0)) if p else spec
+
+
 class _Plan:
     """A plan of one (op, Spec), and on an accelerator its device buffers by tensor name."""
 
@@ -88,6 +95,13 @@ class _Plan:
         check(create(ctx.handle, ctypes.byref(self.problem), ctypes.byref(handle)), ctx.handle)
         self.handle = handle.value
         self.buffers = {}
+        self.seeded = spec.dropout[1:]  # the dropout seed and offset its launches hold
+
+    def reseed(self, ctx, dropout):
+        """Gives a dropout plan the call's (p, seed, offset); a no-op when it has them."""
+        if dropout[0] and self.seeded != dropout[1:]:
+            check(lib.fa_plan_set_dropout(self.handle, dropout[1], dropout[2]), ctx.handle)
+            self.seeded = dropout[1:]
 
     def explain(self):
         return lib.fa_plan_explain(self.handle).decode()
@@ -137,11 +151,13 @@ class Context:
         return True
 
     def plan(self, op, spec):
-        """The cached plan of (op, spec), made on first use. Called with the lock held."""
-        key = (op, spec)
+        """The cached plan of (op, spec), made on first use, with spec's dropout seed and
+        offset. Called with the lock held."""
+        key = (op, unseeded(spec))
         plan = self.plans.get(key)
         if plan is not None:
             self.plans.move_to_end(key)
+            plan.reseed(self, spec.dropout)
             return plan
         plan = _Plan(self, op, spec)
         self.plans_created += 1
@@ -164,12 +180,15 @@ class Context:
             else:
                 self._run_device(plan, inputs, outputs)
 
-    def run_prepared(self, call, tensors, ptr):
-        """Runs a Prepared call on `tensors` (in call.names' order); ptr(x) is x's address."""
+    def run_prepared(self, call, tensors, ptr, dropout=None):
+        """Runs a Prepared call on `tensors` (in call.names' order); ptr(x) is x's address;
+        dropout: this call's (p, seed, offset) where the call has dropout."""
         with self.lock:
             plan = call.plan
             if plan is None or plan.handle is None:  # first use, or dropped from the cache
                 plan = call.plan = self.plan(call.op, call.spec)
+            if dropout is not None:
+                plan.reseed(self, dropout)
             if not self.host:
                 arrs = [Arr(ptr(x), n) for x, n in zip(tensors, call.nbytes)]
                 names, n_in = call.names, call.n_in
