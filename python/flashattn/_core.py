@@ -195,16 +195,25 @@ class Context:
                 self._run_device(plan, dict(zip(names[:n_in], arrs[:n_in])),
                                  dict(zip(names[n_in:], arrs[n_in:])))
                 return
-            wraps, handle = [], self.handle
+            wraps, handle, n_in, kept = [], self.handle, call.n_in, self.kept
             try:
                 for i, (name, x, size) in enumerate(zip(call.names, tensors, call.nbytes)):
-                    buf = self._kept_wrap(x, size, ptr) if i < call.n_in else None
+                    buf = None
+                    if i < n_in:  # an input passed before, at the same address: its wrap
+                        entry = kept.get(id(x))
+                        if (entry is not None and entry[0] is x and entry[3] == size and
+                                entry[2] == ptr(x) and size):
+                            buf = entry[1]
+                        else:
+                            buf = self._kept_wrap(x, size, ptr)
                     if buf is None:
                         buf = self._wrap(call, ptr(x) if size else self.empty_ptr,
                                          size or _EMPTY_BYTES)
                         wraps.append(buf)
                     setattr(call.tensors, name, buf)
-                check(lib.fa_run(handle, plan.handle, call.tensors_ref), handle)
+                status = lib.fa_run(handle, plan.handle, call.tensors_ref)
+                if status:
+                    check(status, handle)
             finally:
                 for buf in wraps:
                     lib.fa_buffer_destroy(buf)
