@@ -8,7 +8,6 @@ it and back (the cpu and OpenCL backends read host memory).
 from typing import List, Optional
 
 import torch
-from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from . import _block_mask, _core, _cuda, _ops, _rotary, interface
 from ._core import Arr
@@ -337,7 +336,7 @@ def _direct(tensors):
     """Whether a call may skip the custom op's dispatch (about 80 us): plain CPU tensors, no
     gradient wanted, not traced by torch.compile and no dispatch mode (a profiler's, a fake
     tensor mode's) watching. The op runs the same _ops.forward, so the result is the same."""
-    if _compiling() or _dispatch_modes() is not None:
+    if _compiling() or _dispatch_modes():
         return False
     grad = torch.is_grad_enabled()
     for x in tensors:
@@ -348,7 +347,8 @@ def _direct(tensors):
 
 
 _compiling = torch.compiler.is_compiling
-_dispatch_modes = _get_current_dispatch_mode
+_dispatch_modes = torch._C._len_torch_dispatch_stack  # modes on the stack (what
+# _get_current_dispatch_mode reads first), without its Python frame
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,

@@ -161,3 +161,21 @@ def test_torch_dropout_seeds_from_the_generator(backend):
     assert torch.equal(run(), first) and torch.equal(run(), second)
     assert not torch.equal(first, second)  # each call draws its own seed
     assert ctx.plans_created == plans
+
+
+def test_torch_dispatch_mode_sees_the_op(backend):
+    """A dispatch mode (a profiler's, a fake tensor mode's) on the stack: the call goes through
+    the custom op, where the mode sees it, not around it."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    seen = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+    q, k, v = (torch.from_numpy(x) for x in qkv(12))
+    direct = flashattn.flash_attn_func(q, k, v, backend=backend)
+    with Record():
+        out = flashattn.flash_attn_func(q, k, v, backend=backend)
+    assert any(name.startswith("flashattn.fwd") for name in seen), seen
+    assert torch.equal(out, direct)
