@@ -7,6 +7,7 @@ docs/benchmarks.md (with the command, device and date):
             the difference is the Python layer's own), against fa_run on host arrays wrapped
             once, and against `flashattn run --repeat` (fa_forward alone on device buffers);
             the calls take turns, call by call
+  layer     the Python layer alone: the same calls with fa_run replaced by a no-op
   run       flash_attn_func against `flashattn run` at B1 H8 N2048 d64 f32, in alternated
             rounds (the machine is shared: each round runs both), the median of the rounds'
             medians and their ratio; the load average before and after; and the CPU time per
@@ -159,6 +160,42 @@ def overhead(exe, backend, repeat, torch):
     return rows
 
 
+def layer(backend, torch, rounds=40, calls=500):
+    """The Python layer alone: flash_attn_func on a cached shape with the library's fa_run
+    replaced by a C call that does nothing (getpid), so what is timed is Python, ctypes and
+    the C calls the package makes around the run (the output wraps). The fastest of many short
+    rounds: other jobs on a shared machine only ever add time."""
+    from flashattn import _core
+
+    class NoRun:
+        def __init__(self, lib):
+            self.lib, self.getpid = lib, ctypes.CDLL(None).getpid
+
+        def __getattr__(self, name):
+            return getattr(self.lib, name)
+
+        def fa_run(self, ctx, plan, tensors):
+            return self.getpid() * 0
+    q, k, v = inputs(1, 1, 64, 64)
+    kinds = {"numpy": (q, k, v)}
+    if torch is not None:
+        kinds["torch"] = tuple(torch.from_numpy(x.copy()) for x in (q, k, v))
+    for args in kinds.values():
+        flashattn.flash_attn_func(*args, backend=backend)  # plan and prepare with the real run
+    real, _core.lib = _core.lib, NoRun(_core.lib)
+    best = {name: float("inf") for name in kinds}
+    try:
+        for _ in range(rounds):
+            for name, args in kinds.items():
+                t = time.perf_counter()
+                for _ in range(calls):
+                    flashattn.flash_attn_func(*args, backend=backend)
+                best[name] = min(best[name], (time.perf_counter() - t) / calls * 1e6)
+    finally:
+        _core.lib = real
+    return ["| %s | %.1f |" % (name, us) for name, us in best.items()]
+
+
 def versus_run(exe, backend, repeat, rounds):
     """Alternated rounds of `flashattn run --repeat` and flash_attn_func (each repeat times):
     every round's pair, then the medians of the rounds and their ratio."""
@@ -211,7 +248,8 @@ def main():
     ap.add_argument("--backend", default="opencl")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=5, help="alternated rounds at N2048")
-    ap.add_argument("--only", choices=("overhead", "run", "sdpa"), help="one table alone")
+    ap.add_argument("--only", choices=("overhead", "layer", "run", "sdpa"),
+                    help="one table alone")
     a = ap.parse_args()
     try:
         import torch
@@ -227,6 +265,10 @@ def main():
         print("Per-call overhead, B1 H1 N64 d64 f32, cached shape (median of %d calls each, "
               "the calls taking turns):\n" % (a.repeat * 500))
         print("\n".join(overhead(a.flashattn, a.backend, a.repeat * 500, torch)) + "\n")
+    if a.only in (None, "layer"):
+        print("The Python layer alone (fa_run a no-op), B1 H1 N64 d64 f32, fastest of 40 "
+              "rounds of 500 calls:\n\n| input | us per call |\n|---|---|")
+        print("\n".join(layer(a.backend, torch)) + "\n")
     if a.only in (None, "run"):
         print("flash_attn_func against `flashattn run`, %d alternated rounds (median of %d "
               "each):\n" % (a.rounds, a.repeat))

@@ -206,9 +206,12 @@ class Context:
                             buf = entry[1]
                         else:
                             buf = self._kept_wrap(x, size, ptr)
-                    if buf is None:
-                        buf = self._wrap(call, ptr(x) if size else self.empty_ptr,
-                                         size or _EMPTY_BYTES)
+                    if buf is None:  # _wrap's work inline: two of these a call
+                        status = self.wrap(handle, ptr(x) if size else self.empty_ptr,
+                                           size or _EMPTY_BYTES, call.buf_ref)
+                        if status:
+                            check(status, handle)
+                        buf = call.buf.value
                         wraps.append(buf)
                     setattr(call.tensors, name, buf)
                 status = lib.fa_run(handle, plan.handle, call.tensors_ref)
@@ -217,10 +220,6 @@ class Context:
             finally:
                 for buf in wraps:
                     lib.fa_buffer_destroy(buf)
-
-    def _wrap(self, call, ptr, size):
-        check(self.wrap(self.handle, ptr, size, call.buf_ref), self.handle)
-        return call.buf.value
 
     def _kept_wrap(self, x, size, ptr):
         """The kept wrap of input x, made on its first use: small inputs passed again and again
