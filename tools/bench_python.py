@@ -8,6 +8,7 @@ docs/benchmarks.md (with the command, device and date):
             once, and against `flashattn run --repeat` (fa_forward alone on device buffers);
             the calls take turns, call by call
   layer     the Python layer alone: the same calls with fa_run replaced by a no-op
+  dropout   calls with dropout (one seed, a new seed each call) next to one without
   run       flash_attn_func against `flashattn run` at B1 H8 N2048 d64 f32, in alternated
             rounds (the machine is shared: each round runs both), the median of the rounds'
             medians and their ratio; the load average before and after; and the CPU time per
@@ -196,6 +197,22 @@ def layer(backend, torch, rounds=40, calls=500):
     return ["| %s | %.1f |" % (name, us) for name, us in best.items()]
 
 
+def dropout(backend, repeat):
+    """A cached shape (B1 H1 N64 d64 f32, numpy) with dropout 0.1 against the same call without:
+    one seed every call, and a new seed every call (as a training loop draws them); the three
+    calls take turns, call by call."""
+    q, k, v = inputs(1, 1, 64, 64)
+    step = iter(range(1 << 62))
+    f = flashattn.flash_attn_func
+    us = interleaved_us({
+        "no dropout": lambda: f(q, k, v, backend=backend),
+        "dropout 0.1, one seed": lambda: f(q, k, v, dropout_p=0.1, seed=1, backend=backend),
+        "dropout 0.1, a new seed each call": lambda: f(q, k, v, dropout_p=0.1,
+                                                       seed=next(step), backend=backend)},
+        repeat)
+    return ["| %s | %.1f |" % item for item in us.items()]
+
+
 def versus_run(exe, backend, repeat, rounds):
     """Alternated rounds of `flashattn run --repeat` and flash_attn_func (each repeat times):
     every round's pair, then the medians of the rounds and their ratio."""
@@ -248,7 +265,7 @@ def main():
     ap.add_argument("--backend", default="opencl")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=5, help="alternated rounds at N2048")
-    ap.add_argument("--only", choices=("overhead", "layer", "run", "sdpa"),
+    ap.add_argument("--only", choices=("overhead", "layer", "dropout", "run", "sdpa"),
                     help="one table alone")
     a = ap.parse_args()
     try:
@@ -269,6 +286,10 @@ def main():
         print("The Python layer alone (fa_run a no-op), B1 H1 N64 d64 f32, fastest of 40 "
               "rounds of 500 calls:\n\n| input | us per call |\n|---|---|")
         print("\n".join(layer(a.backend, torch)) + "\n")
+    if a.only in (None, "dropout"):
+        print("Dropout calls, B1 H1 N64 d64 f32 numpy (median of %d calls each, the calls "
+              "taking turns):\n\n| call | us |\n|---|---|" % (a.repeat * 100))
+        print("\n".join(dropout(a.backend, a.repeat * 100)) + "\n")
     if a.only in (None, "run"):
         print("flash_attn_func against `flashattn run`, %d alternated rounds (median of %d "
               "each):\n" % (a.rounds, a.repeat))
