@@ -2,9 +2,10 @@
 
 A front end (interface.py for numpy, _torch.py for torch) describes a call as a Spec (the
 problem: shapes, strides, dtype and every option; hashable) and host tensors (Arr: a pointer,
-its bytes). The core keeps one context per (backend, device) and one plan per (op, Spec) in it,
-so a repeated call of the same shape neither re-plans nor rebuilds a kernel, and it serialises
-the calls on one context with that context's lock (the C API allows one thread per context).
+its bytes). The core keeps one context per (backend, device) and one plan per (op, Spec) in it
+(dropout's seed and offset set on the plan per call, not part of its key), so a repeated call
+of the same shape neither re-plans nor rebuilds a kernel, and it serialises the calls on one
+context with that context's lock (the C API allows one thread per context).
 """
 import collections
 import ctypes
