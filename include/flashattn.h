@@ -612,6 +612,14 @@ FA_API uint64_t fa_plan_scratch_bytes(const fa_plan *plan);
 FA_API int32_t fa_plan_kv_splits(const fa_plan *plan);
 /* A copy of the problem the plan was made for (scale resolved, overrides as given). */
 FA_API const fa_problem *fa_plan_problem(const fa_plan *plan);
+/*
+ * Sets the dropout's seed and offset of a plan made for a problem with dropout (dropout_p > 0),
+ * as if it had been made with them: its next runs draw the keep mask of (seed, offset), bitwise
+ * what a plan made with them gives, with no re-planning (a new seed or offset every call, as
+ * training steps use, costs nothing). fa_plan_problem reports them. FA_STATUS_NULL_POINTER;
+ * FA_STATUS_INVALID_PLAN for a plan without dropout (the plan is left as it was).
+ */
+FA_API fa_status fa_plan_set_dropout(fa_plan *plan, uint64_t seed, uint32_t offset);
 /* Human-readable, multi-line explanation of the rule and each fitting step. */
 FA_API const char *fa_plan_explain(const fa_plan *plan);
 

@@ -388,6 +388,25 @@ fa_status fa_plan_create_merge(fa_context *ctx, const fa_problem *p, int32_t par
     return plan_entry(ctx, p, FA__OP_MERGE, parts, out);
 }
 
+/* The seed and offset are run-time values of every launch's params (modifiers.c fills them
+ * from the problem), never part of a kernel variant or of the tiles: a new seed needs no new
+ * plan. */
+fa_status fa_plan_set_dropout(fa_plan *plan, uint64_t seed, uint32_t offset)
+{
+    if (!plan)
+        return FA_STATUS_NULL_POINTER;
+    if (!(plan->problem.dropout_p > 0.0f))
+        return fa__error(plan->ctx, FA_STATUS_INVALID_PLAN, "the plan's problem has no dropout "
+                         "(dropout_p 0): there is no seed to set");
+    plan->problem.dropout_seed = plan->kernel_problem.dropout_seed = seed;
+    plan->problem.dropout_offset = plan->kernel_problem.dropout_offset = offset;
+    for (int i = 0; i < plan->n_launches; i++) {
+        plan->launches[i].params.dropout_seed = seed;
+        plan->launches[i].params.dropout_offset = offset;
+    }
+    return FA_STATUS_OK;
+}
+
 /* Kernels belong to the context's cache; a plan only points at them. */
 void fa_plan_destroy(fa_plan *plan)
 {

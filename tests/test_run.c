@@ -3,7 +3,8 @@
  * backward, merge) through fa_run gives bitwise what its shorthand gives (fa_forward,
  * fa_backward, fa_merge), and the tensors are bound by name: a missing one is NULL_POINTER
  * naming it, one the run does not use is INVALID_ARGUMENT naming it, outputs untouched, and
- * the context stays usable; fa_problem_tensor_bytes gives the sizes it checks. Run:
+ * the context stays usable; fa_problem_tensor_bytes gives the sizes it checks; a plan given
+ * another dropout seed (fa_plan_set_dropout) runs as one made with it. Run:
  * test_run cpu|opencl|cuda.
  */
 #include <setjmp.h>
@@ -90,7 +91,7 @@ static void expect_same(const fa_buffer *a, const fa_buffer *b, size_t bytes, co
 {
     unsigned char *x = read_all(a, bytes), *y = read_all(b, bytes);
     if (memcmp(x, y, bytes) != 0)
-        fail_msg("%s: fa_run and the shorthand differ", what);
+        fail_msg("%s: the two runs differ", what);
     free(x);
     free(y);
 }
@@ -308,6 +309,64 @@ static void test_wrap_host(void **state)
     rig_close(&r);
 }
 
+/* fa_plan_set_dropout: a plan given another seed and offset runs bitwise as a plan made with
+ * them, forward and backward; the seed matters (other bits); a plan without dropout refuses. */
+static void test_set_dropout(void **state)
+{
+    (void)state;
+    rig r, s, u;
+    rig_open(&r);
+    rig_open(&s);
+    rig_open(&u);
+    r.p.dropout_p = 0.25f, r.p.dropout_seed = 5, r.p.dropout_offset = 3;
+    s.p = r.p;
+    s.p.dropout_seed = 0x900000009ull, s.p.dropout_offset = 4;
+    fa_plan *fa = NULL, *fb = NULL, *ba = NULL, *bb = NULL;
+    assert_int_equal(fa_plan_create(ctx, &r.p, &fa), OK);
+    assert_int_equal(fa_plan_create(ctx, &s.p, &fb), OK);
+    assert_int_equal(fa_plan_create_backward(ctx, &r.p, &ba), OK);
+    assert_int_equal(fa_plan_create_backward(ctx, &s.p, &bb), OK);
+    rig *by[3] = {&r, &s, &u};
+    fa_plan *fwd[3] = {fa, fb, fa}, *bwd[3] = {ba, bb, ba};
+    for (int i = 0; i < 3; i++) {
+        if (i == 2) { /* u: the first plans given s's seed and offset */
+            assert_int_equal(fa_plan_set_dropout(fa, s.p.dropout_seed, s.p.dropout_offset), OK);
+            assert_int_equal(fa_plan_set_dropout(ba, s.p.dropout_seed, s.p.dropout_offset), OK);
+        }
+        rig *x = by[i];
+        fa_tensors t = {.q = x->q, .k = x->k, .v = x->v, .o = x->o, .lse = x->lse,
+                        .d_o = x->d_o, .dq = x->dq, .dk = x->dk, .dv = x->dv};
+        assert_int_equal(fa_run(ctx, fwd[i], &(fa_tensors){.q = t.q, .k = t.k, .v = t.v,
+                                                           .o = t.o, .lse = t.lse}), OK);
+        assert_int_equal(fa_run(ctx, bwd[i], &t), OK);
+    }
+    unsigned char *o_r = read_all(r.o, r.q_bytes), *o_s = read_all(s.o, r.q_bytes);
+    if (memcmp(o_r, o_s, r.q_bytes) == 0)
+        fail_msg("two seeds gave the same O: the seed does not reach the run");
+    free(o_r);
+    free(o_s);
+    expect_same(u.o, s.o, r.q_bytes, "o of the re-seeded plan");
+    expect_same(u.dq, s.dq, r.q_bytes, "dq of the re-seeded plan");
+    expect_same(u.dk, s.dk, r.kv_bytes, "dk of the re-seeded plan");
+    expect_same(u.dv, s.dv, r.kv_bytes, "dv of the re-seeded plan");
+    assert_true(fa_plan_problem(fa)->dropout_seed == s.p.dropout_seed);
+    assert_int_equal(fa_plan_problem(ba)->dropout_offset, 4);
+    fa_plan *plain = NULL;
+    rig_close(&u);
+    rig_open(&u);
+    assert_int_equal(fa_plan_create(ctx, &u.p, &plain), OK);
+    assert_int_equal(fa_plan_set_dropout(plain, 1, 1), FA_STATUS_INVALID_PLAN);
+    assert_non_null(strstr(fa_context_last_error(ctx), "no dropout"));
+    assert_int_equal(fa_plan_problem(plain)->dropout_seed, 0);
+    assert_int_equal(fa_plan_set_dropout(NULL, 1, 1), FA_STATUS_NULL_POINTER);
+    fa_plan *all[] = {fa, fb, ba, bb, plain};
+    for (int i = 0; i < 5; i++)
+        fa_plan_destroy(all[i]);
+    rig_close(&r);
+    rig_close(&s);
+    rig_close(&u);
+}
+
 static int open_context(void **state)
 {
     (void)state;
@@ -333,6 +392,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_tensors_by_name),
         cmocka_unit_test(test_tensor_bytes),
         cmocka_unit_test(test_wrap_host),
+        cmocka_unit_test(test_set_dropout),
     };
     return cmocka_run_group_tests_name(fa_backend_name(the_backend), tests, open_context,
                                        close_context);

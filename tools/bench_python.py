@@ -3,10 +3,12 @@
 docs/benchmarks.md (with the command, device and date):
 
   overhead  flash_attn_func on a cached shape (B1 H1 N64 d64 f32, numpy and torch) against the
-            library's own time for the same problem (`flashattn run --repeat`, which times
-            fa_forward alone on device buffers) and against fa_run on the same host arrays
-            wrapped once (ctypes, the C cost of host arrays: their map/unmap): the difference
-            from the latter is the Python layer's own
+            library called the same way from ctypes (new out and lse wrapped per call, fa_run:
+            the difference is the Python layer's own), against fa_run on host arrays wrapped
+            once, and against `flashattn run --repeat` (fa_forward alone on device buffers);
+            the calls take turns, call by call
+  layer     the Python layer alone: the same calls with fa_run replaced by a no-op
+  dropout   calls with dropout (one seed, a new seed each call) next to one without
   run       flash_attn_func against `flashattn run` at B1 H8 N2048 d64 f32, in alternated
             rounds (the machine is shared: each round runs both), the median of the rounds'
             medians and their ratio; the load average before and after; and the CPU time per
@@ -81,8 +83,11 @@ def inputs(b, h, n, d, dtype=np.float32):
     return [rng.standard_normal((b, n, h, d)).astype(dtype) for _ in range(3)]
 
 
-def wrapped_run_ms(backend, q, k, v, repeat):
-    """fa_run alone on host arrays wrapped once (what the package's call costs in C)."""
+def c_calls(backend, q, k, v):
+    """fa_run from ctypes on host arrays, two ways, as closures (and a cleanup):
+    once  q, k, v, out and lse wrapped once, fa_run alone (a C caller keeping its buffers)
+    same  what the package does in C per call: new out and lse arrays wrapped, fa_run, both
+          wraps destroyed (the wraps of q, k and v kept, as the package keeps them)"""
     from flashattn import _core
     from flashattn._lib import Tensors, c_vp, lib
     flashattn.flash_attn_func(q, k, v, backend=backend)
@@ -94,36 +99,118 @@ def wrapped_run_ms(backend, q, k, v, repeat):
             (n, ("bshd", tuple(s // 4 if d > 1 else 0 for s, d in zip(x.strides[:3],
                                                                       x.shape[:3]))))
             for n, x in (("q", q), ("k", k), ("v", v), ("o", out))))))
-    tensors, bufs = Tensors(), []
-    for name, x in (("q", q), ("k", k), ("v", v), ("o", out), ("lse", lse)):
-        buf = c_vp()
-        assert lib.fa_buffer_wrap_host(ctx.handle, x.ctypes.data, x.nbytes,
-                                       ctypes.byref(buf)) == 0
-        bufs.append(buf.value)
-        setattr(tensors, name, buf.value)
-    try:
-        return median_ms(lambda: lib.fa_run(ctx.handle, plan.handle, ctypes.byref(tensors)),
-                         repeat)
-    finally:
-        for buf in bufs:
-            lib.fa_buffer_destroy(buf)
+    tensors, tref, buf = Tensors(), None, c_vp()
+    tref, bref, h = ctypes.byref(tensors), ctypes.byref(buf), ctx.handle
+
+    def wrap(x):
+        assert lib.fa_buffer_wrap_host(h, x.ctypes.data, x.nbytes, bref) == 0
+        return buf.value
+    kept = [wrap(x) for x in (q, k, v, out, lse)]
+    tensors.q, tensors.k, tensors.v = kept[:3]
+
+    def once():
+        tensors.o, tensors.lse = kept[3:]
+        assert lib.fa_run(h, plan.handle, tref) == 0
+
+    def same():
+        o, l = np.empty_like(q), np.empty((1, q.shape[2], q.shape[1]), np.float32)
+        tensors.o, tensors.lse = wrap(o), wrap(l)
+        assert lib.fa_run(h, plan.handle, tref) == 0
+        lib.fa_buffer_destroy(tensors.o)
+        lib.fa_buffer_destroy(tensors.lse)
+    return once, same, lambda: [lib.fa_buffer_destroy(b) for b in kept]
+
+
+def interleaved_us(calls, repeat):
+    """Median microseconds of each call, the calls taking turns call by call (a shared
+    machine's load drifts alike for all of them)."""
+    times = {name: [] for name in calls}
+    for fn in calls.values():
+        for _ in range(100):
+            fn()
+    for _ in range(repeat):
+        for name, fn in calls.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append((time.perf_counter() - t) * 1e6)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def overhead(exe, backend, repeat, torch):
-    rows = ["| input | flash_attn_func (us) | fa_run, host arrays (us) | flashattn run (us) | "
-            "Python layer (us) | over `flashattn run` (us) |", "|---|---|---|---|---|---|"]
-    c = cli_ms(exe, backend, 1, 1, 64, 64, repeat * 50) * 1e3
+    """flash_attn_func on numpy arrays and torch tensors (each its own memory) against the
+    library called the same way from ctypes (c_calls' same) and kept buffers (once)."""
+    c = cli_ms(exe, backend, 1, 1, 64, 64, repeat) * 1e3
     q, k, v = inputs(1, 1, 64, 64)
-    kinds = [("numpy", (q, k, v))]
+    once, same, cleanup = c_calls(backend, q, k, v)
+    qn, kn, vn = (x.copy() for x in (q, k, v))
+    calls = {"C, out and lse wrapped once": once, "C, called as the package calls it": same,
+             "numpy": lambda: flashattn.flash_attn_func(qn, kn, vn, backend=backend)}
     if torch is not None:
-        kinds.append(("torch", [torch.from_numpy(x) for x in (q, k, v)]))
-    for name, (tq, tk, tv) in kinds:
-        wrapped = wrapped_run_ms(backend, q, k, v, repeat * 50) * 1e3
-        py = median_ms(lambda: flashattn.flash_attn_func(tq, tk, tv, backend=backend),
-                       repeat * 50) * 1e3
-        rows.append("| %s | %.1f | %.1f | %.1f | %.1f | %.1f |"
-                    % (name, py, wrapped, c, py - wrapped, py - c))
+        qt, kt, vt = (torch.from_numpy(x.copy()) for x in (q, k, v))
+        calls["torch"] = lambda: flashattn.flash_attn_func(qt, kt, vt, backend=backend)
+    load = os.getloadavg()[0]
+    us = interleaved_us(calls, repeat)
+    cleanup()
+    rows = ["| call | median (us) | over C as the package (us) | over C, wrapped once (us) | "
+            "over `flashattn run` (us) |", "|---|---|---|---|---|"]
+    base, kept = us["C, called as the package calls it"], us["C, out and lse wrapped once"]
+    for name, t in us.items():
+        rows.append("| %s | %.1f | %.1f | %.1f | %.1f |" % (name, t, t - base, t - kept, t - c))
+    rows.append("| `flashattn run --repeat %d` (device buffers) | %.1f | | | |" % (repeat, c))
+    rows.append("\nload average %.1f before, %.1f after (1 minute)" % (load, os.getloadavg()[0]))
     return rows
+
+
+def layer(backend, torch, rounds=40, calls=500):
+    """The Python layer alone: flash_attn_func on a cached shape with the library's fa_run
+    replaced by a C call that does nothing (getpid), so what is timed is Python, ctypes and
+    the C calls the package makes around the run (the output wraps). The fastest of many short
+    rounds: other jobs on a shared machine only ever add time."""
+    from flashattn import _core
+
+    class NoRun:
+        def __init__(self, lib):
+            self.lib, self.getpid = lib, ctypes.CDLL(None).getpid
+
+        def __getattr__(self, name):
+            return getattr(self.lib, name)
+
+        def fa_run(self, ctx, plan, tensors):
+            return self.getpid() * 0
+    q, k, v = inputs(1, 1, 64, 64)
+    kinds = {"numpy": (q, k, v)}
+    if torch is not None:
+        kinds["torch"] = tuple(torch.from_numpy(x.copy()) for x in (q, k, v))
+    for args in kinds.values():
+        flashattn.flash_attn_func(*args, backend=backend)  # plan and prepare with the real run
+    real, _core.lib = _core.lib, NoRun(_core.lib)
+    best = {name: float("inf") for name in kinds}
+    try:
+        for _ in range(rounds):
+            for name, args in kinds.items():
+                t = time.perf_counter()
+                for _ in range(calls):
+                    flashattn.flash_attn_func(*args, backend=backend)
+                best[name] = min(best[name], (time.perf_counter() - t) / calls * 1e6)
+    finally:
+        _core.lib = real
+    return ["| %s | %.1f |" % (name, us) for name, us in best.items()]
+
+
+def dropout(backend, repeat):
+    """A cached shape (B1 H1 N64 d64 f32, numpy) with dropout 0.1 against the same call without:
+    one seed every call, and a new seed every call (as a training loop draws them); the three
+    calls take turns, call by call."""
+    q, k, v = inputs(1, 1, 64, 64)
+    step = iter(range(1 << 62))
+    f = flashattn.flash_attn_func
+    us = interleaved_us({
+        "no dropout": lambda: f(q, k, v, backend=backend),
+        "dropout 0.1, one seed": lambda: f(q, k, v, dropout_p=0.1, seed=1, backend=backend),
+        "dropout 0.1, a new seed each call": lambda: f(q, k, v, dropout_p=0.1,
+                                                       seed=next(step), backend=backend)},
+        repeat)
+    return ["| %s | %.1f |" % item for item in us.items()]
 
 
 def versus_run(exe, backend, repeat, rounds):
@@ -178,7 +265,8 @@ def main():
     ap.add_argument("--backend", default="opencl")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=5, help="alternated rounds at N2048")
-    ap.add_argument("--only", choices=("overhead", "run", "sdpa"), help="one table alone")
+    ap.add_argument("--only", choices=("overhead", "layer", "dropout", "run", "sdpa"),
+                    help="one table alone")
     a = ap.parse_args()
     try:
         import torch
@@ -191,9 +279,17 @@ def main():
         torch.get_num_threads() if torch else "-"))
     print("date: %s\n" % datetime.date.today().isoformat())
     if a.only in (None, "overhead"):
-        print("Per-call overhead, B1 H1 N64 d64 f32, cached shape (median of %d):\n"
-              % (a.repeat * 50))
-        print("\n".join(overhead(a.flashattn, a.backend, a.repeat, torch)) + "\n")
+        print("Per-call overhead, B1 H1 N64 d64 f32, cached shape (median of %d calls each, "
+              "the calls taking turns):\n" % (a.repeat * 500))
+        print("\n".join(overhead(a.flashattn, a.backend, a.repeat * 500, torch)) + "\n")
+    if a.only in (None, "layer"):
+        print("The Python layer alone (fa_run a no-op), B1 H1 N64 d64 f32, fastest of 40 "
+              "rounds of 500 calls:\n\n| input | us per call |\n|---|---|")
+        print("\n".join(layer(a.backend, torch)) + "\n")
+    if a.only in (None, "dropout"):
+        print("Dropout calls, B1 H1 N64 d64 f32 numpy (median of %d calls each, the calls "
+              "taking turns):\n\n| call | us |\n|---|---|" % (a.repeat * 100))
+        print("\n".join(dropout(a.backend, a.repeat * 100)) + "\n")
     if a.only in (None, "run"):
         print("flash_attn_func against `flashattn run`, %d alternated rounds (median of %d "
               "each):\n" % (a.rounds, a.repeat))

@@ -2,9 +2,10 @@
 
 A front end (interface.py for numpy, _torch.py for torch) describes a call as a Spec (the
 problem: shapes, strides, dtype and every option; hashable) and host tensors (Arr: a pointer,
-its bytes). The core keeps one context per (backend, device) and one plan per (op, Spec) in it,
-so a repeated call of the same shape neither re-plans nor rebuilds a kernel, and it serialises
-the calls on one context with that context's lock (the C API allows one thread per context).
+its bytes). The core keeps one context per (backend, device) and one plan per (op, Spec) in it
+(dropout's seed and offset set on the plan per call, not part of its key), so a repeated call
+of the same shape neither re-plans nor rebuilds a kernel, and it serialises the calls on one
+context with that context's lock (the C API allows one thread per context).
 """
 import collections
 import ctypes
@@ -78,6 +79,13 @@ def build_problem(spec):
     return p
 
 
+def unseeded(spec):
+    """The Spec a plan is cached under: dropout's seed and offset left out, since a plan takes
+    them at run time (fa_plan_set_dropout) and a training loop draws a new seed every call."""
+    p = spec.dropout[0]
+    return spec._replace(dropout=(p, 0, 0)) if p else spec
+
+
 class _Plan:
     """A plan of one (op, Spec), and on an accelerator its device buffers by tensor name."""
 
@@ -88,6 +96,13 @@ class _Plan:
         check(create(ctx.handle, ctypes.byref(self.problem), ctypes.byref(handle)), ctx.handle)
         self.handle = handle.value
         self.buffers = {}
+        self.seeded = spec.dropout[1:]  # the dropout seed and offset its launches hold
+
+    def reseed(self, ctx, dropout):
+        """Gives a dropout plan the call's (p, seed, offset); a no-op when it has them."""
+        if dropout[0] and self.seeded != dropout[1:]:
+            check(lib.fa_plan_set_dropout(self.handle, dropout[1], dropout[2]), ctx.handle)
+            self.seeded = dropout[1:]
 
     def explain(self):
         return lib.fa_plan_explain(self.handle).decode()
@@ -137,11 +152,13 @@ class Context:
         return True
 
     def plan(self, op, spec):
-        """The cached plan of (op, spec), made on first use. Called with the lock held."""
-        key = (op, spec)
+        """The cached plan of (op, spec), made on first use, with spec's dropout seed and
+        offset. Called with the lock held."""
+        key = (op, unseeded(spec))
         plan = self.plans.get(key)
         if plan is not None:
             self.plans.move_to_end(key)
+            plan.reseed(self, spec.dropout)
             return plan
         plan = _Plan(self, op, spec)
         self.plans_created += 1
@@ -164,35 +181,46 @@ class Context:
             else:
                 self._run_device(plan, inputs, outputs)
 
-    def run_prepared(self, call, tensors, ptr):
-        """Runs a Prepared call on `tensors` (in call.names' order); ptr(x) is x's address."""
+    def run_prepared(self, call, tensors, ptr, dropout=None):
+        """Runs a Prepared call on `tensors` (in call.names' order); ptr(x) is x's address;
+        dropout: this call's (p, seed, offset) where the call has dropout."""
         with self.lock:
             plan = call.plan
             if plan is None or plan.handle is None:  # first use, or dropped from the cache
                 plan = call.plan = self.plan(call.op, call.spec)
+            if dropout is not None:
+                plan.reseed(self, dropout)
             if not self.host:
                 arrs = [Arr(ptr(x), n) for x, n in zip(tensors, call.nbytes)]
                 names, n_in = call.names, call.n_in
                 self._run_device(plan, dict(zip(names[:n_in], arrs[:n_in])),
                                  dict(zip(names[n_in:], arrs[n_in:])))
                 return
-            wraps, handle = [], self.handle
+            wraps, handle, n_in, kept = [], self.handle, call.n_in, self.kept
             try:
                 for i, (name, x, size) in enumerate(zip(call.names, tensors, call.nbytes)):
-                    buf = self._kept_wrap(x, size, ptr) if i < call.n_in else None
-                    if buf is None:
-                        buf = self._wrap(call, ptr(x) if size else self.empty_ptr,
-                                         size or _EMPTY_BYTES)
+                    buf = None
+                    if i < n_in:  # an input passed before, at the same address: its wrap
+                        entry = kept.get(id(x))
+                        if (entry is not None and entry[0] is x and entry[3] == size and
+                                entry[2] == ptr(x) and size):
+                            buf = entry[1]
+                        else:
+                            buf = self._kept_wrap(x, size, ptr)
+                    if buf is None:  # _wrap's work inline: two of these a call
+                        status = self.wrap(handle, ptr(x) if size else self.empty_ptr,
+                                           size or _EMPTY_BYTES, call.buf_ref)
+                        if status:
+                            check(status, handle)
+                        buf = call.buf.value
                         wraps.append(buf)
                     setattr(call.tensors, name, buf)
-                check(lib.fa_run(handle, plan.handle, call.tensors_ref), handle)
+                status = lib.fa_run(handle, plan.handle, call.tensors_ref)
+                if status:
+                    check(status, handle)
             finally:
                 for buf in wraps:
                     lib.fa_buffer_destroy(buf)
-
-    def _wrap(self, call, ptr, size):
-        check(self.wrap(self.handle, ptr, size, call.buf_ref), self.handle)
-        return call.buf.value
 
     def _kept_wrap(self, x, size, ptr):
         """The kept wrap of input x, made on its first use: small inputs passed again and again

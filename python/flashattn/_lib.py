@@ -125,6 +125,7 @@ _PROTOTYPES = {
     "fa_plan_create_backward": (c_enum, [c_vp, _PTR(Problem), _PTR(c_vp)]),
     "fa_plan_destroy": (None, [c_vp]),
     "fa_plan_explain": (ctypes.c_char_p, [c_vp]),
+    "fa_plan_set_dropout": (c_enum, [c_vp, c_u64, c_u32]),
     "fa_run": (c_enum, [c_vp, c_vp, _PTR(Tensors)]),
     "fa_block_mask_q_blocks": (c_i64, [_PTR(BlockMaskShape)]),
     "fa_block_mask_k_blocks": (c_i64, [_PTR(BlockMaskShape)]),

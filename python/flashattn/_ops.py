@@ -69,35 +69,60 @@ def _scalars(causal, softmax_scale, window_size, softcap, dropout_p, seed, offse
     _need(len(window) == 2, "window_size must be (left, right), got %r" % (window_size,))
     return dict(causal=bool(causal), scale=None if softmax_scale is None else
                 float(softmax_scale), window=window, softcap=float(softcap),
-                dropout=(float(dropout_p), int(seed or 0) & (2**64 - 1),
-                         int(offset or 0) & (2**32 - 1)))
+                dropout=(float(dropout_p), *_seed_offset(seed, offset)))
 
 
 # Forward calls of plain q, k, v (no modifier tensors, no sequences) by their signature: the
-# tensors' kinds, shapes, strides and dtypes and every option. A hit skips the checks (its
-# tensors passed them when it was made) and the Spec: only the outputs and the pointers are new.
+# tensors' kinds, shapes, strides and dtypes and every option but dropout's seed and offset
+# (the plan takes those per call). A hit skips the checks (its tensors passed them when it was
+# made) and the Spec: only the outputs, the pointers and the seed are new.
 _PREPARED = {}
 _PREPARED_MAX = 256
 
 
-def _prepared_key(ad, q, k, v, causal, softmax_scale, window_size, softcap, dropout_p, seed,
-                  offset, backend, device, kv_splits):
-    if dropout_p:
-        return None  # a fresh seed per call would fill the cache with one-off entries
+def _prepared_key(ad, q, k, v, causal, softmax_scale, window_size, softcap, dropout_p,
+                  backend, device, kv_splits):
+    """The signature of a plain forward, or None for arguments that are not tensors. The
+    device's type counts: True is 1 to a dict, but context() refuses a bool."""
     try:
-        key = (ad.signature(q), ad.signature(k), ad.signature(v), causal, softmax_scale,
-               tuple(window_size), softcap, backend, device, kv_splits)
-        hash(key)
-    except (TypeError, AttributeError):  # not tensors, or options the checks will refuse
+        return (ad.signature(q), ad.signature(k), ad.signature(v), causal, softmax_scale,
+                tuple(window_size), softcap, dropout_p, backend, device, type(device),
+                kv_splits)
+    except (TypeError, AttributeError):
         return None
-    return key
 
 
-def _run_prepared(ad, entry, backend, device, q, k, v):
-    call, out_shape, lse_shape, dtype = entry
+def _lookup(key):
+    """(key, its prepared entry or None); key None where it does not hash (options the checks
+    will refuse). A key is hashed once, here: nested tuples are hashed anew each time."""
+    try:
+        return key, _PREPARED.get(key)
+    except TypeError:
+        return None, None
+
+
+def _seed_offset(seed, offset):
+    """Dropout's seed and offset as the library takes them (u64, u32; None is 0)."""
+    return int(seed or 0) & (2**64 - 1), int(offset or 0) & (2**32 - 1)
+
+
+def cached_forward(ad, q, k, v, causal, softmax_scale, window_size, softcap, dropout_p, seed,
+                   offset, backend, device):
+    """(out, lse) of a plain forward (no modifier tensors, no sequences) whose signature has a
+    prepared call, else None: the front ends try this before forward's keyword arguments."""
+    entry = _lookup(_prepared_key(ad, q, k, v, causal, softmax_scale, window_size, softcap,
+                                  dropout_p, backend, device, 0))[1]
+    if entry is None:
+        return None
+    dropout = (dropout_p, *_seed_offset(seed, offset)) if dropout_p else None
+    return _run_prepared(ad, entry, q, k, v, dropout)
+
+
+def _run_prepared(ad, entry, q, k, v, dropout):
+    call, out_shape, lse_shape, dtype, ctx = entry
     out = ad.empty(out_shape, dtype, like=q)
     lse = ad.empty(lse_shape, "f32", like=q)
-    ad.context(backend, device).run_prepared(call, (q, k, v, out, lse), ad.ptr)
+    ctx.run_prepared(call, (q, k, v, out, lse), ad.ptr, dropout)
     return out, lse
 
 
@@ -109,11 +134,11 @@ def forward(ad, q, k, v, *, dropout_p=0.0, softmax_scale=None, causal=False,
     key = None
     if (seq is None and alibi_slopes is None and bias is None and sinks is None and
             block_mask is None):
-        key = _prepared_key(ad, q, k, v, causal, softmax_scale, window_size, softcap, dropout_p,
-                            seed, offset, backend, device, kv_splits)
-        entry = _PREPARED.get(key) if key is not None else None
+        key, entry = _lookup(_prepared_key(ad, q, k, v, causal, softmax_scale, window_size,
+                                           softcap, dropout_p, backend, device, kv_splits))
         if entry is not None:
-            return _run_prepared(ad, entry, backend, device, q, k, v)
+            dropout = (dropout_p, *_seed_offset(seed, offset)) if dropout_p else None
+            return _run_prepared(ad, entry, q, k, v, dropout)
     given = (q, k, v)
     q, k, v = (ad.prepare(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
     dtype = _same_dtype(ad, {"q": q, "k": k, "v": v})
@@ -135,17 +160,18 @@ def forward(ad, q, k, v, *, dropout_p=0.0, softmax_scale=None, causal=False,
     ctx.run("forward", spec, {n: ad.arr(x) for n, x in inputs.items()},
             {"o": ad.arr(out), "lse": ad.arr(lse)})
     if key is not None and all(a is b for a, b in zip(given, (q, k, v))):
-        _remember(key, spec, (q, k, v, out, lse), ad, dtype, seq["lse_shape"])
+        _remember(key, spec, (q, k, v, out, lse), ad, dtype, seq["lse_shape"], ctx)
     return out, lse
 
 
-def _remember(key, spec, tensors, ad, dtype, lse_shape):
-    """Caches a plain forward's Prepared call under its signature (tensors used in place)."""
+def _remember(key, spec, tensors, ad, dtype, lse_shape, ctx):
+    """Caches a plain forward's Prepared call under its signature (tensors used in place), with
+    its context (cached contexts live as long as the process)."""
     if len(_PREPARED) >= _PREPARED_MAX:
         _PREPARED.clear()
     call = _core.Prepared("forward", spec, ("q", "k", "v", "o", "lse"), 3,
                           tuple(ad.arr(x).nbytes for x in tensors))
-    _PREPARED[key] = (call, ad.shape(tensors[0]), tuple(lse_shape), dtype)
+    _PREPARED[key] = (call, ad.shape(tensors[0]), tuple(lse_shape), dtype, ctx)
 
 
 def backward(ad, dout, q, k, v, out, lse, *, dropout_p=0.0, softmax_scale=None, causal=False,

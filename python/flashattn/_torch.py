@@ -8,7 +8,6 @@ it and back (the cpu and OpenCL backends read host memory).
 from typing import List, Optional
 
 import torch
-from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from . import _block_mask, _core, _cuda, _ops, _rotary, interface
 from ._core import Arr
@@ -64,9 +63,7 @@ class TorchAdapter:
         (other devices are copied or wrapped, never cached)."""
         return type(x), x.shape, x.stride(), x.dtype, x.is_cpu
 
-    @staticmethod
-    def ptr(x):
-        return x.data_ptr()
+    ptr = staticmethod(torch.Tensor.data_ptr)  # the method itself: no Python frame per call
 
     @staticmethod
     def arr(x):
@@ -339,7 +336,7 @@ def _direct(tensors):
     """Whether a call may skip the custom op's dispatch (about 80 us): plain CPU tensors, no
     gradient wanted, not traced by torch.compile and no dispatch mode (a profiler's, a fake
     tensor mode's) watching. The op runs the same _ops.forward, so the result is the same."""
-    if _compiling() or _dispatch_modes() is not None:
+    if _compiling() or _dispatch_modes():
         return False
     grad = torch.is_grad_enabled()
     for x in tensors:
@@ -350,7 +347,8 @@ def _direct(tensors):
 
 
 _compiling = torch.compiler.is_compiling
-_dispatch_modes = _get_current_dispatch_mode
+_dispatch_modes = torch._C._len_torch_dispatch_stack  # modes on the stack (what
+# _get_current_dispatch_mode reads first), without its Python frame
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -359,12 +357,16 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
                     seed=None, offset=0, backend="auto", device=0, block_mask=None,
                     block_size=(128, 128)):
     if _direct((q, k, v, alibi_slopes, bias, sinks, block_mask)):
-        out, lse = _ops.forward(TorchAdapter, q, k, v, alibi_slopes=alibi_slopes, bias=bias,
-                                sinks=sinks, dropout_p=dropout_p, softmax_scale=softmax_scale,
-                                causal=causal, window_size=window_size, softcap=softcap,
-                                seed=int(_seed_tensor(dropout_p, seed)) if dropout_p else 0,
-                                offset=offset, backend=backend, device=device,
-                                block_mask=block_mask, block_size=block_size)
+        seed = int(_seed_tensor(dropout_p, seed)) if dropout_p else 0
+        hit = None
+        if alibi_slopes is None and bias is None and sinks is None and block_mask is None:
+            hit = _ops.cached_forward(TorchAdapter, q, k, v, causal, softmax_scale, window_size,
+                                      softcap, dropout_p, seed, offset, backend, device)
+        out, lse = hit or _ops.forward(
+            TorchAdapter, q, k, v, alibi_slopes=alibi_slopes, bias=bias, sinks=sinks,
+            dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
+            window_size=window_size, softcap=softcap, seed=seed, offset=offset,
+            backend=backend, device=device, block_mask=block_mask, block_size=block_size)
         return interface._returns(out, lse, return_lse, return_attn_probs)
     out, lse = _call(q, k, v, alibi_slopes, bias, sinks, dropout_p, softmax_scale, causal,
                      window_size, softcap, seed, offset, backend, device, block_mask=block_mask,

@@ -36,6 +36,39 @@ mod_check() { # mod_check NAME ARGS...: O's check PASS and the modifiers line na
 mod_check "mods: softcap" 'softcap 2$' --softcap 2
 mod_check "mods: alibi" 'alibi$' --alibi
 mod_check "mods: alibi slopes file" 'alibi$' --alibi-slopes "$MD/ds.npy"
+# --alibi-slopes [batch, heads] (the library's alibi 2: a slope per sequence and head). f32
+# files written here: slopes_h [0.5, 0.25]; slopes_bh_same its rows twice; slopes_bh rows
+# [0.5, 0.25] and [1, 0.125].
+npy_f32() { # npy_f32 FILE SHAPE HEX...: a '<f4' .npy of the little-endian words HEX
+    local file=$1 shape=$2 w
+    shift 2
+    make_npy "$file" 1 "$(dict '<f4' False "$shape")" 0
+    for w in "$@"; do
+        printf "\\x${w:6:2}\\x${w:4:2}\\x${w:2:2}\\x${w:0:2}" >>"$file"
+    done
+}
+npy_f32 "$MD/slopes_h.npy" '(2,)' 3f000000 3e800000
+npy_f32 "$MD/slopes_bh_same.npy" '(2, 2)' 3f000000 3e800000 3f000000 3e800000
+npy_f32 "$MD/slopes_bh.npy" '(2, 2)' 3f000000 3e800000 3f800000 3e000000
+mod_check "mods: alibi slopes [batch, heads]" 'alibi \[batch, heads\]$' \
+    --alibi-slopes "$MD/slopes_bh.npy"
+expect_ok "mods: alibi [heads] out" run "${MOD[@]}" --alibi-slopes "$MD/slopes_h.npy" \
+    --out "$MD/o_h.npy"
+expect_ok "mods: alibi [batch, heads] rows alike out" run "${MOD[@]}" \
+    --alibi-slopes "$MD/slopes_bh_same.npy" --out "$MD/o_bh_same.npy"
+expect_ok "mods: alibi [batch, heads] out" run "${MOD[@]}" --alibi-slopes "$MD/slopes_bh.npy" \
+    --out "$MD/o_bh.npy"
+same_files "mods: alibi [batch, heads] of equal rows is [heads]" "$MD/o_h.npy" "$MD/o_bh_same.npy"
+if cmp -s "$MD/o_h.npy" "$MD/o_bh.npy"; then
+    fail "mods: alibi [batch, heads] reaches the run" "O equals the [heads] run's"
+else pass "mods: alibi [batch, heads] reaches the run"; fi
+for be in cpu opencl; do
+    expect_stdout "mods: alibi [batch, heads] $be checked" '^check +PASS' run --backend "$be" \
+        --batch 2 --heads 2 --seq 40 --seq-k 56 --dim 32 --causal bottom-right \
+        --alibi-slopes "$MD/slopes_bh.npy" --check
+    bwd_check "mods: alibi [batch, heads] $be backward" run --backend "$be" --batch 2 --heads 2 \
+        --seq 40 --seq-k 56 --dim 32 --alibi-slopes "$MD/slopes_bh.npy" --backward --check
+done
 mod_check "mods: bias random" 'bias f32$' --bias random
 mod_check "mods: bias file" 'bias f32$' --bias "$MD/b_full.npy"
 mod_check "mods: bias broadcast heads" 'bias f32$' --bias "$MD/b_11.npy"
@@ -137,8 +170,12 @@ expect_error "mods: alibi twice" 2 '--alibi and --alibi-slopes' \
     run "${MOD[@]}" --alibi --alibi-slopes "$MD/ds.npy"
 expect_error "mods: sinks wrong length" 2 '--sinks: .*ds.npy has shape \[2\], not \[4\]' \
     run "${MOD[@]}" --heads 4 --sinks "$MD/ds.npy"
-expect_error "mods: alibi slopes wrong length" 2 '--alibi-slopes: .*has shape \[2\], not \[4\]' \
+expect_error "mods: alibi slopes wrong length" 2 \
+    '--alibi-slopes: .*has shape \[2\], not \[4\] or \[2, 4\]' \
     run "${MOD[@]}" --heads 4 --alibi-slopes "$MD/ds.npy"
+expect_error "mods: alibi slopes [batch, heads] of another batch" 2 \
+    '--alibi-slopes: .*slopes_bh.npy has shape \[2, 2\], not \[2\] or \[3, 2\]' \
+    run "${MOD[@]}" --batch 3 --alibi-slopes "$MD/slopes_bh.npy"
 expect_error "mods: bias wrong shape" 2 \
     '--bias: .*b_wrong.npy has shape \[2, 2, 13, 13\], not \[2, 2, 13, 17\]' \
     run "${MOD[@]}" --bias "$MD/b_wrong.npy"

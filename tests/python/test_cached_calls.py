@@ -82,9 +82,9 @@ def test_torch_direct_call_matches_the_op(backend):
 
 def test_signature_key_ignores_unhashable_options():
     q, k, v = qkv(3)
-    key = _ops._prepared_key(NumpyAdapter, q, k, v, False, None, [[-1], -1], 0.0, 0.0, 0, 0,
-                             "cpu", 0, 0)
-    assert key is None
+    key = _ops._prepared_key(NumpyAdapter, q, k, v, False, None, [[-1], -1], 0.0, 0.0, "cpu",
+                             0, 0)
+    assert _ops._lookup(key) == (None, None)
     with pytest.raises(TypeError):  # and the general path refuses them
         flashattn.flash_attn_func(q, k, v, window_size=[[-1], -1], backend="cpu")
 
@@ -102,3 +102,80 @@ def test_kept_wrap_follows_a_moved_tensor(backend):
     assert np.max(np.abs(out.numpy() - ref)) <= 2e-5 * max(1.0, np.max(np.abs(ref)))
     entry = _core.context(backend, 0).kept[id(q)]
     assert entry[0] is q and entry[2] == q.data_ptr()
+
+
+def _fresh_plans(ctx):
+    """Drops every cached plan and prepared call: the next call plans anew."""
+    _ops._PREPARED.clear()
+    with ctx.lock:
+        for plan in ctx.plans.values():
+            plan.destroy()
+        ctx.plans.clear()
+
+
+def test_dropout_calls_reuse_one_plan(backend):
+    q, k, v = qkv(8)
+    ctx = _core.context(backend, 0)
+    run = lambda seed, offset=0: flashattn.flash_attn_func(
+        q, k, v, dropout_p=0.2, seed=seed, offset=offset, causal=True, backend=backend)
+    first = run(7)
+    plans, prepared = ctx.plans_created, len(_ops._PREPARED)
+    assert np.array_equal(run(7), first)  # the prepared call: the same bits
+    other = run(8)
+    assert not np.array_equal(other, first)  # another seed, other bits
+    assert np.array_equal(run(7), first)  # and back
+    assert not np.array_equal(run(7, offset=1), first)  # the offset counts too
+    assert ctx.plans_created == plans and len(_ops._PREPARED) == prepared
+    _fresh_plans(ctx)
+    assert np.array_equal(run(8), other)  # a plan made with seed 8: the re-seeded one's bits
+
+
+def test_dropout_backward_reuses_one_plan(backend):
+    q, k, v = qkv(9)
+    dout = qkv(10)[0]
+    ctx = _core.context(backend, 0)
+
+    def grads(seed):
+        out, lse = flashattn.flash_attn_func(q, k, v, dropout_p=0.3, seed=seed,
+                                             return_lse=True, backend=backend)
+        return flashattn.flash_attn_backward(dout, q, k, v, out, lse, dropout_p=0.3, seed=seed,
+                                             backend=backend)
+    a = grads(3)
+    plans = ctx.plans_created
+    b, a_again = grads(4), grads(3)
+    assert ctx.plans_created == plans
+    assert all(np.array_equal(x, y) for x, y in zip(a, a_again))
+    assert not any(np.array_equal(x, y) for x, y in zip(a, b))
+    _fresh_plans(ctx)
+    assert all(np.array_equal(x, y) for x, y in zip(grads(4), b))
+
+
+def test_torch_dropout_seeds_from_the_generator(backend):
+    q, k, v = (torch.from_numpy(x) for x in qkv(11))
+    ctx = _core.context(backend, 0)
+    run = lambda: flashattn.flash_attn_func(q, k, v, dropout_p=0.25, backend=backend)
+    torch.manual_seed(1)
+    first, second = run(), run()
+    plans = ctx.plans_created
+    torch.manual_seed(1)
+    assert torch.equal(run(), first) and torch.equal(run(), second)
+    assert not torch.equal(first, second)  # each call draws its own seed
+    assert ctx.plans_created == plans
+
+
+def test_torch_dispatch_mode_sees_the_op(backend):
+    """A dispatch mode (a profiler's, a fake tensor mode's) on the stack: the call goes through
+    the custom op, where the mode sees it, not around it."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    seen = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+    q, k, v = (torch.from_numpy(x) for x in qkv(12))
+    direct = flashattn.flash_attn_func(q, k, v, backend=backend)
+    with Record():
+        out = flashattn.flash_attn_func(q, k, v, backend=backend)
+    assert any(name.startswith("flashattn.fwd") for name in seen), seen
+    assert torch.equal(out, direct)

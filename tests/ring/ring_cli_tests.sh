@@ -37,6 +37,16 @@ contains "help names the ring layout" "--ring-layout"
 expect 2 "bad ring layout without mpirun" "$cli" ring --ring-layout diagonal
 contains "bad ring layout message" "zigzag or contiguous"
 
+# ALiBi slopes per sequence ([batch, heads], `run`'s alibi 2): refused, a usage error naming
+# the option (the ring sends each rank [heads] slopes). The file: f32 zeros of shape (2, 2).
+dict="{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2), }"
+pad=$(((64 - (10 + ${#dict} + 1) % 64) % 64))
+{ printf '\x93NUMPY\x01\x00'; printf "\\x$(printf %02x $((${#dict} + pad + 1)))\\x00"
+  printf '%s%*s\n' "$dict" "$pad" ''; head -c 16 /dev/zero; } >"$tmp/slopes_bh.npy"
+expect 2 "alibi slopes [batch, heads] refused" "$cli" ring --backend cpu --seq 32 --batch 2 \
+    --heads 2 --dim 16 --alibi-slopes "$tmp/slopes_bh.npy"
+contains "alibi slopes [batch, heads] message" "the ring takes f32 \[heads\] slopes"
+
 expect 0 "cpu P=2 zigzag causal f32 bwd --check" "${mpirun[@]}" -np 2 "$cli" ring \
     --backend cpu --seq 67 --heads 4 --heads-kv 2 --dim 16 --causal bottom-right --backward --check
 contains "cpu P=2 check lines" "check dK"

@@ -38,7 +38,7 @@ void cli_mod_opts(cli_mod_args *a, cli_opt *opts)
         {"alibi", CLI_FLAG, &a->alibi, 0, 0, NULL,
          "ALiBi with the paper's slopes 2^(-8 (h+1) / heads) for query head h", 0},
         {"alibi-slopes", CLI_STRING, &a->alibi_path, 0, 0, "FILE",
-         "ALiBi with the slopes of a .npy f32 [heads]", 0},
+         "ALiBi with the slopes of a .npy f32 [heads] or [batch, heads] (one per sequence)", 0},
         {"bias", CLI_STRING, &a->bias, 0, 0, "FILE|random",
          "add a .npy bias [batch, heads, seq, seq_k] (1 broadcasts any of the first 3)", 0},
         {"window", CLI_STRING, &a->window, 0, 0, "L,R",
@@ -148,7 +148,7 @@ static void shape_text(const npy_array *x, char *buf, size_t size)
         snprintf(buf + used, size - used, "]");
 }
 
-/* A [heads_q] vector file (--alibi-slopes, --sinks). */
+/* A [heads_q] vector file (--sinks). */
 static int check_vector(const cli_cmd *cmd, const char *opt, const char *path,
                         const npy_array *x, int64_t heads)
 {
@@ -158,6 +158,21 @@ static int check_vector(const cli_cmd *cmd, const char *opt, const char *path,
     shape_text(x, s, sizeof s);
     return cli_usage_error(cmd, "--%s: %s has shape %s, not [%" PRId64 "] (f32 [heads])", opt,
                            path, s, heads);
+}
+
+/* The --alibi-slopes file: f32 [heads_q] (alibi 1), or [batch, heads_q] (alibi 2: a slope per
+ * sequence and head, flash-attn's (batch, nheads)). */
+static int check_slopes(const cli_cmd *cmd, const char *path, const npy_array *x,
+                        const fa_problem *p)
+{
+    char s[128];
+    if ((x->rank == 1 && x->shape[0] == p->heads_q) ||
+        (x->rank == 2 && x->shape[0] == p->batch && x->shape[1] == p->heads_q))
+        return 0;
+    shape_text(x, s, sizeof s);
+    return cli_usage_error(cmd, "--alibi-slopes: %s has shape %s, not [%" PRId64 "] or [%" PRId64
+                           ", %" PRId64 "] (f32 [heads] or [batch, heads])", path, s, p->heads_q,
+                           p->batch, p->heads_q);
 }
 
 /* The bias file's shape: [B or 1, Hq or 1, Sq or 1, Sk]. */
@@ -205,14 +220,13 @@ int cli_mod_apply(const cli_cmd *cmd, const cli_mod_args *a, const cli_mod_files
                   fa_problem *p)
 {
     int64_t shape[4];
-    if ((a->alibi_path &&
-         check_vector(cmd, "alibi-slopes", a->alibi_path, &f->slopes, p->heads_q)) ||
+    if ((a->alibi_path && check_slopes(cmd, a->alibi_path, &f->slopes, p)) ||
         (a->sinks && !is_random(a->sinks) &&
          check_vector(cmd, "sinks", a->sinks, &f->sinks, p->heads_q)) ||
         (a->bias && !is_random(a->bias) && check_bias(cmd, a->bias, &f->bias, p)))
         return CLI_EXIT_USAGE;
     p->softcap = a->softcap;
-    p->alibi = a->alibi || a->alibi_path;
+    p->alibi = a->alibi_path && f->slopes.rank == 2 ? 2 : a->alibi || a->alibi_path;
     p->bias = a->bias != NULL;
     if (p->bias) {
         bias_shape(f, p, shape);
@@ -247,7 +261,7 @@ int cli_mod_fill(const cli_mod_args *a, const cli_mod_files *f, const fa_problem
 {
     size_t heads = (size_t)p->heads_q, i;
     memset(d, 0, sizeof *d);
-    if (p->alibi && f->slopes.rank == 1) {
+    if (p->alibi && f->slopes.rank >= 1) { /* a file's [heads] or [batch, heads] */
         d->slopes = f->slopes.data;
     } else if (p->alibi) {
         d->slopes = malloc(heads * sizeof *d->slopes);
@@ -308,7 +322,7 @@ void cli_mod_describe(const fa_problem *p, char *buf, size_t size)
     if (p->softcap > 0.0f)
         add(buf, size, "softcap %g", (double)p->softcap);
     if (p->alibi)
-        add(buf, size, "alibi");
+        add(buf, size, p->alibi == 2 ? "alibi [batch, heads]" : "alibi");
     if (p->bias)
         add(buf, size, "bias %s", fa_dtype_name(p->bias_dtype));
     if (p->window)

@@ -41,7 +41,7 @@ typedef struct cli_mod_files {
 
 /* The host tensors of one problem (cli_mod_fill): from the files or generated. */
 typedef struct cli_mod_data {
-    float *slopes;            /* f32 [heads_q], when problem.alibi */
+    float *slopes;            /* f32 [heads_q], or [batch, heads_q] when problem.alibi is 2 */
     float *bias;              /* bias_shape, C order, when problem.bias */
     int64_t bias_shape[4];    /* [B or 1, Hq or 1, Sq or 1, Sk] */
     size_t bias_count;

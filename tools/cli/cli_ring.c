@@ -144,6 +144,9 @@ static int load_inputs(const ring_args *a, ring_data *d)
     if (cli_mod_load(&a->mods, &d->mod_files) != 0)
         return CLI_EXIT_FAIL;
     int rc = cli_mod_apply(a->cmd, &a->mods, &d->mod_files, &d->whole);
+    if (rc == 0 && d->whole.alibi == 2) /* the ring sends each rank [heads] slopes */
+        return cli_usage_error(a->cmd, "--alibi-slopes: the ring takes f32 [heads] slopes, "
+                               "not [batch, heads]");
     return rc ? rc : cli_mod_fill(&a->mods, &d->mod_files, &d->whole, a->seed, &d->mods);
 }
 

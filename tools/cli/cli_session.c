@@ -112,7 +112,8 @@ int cli_session_mod_buffers(cli_session *s, const cli_mod_data *m)
 {
     const fa_problem *p = &s->problem;
     size_t heads = (size_t)p->heads_q * sizeof(float);
-    if ((p->alibi && mod_buffer(s, m->slopes, heads, &s->slopes)) ||
+    size_t slopes = p->alibi == 2 ? (size_t)p->batch * heads : heads; /* [B, Hq] or [Hq] */
+    if ((p->alibi && mod_buffer(s, m->slopes, slopes, &s->slopes)) ||
         (p->sinks && mod_buffer(s, m->sinks, heads, &s->sinks)) ||
         (p->bias && bias_buffer(s, m)))
         return CLI_EXIT_FAIL;
