@@ -43,14 +43,16 @@ static void sparse_problem(fa_problem *p, fa_dtype dtype, int64_t seq, int64_t d
     p->sparse_heads = 1;
 }
 
-/* Whether the problem without its block mask plans the register-blocked forward (CPUs). */
-static bool dense_reg_blocked(fa_context *ctx, const fa_problem *sparse)
+/* Whether the problem without its block mask plans the register-blocked forward (CPUs), and
+ * its Bc (*dense_bc). */
+static bool dense_reg_blocked(fa_context *ctx, const fa_problem *sparse, int32_t *dense_bc)
 {
     fa_problem p = *sparse;
     fa_plan *pl = NULL;
     p.block_sparse = 0;
     assert_int_equal(fa_plan_create(ctx, &p, &pl), FA_STATUS_OK);
     bool reg = strstr(fa_plan_explain(pl), "REG_BLOCKED") != NULL;
+    *dense_bc = fa_plan_block_c(pl);
     fa_plan_destroy(pl);
     return reg;
 }
@@ -77,17 +79,25 @@ static int check_context(fa_context *ctx, const char *name, size_t n_dims)
                             fail_msg("%s d%lld Sq %lld blocks %d x %d: tiles %d x %d straddle",
                                      name, (long long)dims[k], (long long)seqs[s], blocks[a],
                                      blocks[b], br, bc);
-                        assert_true(bc <= blocks[b]); /* a key tile within one key block */
+                        const bool reg = strstr(fa_plan_explain(pl), "REG_BLOCKED") != NULL;
+                        /* A key tile within one key block, but on the register-blocked
+                         * forward, whose register blocks multiply only their listed span */
+                        if (bc > blocks[b])
+                            assert_true(reg && strstr(fa_plan_explain(pl), "over key blocks"));
                         /* Only a GPU's work-group floor raises Br above block_q, or a CPU's
                          * register-blocked forward, which skips per register block and
                          * says so; there Br is a multiple of block_q (aligned). */
-                        if (br > blocks[a] && strstr(fa_plan_explain(pl), "REG_BLOCKED"))
+                        if (br > blocks[a] && reg)
                             assert_non_null(strstr(fa_plan_explain(pl), "query blocks of"));
                         else if (br > blocks[a])
                             assert_non_null(strstr(fa_plan_explain(pl), "work-items"));
-                        /* Where the dense forward runs register-blocked, so does this one */
-                        if (dense_reg_blocked(ctx, &p))
-                            assert_non_null(strstr(fa_plan_explain(pl), "REG_BLOCKED"));
+                        /* Where the dense forward runs register-blocked, so does this one,
+                         * with the dense key tiles */
+                        int32_t dense_bc = 0;
+                        if (dense_reg_blocked(ctx, &p, &dense_bc)) {
+                            assert_true(reg);
+                            assert_int_equal(bc, dense_bc);
+                        }
                         fa_plan_destroy(pl);
                         plans++;
                     }

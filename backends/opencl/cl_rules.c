@@ -199,22 +199,25 @@ static void block_sparse_rules(const fa_problem *p, fa__op op, fa__plan_rules *r
         return;
     if (op == FA__OP_BACKWARD)
         bq = bk = bq < bk ? bq : bk;
+    /* The forward's register-blocked path (CPUs) runs a tile in one work-item and skips per
+     * register block of 4 rows, each within one query block (block_q >= 16): it keeps the
+     * dense plan's tiles (Br a multiple of block_q: divide_blocks; Bc any power of two, a
+     * key tile over several key blocks multiplying only the span of those its rows' query
+     * block lists: flash_fwd_blocked.cl) and copies a K/V tile once for every query block of
+     * it that lists it (plan_create.c, choose_reg_blocked says so in the plan). At 64 keys
+     * where the dense plan has 128, density 1 took 1.08x the dense time (docs/benchmarks.md).
+     * Should that path not hold the tiles, they span blocks and the other paths compute the
+     * union of their lists, each row masked to its own. */
+    rules->shape.block_r_divides = bq; /* after the fit and the GPU floor too */
+    if (op == FA__OP_FORWARD && rules->paths.reg_blocked)
+        return;
     if (rules->shape.pref_block_c == 0 || rules->shape.pref_block_c > bk) {
         rules->shape.pref_block_c = bk;
         rules->shape.pref_block_c_why = "block-sparse: a key tile within one key block "
                                         "(sparse_block_k), so a tile no query block lists is "
                                         "skipped";
     }
-    rules->shape.block_r_divides = bq; /* after the fit and the GPU floor too */
     rules->shape.block_c_divides = bk;
-    /* The forward's register-blocked path (CPUs) runs a tile in one work-item and skips key
-     * tiles per register block of 4 rows, each within one query block (block_q >= 16): Br
-     * keeps the dense plan's size, a multiple of block_q (divide_blocks), and copies a K/V
-     * tile once for every query block of it that lists it (plan_create.c, choose_reg_blocked
-     * says so in the plan). Should that path not hold the tiles, Br spans blocks and the
-     * other paths compute the union of their lists, each row masked to its own. */
-    if (op == FA__OP_FORWARD && rules->paths.reg_blocked)
-        return;
     rules->shape.pref_block_r = bq;
     if (rules->shape.min_block_r > bq) /* the measured floor of dense tiles: not here */
         rules->shape.min_block_r = bq;
