@@ -204,8 +204,9 @@ static void block_sparse_rules(const fa_problem *p, fa__op op, fa__plan_rules *r
      * dense plan's tiles (Br a multiple of block_q: divide_blocks; Bc any power of two, a
      * key tile over several key blocks multiplying only the span of those its rows' query
      * block lists: flash_fwd_blocked.cl) and copies a K/V tile once for every query block of
-     * it that lists it (plan_create.c, choose_reg_blocked says so in the plan). At 64 keys
-     * where the dense plan has 128, density 1 took 1.08x the dense time (docs/benchmarks.md).
+     * it that lists it (plan_create.c, choose_reg_blocked says so in the plan). At 64-key
+     * tiles where the dense plan has 128, density 1 took 1.07x the dense CPU time, at the
+     * dense tiles 0.98x (N 8192 on pocl, docs/benchmarks.md).
      * Should that path not hold the tiles, they span blocks and the other paths compute the
      * union of their lists, each row masked to its own. */
     rules->shape.block_r_divides = bq; /* after the fit and the GPU floor too */
