@@ -7,7 +7,8 @@
  * tile no query block of its query tile lists is skipped whole. Where only the GPU's work-group
  * floor raises Br above block_q, the explanation says so; on CPUs the register-blocked forward
  * keeps the dense plan's Br (a multiple of block_q), skipping per register block of 4 rows,
- * and runs wherever the dense forward does. Overrides are taken as asked.
+ * and runs wherever the dense forward does, with the dense Bc over several key blocks; short
+ * queries, which run in place, keep Bc within a key block. Overrides are taken as asked.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -134,6 +135,36 @@ static void test_device(void **state)
     fa_context_destroy(ctx);
 }
 
+/* On the device at hand: queries short enough to run in place (pocl: Br <= 64) keep a key tile
+ * within one key block, as that path computes the union of a tile's blocks; from Sq 128 the
+ * register-blocked forward, where it runs, keeps the dense plan's Bc over several blocks. */
+static void test_short_queries(void **state)
+{
+    (void)state;
+    fa_context_options o = {FA_BACKEND_OPENCL, 0};
+    fa_context *ctx = NULL;
+    char why[512] = "";
+    fa_status st = fa_context_create(&ctx, &o, why, sizeof why);
+    if (st != FA_STATUS_OK && !harness_backend_required(FA_BACKEND_OPENCL))
+        skip(); /* no OpenCL device */
+    assert_int_equal(st, FA_STATUS_OK);
+    static const int64_t seqs_q[] = {1, 40, 100, 127, 128, 1000};
+    for (size_t i = 0; i < sizeof seqs_q / sizeof seqs_q[0]; i++) {
+        fa_problem p;
+        fa_plan *pl = NULL;
+        sparse_problem(&p, FA_DTYPE_F32, 1000, 64, 16, 16);
+        p.seqlen_q = seqs_q[i];
+        assert_int_equal(fa_plan_create(ctx, &p, &pl), FA_STATUS_OK);
+        const char *explain = fa_plan_explain(pl);
+        if (strstr(explain, "in place"))
+            assert_true(fa_plan_block_c(pl) <= 16);
+        if (seqs_q[i] >= 128 && strstr(explain, "REG_BLOCKED"))
+            assert_true(fa_plan_block_c(pl) > 16);
+        fa_plan_destroy(pl);
+    }
+    fa_context_destroy(ctx);
+}
+
 /* The rule is a preference: overrides plan as asked, straddling or not, and the explanation
  * of a default plan names the rule. */
 static void test_overrides_and_explanation(void **state)
@@ -166,6 +197,7 @@ int main(void)
         cmocka_unit_test(test_profiles),
         cmocka_unit_test(test_device),
         cmocka_unit_test(test_overrides_and_explanation),
+        cmocka_unit_test(test_short_queries),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
