@@ -27,14 +27,18 @@ typedef float float_dims_unaligned __attribute__((ext_vector_type(DIMS_PER_VEC),
 #define O_STORE_DIMS(val, p) (*(p) = (val))
 #endif
 
+/* Keys of S that block_scores makes at a time: KEY_VECS vectors. */
+#define SCORE_CHUNK (KEY_VECS * KEYS_PER_VEC)
+
 /* S[i][c] = sum_x Q[i][x] * K^T[x][c] * scale_log2 for the block's REG_ROWS rows (q_rows: rows of
- * the Q tile, d apart; s_rows: rows of S, Bc apart) and every key c of the tile (k_t: the d x Bc
- * K^T tile): per KEY_VECS key vectors, REG_ROWS x KEY_VECS accumulators (16 of AVX-512's 32
- * registers), each K^T vector loaded once and multiplied by the rows' Q[i][x], broadcast. */
+ * the Q tile, d apart; s_rows: rows of S, Bc apart) and the keys c of the tile in [c_lo, c_hi)
+ * (k_t: the d x Bc K^T tile), by whole chunks of SCORE_CHUNK keys: per KEY_VECS key vectors,
+ * REG_ROWS x KEY_VECS accumulators (16 of AVX-512's 32 registers), each K^T vector loaded once
+ * and multiplied by the rows' Q[i][x], broadcast. */
 void block_scores(__local float *s_rows, __local const float *q_rows, __local const float *k_t,
-                  float scale_log2)
+                  float scale_log2, int c_lo, int c_hi)
 {
-    for (int c0 = 0; c0 < BLOCK_C; c0 += KEY_VECS * KEYS_PER_VEC) {
+    for (int c0 = c_lo / SCORE_CHUNK * SCORE_CHUNK; c0 < c_hi; c0 += SCORE_CHUNK) {
         float_keys acc[REG_ROWS][KEY_VECS]; /* acc[i][j]: S[i][c0 + KEYS_PER_VEC * j ..] */
 #pragma unroll
         for (int i = 0; i < REG_ROWS; i++)
@@ -62,13 +66,13 @@ void block_scores(__local float *s_rows, __local const float *q_rows, __local co
     }
 }
 
-/* O[i][x] = O[i][x] * alpha[i] + sum_c P[i][c] * V[c][x], c in [0, keys) (keys past it have
- * P = 0 and are skipped), for the block's REG_ROWS rows (o_rows: rows of the f32 O tile, d
+/* O[i][x] = O[i][x] * alpha[i] + sum_c P[i][c] * V[c][x], c in [c_lo, c_hi) (keys outside it
+ * have P = 0 and are skipped), for the block's REG_ROWS rows (o_rows: rows of the f32 O tile, d
  * apart; p_rows: rows of P, Bc apart; v: the Bc x d V tile): per DIM_VECS vectors of an O row,
  * REG_ROWS x DIM_VECS accumulators, each V vector loaded once and multiplied by the rows'
  * P[i][c], broadcast. */
 void block_values(__local float *o_rows, __local const float *p_rows, __local const float *v,
-                  const float *alpha, int keys)
+                  const float *alpha, int c_lo, int c_hi)
 {
     for (int x0 = 0; x0 < HEAD_DIM; x0 += DIM_VECS * DIMS_PER_VEC) {
         float_dims acc[REG_ROWS][DIM_VECS]; /* acc[i][j]: O[i][x0 + DIMS_PER_VEC * j ..] */
@@ -77,7 +81,7 @@ void block_values(__local float *o_rows, __local const float *p_rows, __local co
 #pragma unroll
             for (int j = 0; j < DIM_VECS; j++)
                 acc[i][j] = alpha[i] * O_LOAD_DIMS(o_rows + i * HEAD_DIM + x0 + j * DIMS_PER_VEC);
-        for (int c = 0; c < keys; c++) {
+        for (int c = c_lo; c < c_hi; c++) {
             float_dims v_vec[DIM_VECS]; /* V[c][x0 + DIMS_PER_VEC * j ..] */
 #pragma unroll
             for (int j = 0; j < DIM_VECS; j++)
@@ -140,13 +144,118 @@ void store_rows(__global out_t *o, __global float *lse, __local const float *o_t
     }
 }
 
-/* The row rules on the S row of tile row r (query row r0 + r) over the tile at k0: score
- * modifiers, mask, block-sparse lists, then the online softmax's m/l update (S becomes P);
- * returns the row's rescale alpha. */
+/* Block-sparse on this path: the key blocks of a K/V tile (keys [k0, k0 + valid_keys)) that
+ * one query block lists, as the span of the tile's keys [c_lo, c_hi) from its first listed
+ * block to the end of its last (c_lo == c_hi: none), which alone are multiplied; a span that
+ * reaches the tile's last valid key ends at Bc (mask_lane's -inf covers keys past Sk). whole:
+ * every block of the tile is listed, and the tile runs as a dense one does; full: every block
+ * is in the full lists (no element mask); gaps: an unlisted block lies inside the span. */
+typedef struct listed_span {
+    int c_lo, c_hi;
+    bool whole, full, gaps;
+} listed_span;
+
+/* A dense tile's span: all of it, as without the feature. */
+#define WHOLE_SPAN {0, BLOCK_C, true, false, false}
+
+/* *span of query block qb over the tile at k0 (an out pointer, not a returned struct: an
+ * inlined struct return left an intrinsic Oclgrind cannot run, flash_modifiers.cl). */
+void listed_span_of(listed_span *span, const block_lists *bl, const fa_kernel_params *p, long b,
+                    long h, long qb, long k0, int valid_keys)
+{
+    const list_view v = FORWARD_VIEW(bl, p);
+    const long bk = p->sparse_block_k, kb0 = k0 / bk, kb1 = (k0 + valid_keys - 1) / bk;
+    long first = -1, last = -1, listed = 0, full = 0;
+    for (long kb = kb0; kb <= kb1; kb++) {
+        if (!view_listed(&v, p, b, h, qb, kb, false))
+            continue;
+        first = first < 0 ? kb : first;
+        last = kb;
+        listed++;
+        full += view_listed(&v, p, b, h, qb, kb, true);
+    }
+    span->c_lo = span->c_hi = 0;
+    span->whole = span->full = span->gaps = false;
+    if (first < 0)
+        return;
+    span->c_lo = (int)max(first * bk - k0, 0L);
+    span->c_hi = (int)min((last + 1) * bk - k0, (long)valid_keys);
+    span->c_hi = span->c_hi == valid_keys ? BLOCK_C : span->c_hi;
+    span->whole = listed == kb1 - kb0 + 1;
+    span->full = span->whole && full == listed && valid_keys == BLOCK_C;
+    span->gaps = listed != last - first + 1;
+}
+
+/* The union of the spans of the query blocks of tile rows [r0, r_end) over the tile at k0
+ * (only c_lo, c_hi: c_lo == c_hi, none lists a key of it). */
+void tile_span_of(listed_span *tile_span, const block_lists *bl, const fa_kernel_params *p,
+                  long b, long h, long r0, long r_end, long k0, int valid_keys)
+{
+    tile_span->c_lo = BLOCK_C;
+    tile_span->c_hi = 0;
+    for (long qb = r0 / p->sparse_block_q; qb <= (r_end - 1) / p->sparse_block_q; qb++) {
+        listed_span span;
+        listed_span_of(&span, bl, p, b, h, qb, k0, valid_keys);
+        if (span.c_lo == span.c_hi)
+            continue;
+        tile_span->c_lo = min(tile_span->c_lo, span.c_lo);
+        tile_span->c_hi = max(tile_span->c_hi, span.c_hi);
+    }
+    if (tile_span->c_hi == 0)
+        tile_span->c_lo = 0;
+}
+
+/* Keys [k0 + c_lo, k0 + c_hi) of K or V (row 0 at `head`, key_head; paged: each key from its
+ * page) into their places of a Bc-key tile as load_keys puts them, zeros past Sk: the span of
+ * a tile that some query block of it lists. At 10% random 64 x 64 blocks, copying whole
+ * 128-key tiles left N 8192 at 0.16 of the dense CPU time on pocl, this 0.14. */
+void load_key_span(__local float *tile, __global const store_t *head, long k0, int c_lo,
+                   int c_hi, long sk, long stride_b, long stride_s, int transposed,
+                   const fa_kernel_params *p, __global const int *block_table, long b)
+{
+    for (int c = c_lo; c < c_hi; c++) {
+        const long j = k0 + c;
+        const long row = j < sk ? key_row(j, stride_b, stride_s, p, block_table, b) : 0;
+        for (int x = 0; x < HEAD_DIM; x += TILE_LOAD_STEP)
+            copy_tile_elems(tile, head + row + x, j < sk, c, x, BLOCK_C, transposed);
+    }
+}
+
+/* softmax_update over the keys [c_lo, c_hi) of an S row only (multiples of KEYS_PER_VEC: key
+ * blocks hold 16 keys or more), for a register block whose query block lists a part of the
+ * tile: as lane_max and lane_exp over those keys; dropout, over the whole row, scales only
+ * what the span reads. Returns the row's rescale alpha. */
+float span_softmax_update(__local float *s_row, int c_lo, int c_hi, float *m, float *l,
+                          const fa_kernel_params *p, long b, long h, long row, long k0,
+                          int lane_keys)
+{
+    float_keys span_max = -INFINITY; /* lane-wise max over the span's vectors */
+    for (int c = c_lo; c < c_hi; c += KEYS_PER_VEC)
+        span_max = fmax(span_max, S_LOAD_KEYS(s_row + c));
+    const float m_new = fmax(*m, hmax_keys(span_max));
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+    const float alpha = exp2(*m - m_use);
+    float_keys span_sum = 0.0f; /* lane-wise sum of P over the span's vectors */
+    for (int c = c_lo; c < c_hi; c += KEYS_PER_VEC) {
+        float_keys pv = FLUSH_TINY(float_keys, exp2_keys(S_LOAD_KEYS(s_row + c) - m_use));
+        S_STORE_KEYS(pv, s_row + c);
+        span_sum += pv;
+    }
+    if ((FEATURES & FA_FEATURE_DROPOUT) && row < p->seqlen_q)
+        dropout_row(s_row, p, b, h, row, k0, lane_keys);
+    *l = *l * alpha + hsum_keys(span_sum);
+    *m = m_new;
+    return alpha;
+}
+
+/* The row rules on the S row of tile row r (query row r0 + r) over the tile at k0, within the
+ * row's query block's span of listed keys: score modifiers, mask, the unlisted blocks inside
+ * the span, then the online softmax's m/l update (S becomes P); returns the row's rescale
+ * alpha. */
 ALWAYS_INLINE float blocked_row_rules(__local float *s_row, int r, long k0, int lane_keys,
                                       long tile_keys, long tile_begin, blocked_rows *rows,
                                       const block_lists *lists, const fa_kernel_params *p,
-                                      const fwd_item *it, long r0, bool full, bool one_block)
+                                      const fwd_item *it, long r0, const listed_span *span)
 {
     const long row = r0 + r;
     row_mods tile_mods;
@@ -154,14 +263,51 @@ ALWAYS_INLINE float blocked_row_rules(__local float *s_row, int r, long k0, int 
     if (FEATURES & (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI))
         modify_row(s_row, p, lane_mods); /* block_scores made S */
     add_bias(s_row, lane_mods);
-    /* Mask: none in full blocks; no list search where the tile's keys lie in one key block
-     * that the row's query block lists (one_block: the caller looked it up once). */
-    if (!full)
+    /* Mask: none in full blocks; the block lists only where the span has gaps (the span's
+     * blocks are listed, its ends are those of listed blocks). */
+    if (!span->full)
         mask_lane(s_row, 0, k0, tile_keys, rows->keys_end[r], tile_begin, rows->keys_begin[r]);
-    if (!full && !one_block)
-        mask_unlisted(s_row, 0, LANE_KEYS, k0, row, lists, p, it->b, it->h);
-    return softmax_update(s_row, 0, 0, r, 0, &rows->m[r], &rows->l[r], p, it->b, it->h, row, k0,
-                          lane_keys);
+    if (span->gaps)
+        mask_unlisted(s_row, span->c_lo, span->c_hi, k0, row, lists, p, it->b, it->h);
+    if (span->whole)
+        return softmax_update(s_row, 0, 0, r, 0, &rows->m[r], &rows->l[r], p, it->b, it->h,
+                              row, k0, lane_keys);
+    return span_softmax_update(s_row, span->c_lo, span->c_hi, &rows->m[r], &rows->l[r], p,
+                               it->b, it->h, row, k0, lane_keys);
+}
+
+/* One register block of rows (tile rows rb .. rb + REG_ROWS) over the K/V tile at k0, on the
+ * keys of its span: S = Q K^T, the row rules (S becomes P; rows past Sq: P = 0), then O's
+ * rescale and P V. Its S rows stay in the cache from the first product to the second. */
+ALWAYS_INLINE void register_block(int rb, long k0, int valid_keys, long tile_keys,
+                                  long tile_begin, const listed_span *span, blocked_rows *rows,
+                                  const block_lists *lists, const fa_kernel_params *p,
+                                  const fwd_item *it, int item_rows, __local const float *q_tile,
+                                  __local const float *k_tile, __local const float *v_tile,
+                                  __local float *s_tile, __local float *o_tile)
+{
+    const long r0 = it->tile * BLOCK_R;
+    const int lane_keys = clamp(valid_keys, 0, LANE_KEYS);
+    __local float *s_rows = s_tile + rb * BLOCK_C; /* S[rb .. rb + REG_ROWS][0 .. Bc) */
+    /* S = Q K^T * scale (in log2 units, for exp2) */
+    block_scores(s_rows, q_tile + rb * HEAD_DIM, k_tile, SCORE_SCALE(*p), span->c_lo,
+                 span->c_hi);
+    /* Modifiers, mask, m/l update (online softmax): S becomes P; rows past Sq: P = 0 */
+    float alpha[REG_ROWS];
+    for (int i = 0; i < REG_ROWS; i++) {
+        __local float *s_row = s_rows + i * BLOCK_C;
+        if (rb + i < item_rows) {
+            alpha[i] = blocked_row_rules(s_row, rb + i, k0, lane_keys, tile_keys, tile_begin,
+                                         rows, lists, p, it, r0, span);
+        } else {
+            alpha[i] = 1.0f;
+            for (int c = 0; c < BLOCK_C; c++)
+                s_row[c] = 0.0f;
+        }
+    }
+    /* Rescale O, then accumulate P V */
+    block_values(o_tile + rb * HEAD_DIM, s_rows, v_tile, alpha, span->c_lo,
+                 min(span->c_hi, valid_keys));
 }
 
 /* The work-group's item (fwd_item) in one work-item that holds all Br rows of the tile; rows
@@ -206,54 +352,42 @@ ALWAYS_INLINE void fwd_tile(__global const store_t *q, __global const store_t *k
     /* Loop over K/V tiles: keys [k0, k0 + Bc), k0 in [kv_begin, kv_end) by Bc. */
     for (long k0 = kv_begin; k0 < kv_end; k0 += BLOCK_C) {
         int valid_keys = (int)min((long)BLOCK_C, sk - k0); /* keys [0, valid_keys) exist */
-        int lane_keys = clamp(valid_keys, 0, LANE_KEYS);
-        if (!tile_listed(lists, p, b, h, r0, r0 + item_rows, k0, k0 + valid_keys))
-            continue; /* block-sparse: no row of the tile lists a key block of it */
-        /* The K/V tile, once for all rows: K^T (d x Bc) and V (Bc x d), f32, zeros past Sk. */
-        load_keys(k_tile, k_head, k0, sk, p->k_stride_b, p->k_stride_s, 1, p, block_table, b);
-        load_keys(v_tile, v_head, k0, sk, p->v_stride_b, p->v_stride_s, 0, p, block_table, b);
+        /* The K/V tile, once for all rows: K^T (d x Bc) and V (Bc x d), f32, zeros past Sk;
+         * block-sparse: the keys its query blocks list, or none */
+        if (FEATURES & FA_FEATURE_BLOCK_SPARSE) {
+            listed_span keys;
+            tile_span_of(&keys, lists, p, b, h, r0, r0 + item_rows, k0, valid_keys);
+            if (keys.c_lo == keys.c_hi)
+                continue; /* no row of the tile lists a key block of it */
+            load_key_span(k_tile, k_head, k0, keys.c_lo, keys.c_hi, sk, p->k_stride_b,
+                          p->k_stride_s, 1, p, block_table, b);
+            load_key_span(v_tile, v_head, k0, keys.c_lo, keys.c_hi, sk, p->v_stride_b,
+                          p->v_stride_s, 0, p, block_table, b);
+        } else {
+            load_keys(k_tile, k_head, k0, sk, p->k_stride_b, p->k_stride_s, 1, p, block_table,
+                      b);
+            load_keys(v_tile, v_head, k0, sk, p->v_stride_b, p->v_stride_s, 0, p, block_table,
+                      b);
+        }
 
         /* Block-sparse: a register block's rows lie in one query block (block_q >= 16, a
-         * multiple of REG_ROWS), whose list decides for all of them; looked up once per
-         * query block of the tile (a tile may hold several: cl_rules.c). */
+         * multiple of REG_ROWS), whose lists decide the keys it computes; looked up once per
+         * query block of the tile (a tile may hold several, and a key tile several key
+         * blocks: cl_rules.c). */
         long list_qb = -1;
-        bool listed = true, full = false;
-        const bool one_block = (FEATURES & FA_FEATURE_BLOCK_SPARSE) &&
-                               k0 / p->sparse_block_k == (k0 + valid_keys - 1) / p->sparse_block_k;
-
-        /* One register block of rows at a time: its S rows (in s_tile's rows) stay in the
-         * cache from S = Q K^T through the row rules to P V. */
+        listed_span span = WHOLE_SPAN;
         for (int rb = 0; rb < item_rows; rb += REG_ROWS) {
             if (FEATURES & FA_FEATURE_BLOCK_SPARSE) {
                 const long qb = (r0 + rb) / p->sparse_block_q;
                 if (qb != list_qb) {
-                    const long q_end = min((qb + 1) * p->sparse_block_q, r0 + item_rows);
                     list_qb = qb;
-                    listed = tile_listed(lists, p, b, h, r0 + rb, q_end, k0, k0 + valid_keys);
-                    full = tile_full(lists, p, b, h, r0 + rb, q_end, k0, k0 + valid_keys);
+                    listed_span_of(&span, lists, p, b, h, qb, k0, valid_keys);
                 }
-                if (!listed)
+                if (span.c_lo == span.c_hi)
                     continue; /* its query block lists no key of the tile: O, m, l unchanged */
             }
-            __local float *s_rows = s_tile + rb * BLOCK_C; /* S[rb .. rb + REG_ROWS][0 .. Bc) */
-            /* S = Q K^T * scale (in log2 units, for exp2) */
-            block_scores(s_rows, q_tile + rb * HEAD_DIM, k_tile, SCORE_SCALE(*p));
-            /* Modifiers, mask, m/l update (online softmax): S becomes P; rows past Sq: P = 0 */
-            float alpha[REG_ROWS];
-            for (int i = 0; i < REG_ROWS; i++) {
-                __local float *s_row = s_rows + i * BLOCK_C;
-                if (rb + i < item_rows) {
-                    alpha[i] = blocked_row_rules(s_row, rb + i, k0, lane_keys, tile_keys,
-                                                 tile_begin, &rows, lists, p, it, r0, full,
-                                                 one_block && listed);
-                } else {
-                    alpha[i] = 1.0f;
-                    for (int c = 0; c < BLOCK_C; c++)
-                        s_row[c] = 0.0f;
-                }
-            }
-            /* Rescale O, then accumulate P V */
-            block_values(o_tile + rb * HEAD_DIM, s_rows, v_tile, alpha, valid_keys);
+            register_block(rb, k0, valid_keys, tile_keys, tile_begin, &span, &rows, lists, p,
+                           it, item_rows, q_tile, k_tile, v_tile, s_tile, o_tile);
         }
     }
 

@@ -178,10 +178,10 @@ static void choose_reg_blocked(fa_plan *plan, const fa__plan_rules *rules,
     if (kp->block_sparse)
         fa__append(plan->explain, sizeof plan->explain,
                    "block-sparse tiles: a tile of %d rows %s %d query block%s of %d rows, "
-                   "a key tile of %d keys lies within one key block of %d; each register block "
-                   "of 4 rows lies within one query block and skips the key tiles its block "
-                   "does not list, and a K/V tile is copied only when some query block of the "
-                   "tile lists it\n",
+                   "a key tile of %d keys over key blocks of %d; each register block of 4 rows "
+                   "lies within one query block and multiplies only the keys from the first to "
+                   "the last key block of the tile its block lists, and a K/V tile is copied "
+                   "only when some query block of the tile lists it\n",
                    (int)t->block_r, t->block_r > kp->sparse_block_q ? "holds" : "lies within",
                    t->block_r > kp->sparse_block_q ? (int)(t->block_r / kp->sparse_block_q) : 1,
                    t->block_r > kp->sparse_block_q ? "s" : "", (int)kp->sparse_block_q,

@@ -7,7 +7,8 @@
  * tile no query block of its query tile lists is skipped whole. Where only the GPU's work-group
  * floor raises Br above block_q, the explanation says so; on CPUs the register-blocked forward
  * keeps the dense plan's Br (a multiple of block_q), skipping per register block of 4 rows,
- * and runs wherever the dense forward does. Overrides are taken as asked.
+ * and runs wherever the dense forward does, with the dense Bc over several key blocks; short
+ * queries, which run in place, keep Bc within a key block. Overrides are taken as asked.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -43,14 +44,16 @@ static void sparse_problem(fa_problem *p, fa_dtype dtype, int64_t seq, int64_t d
     p->sparse_heads = 1;
 }
 
-/* Whether the problem without its block mask plans the register-blocked forward (CPUs). */
-static bool dense_reg_blocked(fa_context *ctx, const fa_problem *sparse)
+/* Whether the problem without its block mask plans the register-blocked forward (CPUs), and
+ * its Bc (*dense_bc). */
+static bool dense_reg_blocked(fa_context *ctx, const fa_problem *sparse, int32_t *dense_bc)
 {
     fa_problem p = *sparse;
     fa_plan *pl = NULL;
     p.block_sparse = 0;
     assert_int_equal(fa_plan_create(ctx, &p, &pl), FA_STATUS_OK);
     bool reg = strstr(fa_plan_explain(pl), "REG_BLOCKED") != NULL;
+    *dense_bc = fa_plan_block_c(pl);
     fa_plan_destroy(pl);
     return reg;
 }
@@ -77,17 +80,25 @@ static int check_context(fa_context *ctx, const char *name, size_t n_dims)
                             fail_msg("%s d%lld Sq %lld blocks %d x %d: tiles %d x %d straddle",
                                      name, (long long)dims[k], (long long)seqs[s], blocks[a],
                                      blocks[b], br, bc);
-                        assert_true(bc <= blocks[b]); /* a key tile within one key block */
+                        const bool reg = strstr(fa_plan_explain(pl), "REG_BLOCKED") != NULL;
+                        /* A key tile within one key block, but on the register-blocked
+                         * forward, whose register blocks multiply only their listed span */
+                        if (bc > blocks[b])
+                            assert_true(reg && strstr(fa_plan_explain(pl), "over key blocks"));
                         /* Only a GPU's work-group floor raises Br above block_q, or a CPU's
                          * register-blocked forward, which skips per register block and
                          * says so; there Br is a multiple of block_q (aligned). */
-                        if (br > blocks[a] && strstr(fa_plan_explain(pl), "REG_BLOCKED"))
+                        if (br > blocks[a] && reg)
                             assert_non_null(strstr(fa_plan_explain(pl), "query blocks of"));
                         else if (br > blocks[a])
                             assert_non_null(strstr(fa_plan_explain(pl), "work-items"));
-                        /* Where the dense forward runs register-blocked, so does this one */
-                        if (dense_reg_blocked(ctx, &p))
-                            assert_non_null(strstr(fa_plan_explain(pl), "REG_BLOCKED"));
+                        /* Where the dense forward runs register-blocked, so does this one,
+                         * with the dense key tiles */
+                        int32_t dense_bc = 0;
+                        if (dense_reg_blocked(ctx, &p, &dense_bc)) {
+                            assert_true(reg);
+                            assert_int_equal(bc, dense_bc);
+                        }
                         fa_plan_destroy(pl);
                         plans++;
                     }
@@ -124,6 +135,36 @@ static void test_device(void **state)
     fa_context_destroy(ctx);
 }
 
+/* On the device at hand: queries short enough to run in place (pocl: Br <= 64) keep a key tile
+ * within one key block, as that path computes the union of a tile's blocks; from Sq 128 the
+ * register-blocked forward, where it runs, keeps the dense plan's Bc over several blocks. */
+static void test_short_queries(void **state)
+{
+    (void)state;
+    fa_context_options o = {FA_BACKEND_OPENCL, 0};
+    fa_context *ctx = NULL;
+    char why[512] = "";
+    fa_status st = fa_context_create(&ctx, &o, why, sizeof why);
+    if (st != FA_STATUS_OK && !harness_backend_required(FA_BACKEND_OPENCL))
+        skip(); /* no OpenCL device */
+    assert_int_equal(st, FA_STATUS_OK);
+    static const int64_t seqs_q[] = {1, 40, 100, 127, 128, 1000};
+    for (size_t i = 0; i < sizeof seqs_q / sizeof seqs_q[0]; i++) {
+        fa_problem p;
+        fa_plan *pl = NULL;
+        sparse_problem(&p, FA_DTYPE_F32, 1000, 64, 16, 16);
+        p.seqlen_q = seqs_q[i];
+        assert_int_equal(fa_plan_create(ctx, &p, &pl), FA_STATUS_OK);
+        const char *explain = fa_plan_explain(pl);
+        if (strstr(explain, "in place"))
+            assert_true(fa_plan_block_c(pl) <= 16);
+        if (seqs_q[i] >= 128 && strstr(explain, "REG_BLOCKED"))
+            assert_true(fa_plan_block_c(pl) > 16);
+        fa_plan_destroy(pl);
+    }
+    fa_context_destroy(ctx);
+}
+
 /* The rule is a preference: overrides plan as asked, straddling or not, and the explanation
  * of a default plan names the rule. */
 static void test_overrides_and_explanation(void **state)
@@ -156,6 +197,7 @@ int main(void)
         cmocka_unit_test(test_profiles),
         cmocka_unit_test(test_device),
         cmocka_unit_test(test_overrides_and_explanation),
+        cmocka_unit_test(test_short_queries),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,11 +11,14 @@ device and date. Modes:
   --full     causal: the dense causal run, the causal block mask as partial blocks only, and
              with its off-diagonal blocks in the full lists (no element-wise mask there);
   --balance  the same number of blocks with the heavy query blocks (a quarter of them, listing
-             every key block; the rest their diagonal) first or last in launch order.
+             every key block; the rest their diagonal) first or last in launch order; with
+             --pairs P, the two run alternately P times in one process (wall and CPU time per
+             run, and last / first per pair), which a shared machine's load moves less.
 
 usage: PYTHONPATH=python FLASHATTN_LIBRARY=build/libflashattn.so \
        tools/bench_block_sparse.py [--backend opencl] [--seq 4096,8192] [--heads 8] \
        [--block 64] [--densities 1,0.5,0.25,0.1] [--backward] [--full | --balance] [--repeat 3]
+       [--cpu-time] [--pairs P]
 Timing is not a test: nothing here asserts a speed. Each run of fa_run is timed with a 4-byte
 read of an output that waits for it; a block-sparse run also reads its lists back and checks
 them on the host (fa__block_sparse_check_run), inside the time. The lists are built here with
@@ -67,16 +70,18 @@ def list_buffers(ctx, mask, full):
     return {n: buffer(ctx, lists_of(np.ascontiguousarray(m))[i]) for n, (m, i) in names.items()}
 
 
-def timed(ctx, plan, tensors, out, repeat):
-    """Median ms of fa_run over `repeat` runs after a warm-up (the kernels' build)."""
+def timed(ctx, plan, tensors, out, repeat, clock):
+    """Median ms of fa_run over `repeat` runs after a warm-up (the kernels' build), by `clock`:
+    time.perf_counter (wall) or time.process_time (the CPU time of every thread of the process,
+    pocl's workers included, which waiting for a core on a shared machine does not inflate)."""
     word = ctypes.c_float()
     times = []
     for i in range(repeat + 1):
-        t = time.perf_counter()
+        t = clock()
         check(lib.fa_run(ctx.handle, plan, ctypes.byref(tensors)), ctx.handle)
         check(lib.fa_buffer_read(out, 0, ctypes.byref(word), 4), ctx.handle)
         if i:
-            times.append((time.perf_counter() - t) * 1e3)
+            times.append((clock() - t) * 1e3)
     return statistics.median(times)
 
 
@@ -116,12 +121,12 @@ def run_case(ctx, a, n, mask, full=None, causal=False):
         bufs.update(list_buffers(ctx, mask, full))
     fwd = make_plan(ctx, p, False)
     tiles = "%d x %d" % (lib.fa_plan_block_r(fwd), lib.fa_plan_block_c(fwd))
-    fwd_ms = timed(ctx, fwd, tensors_of(bufs, False), bufs["o"], a.repeat)
+    fwd_ms = timed(ctx, fwd, tensors_of(bufs, False), bufs["o"], a.repeat, a.clock)
     lib.fa_plan_destroy(fwd)
     bwd_ms = None
     if a.backward:
         bwd = make_plan(ctx, p, True)
-        bwd_ms = timed(ctx, bwd, tensors_of(bufs, True), bufs["dq"], a.repeat)
+        bwd_ms = timed(ctx, bwd, tensors_of(bufs, True), bufs["dq"], a.repeat, a.clock)
         lib.fa_plan_destroy(bwd)
     for buf in bufs.values():
         lib.fa_buffer_destroy(buf)
@@ -152,6 +157,47 @@ def cases(a, blocks):
     return out
 
 
+def balance_pairs(ctx, a, n):
+    """--balance --pairs: the heavy-first and heavy-last masks run alternately, each run timed
+    by wall and CPU clock; medians, and the median and quartiles of last / first per pair."""
+    blocks = (n + a.block - 1) // a.block
+    runs = [(name, mask) for name, mask, _, _ in cases(a, blocks)]
+    p = Problem()
+    check(lib.fa_problem_init(ctypes.byref(p), 0, 0, 1, a.heads, a.heads, n, n, a.dim))
+    p.block_sparse, p.sparse_block_q, p.sparse_block_k = 1, a.block, a.block
+    p.sparse_batch = p.sparse_heads = 1
+    rng = np.random.default_rng(1)
+    shape = (a.heads, n, a.dim)
+    bufs = {name: buffer(ctx, rng.standard_normal(shape, np.float32)) for name in "qkv"}
+    bufs["o"] = buffer(ctx, np.zeros(shape, np.float32))
+    bufs["lse"] = buffer(ctx, np.zeros((a.heads, n), np.float32))
+    lists = [list_buffers(ctx, mask, None) for _, mask in runs]
+    plans = [make_plan(ctx, p, False) for _ in runs]
+    word = ctypes.c_float()
+    wall, cpu = [[] for _ in runs], [[] for _ in runs]
+    for i in range(a.pairs + 1):
+        for r, (plan, lb) in enumerate(zip(plans, lists)):
+            t = tensors_of({**bufs, **lb}, False)
+            w0, c0 = time.perf_counter(), time.process_time()
+            check(lib.fa_run(ctx.handle, plan, ctypes.byref(t)), ctx.handle)
+            check(lib.fa_buffer_read(bufs["o"], 0, ctypes.byref(word), 4), ctx.handle)
+            if i:  # the first pair builds the kernels
+                wall[r].append((time.perf_counter() - w0) * 1e3)
+                cpu[r].append((time.process_time() - c0) * 1e3)
+    print("| N | mask | wall ms | CPU ms |\n|---|---|---|---|")
+    for r, (name, _) in enumerate(runs):
+        print("| %d | %s | %.1f | %.1f |" % (n, name, statistics.median(wall[r]),
+                                             statistics.median(cpu[r])))
+    ratios = [last / first for first, last in zip(wall[0], wall[1])]
+    print("\nlast / first wall time per pair (%d pairs): median %.3f, quartiles %s" % (
+        a.pairs, statistics.median(ratios),
+        ", ".join("%.3f" % q for q in statistics.quantiles(ratios, n=4))))
+    for plan in plans:
+        lib.fa_plan_destroy(plan)
+    for buf in [*bufs.values(), *(b for lb in lists for b in lb.values())]:
+        lib.fa_buffer_destroy(buf)
+
+
 def cell(ms, dense_ms, density):
     """ms, x dense, and the target's ratio 1.15 s + 0.05 (density None: no target)."""
     if ms is None:
@@ -173,14 +219,23 @@ def main():
     ap.add_argument("--full", action="store_true")
     ap.add_argument("--balance", action="store_true")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="the process's CPU time per run instead of wall time")
+    ap.add_argument("--pairs", type=int, default=0,
+                    help="--balance: the two masks alternately, this many times")
     a = ap.parse_args()
+    a.clock = time.process_time if a.cpu_time else time.perf_counter
     a.densities = [float(x) for x in a.densities.split(",") if x]  # none: the dense run only
     ctx = _core.context(a.backend, 0)
     print("command: %s" % " ".join(shlex.quote(x) for x in sys.argv))
     print("device: %s (%s), date: %s" % (ctx.props().name.decode(), a.backend,
                                         datetime.date.today().isoformat()))
-    print("B1 H%d d%d f32, blocks %dx%d, median of %d runs\n" % (a.heads, a.dim, a.block,
-                                                                 a.block, a.repeat))
+    print("B1 H%d d%d f32, blocks %dx%d, median of %d runs, %s ms\n" % (
+        a.heads, a.dim, a.block, a.block, a.repeat, "CPU" if a.cpu_time else "wall"))
+    if a.balance and a.pairs:
+        for n in (int(x) for x in a.seq.split(",")):
+            balance_pairs(ctx, a, n)
+        return
     print("| N | mask | density | fwd Br x Bc | fwd ms | x dense | bwd ms | x dense |")
     print("|---|---|---|---|---|---|---|---|")
     for n in (int(x) for x in a.seq.split(",")):

@@ -199,21 +199,30 @@ static void block_sparse_rules(const fa_problem *p, fa__op op, fa__plan_rules *r
         return;
     if (op == FA__OP_BACKWARD)
         bq = bk = bq < bk ? bq : bk;
+    /* The forward's register-blocked path (CPUs) runs a tile in one work-item and skips per
+     * register block of 4 rows, each within one query block (block_q >= 16): it keeps the
+     * dense plan's Br (a multiple of block_q: divide_blocks) and copies a K/V tile once for
+     * every query block of it that lists it (plan_create.c, choose_reg_blocked says so in the
+     * plan). Where Sq is at least twice in_place_rows, so that Br is sure to exceed them and
+     * the tile not to run in place (which computes the union of a tile's key blocks), it
+     * keeps the dense Bc too (a power of two): a key tile over several key blocks multiplies
+     * per register block only the span of those its query block lists (flash_fwd_blocked.cl).
+     * At 64-key tiles where the dense plan has 128, density 1 took 1.07x the dense CPU time,
+     * at the dense tiles 0.98x (N 8192 on pocl, docs/benchmarks.md). Should that path not
+     * hold the tiles, they span blocks and the other paths compute the union of their lists,
+     * each row masked to its own. */
+    rules->shape.block_r_divides = bq; /* after the fit and the GPU floor too */
+    const bool reg_blocked = op == FA__OP_FORWARD && rules->paths.reg_blocked;
+    if (reg_blocked && p->seqlen_q >= 2 * (int64_t)rules->paths.in_place_rows)
+        return;
     if (rules->shape.pref_block_c == 0 || rules->shape.pref_block_c > bk) {
         rules->shape.pref_block_c = bk;
         rules->shape.pref_block_c_why = "block-sparse: a key tile within one key block "
                                         "(sparse_block_k), so a tile no query block lists is "
                                         "skipped";
     }
-    rules->shape.block_r_divides = bq; /* after the fit and the GPU floor too */
     rules->shape.block_c_divides = bk;
-    /* The forward's register-blocked path (CPUs) runs a tile in one work-item and skips key
-     * tiles per register block of 4 rows, each within one query block (block_q >= 16): Br
-     * keeps the dense plan's size, a multiple of block_q (divide_blocks), and copies a K/V
-     * tile once for every query block of it that lists it (plan_create.c, choose_reg_blocked
-     * says so in the plan). Should that path not hold the tiles, Br spans blocks and the
-     * other paths compute the union of their lists, each row masked to its own. */
-    if (op == FA__OP_FORWARD && rules->paths.reg_blocked)
+    if (reg_blocked)
         return;
     rules->shape.pref_block_r = bq;
     if (rules->shape.min_block_r > bq) /* the measured floor of dense tiles: not here */
