@@ -339,6 +339,8 @@ static void backward_kernels(fa_plan *plan, const fa__plan_rules *rules)
                                     FA__TENSOR_LSE, FA__TENSOR_DO, FA__TENSOR_SCRATCH,
                                     FA__TENSOR_DQ};
     fa__launch *l = plan->launches;
+    if (plan->reg_blocked) /* the passes' one work-item per tile; D's pass: one per row */
+        l[0].variant.work_group_size = plan->tiles.block_r;
     l[1] = l[2] = l[0];
     const fa_kernel_params *kp = &l[0].params;
     int32_t keys = plan->tiles.block_c, rows = plan->tiles.block_r; /* the dK/dV pass's tiles */

@@ -145,11 +145,10 @@ static void pack_problem(fa_context *ctx, fa_plan *plan, const fa_device_props *
     backend_rules(ctx, dev, kp, plan->op, rules); /* the rules of what runs */
 }
 
-/* The backward's register-blocked passes: dK/dV and dQ one work-item per tile
- * (op_launches.c sets their work-groups; D's pass keeps the plan's), declaring `bytes`. */
+/* The backward's register-blocked passes say so: dK/dV and dQ one work-item per tile, D's
+ * pass (op_launches.c) one per row still, declaring `bytes`. */
 static void reg_blocked_backward(fa_plan *plan, uint64_t bytes, const char *what)
 {
-    plan->tiles.sram_bytes = bytes;
     fa__append(plan->explain, sizeof plan->explain,
                "kernels: flash_bwd_dkdv and flash_bwd_dq on their register-blocked path "
                "(REG_BLOCKED, flash_bwd_blocked.cl): one work-item per tile of keys or rows "
@@ -183,12 +182,12 @@ static void choose_reg_blocked(fa_plan *plan, const fa__plan_rules *rules,
         return;
     }
     plan->reg_blocked = 1;
+    t->work_group_size = 1;
+    t->sram_bytes = bytes;
     if (backward) {
         reg_blocked_backward(plan, bytes, f->what);
         return;
     }
-    t->work_group_size = 1;
-    t->sram_bytes = bytes;
     fa__append(plan->explain, sizeof plan->explain,
                "kernel: flash_fwd's register-blocked path (REG_BLOCKED): one work-item per tile "
                "of %d rows copies each K/V tile once and multiplies blocks of 4 rows over it in "
