@@ -48,10 +48,26 @@ void store_rows_scaled(__local const float *tile, int n, float mul, __global sto
 
 /* ---- the dK/dV pass ------------------------------------------------------------------------ */
 
+/* Dropout's keep factors of one key's row (Bc floats), declared only with dropout. */
+#if FEATURES & FA_FEATURE_DROPOUT
+#define LOCAL_Z_ROW __local float z_row[BLOCK_C]
+#else
+#define LOCAL_Z_ROW __local float *z_row = 0
+#endif
+
+/* x[c] *= z[c] over a row of Bc (dropout's keep factors, 0 or dropout_scale). */
+void times_row(__local float *x, __local const float *z)
+{
+    for (int at = 0; at < BLOCK_C; at += KEYS_PER_VEC)
+        S_STORE_KEYS(S_LOAD_KEYS(x + at) * S_LOAD_KEYS(z + at), x + at);
+}
+
 /* The rows of P^T and dS^T of keys key0 + i, i < REG_ROWS (st_rows: S^T, dpt_rows: dP^T, Bc
  * apart) against the query tile at r0 of head h: dropout's Z on dP^T, the modifiers and the
- * mask, P^T and dS^T, Z on P^T, the unlisted blocks' zeros, as the staged pass does per key. */
-void dkdv_block_grads(__local float *st_rows, __local float *dpt_rows,
+ * mask, P^T and dS^T, Z on P^T, the unlisted blocks' zeros, as the staged pass does per key.
+ * Z is drawn once per key into z_row (Bc floats) and serves both (the staged pass draws it
+ * twice). */
+void dkdv_block_grads(__local float *st_rows, __local float *dpt_rows, __local float *z_row,
                       const fa_kernel_params *p ALIBI_ARG BIAS_ARG, const list_view *view,
                       long b, long h, long key0, long r0, bool full, __local const float *lse2_v,
                       __local const float *d_v, __local const int *keys_v)
@@ -59,8 +75,12 @@ void dkdv_block_grads(__local float *st_rows, __local float *dpt_rows,
     for (int i = 0; i < REG_ROWS; i++) {
         const long key = key0 + i;
         __local float *st_row = st_rows + i * BLOCK_C, *dpt_row = dpt_rows + i * BLOCK_C;
-        if (FEATURES & FA_FEATURE_DROPOUT)
-            dropout_key_rows(dpt_row, p, b, h, key, r0, BLOCK_C);
+        if (FEATURES & FA_FEATURE_DROPOUT) {
+            for (int at = 0; at < BLOCK_C; at += KEYS_PER_VEC)
+                S_STORE_KEYS((float_keys)1.0f, z_row + at);
+            dropout_key_rows(z_row, p, b, h, key, r0, BLOCK_C); /* Z: 0 or dropout_scale */
+            times_row(dpt_row, z_row);
+        }
         if (GRAD_MODS) {
             grad_row_dkdv(st_row, dpt_row, p ALIBI_PASS BIAS_PASS, b, h, key, r0, 0, lse2_v, d_v,
                           keys_v);
@@ -72,7 +92,7 @@ void dkdv_block_grads(__local float *st_rows, __local float *dpt_rows,
             row_grad(st_row, dpt_row, lse2_v, d_v, 0.0f, 0.0f);
         }
         if (FEATURES & FA_FEATURE_DROPOUT)
-            dropout_key_rows(st_row, p, b, h, key, r0, BLOCK_C);
+            times_row(st_row, z_row);
         if (!full && key < p->seqlen_k)
             zero_unlisted(st_row, dpt_row, 0, BLOCK_C, r0, p->seqlen_q, key, view, p, b, h);
     }
@@ -92,6 +112,7 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
     __local float qt_tile[HEAD_DIM * BLOCK_C], dot_tile[HEAD_DIM * BLOCK_C]; /* d x rows */
     __local float q_tile[BLOCK_C * HEAD_DIM], do_tile[BLOCK_C * HEAD_DIM];   /* rows x d */
     __local float st_rows[REG_ROWS * BLOCK_C], dpt_rows[REG_ROWS * BLOCK_C]; /* a block's */
+    LOCAL_Z_ROW;
     __local float lse2_v[BLOCK_C], d_v[BLOCK_C]; /* per query row of the tile */
     __local int keys_v[BLOCK_C];
     LOCAL_RANGE(rows_range);
@@ -149,8 +170,8 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
                 block_scores(st_rows, k_tile + kb * HEAD_DIM, qt_tile, SCORE_SCALE(p));
                 block_scores(dpt_rows, v_tile + kb * HEAD_DIM, dot_tile, 1.0f);
                 /* Dropout, modifiers, mask, lists: P^T and dS^T = P^T (Z dP^T - D) dcap */
-                dkdv_block_grads(st_rows, dpt_rows, &p ALIBI_PASS BIAS_PASS, &view, b, h, key0,
-                                 r0, full, lse2_v, d_v, keys_v);
+                dkdv_block_grads(st_rows, dpt_rows, z_row, &p ALIBI_PASS BIAS_PASS, &view, b, h,
+                                 key0, r0, full, lse2_v, d_v, keys_v);
                 /* dK += dS^T Q and dV += P^T dO over the query rows that exist. */
                 block_values(dk_tile + kb * HEAD_DIM, dpt_rows, q_tile, keep,
                              (int)(r_end - r0));
