@@ -21,7 +21,8 @@ function(flashattn_opencl_configure target)
   file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/generated)
   set(kernels_c "")
   foreach(name flash_common flash_storage flash_softmax flash_modifiers flash_dropout
-               flash_sequences flash_fwd flash_fwd_blocked flash_merge flash_bwd)
+               flash_sequences flash_fwd flash_blocks flash_fwd_blocked flash_merge flash_bwd
+               flash_bwd_blocked)
     flashattn_embed_text(${PROJECT_SOURCE_DIR}/kernels_cl/${name}.cl
                          fa__cl_embed_${name} kernel_c)
     list(APPEND kernels_c ${kernel_c})

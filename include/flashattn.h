@@ -556,7 +556,8 @@ FA_API int32_t fa_plan_block_r(const fa_plan *plan);
 /* Keys per tile (Bc). */
 FA_API int32_t fa_plan_block_c(const fa_plan *plan);
 /* Work-items (threads) per work-group (block) the backend launches; 1 on the CPU backend and
- * where one OpenCL work-item holds a whole tile (DIRECT_KV or REG_BLOCKED in the explanation). */
+ * where one OpenCL work-item holds a whole tile (DIRECT_KV or REG_BLOCKED in the explanation;
+ * a backward's REG_BLOCKED: its dK/dV and dQ passes, whose D pass runs Br work-items). */
 FA_API int32_t fa_plan_work_group_size(const fa_plan *plan);
 /*
  * On-chip bytes one work-group of the plan's main kernel declares: (Br*d + 2*Bc*d) * elem for
@@ -565,7 +566,8 @@ FA_API int32_t fa_plan_work_group_size(const fa_plan *plan);
  * and opencl backends, and cuda's CUDA-core path); cuda's tensor-core path keeps S in registers
  * and uses (Br*d + 2*Bc*d) * elem; OpenCL's in-place path (DIRECT_KV) holds only Q and S,
  * Br*d * elem + Br*Bc*4, and its register-blocked path (REG_BLOCKED, CPUs) an f32 O tile more,
- * (2*Br*d + 2*Bc*d) * 4 + Br*Bc*4. Each launch's own is in fa_plan_launch; `flashattn plan`
+ * (2*Br*d + 2*Bc*d) * 4 + Br*Bc*4 (a backward's, CPUs: (4*Br*d + 4*Bc*d) * 4 + Br*Bc*4 +
+ * 3*Br*4). Each launch's own is in fa_plan_launch; `flashattn plan`
  * prints the formula the plan used.
  */
 FA_API uint64_t fa_plan_sram_bytes(const fa_plan *plan);

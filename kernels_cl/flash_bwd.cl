@@ -85,7 +85,7 @@ void row_grad(__local float *s_row, __local float *dp_row, __local const float *
         int at = kvec * KEYS_PER_VEC;
         float_keys l2 = lse2_v ? S_LOAD_KEYS(lse2_v + at) : (float_keys)lse2;
         float_keys dd = d_v ? S_LOAD_KEYS(d_v + at) : (float_keys)d;
-        float_keys p = FLUSH_TINY(float_keys, exp2(S_LOAD_KEYS(s_row + at) - l2));
+        float_keys p = FLUSH_TINY(float_keys, exp2_keys(S_LOAD_KEYS(s_row + at) - l2));
         S_STORE_KEYS(p, s_row + at);
         S_STORE_KEYS(p * (S_LOAD_KEYS(dp_row + at) - dd), dp_row + at);
     }
@@ -161,7 +161,7 @@ float_keys grad_keys(float_keys s, float_keys zdp, const fa_kernel_params *p, fl
         s -= alibi_keys(slope, fabs(dist)); /* -slope |i' - j| */
     if (FEATURES & FA_FEATURE_BIAS)
         s += bias2;
-    float_keys pr = FLUSH_TINY(float_keys, exp2(s - lse2)); /* P = exp(S - LSE) */
+    float_keys pr = FLUSH_TINY(float_keys, exp2_keys(s - lse2)); /* P = exp(S - LSE) */
     *ds = select((float_keys)0.0f, pr * (zdp - d) * dcap, visible);
     return select((float_keys)0.0f, pr, visible);
 }
@@ -284,6 +284,7 @@ INLINE_ON_GPU void plain_grad_dq(__local float *s_row, __local float *dp_row, lo
     row_grad(s_row + c0, dp_row + c0, 0, 0, lse2, d);
 }
 
+#if !REG_BLOCKED /* the staged pass; CPUs' register-blocked one: flash_bwd_blocked.cl */
 /* dQ = scale * dS K for one (query tile, head, batch): work-item (r, lane) = get_local_id(0) /
  * TPR, % TPR owns query row r0 + r, keys [c0, c0 + Bc / TPR) of each S and dP row and dims
  * [x0, x0 + d / TPR) of dQ. The last query tiles first: under a causal mask they visit the most
@@ -389,6 +390,8 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
                              (seq.q_start + row) * p.dq_stride_s + x0);
 }
 
+#endif /* !REG_BLOCKED */
+
 /* ---- the dK/dV pass ------------------------------------------------------------------------ */
 
 /* The first query row that sees key `key` (the mask and window rules of kernel_params.h,
@@ -464,6 +467,7 @@ INLINE_ON_GPU void grad_row_dkdv(__local float *st_row, __local float *dpt_row,
     }
 }
 
+#if !REG_BLOCKED /* the staged pass; CPUs' register-blocked one: flash_bwd_blocked.cl */
 /* dK = scale * dS^T Q and dV = P^T dO for one (key tile, K/V head, batch): work-item (c, lane)
  * owns key k0 + c, query rows [c0, c0 + BLOCK_C / TPR) of each S^T and dP^T row and dims
  * [x0, x0 + d / TPR) of dK and dV. */
@@ -580,6 +584,8 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
                          t * p.dv_stride_s + x0);
 }
 
+#endif /* !REG_BLOCKED */
+
 /* ---- D and the sinks' gradient -------------------------------------------------------------- */
 
 /* D[i] = rowsum(dO[i] * O[i]) at row i's LSE index, one work-item per query row. */
@@ -643,3 +649,10 @@ flash_bwd_dsinks(__global const float *lse, __global const float *delta,
     if (t == 0)
         dsinks[h] = -partial[0];
 }
+
+/* Compiled on its own, this file brings in the register-blocked passes after it, as the
+ * library's backward program holds them (cl_program.c). */
+#if defined(FA_KERNELS_ALONE) && REG_BLOCKED
+#include "flash_blocks.cl"
+#include "flash_bwd_blocked.cl"
+#endif

@@ -43,8 +43,9 @@
 #ifndef DIRECT_KV
 #define DIRECT_KV 0
 #endif
-/* REG_BLOCKED 1 (flash_fwd only, CPUs): one work-item holds the tile's rows and runs S = Q K^T
- * and P V as register-blocked products over local K^T and V tiles (flash_fwd_blocked.cl). */
+/* REG_BLOCKED 1 (CPUs): one work-item holds the tile's rows and runs S = Q K^T and P V as
+ * register-blocked products over local K^T and V tiles (flash_blocks.cl, flash_fwd_blocked.cl);
+ * in the backward's dK/dV and dQ passes their products likewise (flash_bwd_blocked.cl). */
 #ifndef REG_BLOCKED
 #define REG_BLOCKED 0
 #endif
@@ -152,8 +153,8 @@ typedef char fa_kernel_params_size_check[sizeof(fa_kernel_params) == 568 ? 1 : -
 #define VECS_PER_LANE_KEYS (LANE_KEYS / KEYS_PER_VEC) /* of them, per lane */
 #define VECS_PER_LANE_DIMS (LANE_DIMS / DIMS_PER_VEC)
 
-/* REG_BLOCKED's register blocks (flash_fwd_blocked.cl): REG_ROWS query rows x KEY_VECS vectors
- * of keys (S) or DIM_VECS vectors of an O row (P V), up to 4 x 4 accumulators. */
+/* REG_BLOCKED's register blocks (flash_blocks.cl): REG_ROWS query rows (or keys) x KEY_VECS
+ * vectors of keys (S) or DIM_VECS vectors of an O row (P V), up to 4 x 4 accumulators. */
 #define REG_ROWS 4
 #if VECS_PER_S_ROW % 4 == 0
 #define KEY_VECS 4

@@ -631,5 +631,6 @@ flash_fwd(__global const store_t *q, __global const store_t *k, __global const s
 /* Compiled on its own, this file brings in the register-blocked path after it, as the library's
  * forward program holds it (cl_program.c). */
 #if defined(FA_KERNELS_ALONE) && REG_BLOCKED
+#include "flash_blocks.cl"
 #include "flash_fwd_blocked.cl"
 #endif

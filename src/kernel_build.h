@@ -11,7 +11,7 @@
 
 /* ---- the source ---------------------------------------------------------------------------- */
 
-#define FA__KERNEL_FILES_MAX 8
+#define FA__KERNEL_FILES_MAX 10
 
 /* A backend's kernel files as it embeds them (cmake/embed.cmake: NUL-terminated text), compiled
  * as one program: every entry point of every op is in it. */

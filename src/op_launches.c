@@ -339,6 +339,8 @@ static void backward_kernels(fa_plan *plan, const fa__plan_rules *rules)
                                     FA__TENSOR_LSE, FA__TENSOR_DO, FA__TENSOR_SCRATCH,
                                     FA__TENSOR_DQ};
     fa__launch *l = plan->launches;
+    if (plan->reg_blocked) /* the passes' one work-item per tile; D's pass: one per row */
+        l[0].variant.work_group_size = plan->tiles.block_r;
     l[1] = l[2] = l[0];
     const fa_kernel_params *kp = &l[0].params;
     int32_t keys = plan->tiles.block_c, rows = plan->tiles.block_r; /* the dK/dV pass's tiles */
@@ -359,6 +361,11 @@ static void backward_kernels(fa_plan *plan, const fa__plan_rules *rules)
     l[1].variant.block_c = rows;
     l[1].variant.work_group_size = keys * (plan->tiles.row_lanes > 0 ? plan->tiles.row_lanes : 1);
     set_launch(&l[2], FA__KERNEL_BWD_DQ, q_tiles, hq, b, dq, 7);
+    if (plan->reg_blocked) /* CPUs: one work-item per tile (flash_bwd_blocked.cl) */
+        for (int i = 1; i <= 2; i++) {
+            l[i].variant.reg_blocked = 1;
+            l[i].variant.work_group_size = 1;
+        }
     add_modifier_args(&l[1], false); /* P = exp(S - LSE): LSE already holds the sinks */
     add_modifier_args(&l[2], false);
     for (int i = 0; i < 3; i++)

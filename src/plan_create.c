@@ -145,6 +145,18 @@ static void pack_problem(fa_context *ctx, fa_plan *plan, const fa_device_props *
     backend_rules(ctx, dev, kp, plan->op, rules); /* the rules of what runs */
 }
 
+/* The backward's register-blocked passes say so: dK/dV and dQ one work-item per tile, D's
+ * pass (op_launches.c) one per row still, declaring `bytes`. */
+static void reg_blocked_backward(fa_plan *plan, uint64_t bytes, const char *what)
+{
+    fa__append(plan->explain, sizeof plan->explain,
+               "kernels: flash_bwd_dkdv and flash_bwd_dq on their register-blocked path "
+               "(REG_BLOCKED, flash_bwd_blocked.cl): one work-item per tile of keys or rows "
+               "copies each streamed tile once and multiplies blocks of 4 of its rows or keys "
+               "over it in registers, declaring %llu on-chip bytes (%s)\n",
+               (unsigned long long)bytes, what);
+}
+
 /* The register-blocked path, for a forward that does not run in place: where the rules have
  * it and its tiles (Q and the f32 O, K^T and V, S) fit the device's on-chip memory, one
  * work-item per tile that multiplies register blocks of rows over the K/V tiles, and the plan
@@ -155,8 +167,10 @@ static void choose_reg_blocked(fa_plan *plan, const fa__plan_rules *rules,
     fa__tiles *t = &plan->tiles;
     const fa__onchip_formula *f = &rules->paths.reg_blocked_onchip;
     const fa_problem *kp = &plan->kernel_problem;
-    if (plan->op != FA__OP_FORWARD || !rules->paths.reg_blocked || t->row_lanes > 1 ||
-        t->work_group_size != t->block_r || t->block_r % 4 != 0)
+    const bool backward = plan->op == FA__OP_BACKWARD;
+    if ((plan->op != FA__OP_FORWARD && !backward) || !rules->paths.reg_blocked ||
+        t->row_lanes > 1 || t->work_group_size != t->block_r || t->block_r % 4 != 0 ||
+        (backward && t->block_c % 4 != 0))
         return;
     size_t elem = f->tile_bytes ? f->tile_bytes : fa_dtype_size(kp->dtype);
     uint64_t bytes = fa__tile_bytes(f, t->block_r, t->block_c, kp->head_dim, elem);
@@ -170,6 +184,10 @@ static void choose_reg_blocked(fa_plan *plan, const fa__plan_rules *rules,
     plan->reg_blocked = 1;
     t->work_group_size = 1;
     t->sram_bytes = bytes;
+    if (backward) {
+        reg_blocked_backward(plan, bytes, f->what);
+        return;
+    }
     fa__append(plan->explain, sizeof plan->explain,
                "kernel: flash_fwd's register-blocked path (REG_BLOCKED): one work-item per tile "
                "of %d rows copies each K/V tile once and multiplies blocks of 4 rows over it in "

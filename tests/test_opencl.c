@@ -361,8 +361,8 @@ static fa_status plan_with_kernel_dir(const char *dir, char *msg, size_t msg_siz
 /* The files every program holds before its entry point's (backends/opencl/cl_program.c), and
  * the one the forward's holds after it (its register-blocked path). */
 static const char *const shared_files[] = {
-    "flash_common.cl",    "flash_storage.cl",  "flash_softmax.cl",    "flash_modifiers.cl",
-    "flash_dropout.cl",   "flash_sequences.cl", "flash_fwd_blocked.cl"};
+    "flash_common.cl",  "flash_storage.cl",   "flash_softmax.cl", "flash_modifiers.cl",
+    "flash_dropout.cl", "flash_sequences.cl", "flash_blocks.cl",  "flash_fwd_blocked.cl"};
 enum { N_SHARED = sizeof shared_files / sizeof shared_files[0] };
 
 /* Writes the shared files into dir as comments only (so the file a test is about,

@@ -117,6 +117,52 @@ static void test_reg_blocked_rule(void **state)
     fa_context_destroy(ctx);
 }
 
+/* Whether a backward plan of p runs the register-blocked passes; if so, that its dK/dV and dQ
+ * launches (not D's) are built with REG_BLOCKED and one work-item, and that the on-chip bytes
+ * the plan declares bound the local memory those kernels take (CL_KERNEL_LOCAL_MEM_SIZE), up
+ * to the loop range and alignment, 256 bytes, as test_reg_blocked_rule allows. */
+static bool backward_blocked(fa_context *ctx, const fa_problem *p)
+{
+    fa_plan *plan = NULL;
+    assert_int_equal(fa_plan_create_backward(ctx, p, &plan), OK);
+    bool blocked = strstr(fa_plan_explain(plan), "flash_bwd_blocked.cl") != NULL;
+    assert_int_equal(plan->launches[0].variant.reg_blocked, 0);
+    for (int i = 1; i <= 2; i++) {
+        const fa__launch *l = &plan->launches[i];
+        assert_int_equal(l->variant.reg_blocked, blocked);
+        if (!blocked)
+            continue;
+        assert_int_equal(l->variant.work_group_size, 1);
+        const fa__cl_program *e = l->backend_data;
+        assert_true(e->kernel_local <= fa_plan_sram_bytes(plan) + 256);
+    }
+    fa_plan_destroy(plan);
+    return blocked;
+}
+
+/* The backward runs the register-blocked passes (REG_BLOCKED, flash_bwd_blocked.cl) exactly
+ * where the forward's rule has it, on CPUs, and where both of its tiles are multiples of the
+ * 4-row register block; else the staged passes. test_backward's cases with 4 x 8 tiles run it
+ * (checked here), and its and test_modifiers' backward cases check its results. */
+static void test_reg_blocked_backward_rule(void **state)
+{
+    (void)state;
+    fa_device_props props;
+    fa_context *ctx = rule_context(&props);
+    bool cpu = props.local_mem_global && !props.gpu;
+    fa_problem p;
+    fa_problem_init(&p, FA_DTYPE_BF16, FA_LAYOUT_BHSD, 1, 8, 8, 2048, 2048, 64);
+    assert_int_equal(backward_blocked(ctx, &p), cpu);
+    fa_problem_init(&p, FA_DTYPE_F32, FA_LAYOUT_BHSD, 2, 2, 2, 5, 17, 8); /* test_backward's */
+    p.mask = FA_MASK_CAUSAL_TOP_LEFT;
+    p.block_r = 4;
+    p.block_c = 8;
+    assert_int_equal(backward_blocked(ctx, &p), cpu);
+    p.block_r = 2; /* not a multiple of the register block: staged */
+    assert_false(backward_blocked(ctx, &p));
+    fa_context_destroy(ctx);
+}
+
 /* Whether a plan of dtype (forward or backward, B1 H8 N2048 d64) holds its tiles in f32; if
  * so the forward's on-chip bytes count 4 per tile element: (Br d + 2 Bc d) * 4 + Br Bc * 4, and
  * on the register-blocked path (REG_BLOCKED) its f32 O tile too, Br d * 4 more. */
@@ -200,7 +246,9 @@ static bool plans_gqa_pack(fa_context *ctx, const fa_problem *p)
 
 /* Entry points of one program built with the same options share one build: a backward plan
  * whose flash_bwd_pre and flash_bwd_dq launches have the same options holds one cl_program for
- * both, with a kernel each (cl_program.c); the context's cache is read directly. */
+ * both, with a kernel each (cl_program.c); the context's cache is read directly. On the
+ * register-blocked path (CPUs) the passes are built with REG_BLOCKED and one work-item, D's
+ * pass without: there flash_bwd_dkdv and flash_bwd_dq (Br = Bc = 64) share one. */
 static void test_programs_shared(void **state)
 {
     (void)state;
@@ -213,8 +261,10 @@ static void test_programs_shared(void **state)
     assert_int_equal(fa_plan_create_backward(ctx, &p, &plan), OK);
     const fa__cl_state *s = ctx->state;
     const fa__kernel_cached *pre = NULL, *dq = NULL;
+    const fa__kernel sibling = plan->launches[2].variant.reg_blocked ? FA__KERNEL_BWD_DKDV
+                                                                      : FA__KERNEL_BWD_PRE;
     for (const fa__kernel_cached *e = s->programs.head; e; e = e->next) {
-        if (e->kernel == FA__KERNEL_BWD_PRE)
+        if (e->kernel == sibling)
             pre = e;
         if (e->kernel == FA__KERNEL_BWD_DQ)
             dq = e;
@@ -401,6 +451,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_direct_kv_rule),  cmocka_unit_test(test_f32_tiles_rule),
         cmocka_unit_test(test_cpu_keys_rule),   cmocka_unit_test(test_reg_blocked_rule),
+        cmocka_unit_test(test_reg_blocked_backward_rule),
         cmocka_unit_test(test_gqa_pack_rule),
         cmocka_unit_test(test_heads_pack_rule), cmocka_unit_test(test_programs_shared),
         cmocka_unit_test(test_vector_width_override),

@@ -59,11 +59,12 @@ export WORK
 # The program source exactly as src/kernel_build.c assembles it: the params header, then each
 # kernel file after a #line directive naming it (so clang's messages name the .cl file).
 # A program is the shared files (backends/opencl/cl_program.c, FA_CL_SHARED_FILES), then the
-# file of its entry point (the forward's then its register-blocked path's, empty without it).
+# file of its entry point (the forward's and the backward's then their register-blocked paths':
+# flash_blocks.cl and their own, empty without REG_BLOCKED).
 shared="common storage softmax modifiers dropout sequences"
 for name in fwd merge bwd; do
     after=""
-    [ "$name" = fwd ] && after="fwd_blocked"
+    [ "$name" != merge ] && after="blocks ${name}_blocked"
     { cat "$ROOT/src/kernel_params.h"
       for f in $shared $name $after; do
           printf '\n#line 1 "flash_%s.cl"\n' "$f"

@@ -18,6 +18,7 @@ extern const unsigned char fa__cl_embed_flash_common[], fa__cl_embed_flash_stora
     fa__cl_embed_flash_softmax[], fa__cl_embed_flash_modifiers[], fa__cl_embed_flash_dropout[],
     fa__cl_embed_flash_sequences[];
 extern const unsigned char fa__cl_embed_flash_fwd[], fa__cl_embed_flash_fwd_blocked[];
+extern const unsigned char fa__cl_embed_flash_blocks[], fa__cl_embed_flash_bwd_blocked[];
 extern const unsigned char fa__cl_embed_flash_merge[];
 extern const unsigned char fa__cl_embed_flash_bwd[];
 
@@ -34,14 +35,16 @@ extern const unsigned char fa__cl_embed_flash_bwd[];
 #define FA_CL_SHARED_COUNT 6
 
 /* The programs the shared layer assembles into the source to compile, one per group of entry
- * points: each is the shared files followed by the file that defines them (the forward's, then
- * its register-blocked path's, flash_fwd_blocked.cl). */
+ * points: each is the shared files followed by the file that defines them (the forward's and
+ * the backward's, then their register-blocked paths': the products, flash_blocks.cl, and the
+ * tile loops, flash_fwd_blocked.cl or flash_bwd_blocked.cl). */
 static const fa__kernel_text forward = {
     .language = "OpenCL",
     .params = FA_CL_PARAMS,
-    .n_files = FA_CL_SHARED_COUNT + 2,
-    .files = {FA_CL_SHARED_FILES, "flash_fwd.cl", "flash_fwd_blocked.cl"},
+    .n_files = FA_CL_SHARED_COUNT + 3,
+    .files = {FA_CL_SHARED_FILES, "flash_fwd.cl", "flash_blocks.cl", "flash_fwd_blocked.cl"},
     .bodies = {FA_CL_SHARED_BODIES, (const char *)fa__cl_embed_flash_fwd,
+               (const char *)fa__cl_embed_flash_blocks,
                (const char *)fa__cl_embed_flash_fwd_blocked}};
 static const fa__kernel_text merge = {
     .language = "OpenCL",
@@ -52,9 +55,11 @@ static const fa__kernel_text merge = {
 static const fa__kernel_text backward = {
     .language = "OpenCL",
     .params = FA_CL_PARAMS,
-    .n_files = FA_CL_SHARED_COUNT + 1,
-    .files = {FA_CL_SHARED_FILES, "flash_bwd.cl"},
-    .bodies = {FA_CL_SHARED_BODIES, (const char *)fa__cl_embed_flash_bwd}};
+    .n_files = FA_CL_SHARED_COUNT + 3,
+    .files = {FA_CL_SHARED_FILES, "flash_bwd.cl", "flash_blocks.cl", "flash_bwd_blocked.cl"},
+    .bodies = {FA_CL_SHARED_BODIES, (const char *)fa__cl_embed_flash_bwd,
+               (const char *)fa__cl_embed_flash_blocks,
+               (const char *)fa__cl_embed_flash_bwd_blocked}};
 
 /* The program of each kernel: the forward's, the merge's, the backward's four. */
 static const fa__kernel_text *program_of(fa__kernel kernel)

@@ -26,7 +26,8 @@ typedef enum cl_knob {
     KNOB_TILE_F32,      /* f16 and bf16 tiles held as f32 (TILE_F32) */
     KNOB_VECTOR_WIDTH,  /* VEC_MAX; 0: 16 where the device prefers 16 or more, else 8 */
     KNOB_MIN_WORK_GROUP, /* the forward's work-group floor (min_work_group) */
-    KNOB_REG_BLOCKED    /* the forward's register-blocked path where it does not run in place */
+    KNOB_REG_BLOCKED    /* the register-blocked path (the forward's where it does not run in
+                           place; the backward's dK/dV and dQ passes) */
 } cl_knob;
 
 typedef struct cl_preference {
@@ -63,6 +64,8 @@ static const cl_preference preferences[] = {
      "a work-group of a few warps hides latency where one leaves lanes idle"},
     {ON_CPU, FWD, 1, 256, KNOB_REG_BLOCKED, 1,
      "register blocks of 4 rows over K^T and V tiles: faster than staged (history.md, ch. 24)"},
+    {ON_CPU, BWD, 1, 256, KNOB_REG_BLOCKED, 1,
+     "the backward's products in register blocks of 4 rows: faster than staged (history.md, ch. 26)"},
 };
 
 static void apply(const cl_preference *pref, const fa_device_props *dev, const fa_problem *p,
@@ -263,8 +266,17 @@ void fa__cl_plan_rules(const fa_device_props *dev, const fa_problem *p, fa__op o
     rules->paths.in_place_onchip = (fa__onchip_formula){
         .row_tiles = 1, .score_tiles = 1, .tile_bytes = rules->memory.onchip.tile_bytes,
         .what = "the Q tile and the f32 S tile"};
-    /* Register-blocked: Q and O rows, K^T and V, S, all f32 (TILE_F32 where not f32). */
-    rules->paths.reg_blocked_onchip = (fa__onchip_formula){
-        .row_tiles = 2, .col_tiles = 2, .score_tiles = 1, .tile_bytes = 4,
-        .what = "Q and the f32 O tile, K^T and V tiles, the f32 S tile"};
+    /* Register-blocked: Q and O rows, K^T and V, S, all f32 (TILE_F32 where not f32). The
+     * backward's passes own Br rows or keys (the dK/dV pass: K, V, dK, dV; dQ: Q, dO, dQ) and
+     * stream Bc (Q^T, dO^T, Q, dO; K^T, V^T, K), S and dP only 4 rows at a time: counted as
+     * one Br x Bc tile, more than they take from Br 8 on; LSE, D, keys per streamed row. */
+    if (op == FA__OP_BACKWARD)
+        rules->paths.reg_blocked_onchip = (fa__onchip_formula){
+            .row_tiles = 4, .col_tiles = 4, .score_tiles = 1, .row_floats = 3, .tile_bytes = 4,
+            .what = "K, V, f32 dK, dV (dQ pass: Q, dO, dQ); Q^T, dO^T, Q, dO; S and dP rows of "
+                    "4; LSE, D, key count per row"};
+    else
+        rules->paths.reg_blocked_onchip = (fa__onchip_formula){
+            .row_tiles = 2, .col_tiles = 2, .score_tiles = 1, .tile_bytes = 4,
+            .what = "Q and the f32 O tile, K^T and V tiles, the f32 S tile"};
 }
