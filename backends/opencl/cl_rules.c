@@ -65,7 +65,7 @@ static const cl_preference preferences[] = {
     {ON_CPU, FWD, 1, 256, KNOB_REG_BLOCKED, 1,
      "register blocks of 4 rows over K^T and V tiles: faster than staged (history.md, ch. 24)"},
     {ON_CPU, BWD, 1, 256, KNOB_REG_BLOCKED, 1,
-     "the backward's products in register blocks of 4 rows: faster than staged (history.md, ch. 26)"},
+     "the backward's products in 4-row register blocks: faster than staged (history.md, ch. 26)"},
 };
 
 static void apply(const cl_preference *pref, const fa_device_props *dev, const fa_problem *p,
