@@ -9,9 +9,12 @@ machine slows every column alike. Two measures per run:
   cpu   the process's CPU time (user + system) per forward: that of a run with --repeat R + 1
         minus that of a run with --repeat 1, over R; waiting for a core does not inflate it,
         so it is the measure to trust on a shared machine
-Prints a Markdown table of the medians over --rounds and each modifier's cost over the plain
-forward of the same binary (each case run once first, untimed, so that pocl's program cache
-holds its kernel), with the command, the load average before and after, and the date.
+Each case runs once first, untimed, so that pocl's program cache holds its kernel. Prints a
+Markdown table of the medians over --rounds, each modifier's cost over the plain forward of the
+same binary and, with --base, new's CPU time over base's, with the command, the load average
+before and after, and the date. tools/bench_modifiers.sh tables one build's wall times for
+every modifier (window and sinks too); this compares two builds by CPU time, for a kernel change
+measured on a shared machine.
 
 usage: tools/bench_modifiers.py [--flashattn build/tools/flashattn] [--base OLD_BINARY]
                                 [--rounds 3] [--repeat 10] [--seq 2048] [--dim 64]
@@ -93,15 +96,19 @@ def main():
           f"{args.rounds} rounds, load average {load0} -> {loadavg()}\n")
     cols = [n for n, _ in binaries]
     print("| case | " + " | ".join(f"{n} wall ms | {n} cpu ms | {n} cpu cost" for n in cols)
-          + " |")
-    print("|---|" + "---|---|---|" * len(cols))
+          + (" | new / base cpu |" if ratio else " |"))
+    ratio = len(cols) > 1
+    print("|---|" + "---|---|---|" * len(cols) + ("---|" if ratio else ""))
     for mod, _ in mods:
         cells = []
+        cpus = []
         for n in cols:
             wall = statistics.median(w for w, _ in res[(n, mod)])
-            cpu = statistics.median(c for _, c in res[(n, mod)])
+            cpus.append(statistics.median(c for _, c in res[(n, mod)]))
             plain = statistics.median(c for _, c in res[(n, "plain")])
-            cells += [f"{wall:.1f}", f"{cpu:.1f}", f"{100.0 * (cpu / plain - 1):+.0f}%"]
+            cells += [f"{wall:.1f}", f"{cpus[-1]:.1f}", f"{100.0 * (cpus[-1] / plain - 1):+.0f}%"]
+        if ratio:
+            cells.append(f"{cpus[0] / cpus[1]:.2f}")
         print(f"| {mod} | " + " | ".join(cells) + " |")
 
 
