@@ -95,9 +95,9 @@ def main():
           f"B1 H{args.heads} N{args.seq} d{args.dim} f32, repeat {args.repeat}, "
           f"{args.rounds} rounds, load average {load0} -> {loadavg()}\n")
     cols = [n for n, _ in binaries]
+    ratio = len(cols) > 1
     print("| case | " + " | ".join(f"{n} wall ms | {n} cpu ms | {n} cpu cost" for n in cols)
           + (" | new / base cpu |" if ratio else " |"))
-    ratio = len(cols) > 1
     print("|---|" + "---|---|---|" * len(cols) + ("---|" if ratio else ""))
     for mod, _ in mods:
         cells = []
