@@ -145,7 +145,8 @@ void store_rows(__global out_t *o, __global float *lse, __local const float *o_t
  * so that add_bias finds it in L1. The bias is read once per score from memory (4 bytes, 16
  * MiB at [1, 1, 2048, 2048] f32, read by every head), a row's 128 keys at a time, 8 KiB apart
  * from the next row's: too short a run for the hardware prefetcher, and add_bias's loads
- * waited, 36-41% over the plain forward; 7-14% with this (CPU time, as modify_block's).
+ * waited: 18% over the plain forward, 34-45% on a busy machine; 6% with this, 8-10% busy
+ * (CPU time, as modify_block's).
  * clang's __builtin_prefetch, through an integer to the private address space that pocl's CPU
  * devices share with the global one: pocl 3.1's OpenCL prefetch() emits nothing. A prefetch
  * never faults, so a row's addresses past the bias's end are harmless. */
@@ -170,9 +171,9 @@ void prefetch_next_bias(const blocked_rows *rows, int r, long k0, const fa_kerne
  * before item_rows), one row after the other before any row's softmax. Per row, between its
  * scores and its softmax, softcap's chain (clamp, exp2's polynomial, the division: about 18
  * dependent steps a vector) was paid in latency: the row's eight vectors overlap, then its max
- * waits for the last one. Here the next rows' chains fill that wait. Softcap cost 18% over the
- * plain forward that way, 11% this way; ALiBi 6% and 2% (CPU time, B1 H8 N2048 d64 f32, pocl,
- * three alternated rounds: docs/benchmarks.md). */
+ * waits for the last one. Here the next rows' chains fill that wait. Softcap cost 13% over the
+ * plain forward that way, 9% this way; ALiBi 4% and 1% (CPU time, B1 H8 N2048 d64 f32, pocl,
+ * quiet machine: docs/benchmarks.md, history.md ch. 25). */
 void modify_block(__local float *s_row, int r, long k0, int lane_keys, const blocked_rows *rows,
                   const fa_kernel_params *p, long r0)
 {
