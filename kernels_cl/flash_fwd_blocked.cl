@@ -163,6 +163,51 @@ float span_softmax_update(__local float *s_row, int c_lo, int c_hi, float *m, fl
     return alpha;
 }
 
+/* Bias: the row REG_ROWS on (the next register block's row i of this one's, or from the last
+ * block the first block's row i at the next key tile) asked into the cache, a line at a time,
+ * so that add_bias finds it in L1. The bias is read once per score from memory (4 bytes, 16
+ * MiB at [1, 1, 2048, 2048] f32, read by every head), a row's 128 keys at a time, 8 KiB apart
+ * from the next row's: too short a run for the hardware prefetcher, and add_bias's loads
+ * waited: 18% over the plain forward, 34-45% on a busy machine; 6% with this, 8-10% busy
+ * (CPU time, as modify_block's).
+ * clang's __builtin_prefetch, through an integer to the private address space that pocl's CPU
+ * devices share with the global one: pocl 3.1's OpenCL prefetch() emits nothing. A prefetch
+ * never faults, so a row's addresses past the bias's end are harmless. */
+void prefetch_next_bias(const blocked_rows *rows, int r, long k0, const fa_kernel_params *p,
+                        long r0)
+{
+#if FEATURES & FA_FEATURE_BIAS
+    const int item_rows = (int)min((long)BLOCK_R, p->seqlen_q - r0);
+    int next = r + REG_ROWS;
+    if (next >= item_rows) {
+        next = r % REG_ROWS;
+        k0 += BLOCK_C;
+    }
+    const int keys = (int)min((long)BLOCK_C, p->seqlen_k - k0);
+    __global const bias_t *bias_row = rows->mods[next].bias_row;
+    for (int c = 0; bias_row && c < keys; c += 64 / (int)sizeof(bias_t))
+        __builtin_prefetch((const void *)(ulong)(bias_row + k0 + c));
+#endif
+}
+
+/* Softcap and ALiBi on the S rows of the register block whose first row is r (rows r + i
+ * before item_rows), one row after the other before any row's softmax. Per row, between its
+ * scores and its softmax, softcap's chain (clamp, exp2's polynomial, the division: about 18
+ * dependent steps a vector) was paid in latency: the row's eight vectors overlap, then its max
+ * waits for the last one. Here the next rows' chains fill that wait. Softcap cost 13% over the
+ * plain forward that way, 9% this way; ALiBi 4% and 1% (CPU time, B1 H8 N2048 d64 f32, pocl,
+ * quiet machine: docs/benchmarks.md, history.md ch. 27). */
+void modify_block(__local float *s_row, int r, long k0, int lane_keys, const blocked_rows *rows,
+                  const fa_kernel_params *p, long r0)
+{
+    const int item_rows = (int)min((long)BLOCK_R, p->seqlen_q - r0);
+    for (int i = 0; i < REG_ROWS && r + i < item_rows; i++) {
+        row_mods tile_mods;
+        modify_row(s_row + i * BLOCK_C, p,
+                   lane_mods_at(&tile_mods, &rows->mods[r + i], k0, lane_keys));
+    }
+}
+
 /* The row rules on the S row of tile row r (query row r0 + r) over the tile at k0, within the
  * row's query block's span of listed keys: score modifiers, mask, the unlisted blocks inside
  * the span, then the online softmax's m/l update (S becomes P); returns the row's rescale
@@ -175,9 +220,10 @@ ALWAYS_INLINE float blocked_row_rules(__local float *s_row, int r, long k0, int 
     const long row = r0 + r;
     row_mods tile_mods;
     const row_mods *lane_mods = lane_mods_at(&tile_mods, &rows->mods[r], k0, lane_keys);
-    if (FEATURES & (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI))
-        modify_row(s_row, p, lane_mods); /* block_scores made S */
+    if ((FEATURES & (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI)) && r % REG_ROWS == 0)
+        modify_block(s_row, r, k0, lane_keys, rows, p, r0); /* block_scores made S */
     add_bias(s_row, lane_mods);
+    prefetch_next_bias(rows, r, k0, p, r0);
     /* Mask: none in full blocks; the block lists only where the span has gaps (the span's
      * blocks are listed, its ends are those of listed blocks). */
     if (!span->full)
