@@ -162,16 +162,23 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
             /* One register block of REG_ROWS keys at a time, skipping those no row of the
              * tile sees (causal, window: the rows seeing a key only move on with it). */
             for (int kb = 0; kb < own_keys; kb += REG_ROWS) {
-                const long key0 = k0 + kb;
+                const long key0 = k0 + kb, key_end = min(key0 + REG_ROWS, k0 + own_keys);
                 if (first_row_seeing(key0, &p) >= r_end ||
                     rows_seeing_end(key0 + REG_ROWS - 1, &p) <= r0)
                     continue;
+                /* Block-sparse: the block's keys lie in one key block (16 keys or more), whose
+                 * list decides for all four; the tile may span several (cl_rules.c). */
+                if ((FEATURES & FA_FEATURE_BLOCK_SPARSE) &&
+                    !pass_tile_listed(&view, &p, b, h, key0, key_end, r0, r_end))
+                    continue;
+                const bool block_full = (FEATURES & FA_FEATURE_BLOCK_SPARSE) &&
+                                        pass_tile_full(&view, &p, b, h, key0, key_end, r0, r_end);
                 /* S^T = K Q^T (log2 units) and dP^T = V dO^T */
                 block_scores(st_rows, k_tile + kb * HEAD_DIM, qt_tile, SCORE_SCALE(p), 0, BLOCK_C);
                 block_scores(dpt_rows, v_tile + kb * HEAD_DIM, dot_tile, 1.0f, 0, BLOCK_C);
                 /* Dropout, modifiers, mask, lists: P^T and dS^T = P^T (Z dP^T - D) dcap */
                 dkdv_block_grads(st_rows, dpt_rows, z_row, &p ALIBI_PASS BIAS_PASS, &view, b, h,
-                                 key0, r0, full, lse2_v, d_v, keys_v);
+                                 key0, r0, full || block_full, lse2_v, d_v, keys_v);
                 /* dK += dS^T Q and dV += P^T dO over the query rows that exist. */
                 block_values(dk_tile + kb * HEAD_DIM, dpt_rows, q_tile, keep, 0,
                              (int)(r_end - r0));
@@ -313,12 +320,19 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
         for (int rb = 0; rb < own_rows; rb += REG_ROWS) {
             if (dq_block_unseen(&rows, rb, k0, k_end))
                 continue;
+            /* Block-sparse: the block's rows lie in one query block, whose list decides. */
+            const long row_end = r0 + min(rb + REG_ROWS, own_rows);
+            if ((FEATURES & FA_FEATURE_BLOCK_SPARSE) &&
+                !pass_tile_listed(&view, &p, b, h, r0 + rb, row_end, k0, k_end))
+                continue;
+            const bool block_full = (FEATURES & FA_FEATURE_BLOCK_SPARSE) &&
+                                    pass_tile_full(&view, &p, b, h, r0 + rb, row_end, k0, k_end);
             /* S = Q K^T (log2 units) and dP = dO V^T */
             block_scores(s_rows, q_tile + rb * HEAD_DIM, kt_tile, SCORE_SCALE(p), 0, BLOCK_C);
             block_scores(dp_rows, do_tile + rb * HEAD_DIM, vt_tile, 1.0f, 0, BLOCK_C);
             /* Dropout, modifiers, mask, lists: P and dS = P (Z dP - D) dcap */
             dq_block_grads(s_rows, dp_rows, &p, slope BIAS_PASS, &view, &rows, b, h, r0, rb, k0,
-                           full);
+                           full || block_full);
             /* dQ += dS K over the keys that exist. */
             block_values(dq_tile + rb * HEAD_DIM, dp_rows, k_tile, keep, 0, (int)(k_end - k0));
         }

@@ -289,7 +289,7 @@ static void format_plan_bytes(uint64_t bytes, char *buf, size_t size)
 }
 
 /* How the plan's tiles sit on the mask blocks, one direction ("Br", "block_q"); per_rows: the
- * tile's rows skip per register block of 4 (the register-blocked forward), not as a union. */
+ * tile's rows skip per register block of 4 (the register-blocked passes), not as a union. */
 static void tile_vs_block(char *buf, size_t size, const char *tile, int32_t t, const char *blk,
                           int32_t b, bool per_rows)
 {
@@ -300,7 +300,8 @@ static void tile_vs_block(char *buf, size_t size, const char *tile, int32_t t, c
                  blk, b);
     else if (t > b && t % b == 0 && per_rows)
         snprintf(buf, size, "%s %d: a tile holds %d blocks of %s %d, each register block of 4 "
-                 "rows skips the key tiles its own block does not list", tile, t, t / b, blk, b);
+                 "rows (or keys) skips the tiles its own block does not list", tile, t, t / b,
+                 blk, b);
     else if (t > b && t % b == 0)
         snprintf(buf, size, "%s %d: a tile spans %d blocks of %s %d (the union of their lists)",
                  tile, t, t / b, blk, b);
@@ -328,7 +329,7 @@ static void print_sparse(const fa_plan *plan, const cli_bm_args *a, const cli_bm
     printf("%-13s %" PRIu64 " of %" PRIu64 " blocks skipped: K and V reads %s, %s FLOPs (at "
            "most: edge blocks are shorter, and the causal mask or window may skip some too)\n",
            "mask saves", skipped, bm->all, kv, flops);
-    bool reg_blocked = strstr(fa_plan_explain(plan), "(REG_BLOCKED)") != NULL;
+    bool reg_blocked = strstr(fa_plan_explain(plan), "(REG_BLOCKED") != NULL;
     tile_vs_block(r, sizeof r, "Br", fa_plan_block_r(plan), "block_q", p->sparse_block_q,
                   reg_blocked);
     tile_vs_block(c, sizeof c, "Bc", fa_plan_block_c(plan), "block_k", p->sparse_block_k, false);
