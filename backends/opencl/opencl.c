@@ -5,16 +5,10 @@
  * the fa__cl table); every call's result is checked and reported through the context's error,
  * never printed.
  */
-#if !defined(_DEFAULT_SOURCE)
-#define _DEFAULT_SOURCE /* madvise, MADV_HUGEPAGE */
-#endif
 #include "opencl_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
 
 fa_status fa__cl_no_device(fa_context *ctx)
 {
@@ -127,49 +121,6 @@ static fa_status touch(fa_context *ctx, fa__cl_state *s, cl_mem m, size_t bytes)
                      bytes, fa__cl_error_name(err), (int)err);
 }
 
-/*
- * On a CPU device a buffer of at least HUGE_PAGE_BYTES is host memory the library allocates
- * itself, 2 MiB aligned and advised into transparent huge pages (Linux's madvise; a kernel
- * with THP off keeps small pages), and hands to the device as CL_MEM_USE_HOST_PTR: a decode
- * streams K and V once, and with 4 KiB pages its TLB misses cost about 11% (issue 35's
- * profile). The block is freed by the buffer's destructor callback, when the device lets the
- * buffer go. NULL with *err CL_SUCCESS where the host has no huge pages or no memory for the
- * block: the caller allocates the usual way, which reports the failure.
- */
-#define HUGE_PAGE_BYTES ((size_t)2 << 20)
-
-static void CL_CALLBACK free_host_block(cl_mem m, void *block)
-{
-    (void)m;
-    free(block);
-}
-
-static cl_mem huge_page_buffer(fa__cl_state *s, size_t bytes, cl_int *err)
-{
-    *err = CL_SUCCESS;
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    size_t size = (bytes + HUGE_PAGE_BYTES - 1) / HUGE_PAGE_BYTES * HUGE_PAGE_BYTES;
-    void *block = aligned_alloc(HUGE_PAGE_BYTES, size);
-    if (!block)
-        return NULL;
-    (void)madvise(block, size, MADV_HUGEPAGE); /* advice: refused, the pages stay small */
-    cl_mem m = fa__cl.CreateBuffer(s->context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, bytes,
-                                   block, err);
-    if (*err == CL_SUCCESS) {
-        *err = fa__cl.SetMemObjectDestructorCallback(m, free_host_block, block);
-        if (*err == CL_SUCCESS)
-            return m;
-        fa__cl.ReleaseMemObject(m);
-    }
-    free(block);
-    return NULL;
-#else
-    (void)s;
-    (void)bytes;
-    return NULL;
-#endif
-}
-
 static fa_status cl_buffer_alloc(fa_context *ctx, size_t bytes, void **mem)
 {
     fa__cl_state *s = ctx->state;
@@ -181,13 +132,8 @@ static fa_status cl_buffer_alloc(fa_context *ctx, size_t bytes, void **mem)
                          "(CL_DEVICE_MAX_MEM_ALLOC_SIZE = %llu)",
                          bytes, (unsigned long long)s->max_alloc);
     cl_int err = CL_SUCCESS;
-    cl_mem m = s->host_memory && bytes >= HUGE_PAGE_BYTES ? huge_page_buffer(s, bytes, &err)
-                                                          : NULL;
-    if (err != CL_SUCCESS)
-        return fa__cl_fail(ctx, err, "clCreateBuffer(CL_MEM_USE_HOST_PTR) of huge pages");
-    if (!m)
-        m = fa__cl.CreateBuffer(s->context, CL_MEM_READ_WRITE | s->alloc_flags, bytes, NULL,
-                                &err);
+    cl_mem m =
+        fa__cl.CreateBuffer(s->context, CL_MEM_READ_WRITE | s->alloc_flags, bytes, NULL, &err);
     if (err != CL_SUCCESS)
         return fa__cl_fail(ctx, err, "clCreateBuffer");
     fa_status st = s->alloc_flags & CL_MEM_ALLOC_HOST_PTR ? FA_STATUS_OK : touch(ctx, s, m, bytes);

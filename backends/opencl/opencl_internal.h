@@ -28,8 +28,7 @@
     X(CreateProgramWithSource) X(BuildProgram) X(GetProgramBuildInfo) X(RetainProgram)          \
     X(ReleaseProgram) X(CreateKernel) X(ReleaseKernel) X(SetKernelArg)                          \
     X(GetKernelWorkGroupInfo) X(EnqueueFillBuffer) X(EnqueueWriteBuffer) X(EnqueueReadBuffer)   \
-    X(EnqueueNDRangeKernel) X(Finish) X(EnqueueMapBuffer) X(EnqueueUnmapMemObject)            \
-    X(SetMemObjectDestructorCallback)
+    X(EnqueueNDRangeKernel) X(Finish) X(EnqueueMapBuffer) X(EnqueueUnmapMemObject)
 
 typedef struct fa__cl_api {
     /* platforms and devices */
@@ -66,9 +65,6 @@ typedef struct fa__cl_api {
     cl_int(CL_API_CALL *ReleaseMemObject)(cl_mem m);
     cl_int(CL_API_CALL *GetMemObjectInfo)(cl_mem m, cl_mem_info what, size_t size, void *value,
                                           size_t *size_ret);
-    cl_int(CL_API_CALL *SetMemObjectDestructorCallback)(cl_mem m,
-                                                        void(CL_CALLBACK *notify)(cl_mem, void *),
-                                                        void *user);
     /* programs and kernels */
     cl_program(CL_API_CALL *CreateProgramWithSource)(cl_context c, cl_uint n, const char **text,
                                                      const size_t *lengths, cl_int *err);
