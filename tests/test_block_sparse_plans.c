@@ -122,9 +122,9 @@ static void test_profiles(void **state)
     }
 }
 
-static void test_device(void **state)
+/* A context on the OpenCL device at hand (the test skips without one, unless required). */
+static fa_context *device_context(void)
 {
-    (void)state;
     fa_context_options o = {FA_BACKEND_OPENCL, 0};
     fa_context *ctx = NULL;
     char why[512] = "";
@@ -132,6 +132,13 @@ static void test_device(void **state)
     if (st != FA_STATUS_OK && !harness_backend_required(FA_BACKEND_OPENCL))
         skip(); /* no OpenCL device */
     assert_int_equal(st, FA_STATUS_OK);
+    return ctx;
+}
+
+static void test_device(void **state)
+{
+    (void)state;
+    fa_context *ctx = device_context();
     assert_int_equal(check_context(ctx, "device", 1), 100); /* builds its kernels: d 32 */
     fa_context_destroy(ctx);
 }
@@ -142,13 +149,7 @@ static void test_device(void **state)
 static void test_short_queries(void **state)
 {
     (void)state;
-    fa_context_options o = {FA_BACKEND_OPENCL, 0};
-    fa_context *ctx = NULL;
-    char why[512] = "";
-    fa_status st = fa_context_create(&ctx, &o, why, sizeof why);
-    if (st != FA_STATUS_OK && !harness_backend_required(FA_BACKEND_OPENCL))
-        skip(); /* no OpenCL device */
-    assert_int_equal(st, FA_STATUS_OK);
+    fa_context *ctx = device_context();
     static const int64_t seqs_q[] = {1, 40, 100, 127, 128, 1000};
     for (size_t i = 0; i < sizeof seqs_q / sizeof seqs_q[0]; i++) {
         fa_problem p;
@@ -172,13 +173,7 @@ static void test_short_queries(void **state)
 static void test_backward_dense_tiles(void **state)
 {
     (void)state;
-    fa_context_options o = {FA_BACKEND_OPENCL, 0};
-    fa_context *ctx = NULL;
-    char why[512] = "";
-    fa_status st = fa_context_create(&ctx, &o, why, sizeof why);
-    if (st != FA_STATUS_OK && !harness_backend_required(FA_BACKEND_OPENCL))
-        skip(); /* no OpenCL device */
-    assert_int_equal(st, FA_STATUS_OK);
+    fa_context *ctx = device_context();
     static const int32_t blocks[] = {16, 64, 128};
     for (size_t i = 0; i < 3; i++) {
         fa_problem p;
