@@ -98,6 +98,24 @@ void dkdv_block_grads(__local float *st_rows, __local float *dpt_rows, __local f
     }
 }
 
+/* Block-sparse, for a register block of own indices [o0, o_end) (4 rows or keys, within one
+ * block) over the streamed [s0, s_end): whether it lists any block pair (else it is skipped),
+ * and whether no score of it needs zeroing by the lists (every pair listed, or every pair a
+ * full block): *unmasked. One pass over the pairs, as the tiles span several blocks. */
+bool block_pairs(const list_view *v, const fa_kernel_params *p, long b, long h, long o0,
+                 long o_end, long s0, long s_end, bool *unmasked)
+{
+    bool any = false, all = true;
+    for (long ob = o0 / v->own_block; ob <= (o_end - 1) / v->own_block; ob++)
+        for (long sb = s0 / v->streamed_block; sb <= (s_end - 1) / v->streamed_block; sb++) {
+            const bool listed = view_listed(v, p, b, h, ob, sb, false);
+            any |= listed;
+            all &= listed;
+        }
+    *unmasked = all;
+    return any;
+}
+
 /* dK = scale * dS^T Q and dV = P^T dO for one (key tile, K/V head, batch) in one work-item:
  * K, V (as is) and the f32 dK / scale and dV tiles of its BLOCK_R keys; per query tile of
  * BLOCK_C rows of every query head of the group, in order, Q^T, dO^T, Q and dO. */
@@ -168,17 +186,16 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
                     continue;
                 /* Block-sparse: the block's keys lie in one key block (16 keys or more), whose
                  * list decides for all four; the tile may span several (cl_rules.c). */
+                bool unmasked = false;
                 if ((FEATURES & FA_FEATURE_BLOCK_SPARSE) &&
-                    !pass_tile_listed(&view, &p, b, h, key0, key_end, r0, r_end))
+                    !block_pairs(&view, &p, b, h, key0, key_end, r0, r_end, &unmasked))
                     continue;
-                const bool block_full = (FEATURES & FA_FEATURE_BLOCK_SPARSE) &&
-                                        pass_tile_full(&view, &p, b, h, key0, key_end, r0, r_end);
                 /* S^T = K Q^T (log2 units) and dP^T = V dO^T */
                 block_scores(st_rows, k_tile + kb * HEAD_DIM, qt_tile, SCORE_SCALE(p), 0, BLOCK_C);
                 block_scores(dpt_rows, v_tile + kb * HEAD_DIM, dot_tile, 1.0f, 0, BLOCK_C);
                 /* Dropout, modifiers, mask, lists: P^T and dS^T = P^T (Z dP^T - D) dcap */
                 dkdv_block_grads(st_rows, dpt_rows, z_row, &p ALIBI_PASS BIAS_PASS, &view, b, h,
-                                 key0, r0, full || block_full, lse2_v, d_v, keys_v);
+                                 key0, r0, full || unmasked, lse2_v, d_v, keys_v);
                 /* dK += dS^T Q and dV += P^T dO over the query rows that exist. */
                 block_values(dk_tile + kb * HEAD_DIM, dpt_rows, q_tile, keep, 0,
                              (int)(r_end - r0));
@@ -322,17 +339,16 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
                 continue;
             /* Block-sparse: the block's rows lie in one query block, whose list decides. */
             const long row_end = r0 + min(rb + REG_ROWS, own_rows);
+            bool unmasked = false;
             if ((FEATURES & FA_FEATURE_BLOCK_SPARSE) &&
-                !pass_tile_listed(&view, &p, b, h, r0 + rb, row_end, k0, k_end))
+                !block_pairs(&view, &p, b, h, r0 + rb, row_end, k0, k_end, &unmasked))
                 continue;
-            const bool block_full = (FEATURES & FA_FEATURE_BLOCK_SPARSE) &&
-                                    pass_tile_full(&view, &p, b, h, r0 + rb, row_end, k0, k_end);
             /* S = Q K^T (log2 units) and dP = dO V^T */
             block_scores(s_rows, q_tile + rb * HEAD_DIM, kt_tile, SCORE_SCALE(p), 0, BLOCK_C);
             block_scores(dp_rows, do_tile + rb * HEAD_DIM, vt_tile, 1.0f, 0, BLOCK_C);
             /* Dropout, modifiers, mask, lists: P and dS = P (Z dP - D) dcap */
             dq_block_grads(s_rows, dp_rows, &p, slope BIAS_PASS, &view, &rows, b, h, r0, rb, k0,
-                           full || block_full);
+                           full || unmasked);
             /* dQ += dS K over the keys that exist. */
             block_values(dq_tile + rb * HEAD_DIM, dp_rows, k_tile, keep, 0, (int)(k_end - k0));
         }

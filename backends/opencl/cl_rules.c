@@ -218,7 +218,7 @@ static void block_sparse_rules(const fa_problem *p, fa__op op, fa__plan_rules *r
     /* The backward's register-blocked passes skip per block of 4 rows (dQ) or keys (dK/dV)
      * by its own block's list (flash_bwd_blocked.cl), so they keep the dense tiles too: N 8192
      * on pocl at 64 x 64 blocks, density 1 took 1.43x the dense backward at tiles within one
-     * block, 1.10x at the dense ones; density 0.5 0.70x -> 0.61x (docs/benchmarks.md). */
+     * block, 1.07x at the dense ones; density 0.5 0.70x -> 0.59x (docs/benchmarks.md). */
     if (op == FA__OP_BACKWARD && rules->paths.reg_blocked)
         return;
     const bool reg_blocked = op == FA__OP_FORWARD && rules->paths.reg_blocked;
