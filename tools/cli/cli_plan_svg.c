@@ -132,23 +132,22 @@ static int blocks_on(const tile_ctx *c, int64_t qb, int64_t k0, int64_t k1, int 
 }
 
 /* With a block mask, key tile j of tile row t: the rows of each mask block row attend to one
- * hull; the tile is skipped when no hull meets an on block, computed when it lies inside every
- * row's range and all its blocks are on. */
-static int sparse_tile_kind(const tile_ctx *c, const tile_row *t, int64_t j)
+ * hull (hulls: [lo, hi) of each, in order, sparse_row_classify's); the tile is skipped when no
+ * hull meets an on block, computed when it lies inside every row's range and all its blocks
+ * are on. */
+static int sparse_tile_kind(const tile_ctx *c, const tile_row *t, const int64_t *hulls,
+                            int64_t j)
 {
     int64_t c0 = j * c->bc, c1 = min64(c->p->seqlen_k, c0 + c->bc), bq = c->p->sparse_block_q;
     int any = 0, all_on = 1, mask_only = 1;
-    for (int64_t a = t->r0; a < t->r1;) {
-        int64_t qb = a / bq, b = min64(t->r1, (qb + 1) * bq), lo, hi;
-        rows_hull(c, a, b, &lo, &hi);
-        lo = max64(lo, c0);
-        hi = min64(hi, c1);
+    for (int64_t a = t->r0, n = 0; a < t->r1; n++) {
+        int64_t qb = a / bq, lo = max64(hulls[2 * n], c0), hi = min64(hulls[2 * n + 1], c1);
         if (lo < hi) {
             any |= blocks_on(c, qb, lo, hi, 0);
             mask_only &= blocks_on(c, qb, lo, hi, 1);
         }
         all_on &= blocks_on(c, qb, c0, c1, 1);
-        a = b;
+        a = min64(t->r1, (qb + 1) * bq);
     }
     if (!any)
         return TILE_SKIPPED;
@@ -195,14 +194,25 @@ static uint64_t tile_row_keys(const tile_row *t, const tile_ctx *c, uint64_t las
     return n;
 }
 
-/* With a block mask, classifies tile row i's key tiles into m->kind. */
-static void sparse_row_classify(const tile_ctx *c, cli_tile_map *m, int64_t i)
+/* With a block mask, classifies the key tiles of tile row t (row i of the map) into m->kind,
+ * the hull of each of its mask block rows found once for all of them (hulls: room for
+ * hulls_for's pairs). */
+static void sparse_row_classify(const tile_ctx *c, cli_tile_map *m, int64_t i,
+                                const tile_row *t, int64_t *hulls)
 {
-    tile_row t = tile_row_of(c, i);
+    int64_t bq = c->p->sparse_block_q, n = 0;
+    for (int64_t a = t->r0; a < t->r1; a = min64(t->r1, (a / bq + 1) * bq), n++)
+        rows_hull(c, a, min64(t->r1, (a / bq + 1) * bq), &hulls[2 * n], &hulls[2 * n + 1]);
     uint8_t *row = m->kind + i * m->cols;
     memset(row, TILE_SKIPPED, (size_t)m->cols);
-    for (int64_t j = t.touched_begin; j < t.touched_end; j++)
-        row[j] = (uint8_t)sparse_tile_kind(c, &t, j);
+    for (int64_t j = t->touched_begin; j < t->touched_end; j++)
+        row[j] = (uint8_t)sparse_tile_kind(c, t, hulls, j);
+}
+
+/* The mask block rows a tile row of br rows can touch: hull pairs sparse_row_classify fills. */
+static size_t hulls_for(int64_t br, int64_t bq)
+{
+    return (size_t)(br / bq + 2) * 2;
 }
 
 /* Beyond these, `plan` does not classify the tiles (it says so) rather than run for minutes:
@@ -230,18 +240,24 @@ int cli_tile_map_make(const fa_plan *plan, const cli_bm_data *bm, cli_tile_map *
         return 0;
     }
     size_t tiles = m->rows * m->cols > 0 ? (size_t)(m->rows * m->cols) : 1;
-    if (p->block_sparse && !(m->kind = malloc(tiles)))
+    int64_t *hulls = NULL;
+    if (p->block_sparse && (!(m->kind = malloc(tiles)) ||
+                            !(hulls = malloc(hulls_for(m->br, p->sparse_block_q) * 8)))) {
+        free(m->kind);
+        m->kind = NULL;
         return cli_error("out of host memory for the plan's %" PRId64 " x %" PRId64 " tiles",
                          m->rows, m->cols);
+    }
     tile_ctx_init(&c, plan, bm, m);
     uint64_t last_short = (uint64_t)(m->cols * m->bc - p->seqlen_k);
     for (int64_t i = 0; i < m->rows; i++) {
-        if (m->kind)
-            sparse_row_classify(&c, m, i);
         tile_row t = tile_row_at(&c, m, i);
+        if (m->kind)
+            sparse_row_classify(&c, m, i, &t, hulls);
         tile_row_count(&t, 0, m->cols, m->count);
         m->keys_read += tile_row_keys(&t, &c, last_short);
     }
+    free(hulls);
     m->classified = 1;
     return 0;
 }
