@@ -139,8 +139,13 @@ void dropout_key_rows(__local float *x, const fa_kernel_params *p, long b, long 
  * (row_grad) runs; the sinks only the LSE carries. Dropout's Z joins dP before either path and
  * the dK/dV pass's P after it, by vectors (dropout_row, dropout_key_rows): dS = P (Z dP - D),
  * dV's weight P Z. Element by element (a scalar Philox call per element, too), the backward
- * with any of them took 2.5 to 5 times as long as without (docs/benchmarks.md). */
-#define GRAD_MODS (FEATURES & ~(FA_FEATURE_SINKS | FA_FEATURE_DROPOUT))
+ * with any of them took 2.5 to 5 times as long as without (docs/benchmarks.md). The other
+ * features change no score: block-sparse lists zero P and dS after either path
+ * (zero_unlisted), and positions move only the mask's row ends (keys_v, row_keys) and the
+ * rules above; with only those, the vector path runs (a density-1 block mask took 7% more
+ * time than the dense backward on the element path). */
+#define GRAD_MODS                                                                                \
+    (FEATURES & (FA_FEATURE_SOFTCAP | FA_FEATURE_ALIBI | FA_FEATURE_BIAS | FA_FEATURE_WINDOW))
 
 /* P and dS of a float_keys vector of a score tile's elements (query i, key j): s = q.k *
  * SCORE_SCALE, zdp = Z dO_i . V_j (Z the dropout factor, 1 without dropout), dist = i + Sk - Sq
