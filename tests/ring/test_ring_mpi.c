@@ -58,6 +58,11 @@ static const ring_case cpu_cases[] = {
      0.0f, 1, 1, 5, 3, 1, 0.1f, 0, 100},
     {"", FA_RING_CONTIGUOUS, FA_LAYOUT_BHSD, FA_MASK_NONE, FA_DTYPE_F32, 2, 2, 2, 33, 16, 0.0f, 1,
      0, 0, 0, 0, 0.0f, 0, 17},
+    /* lengths below 4 rows a chunk: empty chunks, and ranks with no Q or no K row */
+    {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_CAUSAL_BOTTOM_RIGHT, FA_DTYPE_F32, 1, 3, 1, 6, 8,
+     0.0f, 1, 0, 0, 0, 0, 0.2f, 1, 0},
+    {"", FA_RING_CONTIGUOUS, FA_LAYOUT_BSHD, FA_MASK_CAUSAL_TOP_LEFT, FA_DTYPE_F32, 1, 2, 1, 3, 8,
+     0.0f, 1, 0, 0, 0, 0, 0.0f, 0, 50},
 };
 
 static const ring_case opencl_cases[] = {
