@@ -95,6 +95,9 @@ expect 0 "cpu P=2 contiguous Sq 50 > Sk 21 bottom-right window bwd --check" "${m
     -np 2 "$cli" ring --backend cpu --seq 50 --seq-k 21 --dim 16 --ring-layout contiguous \
     --causal bottom-right --window 8,-1 --backward --check
 contains "Sq > Sk check" "check dV"
+expect 0 "cpu P=2 Sk 0 (no key: O = 0, LSE = -inf) bwd --check" "${mpirun[@]}" -np 2 "$cli" \
+    ring --backend cpu --seq 10 --seq-k 0 --dim 8 --backward --check
+contains "Sk 0 check" "check dK"
 "$cli" run --backend cpu --seq 40 --seq-k 27 --heads 2 --dim 16 --backward \
     --save-inputs "$tmp/x" >/dev/null 2>&1 ||
     { echo "FAIL run --save-inputs Sk"; fails=$((fails + 1)); }
