@@ -75,6 +75,65 @@ static void test_slices(void **state)
     assert_int_equal(fa_ring_layout_from_name("ring", &l), FA_STATUS_INVALID_ARGUMENT);
 }
 
+/* ---- pair classification ----------------------------------------------------------------- */
+
+/* Whether row i of the whole problem sees key j, written out from api.md's rules: the causal
+ * mask (j <= i top-left, j <= i + Sk - Sq bottom-right), the window around i' = i + Sk - Sq. */
+static int visible(const fa_problem *w, int64_t i, int64_t j)
+{
+    int64_t shift = w->seqlen_k - w->seqlen_q;
+    if ((w->mask == FA_MASK_CAUSAL_TOP_LEFT && j > i) ||
+        (w->mask == FA_MASK_CAUSAL_BOTTOM_RIGHT && j > i + shift))
+        return 0;
+    if (w->window && w->window_left >= 0 && j < i + shift - w->window_left)
+        return 0;
+    return !(w->window && w->window_right >= 0 && j > i + shift + w->window_right);
+}
+
+/* ring_pair_kind against every (row, key) of small chunk pairs: SKIP exactly when no row sees
+ * a key, FULL exactly when the causal mask hides none (the window may still), MASKED else. */
+static void test_pair_kinds(void **state)
+{
+    (void)state;
+    static const int64_t lens[][2] = {{9, 9}, {5, 12}, {12, 5}, {7, 1}};
+    static const int64_t windows[][2] = {{-1, -1}, {2, 1}, {0, 0}, {3, -1}, {-1, 0}, {30, 30}};
+    for (size_t l = 0; l < 4; l++)
+        for (int mask = 0; mask < 3; mask++)
+            for (size_t wi = 0; wi < 6; wi++) {
+                fa_problem w;
+                fa_problem_init(&w, FA_DTYPE_F32, FA_LAYOUT_BHSD, 1, 1, 1, lens[l][0],
+                                lens[l][1], 8);
+                w.mask = (fa_mask)mask;
+                w.window = wi > 0;
+                w.window_left = windows[wi][0];
+                w.window_right = windows[wi][1];
+                fa_problem causal = w;
+                causal.window = 0;
+                for (int64_t q0 = 0; q0 < w.seqlen_q; q0++)
+                    for (int64_t q1 = q0 + 1; q1 <= w.seqlen_q; q1++)
+                        for (int64_t k0 = 0; k0 < w.seqlen_k; k0++)
+                            for (int64_t k1 = k0 + 1; k1 <= w.seqlen_k; k1++) {
+                                int any = 0, all = 1;
+                                for (int64_t i = q0; i < q1; i++)
+                                    for (int64_t j = k0; j < k1; j++) {
+                                        any |= visible(&w, i, j);
+                                        all &= visible(&causal, i, j);
+                                    }
+                                ring_pair want = !any ? RING_PAIR_SKIP
+                                                 : all ? RING_PAIR_FULL : RING_PAIR_MASKED;
+                                ring_pair got = ring_pair_kind(&w, q0, q1 - q0, k0, k1 - k0);
+                                if (got != want)
+                                    fail_msg("Sq %lld Sk %lld mask %d window %lld,%lld rows "
+                                             "[%lld,%lld) keys [%lld,%lld): %d, want %d",
+                                             (long long)w.seqlen_q, (long long)w.seqlen_k, mask,
+                                             (long long)w.window_left,
+                                             (long long)w.window_right, (long long)q0,
+                                             (long long)q1, (long long)k0, (long long)k1,
+                                             (int)got, (int)want);
+                            }
+            }
+}
+
 /* ---- P threads ---------------------------------------------------------------------------- */
 
 typedef enum job_kind { JOB_CASE, JOB_BAD_INPUT, JOB_BIAS, JOB_PLAIN } job_kind;
@@ -414,6 +473,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_slices),
+        cmocka_unit_test(test_pair_kinds),
         cmocka_unit_test(test_cases),
         cmocka_unit_test(test_bad_input_on_one_rank),
         cmocka_unit_test(test_unsupported_bias),
