@@ -19,7 +19,8 @@ typedef struct bwd_state {
     const fa_ring_options *o;
     const fa_ring_tensors *x;
     ring_run *run;
-    fa_ring_slice mine;
+    fa_ring_slice mine;  /* this rank's rows of Q (O, LSE, dO, dQ) */
+    fa_ring_slice kmine; /* and of K, V (dK, dV) */
     fa_buffer *lse[2];   /* each query chunk's LSE, f32 [B, Hq, len] */
     fa_buffer *dq_part[2];
     float *dq[2];        /* dQ sums, f32 compact [B, Hq, len, D] */
@@ -30,7 +31,7 @@ typedef struct bwd_state {
     float *contrib;          /* this step's dK, dV of the block in hand */
     void *part_host;         /* a partial gradient read back */
     float *part_f32;
-    int64_t rows_max, chunk_max;
+    int64_t rows_max, chunk_max; /* the most rows of a K/V block, of a Q or K chunk */
     ring_xfer *pending[2]; /* the step's K/V and sums exchanges, polled between blocks */
     float *sinks;          /* whole.sinks: f32 [heads_q] */
     double *d_sinks;       /* their gradient, summed over every rank's rows */
@@ -46,9 +47,10 @@ static uint64_t kv_elems(const bwd_state *f, int64_t rows)
     return ring_elems(f->w->batch, f->w->heads_kv, rows, f->w->head_dim);
 }
 
+/* The K/V rows of `rank` (the blocks that travel). */
 static fa_ring_slice slice_of(const bwd_state *f, int rank)
 {
-    return ring_slice(f->o, f->w, f->run->t->size, rank);
+    return ring_slice(f->o, f->w->seqlen_k, f->run->t->size, rank);
 }
 
 static fa_status check_tensors(bwd_state *f)
@@ -56,7 +58,7 @@ static fa_status check_tensors(bwd_state *f)
     const fa_ring_tensors *x = f->x;
     size_t elem = fa_dtype_size(f->w->dtype);
     int64_t n = f->mine.rows;
-    uint64_t qb = q_elems(f, n) * elem, kb = kv_elems(f, n) * elem;
+    uint64_t qb = q_elems(f, n) * elem, kb = kv_elems(f, f->kmine.rows) * elem;
     uint64_t lb = (uint64_t)f->w->batch * (uint64_t)f->w->heads_q * (uint64_t)n * 4;
     if (ring_check_buffer(f->run, x->q, "Q", qb) || ring_check_buffer(f->run, x->k, "K", kb) ||
         ring_check_buffer(f->run, x->v, "V", kb) || ring_check_buffer(f->run, x->o, "O", qb) ||
@@ -99,14 +101,17 @@ static fa_status setup_lse(bwd_state *f)
 static fa_status setup(bwd_state *f)
 {
     int P = f->run->t->size;
-    f->mine = slice_of(f, f->run->t->rank);
+    f->mine = ring_slice(f->o, f->w->seqlen_q, P, f->run->t->rank);
+    f->kmine = slice_of(f, f->run->t->rank);
     if (check_tensors(f))
         return (fa_status)f->run->err.status;
     for (int r = 0; r < P; r++) {
-        fa_ring_slice s = slice_of(f, r);
+        fa_ring_slice s = slice_of(f, r), qs = ring_slice(f->o, f->w->seqlen_q, P, r);
         f->rows_max = s.rows > f->rows_max ? s.rows : f->rows_max;
-        for (int c = 0; c < s.chunks; c++)
+        for (int c = 0; c < s.chunks; c++) {
             f->chunk_max = s.len[c] > f->chunk_max ? s.len[c] : f->chunk_max;
+            f->chunk_max = qs.len[c] > f->chunk_max ? qs.len[c] : f->chunk_max;
+        }
     }
     size_t elem = fa_dtype_size(f->w->dtype);
     uint64_t kvb = kv_elems(f, f->rows_max) * elem, kvf = kv_elems(f, f->rows_max) * 4;
@@ -288,7 +293,7 @@ static void steps(bwd_state *f)
     int P = t->size, r = t->rank;
     ring_xfer sums_xf = {0};
     if (P > 1)
-        ring_stage_kv(f->run, f->ctx, f->x->k, f->x->v, ring_kv_bytes(f->w, f->mine.rows),
+        ring_stage_kv(f->run, f->ctx, f->x->k, f->x->v, ring_kv_bytes(f->w, f->kmine.rows),
                       f->stage[0]);
     for (int step = 0; step < P; step++) {
         int s = (r - step + P) % P, s_next = (s + P - 1) % P;
@@ -336,20 +341,14 @@ static void write_d_sinks(bwd_state *f)
     free(ds);
 }
 
-/* Rounds the f32 sums to the dtype and writes dQ, dK, dV in the local layout. */
-static void write_outputs(bwd_state *f)
+/* Rounds dQ's f32 sums to the dtype and writes them in the local layout (img, conv: host
+ * space for the local dQ). */
+static fa_status write_dq(bwd_state *f, unsigned char *img, unsigned char *conv)
 {
     const fa_problem *w = f->w;
-    if (f->d_sinks)
-        write_d_sinks(f);
     size_t elem = fa_dtype_size(w->dtype);
     int64_t n = f->mine.rows, D = w->head_dim;
-    uint64_t qe = q_elems(f, n), ke = kv_elems(f, n);
-    if (qe == 0)
-        return;
-    unsigned char *img = malloc((size_t)qe * elem), *conv = malloc((size_t)qe * elem);
-    fa_status st = img && conv ? FA_STATUS_OK : FA_STATUS_OUT_OF_MEMORY;
-    for (int a = 0; a < f->mine.chunks && st == FA_STATUS_OK; a++) {
+    for (int a = 0; a < f->mine.chunks; a++) {
         if (f->mine.len[a] == 0)
             continue;
         fa_tensor_layout l = ring_layout(f->o->tensor_layout, w->heads_q, n, D,
@@ -357,14 +356,31 @@ static void write_outputs(bwd_state *f)
         ring_from_f32(w->dtype, f->dq[a], conv, q_elems(f, f->mine.len[a]));
         ring_place(&l, w->batch, w->heads_q, f->mine.len[a], D, elem, conv, img);
     }
-    if (st == FA_STATUS_OK)
-        st = fa_buffer_write(f->x->dq, 0, img, (size_t)qe * elem);
+    return fa_buffer_write(f->x->dq, 0, img, (size_t)(q_elems(f, n) * elem));
+}
+
+/* Rounds the f32 sums to the dtype and writes dQ, dK, dV in the local layout. */
+static void write_outputs(bwd_state *f)
+{
+    const fa_problem *w = f->w;
+    if (f->d_sinks)
+        write_d_sinks(f);
+    size_t elem = fa_dtype_size(w->dtype);
+    int64_t n = f->kmine.rows, D = w->head_dim;
+    uint64_t qe = q_elems(f, f->mine.rows), ke = kv_elems(f, n);
+    uint64_t most = qe > ke ? qe : ke;
+    if (most == 0)
+        return;
+    unsigned char *img = malloc((size_t)most * elem), *conv = malloc((size_t)most * elem);
+    fa_status st = img && conv ? FA_STATUS_OK : FA_STATUS_OUT_OF_MEMORY;
+    if (st == FA_STATUS_OK && qe > 0)
+        st = write_dq(f, img, conv);
     /* The own sums came home into the buffer the last exchange received (no exchange: 0). */
     int home = f->run->t->size == 1 ? 0 : f->run->t->size % 2;
     const float *sums = (const float *)(f->dkv[home] + sizeof(ring_header));
     fa_buffer *out[2] = {f->x->dk, f->x->dv};
     fa_tensor_layout l = ring_layout(f->o->tensor_layout, w->heads_kv, n, D, 0);
-    for (int g = 0; g < 2 && st == FA_STATUS_OK; g++) {
+    for (int g = 0; g < 2 && st == FA_STATUS_OK && ke > 0; g++) {
         ring_from_f32(w->dtype, sums + g * ke, conv, ke);
         ring_place(&l, w->batch, w->heads_kv, n, D, elem, conv, img);
         st = fa_buffer_write(out[g], 0, img, (size_t)ke * elem);

@@ -32,10 +32,14 @@ fa_status fa_ring_layout_from_name(const char *name, fa_ring_layout *out)
     return FA_STATUS_OK;
 }
 
-/* Row where chunk c of n begins: floor(c * N / n), without overflow for N < 2^62 / n. */
+/* Row where chunk c of n begins: 4 * floor(c * G / n) with G = ceil(N / 4) groups of 4 rows,
+ * capped at N, so every chunk starts at a multiple of 4 (dropout draws its Philox words for 4
+ * keys at once: a block's k_position must be a multiple of 4). No overflow for N < 2^62. */
 static int64_t chunk_start(int64_t seqlen, int64_t n, int64_t c)
 {
-    return (seqlen / n) * c + (seqlen % n) * c / n;
+    int64_t groups = seqlen / 4 + (seqlen % 4 != 0);
+    int64_t start = 4 * ((groups / n) * c + (groups % n) * c / n);
+    return start < seqlen ? start : seqlen;
 }
 
 fa_status fa_ring_slice_of(fa_ring_layout layout, int64_t seqlen, int size, int rank,
@@ -57,10 +61,10 @@ fa_status fa_ring_slice_of(fa_ring_layout layout, int64_t seqlen, int size, int 
     return FA_STATUS_OK;
 }
 
-fa_ring_slice ring_slice(const fa_ring_options *o, const fa_problem *whole, int size, int rank)
+fa_ring_slice ring_slice(const fa_ring_options *o, int64_t seqlen, int size, int rank)
 {
     fa_ring_slice s;
-    if (fa_ring_slice_of(o->layout, whole->seqlen_q, size, rank, &s) != FA_STATUS_OK)
+    if (fa_ring_slice_of(o->layout, seqlen, size, rank, &s) != FA_STATUS_OK)
         memset(&s, 0, sizeof s);
     return s;
 }
@@ -104,25 +108,6 @@ static const char *unsupported_feature(const fa_problem *p)
     return NULL;
 }
 
-/* Dropout's words come in groups of 4 keys: every chunk must start at a multiple of 4. */
-static fa_status check_dropout_chunks(ring_run *run, const fa_problem *w,
-                                      const fa_ring_options *o)
-{
-    if (w->dropout_p == 0.0f)
-        return FA_STATUS_OK;
-    for (int r = 0; r < run->t->size; r++) {
-        fa_ring_slice s = ring_slice(o, w, run->t->size, r);
-        for (int c = 0; c < s.chunks; c++)
-            if (s.start[c] % 4 != 0)
-                return ring_fail(run, FA_STATUS_UNSUPPORTED,
-                                 "ring attention with dropout needs every chunk to start at a "
-                                 "multiple of 4 rows (rank %d's starts at %lld): make seqlen a "
-                                 "multiple of 4 * %d", r, (long long)s.start[c],
-                                 o->layout == FA_RING_ZIGZAG ? 2 * run->t->size : run->t->size);
-    }
-    return FA_STATUS_OK;
-}
-
 fa_status ring_check_whole(ring_run *run, const fa_problem *w, const fa_ring_options *o)
 {
     if (!w || !o)
@@ -132,14 +117,10 @@ fa_status ring_check_whole(ring_run *run, const fa_problem *w, const fa_ring_opt
                          (int)o->layout);
     if (o->tensor_layout != FA_LAYOUT_BHSD && o->tensor_layout != FA_LAYOUT_BSHD)
         return ring_fail(run, FA_STATUS_INVALID_ARGUMENT, "tensor_layout must be BHSD or BSHD");
-    if (w->seqlen_q != w->seqlen_k)
-        return ring_fail(run, FA_STATUS_UNSUPPORTED,
-                         "the ring splits one sequence: seqlen_q (%lld) must equal seqlen_k "
-                         "(%lld)", (long long)w->seqlen_q, (long long)w->seqlen_k);
     const char *what = unsupported_feature(w);
     if (what)
         return ring_fail(run, FA_STATUS_UNSUPPORTED, "ring attention does not support %s", what);
-    if (w->batch < 0 || w->seqlen_q < 0 || w->heads_q < 1 || w->heads_kv < 1)
+    if (w->batch < 0 || w->seqlen_q < 0 || w->seqlen_k < 0 || w->heads_q < 1 || w->heads_kv < 1)
         return ring_fail(run, FA_STATUS_INVALID_SHAPE, "a size of the whole problem is invalid");
     if (w->head_dim < 1 || w->head_dim > FA_MAX_HEAD_DIM)
         return ring_fail(run, FA_STATUS_UNSUPPORTED_HEAD_DIM, "head_dim %lld is not in 1..%d",
@@ -151,7 +132,7 @@ fa_status ring_check_whole(ring_run *run, const fa_problem *w, const fa_ring_opt
         return ring_fail(run, FA_STATUS_UNSUPPORTED_DTYPE, "unknown dtype %d", (int)w->dtype);
     if (!fa_mask_name(w->mask))
         return ring_fail(run, FA_STATUS_INVALID_MASK, "unknown mask %d", (int)w->mask);
-    return check_dropout_chunks(run, w, o);
+    return FA_STATUS_OK;
 }
 
 fa_status ring_check_buffer(ring_run *run, const fa_buffer *b, const char *name, uint64_t bytes)
@@ -187,52 +168,92 @@ void ring_from_f32(fa_dtype dtype, const float *src, void *dst, uint64_t n)
     }
 }
 
-/* Whether the window leaves no key of [k_start, + k_len) to any row of [q_start, + q_len): the
- * keys all before the first row's window or all after the last row's (square: i' = i). */
-static int outside_window(const fa_problem *w, int64_t q_start, int64_t q_len, int64_t k_start,
-                          int64_t k_len)
+/* A window side bounded by the whole problem's lengths (-1: unbounded, as one that reaches
+ * past every key), so that the sums below stay inside int64 (positions are below 2^60). */
+static int64_t window_side(const fa_problem *w, int64_t side)
 {
-    if (!w->window)
-        return 0;
-    return (w->window_left >= 0 && k_start + k_len - 1 < q_start - w->window_left) ||
-           (w->window_right >= 0 && k_start > q_start + q_len - 1 + w->window_right);
+    int64_t all = w->seqlen_q + w->seqlen_k;
+    return !w->window || side < 0 || side > all ? all : side;
+}
+
+/* The last key row i of the whole problem may see (causal mask and the window's right side
+ * together; INT64_MAX: none bounds it). Keys j <= i + seqlen_k - seqlen_q with bottom-right,
+ * j <= i with top-left; the window's i' is bottom-right aligned (kernel_params.h). */
+static int64_t last_key(const fa_problem *w, int64_t i)
+{
+    int64_t shift = w->seqlen_k - w->seqlen_q, hi = INT64_MAX;
+    if (w->mask != FA_MASK_NONE)
+        hi = i + (w->mask == FA_MASK_CAUSAL_BOTTOM_RIGHT ? shift : 0);
+    if (w->window && w->window_right >= 0) {
+        int64_t win = i + shift + window_side(w, w->window_right);
+        hi = win < hi ? win : hi;
+    }
+    return hi;
+}
+
+/* The first key row i may see (the window's left side; INT64_MIN: unbounded). */
+static int64_t first_key(const fa_problem *w, int64_t i)
+{
+    if (!w->window || w->window_left < 0)
+        return INT64_MIN;
+    return i + w->seqlen_k - w->seqlen_q - window_side(w, w->window_left);
 }
 
 ring_pair ring_pair_kind(const fa_problem *w, int64_t q_start, int64_t q_len, int64_t k_start,
                          int64_t k_len)
 {
-    if (q_len == 0 || k_len == 0 || outside_window(w, q_start, q_len, k_start, k_len))
+    if (q_len == 0 || k_len == 0)
+        return RING_PAIR_SKIP;
+    int64_t q_last = q_start + q_len - 1, k_last = k_start + k_len - 1;
+    /* Both bounds move right one key per row and keep their distance, so the rows that see a
+     * key of the chunk are one run: none when the last row's range ends before the chunk, the
+     * first row's begins after it, or the ranges are empty. */
+    if (last_key(w, q_last) < k_start || first_key(w, q_start) > k_last ||
+        last_key(w, q_start) < first_key(w, q_start))
         return RING_PAIR_SKIP;
     if (w->mask == FA_MASK_NONE)
         return RING_PAIR_FULL;
-    if (k_start == q_start)
-        return RING_PAIR_DIAG;
-    /* Chunks do not overlap: a key chunk after the query chunk is all masked. */
-    return k_start > q_start ? RING_PAIR_SKIP : RING_PAIR_FULL;
+    /* the causal mask alone leaves the first row every key of the chunk: all rows see them */
+    int64_t diag = q_start + (w->mask == FA_MASK_CAUSAL_BOTTOM_RIGHT ? w->seqlen_k - w->seqlen_q
+                                                                      : 0);
+    return diag >= k_last ? RING_PAIR_FULL : RING_PAIR_MASKED;
+}
+
+/* A masked pair's causal mask as a block's own, without positions: key j of the block is
+ * visible to row i when j <= i + shift; top-left when shift is 0, bottom-right when it is
+ * k_len - q_len; FA_MASK_NONE when neither (the block then needs its positions). */
+static fa_mask local_mask(const fa_problem *w, const ring_rows *q, const ring_rows *k)
+{
+    int64_t shift = q->start - k->start +
+                    (w->mask == FA_MASK_CAUSAL_BOTTOM_RIGHT ? w->seqlen_k - w->seqlen_q : 0);
+    if (shift == 0)
+        return FA_MASK_CAUSAL_TOP_LEFT;
+    return shift == k->len - q->len ? FA_MASK_CAUSAL_BOTTOM_RIGHT : FA_MASK_NONE;
 }
 
 fa_problem ring_pair_problem(const fa_problem *w, const fa_ring_options *o, ring_pair kind,
                              const ring_rows *q, const ring_rows *k)
 {
-    int64_t q_rows = q->rows, q_first = q->first, q_len = q->len;
-    int64_t k_rows = k->rows, k_first = k->first, k_len = k->len;
     fa_problem p;
-    fa_problem_init(&p, w->dtype, o->tensor_layout, w->batch, w->heads_q, w->heads_kv, q_len,
-                    k_len, w->head_dim);
-    p.q = ring_layout(o->tensor_layout, w->heads_q, q_rows, w->head_dim, q_first);
-    p.k = ring_layout(o->tensor_layout, w->heads_kv, k_rows, w->head_dim, k_first);
+    fa_problem_init(&p, w->dtype, o->tensor_layout, w->batch, w->heads_q, w->heads_kv, q->len,
+                    k->len, w->head_dim);
+    p.q = ring_layout(o->tensor_layout, w->heads_q, q->rows, w->head_dim, q->first);
+    p.k = ring_layout(o->tensor_layout, w->heads_kv, k->rows, w->head_dim, k->first);
     p.v = p.k;
-    p.mask = kind == RING_PAIR_DIAG ? FA_MASK_CAUSAL_TOP_LEFT : FA_MASK_NONE;
-    p.scale = w->scale;
-    p.softcap = w->softcap;
-    /* the position-based rules see the whole problem: the block's rows and keys in it (the
-     * causal mask alone needs none: a pair is whole, skipped or its own diagonal) */
-    if (w->window || w->alibi || w->dropout_p > 0.0f) {
+    fa_mask local = kind == RING_PAIR_MASKED ? local_mask(w, q, k) : FA_MASK_NONE;
+    /* The position-based rules see the whole problem: the block's rows and keys in it. A
+     * masked pair whose diagonal is its own top-left or bottom-right one needs none. */
+    int positioned = w->window || w->alibi || w->dropout_p > 0.0f ||
+                     (kind == RING_PAIR_MASKED && local == FA_MASK_NONE);
+    p.mask = kind != RING_PAIR_MASKED ? FA_MASK_NONE : positioned ? w->mask : local;
+    if (positioned) {
         p.q_position = q->start;
         p.k_position = k->start;
         p.whole_seqlen_q = w->seqlen_q;
         p.whole_seqlen_k = w->seqlen_k;
     }
+    p.scale = w->scale;
+    p.softcap = w->softcap;
     p.window = w->window;
     p.window_left = w->window_left;
     p.window_right = w->window_right;

@@ -10,6 +10,7 @@
  */
 #include "ring_internal.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,7 +28,8 @@ typedef struct fwd_state {
     const fa_ring_options *o;
     const fa_ring_tensors *x;
     ring_run *run;
-    fa_ring_slice mine;
+    fa_ring_slice mine;  /* this rank's rows of Q (O, LSE) */
+    fa_ring_slice kmine; /* and of K, V */
     fwd_chunk ch[2];
     fa_buffer *kdev, *vdev; /* a received block */
     unsigned char *stage[2];
@@ -91,10 +93,11 @@ static fa_status setup(fwd_state *f)
     const fa_problem *w = f->w;
     const fa_ring_tensors *x = f->x;
     int P = f->run->t->size;
-    f->mine = ring_slice(f->o, w, P, f->run->t->rank);
+    f->mine = ring_slice(f->o, w->seqlen_q, P, f->run->t->rank);
+    f->kmine = ring_slice(f->o, w->seqlen_k, P, f->run->t->rank);
     size_t elem = fa_dtype_size(w->dtype);
     uint64_t qb = ring_elems(w->batch, w->heads_q, f->mine.rows, w->head_dim) * elem;
-    uint64_t kb = ring_kv_bytes(w, f->mine.rows);
+    uint64_t kb = ring_kv_bytes(w, f->kmine.rows);
     uint64_t lb = (uint64_t)w->batch * (uint64_t)w->heads_q * (uint64_t)f->mine.rows * 4;
     if (ring_check_buffer(f->run, x->q, "Q", qb) || ring_check_buffer(f->run, x->k, "K", kb) ||
         ring_check_buffer(f->run, x->v, "V", kb) || ring_check_buffer(f->run, x->o, "O", qb) ||
@@ -105,7 +108,7 @@ static fa_status setup(fwd_state *f)
         return (fa_status)f->run->err.status;
     int64_t rows_max = 0;
     for (int r = 0; r < P; r++) {
-        fa_ring_slice s = ring_slice(f->o, w, P, r);
+        fa_ring_slice s = ring_slice(f->o, w->seqlen_k, P, r);
         rows_max = s.rows > rows_max ? s.rows : rows_max;
     }
     uint64_t kv_max = ring_kv_bytes(w, rows_max);
@@ -197,7 +200,7 @@ static fa_status pair_forward(fwd_state *f, int a, ring_pair kind, const fa_buff
 /* Every (query chunk, key chunk) pair of the block of rank s, in chunk order. */
 static void block_forward(fwd_state *f, int s, const fa_buffer *k, const fa_buffer *v)
 {
-    fa_ring_slice b = ring_slice(f->o, f->w, f->run->t->size, s);
+    fa_ring_slice b = ring_slice(f->o, f->w->seqlen_k, f->run->t->size, s);
     for (int a = 0; a < f->mine.chunks; a++) {
         if (chunk_o_elems(f, a) == 0)
             continue; /* no rows (or batch 0): nothing to compute */
@@ -215,17 +218,18 @@ static void steps(fwd_state *f)
     const fa_ring_transport *t = f->run->t;
     int P = t->size;
     if (P > 1)
-        ring_stage_kv(f->run, f->ctx, f->x->k, f->x->v, ring_kv_bytes(f->w, f->mine.rows),
+        ring_stage_kv(f->run, f->ctx, f->x->k, f->x->v, ring_kv_bytes(f->w, f->kmine.rows),
                       f->stage[0]);
+    int64_t Sk = f->w->seqlen_k;
     for (int step = 0; step < P; step++) {
         int s = (t->rank - step + P) % P, s_next = (s + P - 1) % P;
         ring_xfer xf;
         int more = step + 1 < P;
+        uint64_t kv_next = ring_kv_bytes(f->w, ring_slice(f->o, Sk, P, s_next).rows);
         if (more) {
             size_t out = sizeof(ring_header) + 2 * (size_t)ring_kv_bytes(f->w,
-                             ring_slice(f->o, f->w, P, s).rows);
-            size_t in = sizeof(ring_header) + 2 * (size_t)ring_kv_bytes(f->w,
-                            ring_slice(f->o, f->w, P, s_next).rows);
+                             ring_slice(f->o, Sk, P, s).rows);
+            size_t in = sizeof(ring_header) + 2 * (size_t)kv_next;
             ring_xfer_start(f->run, &xf, RING_TAG_KV, f->stage[step % 2], out,
                             f->stage[(step + 1) % 2], in);
         }
@@ -238,9 +242,7 @@ static void steps(fwd_state *f)
         f->pending = NULL;
         if (more) {
             ring_xfer_finish(f->run, &xf);
-            ring_upload_kv(f->run, f->ctx, f->stage[(step + 1) % 2],
-                           ring_kv_bytes(f->w, ring_slice(f->o, f->w, P, s_next).rows), f->kdev,
-                           f->vdev);
+            ring_upload_kv(f->run, f->ctx, f->stage[(step + 1) % 2], kv_next, f->kdev, f->vdev);
         }
     }
 }
@@ -283,6 +285,30 @@ static void write_outputs(fwd_state *f)
     free(part);
     free(lse);
     free(lpart);
+}
+
+/* A query chunk that no block reached (every key masked for every row: bottom-right with
+ * seqlen_q > seqlen_k, or a window): O = 0 and LSE = -inf, as a single device ends such rows. */
+static void empty_results(fwd_state *f)
+{
+    size_t elem = fa_dtype_size(f->w->dtype);
+    for (int a = 0; a < f->mine.chunks && !ring_failed(f->run); a++) {
+        fwd_chunk *c = &f->ch[a];
+        uint64_t ob = chunk_o_elems(f, a) * elem, lb = chunk_lse_bytes(f, a);
+        if (ob == 0 || c->parts > 0)
+            continue;
+        for (uint64_t r = 0; r < lb / 4; r++)
+            c->lse_host[r] = -INFINITY;
+        void *zeros = calloc(1, (size_t)ob);
+        fa_status st = zeros ? fa_buffer_write(c->po[c->cur], 0, zeros, (size_t)ob)
+                             : FA_STATUS_OUT_OF_MEMORY;
+        free(zeros);
+        if (st == FA_STATUS_OK)
+            st = fa_buffer_write(c->pl[c->cur], 0, c->lse_host, (size_t)lb);
+        if (st != FA_STATUS_OK)
+            ring_lib_fail(f->run, f->ctx, st, "a chunk with no visible key");
+        c->parts = 1;
+    }
 }
 
 /* Sinks join each row's softmax once: a last merge of every chunk's result with a part of
@@ -330,6 +356,7 @@ fa_status fa_ring_forward(fa_context *ctx, const fa_ring_transport *transport,
     ring_agree(&run);
     if (!ring_failed(&run)) {
         steps(&f);
+        empty_results(&f);
         add_sinks(&f);
     }
     ring_agree(&run);

@@ -91,19 +91,22 @@ fa_tensor_layout ring_layout(fa_layout kind, int64_t heads, int64_t rows, int64_
                              int64_t first);
 /* Elements of a local tensor of `rows` rows. */
 uint64_t ring_elems(int64_t batch, int64_t heads, int64_t rows, int64_t head_dim);
-/* The slice of rank `rank` (checked by ring_check_whole, so it cannot fail here). */
-fa_ring_slice ring_slice(const fa_ring_options *o, const fa_problem *whole, int size, int rank);
+/* The slice of rank `rank` of a sequence of `seqlen` rows: the whole problem's seqlen_q for Q,
+ * O, LSE, dO, dQ; its seqlen_k for K, V, dK, dV (checked by ring_check_whole: cannot fail). */
+fa_ring_slice ring_slice(const fa_ring_options *o, int64_t seqlen, int size, int rank);
 /* Storage dtype <-> f32 on the host. */
 void ring_to_f32(fa_dtype dtype, const void *src, float *dst, uint64_t n);
 void ring_from_f32(fa_dtype dtype, const float *src, void *dst, uint64_t n);
 /* Checks one local buffer: given when required, at least `bytes` long. */
 fa_status ring_check_buffer(ring_run *run, const fa_buffer *b, const char *name, uint64_t bytes);
 
-/* How a query chunk meets a key chunk of the same sequence. */
-typedef enum ring_pair { RING_PAIR_SKIP, RING_PAIR_FULL, RING_PAIR_DIAG } ring_pair;
-/* SKIP: empty, every key after every row (causal), or every key outside every row's window;
- * DIAG: the same chunk (causal, masked top-left, which is both alignments since the whole
- * problem is square); FULL: no causal mask needed (the window, if any, still applies). */
+/* How a query chunk (rows [q_start, + q_len) of the whole problem) meets a key chunk (keys
+ * [k_start, + k_len)), from the whole problem's mask, its alignment and the window. */
+typedef enum ring_pair { RING_PAIR_SKIP, RING_PAIR_FULL, RING_PAIR_MASKED } ring_pair;
+/* SKIP: an empty chunk, or no row sees any key of the chunk (the causal mask and the window
+ * together); FULL: the causal mask leaves every row every key (run without it; the window,
+ * if any, still applies at the block's positions); MASKED: some keys are masked for some
+ * rows (run with the causal mask at the block's positions, or its local equivalent). */
 ring_pair ring_pair_kind(const fa_problem *w, int64_t q_start, int64_t q_len, int64_t k_start,
                          int64_t k_len);
 /* One chunk's rows in a local tensor: `len` rows from local row `first` of a tensor of `rows`

@@ -38,15 +38,18 @@ FA_API const char *fa_ring_layout_name(fa_ring_layout layout);
 FA_API fa_status fa_ring_layout_from_name(const char *name, fa_ring_layout *out);
 
 /*
- * The rows of the whole sequence a rank holds: chunk c of n chunks is rows
- * [floor(c * N / n), floor((c + 1) * N / n)), so lengths that n does not divide give chunks
- * that differ by one row. The rank's local tensors hold its chunks one after another (local row
- * start[0] - start[0] + i is whole row start[0] + i, then chunk 1's rows follow).
+ * The rows of a sequence of N rows a rank holds: chunk c of n chunks starts at row
+ * 4 * floor(c * ceil(N / 4) / n), capped at N (chunk n - 1 ends at N), so every chunk starts at
+ * a multiple of 4 rows (dropout draws its words for 4 keys at once) and chunks differ by at
+ * most 4 rows; with N < 4n some chunks (and ranks) have none. Q's rows (and O's, LSE's) are
+ * the slice of seqlen_q, K's and V's the slice of seqlen_k, by the same rule. The rank's local
+ * tensors hold its chunks one after another (local row i is whole row start[0] + i, then
+ * chunk 1's rows follow).
  */
 typedef struct fa_ring_slice {
     int chunks;      /* 1 (contiguous) or 2 (zigzag) */
     int64_t start[2]; /* the first whole row of each chunk */
-    int64_t len[2];   /* the rows of each chunk (may be 0 when N < 2P) */
+    int64_t len[2];   /* the rows of each chunk (may be 0 when N < 4 * chunks * P) */
     int64_t rows;     /* len[0] + len[1]: the local tensors' sequence length */
 } fa_ring_slice;
 
@@ -106,12 +109,13 @@ typedef struct fa_ring_options {
 } fa_ring_options;
 
 /*
- * The local tensors of one rank, contiguous in options.tensor_layout with the slice's rows
+ * The local tensors of one rank, contiguous in options.tensor_layout with its slices' rows
  * (one struct serves both calls: the forward reads q, k, v and writes o and lse, ignoring the
  * others; the backward reads q, k, v, o, lse and d_o and writes dq, dk and dv):
- * q, o, d_o, dq [batch, heads_q, rows, head_dim]; k, v, dk, dv [batch, heads_kv, rows,
+ * q, o, d_o, dq [batch, heads_q, q_rows, head_dim]; k, v, dk, dv [batch, heads_kv, k_rows,
  * head_dim] (BHSD; BSHD swaps heads and rows), in the whole problem's dtype; lse f32
- * [batch, heads_q, rows].
+ * [batch, heads_q, q_rows]; q_rows the rows of fa_ring_slice_of(seqlen_q), k_rows of
+ * fa_ring_slice_of(seqlen_k). A buffer of 0 bytes may be NULL.
  */
 typedef struct fa_ring_tensors {
     const fa_buffer *q, *k, *v;
@@ -127,13 +131,15 @@ typedef struct fa_ring_tensors {
 
 /*
  * The ring forward: O (and LSE when tensors->lse is given) of this rank's rows of the whole
- * problem `whole` (its seqlen_q = seqlen_k = N, the whole length; its tensor layouts are not
- * read). Supported: the three masks, GQA/MQA, f32/f16/bf16, scale, softcap, the sliding window,
- * ALiBi and dropout (each block runs at its absolute positions: fa_problem's q_position and
- * k_position, so dropout's bits are a single device's); dropout needs every chunk to start at
- * a multiple of 4 rows (N a multiple of 4 * chunks); sinks, joined once per row after the
- * ring (a last merge with a part of O = 0 and LSE = sink; the backward's d_sinks summed around
- * the ring in rank order). Bias, varlen and paged K/V, and seqlen_q != seqlen_k: UNSUPPORTED.
+ * problem `whole` (its seqlen_q and seqlen_k the whole lengths, equal or not: cross-attention
+ * splits Q's rows and K's rows each into the layout's chunks, rank r holding the Q and K/V
+ * chunks of the same indices; its tensor layouts are not read). Supported: the three masks
+ * (both alignments of the whole problem), GQA/MQA, f32/f16/bf16, scale, softcap, the sliding
+ * window, ALiBi and dropout, on every length (each block runs at its absolute positions:
+ * fa_problem's q_position and k_position, so the masks and dropout's bits are a single
+ * device's; rows that see no key end with O = 0 and LSE = -inf, as there); sinks, joined once
+ * per row after the ring (a last merge with a part of O = 0 and LSE = sink; the backward's
+ * d_sinks summed around the ring in rank order). Bias, varlen and paged K/V: UNSUPPORTED.
  * O is merged in the storage dtype, one rounding per merged block (f32: exact to rounding).
  * Returns FA_STATUS_OK on every rank, or on every rank the status of the lowest failing rank
  * with "rank R: message" in why (truncated to why_size, NUL-terminated; rank R itself gets its

@@ -27,6 +27,11 @@ typedef struct arrays {
     float d_sinks[16], ld_sinks[16]; /* the golden's and the ring's */
 } arrays;
 
+static int64_t keys_of(const ring_case *c)
+{
+    return c->seqlen_k ? c->seqlen_k : c->seqlen;
+}
+
 static fa_tensor_layout layout_of(fa_layout kind, int64_t heads, int64_t rows, int64_t d)
 {
     fa_tensor_layout l = {0, 0, 0, 0};
@@ -86,7 +91,7 @@ static fa_problem whole_problem(const ring_case *c)
 {
     fa_problem p;
     fa_problem_init(&p, c->dtype, c->tensor_layout, c->batch, c->heads_q, c->heads_kv,
-                    c->seqlen, c->seqlen, c->head_dim);
+                    c->seqlen, keys_of(c), c->head_dim);
     p.mask = c->mask;
     p.softcap = c->softcap;
     p.window = c->window;
@@ -164,7 +169,7 @@ static double tolerance(const ring_case *c, int P)
     return base * (c->dtype == FA_DTYPE_F32 ? 1.0 : (double)P);
 }
 
-/* Compares a local tensor with the whole golden's rows of this rank. */
+/* Compares a local tensor with the whole golden's rows of this rank (s: its slice). */
 static int compare(const ring_case *c, const fa_ring_slice *s, int64_t heads, tensor *whole,
                    tensor *local, double tol, const char *name, char *msg, size_t size)
 {
@@ -197,7 +202,8 @@ static int compare_lse(const ring_case *c, const fa_ring_slice *s, const float *
             for (int64_t i = 0; i < s->len[a]; i++) {
                 float got = local[bh * s->rows + first + i];
                 float ref = whole[bh * c->seqlen + s->start[a] + i];
-                if (!(fabsf(got - ref) <= 1e-4f + 1e-5f * fabsf(ref))) {
+                /* equal: a row that sees no key is -inf in both */
+                if (got != ref && !(fabsf(got - ref) <= 1e-4f + 1e-5f * fabsf(ref))) {
                     snprintf(msg, size, "LSE row %lld = %.8g, golden %.8g",
                              (long long)(s->start[a] + i), got, ref);
                     return 1;
@@ -335,17 +341,20 @@ static void arrays_free(arrays *x)
     free(x->llse);
 }
 
-static int arrays_alloc(const ring_case *c, const fa_ring_slice *s, arrays *x)
+/* s: this rank's Q rows, ks: its K rows. */
+static int arrays_alloc(const ring_case *c, const fa_ring_slice *s, const fa_ring_slice *ks,
+                        arrays *x)
 {
     int64_t N = c->seqlen, n = s->rows, Hq = c->heads_q, Hk = c->heads_kv;
-    int bad = tensor_alloc(&x->q, c, Hq, N) | tensor_alloc(&x->k, c, Hk, N) |
-              tensor_alloc(&x->v, c, Hk, N) | tensor_alloc(&x->d_o, c, Hq, N) |
+    int64_t Nk = keys_of(c), nk = ks->rows;
+    int bad = tensor_alloc(&x->q, c, Hq, N) | tensor_alloc(&x->k, c, Hk, Nk) |
+              tensor_alloc(&x->v, c, Hk, Nk) | tensor_alloc(&x->d_o, c, Hq, N) |
               tensor_alloc(&x->o, c, Hq, N) | tensor_alloc(&x->dq, c, Hq, N) |
-              tensor_alloc(&x->dk, c, Hk, N) | tensor_alloc(&x->dv, c, Hk, N) |
-              tensor_alloc(&x->lq, c, Hq, n) | tensor_alloc(&x->lk, c, Hk, n) |
-              tensor_alloc(&x->lv, c, Hk, n) | tensor_alloc(&x->ldo, c, Hq, n) |
+              tensor_alloc(&x->dk, c, Hk, Nk) | tensor_alloc(&x->dv, c, Hk, Nk) |
+              tensor_alloc(&x->lq, c, Hq, n) | tensor_alloc(&x->lk, c, Hk, nk) |
+              tensor_alloc(&x->lv, c, Hk, nk) | tensor_alloc(&x->ldo, c, Hq, n) |
               tensor_alloc(&x->lo, c, Hq, n) | tensor_alloc(&x->ldq, c, Hq, n) |
-              tensor_alloc(&x->ldk, c, Hk, n) | tensor_alloc(&x->ldv, c, Hk, n);
+              tensor_alloc(&x->ldk, c, Hk, nk) | tensor_alloc(&x->ldv, c, Hk, nk);
     x->lse = calloc((size_t)(c->batch * Hq * N) + 1, 4);
     x->llse = calloc((size_t)(c->batch * Hq * n) + 1, 4);
     return bad || !x->lse || !x->llse;
@@ -354,14 +363,16 @@ static int arrays_alloc(const ring_case *c, const fa_ring_slice *s, arrays *x)
 int ring_case_run(fa_context *ctx, fa_context *golden, const fa_ring_transport *t,
                   const ring_case *c, char *msg, size_t msg_size)
 {
-    fa_ring_slice s;
+    fa_ring_slice s, ks;
     arrays x;
     memset(&x, 0, sizeof x);
     msg[0] = '\0';
-    if (fa_ring_slice_of(c->layout, c->seqlen, t->size, t->rank, &s) != FA_STATUS_OK)
+    if (fa_ring_slice_of(c->layout, c->seqlen, t->size, t->rank, &s) != FA_STATUS_OK ||
+        fa_ring_slice_of(c->layout, keys_of(c), t->size, t->rank, &ks) != FA_STATUS_OK)
         return fail(msg, msg_size, "slice", FA_STATUS_INVALID_ARGUMENT, "");
-    int rc = arrays_alloc(c, &s, &x) ? fail(msg, msg_size, "host", FA_STATUS_OUT_OF_MEMORY, "")
-                                     : 0;
+    int rc = arrays_alloc(c, &s, &ks, &x) ? fail(msg, msg_size, "host", FA_STATUS_OUT_OF_MEMORY,
+                                                 "")
+                                          : 0;
     uint64_t seed = 0x5eed0000u + (uint64_t)c->seqlen;
     if (!rc) {
         fill(&x.q, c, &seed);
@@ -372,8 +383,8 @@ int ring_case_run(fa_context *ctx, fa_context *golden, const fa_ring_transport *
     }
     if (!rc) {
         move_rows(c, &s, c->heads_q, &x.q, &x.lq, 1);
-        move_rows(c, &s, c->heads_kv, &x.k, &x.lk, 1);
-        move_rows(c, &s, c->heads_kv, &x.v, &x.lv, 1);
+        move_rows(c, &ks, c->heads_kv, &x.k, &x.lk, 1);
+        move_rows(c, &ks, c->heads_kv, &x.v, &x.lv, 1);
         move_rows(c, &s, c->heads_q, &x.d_o, &x.ldo, 1);
         size_t lse_bytes = (size_t)(c->batch * c->heads_q * s.rows) * 4;
         rc = ring_run(ctx, t, c, &x, lse_bytes, msg, msg_size);
@@ -384,8 +395,8 @@ int ring_case_run(fa_context *ctx, fa_context *golden, const fa_ring_transport *
              compare_lse(c, &s, x.lse, x.llse, msg, msg_size);
     if (!rc && c->backward)
         rc = compare(c, &s, c->heads_q, &x.dq, &x.ldq, 4 * tol, "dQ", msg, msg_size) ||
-             compare(c, &s, c->heads_kv, &x.dk, &x.ldk, 4 * tol, "dK", msg, msg_size) ||
-             compare(c, &s, c->heads_kv, &x.dv, &x.ldv, 4 * tol, "dV", msg, msg_size) ||
+             compare(c, &ks, c->heads_kv, &x.dk, &x.ldk, 4 * tol, "dK", msg, msg_size) ||
+             compare(c, &ks, c->heads_kv, &x.dv, &x.ldv, 4 * tol, "dV", msg, msg_size) ||
              compare_sinks(c, &x, 4 * tol, msg, msg_size);
     arrays_free(&x);
     return rc;
@@ -393,14 +404,16 @@ int ring_case_run(fa_context *ctx, fa_context *golden, const fa_ring_transport *
 
 void ring_case_describe(const ring_case *c, char *out, size_t size)
 {
-    char win[48] = "";
+    char win[48] = "", keys[24] = "";
+    if (c->seqlen_k)
+        snprintf(keys, sizeof keys, "/%lld", (long long)c->seqlen_k);
     if (c->window)
         snprintf(win, sizeof win, " window(%lld,%lld)", (long long)c->window_left,
                  (long long)c->window_right);
-    snprintf(out, size, "%s %s %s %s B%lld H%lld/%lld N%lld D%lld%s%s%s%s%s%s",
+    snprintf(out, size, "%s %s %s %s B%lld H%lld/%lld N%lld%s D%lld%s%s%s%s%s%s",
              fa_ring_layout_name(c->layout), c->tensor_layout == FA_LAYOUT_BSHD ? "bshd" : "bhsd",
              fa_mask_name(c->mask), fa_dtype_name(c->dtype), (long long)c->batch,
-             (long long)c->heads_q, (long long)c->heads_kv, (long long)c->seqlen,
+             (long long)c->heads_q, (long long)c->heads_kv, (long long)c->seqlen, keys,
              (long long)c->head_dim, c->softcap > 0 ? " softcap" : "", win,
              c->alibi ? " alibi" : "", c->dropout > 0 ? " dropout" : "",
              c->sinks ? " sinks" : "", c->backward ? " bwd" : "");

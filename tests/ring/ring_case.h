@@ -23,6 +23,7 @@ typedef struct ring_case {
     int alibi;     /* 1: ALiBi with slopes 0.3 / (h + 1) */
     float dropout; /* dropout_p, a fixed seed and offset */
     int sinks;     /* 1: sinks 0.5 - 0.25 h, head 1's -inf (no sink); d_sinks checked */
+    int64_t seqlen_k; /* K's and V's length (cross-attention); 0: seqlen */
 } ring_case;
 
 /*

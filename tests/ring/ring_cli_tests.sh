@@ -3,8 +3,8 @@
 # option without mpirun; under mpirun (2 and 3 ranks) random inputs with --check, forward and
 # backward, on cpu and (when it has a device) opencl; inputs from .npy files (written by
 # `flashattn run --save-inputs`) with every output written, each output file checked to exist
-# with its .npy shape; window, ALiBi and dropout with --check; a bad --seq-k and dropout on
-# unaligned chunks (unsupported) fail on every rank with the message.
+# with its .npy shape; window, ALiBi and dropout with --check, dropout on any length, a rank
+# with no row; cross-attention (--seq-k) with --check, random and from files.
 set -u
 cli=$1
 shift
@@ -71,19 +71,45 @@ for f in o lse dq dk dv; do
     fi
 done
 
-# The rules that read positions: window, ALiBi and dropout (N a multiple of 4 * 2P), sinks; then
-# dropout on chunks that do not start at a multiple of 4 rows, refused on every rank.
+# The rules that read positions: window, ALiBi, dropout, sinks; then dropout on lengths that
+# are not a multiple of 4 * 2P (refused before the chunks started at multiples of 4 rows), and
+# N 5 on 3 ranks, where rank 1 holds no row (zigzag chunks [0,0) [0,0) [0,4) [4,4) [4,4) [4,5)).
 expect 0 "cpu P=3 zigzag window alibi dropout sinks bwd --check" "${mpirun[@]}" -np 3 "$cli" \
     ring --backend cpu --seq 48 --heads 2 --dim 16 --causal top-left --window 6,0 --alibi \
     --dropout 0.2 --sinks random --backward --check
 contains "cpu P=3 modifiers check" "check dV"
-expect 1 "dropout on unaligned chunks fails on every rank" "${mpirun[@]}" -np 2 "$cli" ring \
-    --backend cpu --seq 30 --dim 8 --dropout 0.1
-contains "dropout chunks message" "multiple of 4 rows"
+expect 0 "cpu P=2 dropout N30 bwd --check" "${mpirun[@]}" -np 2 "$cli" ring \
+    --backend cpu --seq 30 --dim 8 --dropout 0.1 --causal bottom-right --backward --check
+contains "dropout N30 check" "check dV"
+expect 0 "cpu P=3 N5 (a rank with no row) dropout sinks bwd --check" "${mpirun[@]}" -np 3 \
+    "$cli" ring --backend cpu --seq 5 --dim 8 --dropout 0.2 --sinks random --causal top-left \
+    --backward --check
+contains "N5 rows line" "rank 1: rows 0"
 
-expect 1 "unsupported seq-k fails on every rank" "${mpirun[@]}" -np 2 "$cli" ring \
-    --backend cpu --seq 30 --seq-k 31 --dim 8
-contains "unsupported message" "must equal seqlen_k"
+# Cross-attention: K/V longer or shorter than Q (--seq-k), random and from files.
+expect 0 "cpu P=3 zigzag Sq 29 < Sk 50 bottom-right bwd --check" "${mpirun[@]}" -np 3 "$cli" \
+    ring --backend cpu --seq 29 --seq-k 50 --heads 4 --heads-kv 2 --dim 16 \
+    --causal bottom-right --backward --check
+contains "Sq < Sk check" "check dK"
+expect 0 "cpu P=2 contiguous Sq 50 > Sk 21 bottom-right window bwd --check" "${mpirun[@]}" \
+    -np 2 "$cli" ring --backend cpu --seq 50 --seq-k 21 --dim 16 --ring-layout contiguous \
+    --causal bottom-right --window 8,-1 --backward --check
+contains "Sq > Sk check" "check dV"
+expect 0 "cpu P=2 Sk 0 (no key: O = 0, LSE = -inf) bwd --check" "${mpirun[@]}" -np 2 "$cli" \
+    ring --backend cpu --seq 10 --seq-k 0 --dim 8 --backward --check
+contains "Sk 0 check" "check dK"
+"$cli" run --backend cpu --seq 40 --seq-k 27 --heads 2 --dim 16 --backward \
+    --save-inputs "$tmp/x" >/dev/null 2>&1 ||
+    { echo "FAIL run --save-inputs Sk"; fails=$((fails + 1)); }
+expect 0 "cpu P=3 files Sq 40 Sk 27 top-left" "${mpirun[@]}" -np 3 "$cli" ring --backend cpu \
+    --q "$tmp/x/q.npy" --k "$tmp/x/k.npy" --v "$tmp/x/v.npy" --do "$tmp/x/do.npy" \
+    --causal top-left --out "$tmp/x/o.npy" --dk "$tmp/x/dk.npy" --check
+for f in o:40 dk:27; do
+    if ! head -c 128 "$tmp/x/${f%%:*}.npy" 2>/dev/null | grep -q "'shape': (1, 2, ${f##*:}"; then
+        echo "FAIL files Sk: ${f%%:*}.npy missing or not of shape (1, 2, ${f##*:}, ...)"
+        fails=$((fails + 1))
+    fi
+done
 
 if "$cli" devices 2>/dev/null | grep -q "^opencl: [1-9]"; then
     expect 0 "opencl P=2 zigzag causal f16 bwd --check" "${mpirun[@]}" -np 2 "$cli" ring \

@@ -21,15 +21,16 @@
 
 /* ---- slices ----------------------------------------------------------------------------- */
 
-/* Every row of the sequence belongs to exactly one chunk of one rank, chunk sizes differ by
- * at most one, zigzag pairs chunk r with 2P-1-r. */
+/* Every row of the sequence belongs to exactly one chunk of one rank, every chunk starts at a
+ * multiple of 4 rows (dropout's groups of 4 keys), chunk sizes differ by at most 4, zigzag
+ * pairs chunk r with 2P-1-r. */
 static void test_slices(void **state)
 {
     (void)state;
     for (int layout = 0; layout < 2; layout++)
         for (int P = 1; P <= 5; P++)
-            for (int64_t N = 0; N <= 23; N++) {
-                int seen[23] = {0};
+            for (int64_t N = 0; N <= 101; N++) {
+                int seen[101] = {0};
                 int64_t lo = N, hi = 0;
                 for (int r = 0; r < P; r++) {
                     fa_ring_slice s;
@@ -38,6 +39,7 @@ static void test_slices(void **state)
                     assert_int_equal(s.chunks, layout ? 2 : 1);
                     assert_int_equal(s.rows, s.len[0] + (layout ? s.len[1] : 0));
                     for (int c = 0; c < s.chunks; c++) {
+                        assert_int_equal(s.start[c] % 4, 0);
                         lo = s.len[c] < lo ? s.len[c] : lo;
                         hi = s.len[c] > hi ? s.len[c] : hi;
                         for (int64_t i = 0; i < s.len[c]; i++)
@@ -48,8 +50,18 @@ static void test_slices(void **state)
                 }
                 for (int64_t i = 0; i < N; i++)
                     assert_int_equal(seen[i], 1);
-                assert_true(hi - lo <= 1);
+                assert_true(hi - lo <= 4);
             }
+    /* the rule itself: N 37 in 8 chunks (ceil(37 / 4) = 10 groups) starts at 0 4 8 12 20 24
+     * 28 32, so rank 3 of 4 (zigzag) holds chunks 3 and 4: rows [12, 20) and [20, 24); rank
+     * 0 chunks 0 and 7: [0, 4) and [32, 37). N 5 in 8 chunks: 0 0 0 0 4 4 4 4 (empty ones). */
+    fa_ring_slice z;
+    assert_int_equal(fa_ring_slice_of(FA_RING_ZIGZAG, 37, 4, 3, &z), FA_STATUS_OK);
+    assert_true(z.start[0] == 12 && z.len[0] == 8 && z.start[1] == 20 && z.len[1] == 4);
+    assert_int_equal(fa_ring_slice_of(FA_RING_ZIGZAG, 37, 4, 0, &z), FA_STATUS_OK);
+    assert_true(z.start[0] == 0 && z.len[0] == 4 && z.start[1] == 32 && z.len[1] == 5);
+    assert_int_equal(fa_ring_slice_of(FA_RING_ZIGZAG, 5, 4, 3, &z), FA_STATUS_OK);
+    assert_true(z.rows == 4 && z.len[0] == 4 && z.start[1] == 4 && z.len[1] == 0);
     fa_ring_slice s;
     assert_int_equal(fa_ring_slice_of(FA_RING_ZIGZAG, 10, 0, 0, &s), FA_STATUS_INVALID_ARGUMENT);
     assert_int_equal(fa_ring_slice_of(FA_RING_ZIGZAG, 10, 2, 2, &s), FA_STATUS_INVALID_ARGUMENT);
@@ -61,6 +73,65 @@ static void test_slices(void **state)
     assert_int_equal(fa_ring_layout_from_name("ZigZag", &l), FA_STATUS_OK);
     assert_int_equal(l, FA_RING_ZIGZAG);
     assert_int_equal(fa_ring_layout_from_name("ring", &l), FA_STATUS_INVALID_ARGUMENT);
+}
+
+/* ---- pair classification ----------------------------------------------------------------- */
+
+/* Whether row i of the whole problem sees key j, written out from api.md's rules: the causal
+ * mask (j <= i top-left, j <= i + Sk - Sq bottom-right), the window around i' = i + Sk - Sq. */
+static int visible(const fa_problem *w, int64_t i, int64_t j)
+{
+    int64_t shift = w->seqlen_k - w->seqlen_q;
+    if ((w->mask == FA_MASK_CAUSAL_TOP_LEFT && j > i) ||
+        (w->mask == FA_MASK_CAUSAL_BOTTOM_RIGHT && j > i + shift))
+        return 0;
+    if (w->window && w->window_left >= 0 && j < i + shift - w->window_left)
+        return 0;
+    return !(w->window && w->window_right >= 0 && j > i + shift + w->window_right);
+}
+
+/* ring_pair_kind against every (row, key) of small chunk pairs: SKIP exactly when no row sees
+ * a key, FULL exactly when the causal mask hides none (the window may still), MASKED else. */
+static void test_pair_kinds(void **state)
+{
+    (void)state;
+    static const int64_t lens[][2] = {{9, 9}, {5, 12}, {12, 5}, {7, 1}};
+    static const int64_t windows[][2] = {{-1, -1}, {2, 1}, {0, 0}, {3, -1}, {-1, 0}, {30, 30}};
+    for (size_t l = 0; l < 4; l++)
+        for (int mask = 0; mask < 3; mask++)
+            for (size_t wi = 0; wi < 6; wi++) {
+                fa_problem w;
+                fa_problem_init(&w, FA_DTYPE_F32, FA_LAYOUT_BHSD, 1, 1, 1, lens[l][0],
+                                lens[l][1], 8);
+                w.mask = (fa_mask)mask;
+                w.window = wi > 0;
+                w.window_left = windows[wi][0];
+                w.window_right = windows[wi][1];
+                fa_problem causal = w;
+                causal.window = 0;
+                for (int64_t q0 = 0; q0 < w.seqlen_q; q0++)
+                    for (int64_t q1 = q0 + 1; q1 <= w.seqlen_q; q1++)
+                        for (int64_t k0 = 0; k0 < w.seqlen_k; k0++)
+                            for (int64_t k1 = k0 + 1; k1 <= w.seqlen_k; k1++) {
+                                int any = 0, all = 1;
+                                for (int64_t i = q0; i < q1; i++)
+                                    for (int64_t j = k0; j < k1; j++) {
+                                        any |= visible(&w, i, j);
+                                        all &= visible(&causal, i, j);
+                                    }
+                                ring_pair want = !any ? RING_PAIR_SKIP
+                                                 : all ? RING_PAIR_FULL : RING_PAIR_MASKED;
+                                ring_pair got = ring_pair_kind(&w, q0, q1 - q0, k0, k1 - k0);
+                                if (got != want)
+                                    fail_msg("Sq %lld Sk %lld mask %d window %lld,%lld rows "
+                                             "[%lld,%lld) keys [%lld,%lld): %d, want %d",
+                                             (long long)w.seqlen_q, (long long)w.seqlen_k, mask,
+                                             (long long)w.window_left,
+                                             (long long)w.window_right, (long long)q0,
+                                             (long long)q1, (long long)k0, (long long)k1,
+                                             (int)got, (int)want);
+                            }
+            }
 }
 
 /* ---- P threads ---------------------------------------------------------------------------- */
@@ -91,15 +162,15 @@ static double now_s(void)
 static fa_status small_forward(job *j, fa_context *ctx, const fa_ring_transport *t)
 {
     fa_problem p;
-    fa_problem_init(&p, FA_DTYPE_F32, FA_LAYOUT_BHSD, 1, 2, 2, 20, 20, 8);
+    fa_problem_init(&p, FA_DTYPE_F32, FA_LAYOUT_BHSD, 1, 2, 2, 24, 24, 8);
     p.mask = FA_MASK_CAUSAL_TOP_LEFT;
     p.bias = j->kind == JOB_BIAS;
     fa_ring_slice s;
-    fa_ring_slice_of(FA_RING_ZIGZAG, 20, t->size, t->rank, &s);
+    fa_ring_slice_of(FA_RING_ZIGZAG, 24, t->size, t->rank, &s);
     size_t bytes = (size_t)(2 * s.rows * 8) * 4;
     size_t q_bytes = bytes - (j->kind == JOB_BAD_INPUT && t->rank == 1 ? 4 : 0);
     fa_buffer *q = NULL, *k = NULL, *v = NULL, *o = NULL;
-    static const float zeros[2 * 20 * 8];
+    static const float zeros[2 * 24 * 8];
     fa_buffer_create(ctx, q_bytes, &q);
     fa_buffer_create(ctx, bytes, &k);
     fa_buffer_create(ctx, bytes, &v);
@@ -170,27 +241,57 @@ static void run_ranks(int P, int silent, job_kind kind, const ring_case *c, job 
 
 static const ring_case cases[] = {
     {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_CAUSAL_TOP_LEFT, FA_DTYPE_F32, 1, 4, 2, 37, 16,
-     0.0f, 1, 0, 0, 0, 0, 0.0f, 0},
+     0.0f, 1, 0, 0, 0, 0, 0.0f, 0, 0},
     {"", FA_RING_ZIGZAG, FA_LAYOUT_BSHD, FA_MASK_CAUSAL_BOTTOM_RIGHT, FA_DTYPE_F16, 2, 2, 1, 29,
-     8, 0.0f, 1, 0, 0, 0, 0, 0.0f, 0},
+     8, 0.0f, 1, 0, 0, 0, 0, 0.0f, 0, 0},
     {"", FA_RING_CONTIGUOUS, FA_LAYOUT_BHSD, FA_MASK_NONE, FA_DTYPE_BF16, 1, 2, 2, 31, 32, 0.0f,
-     1, 0, 0, 0, 0, 0.0f, 0},
+     1, 0, 0, 0, 0, 0.0f, 0, 0},
     {"", FA_RING_CONTIGUOUS, FA_LAYOUT_BSHD, FA_MASK_CAUSAL_TOP_LEFT, FA_DTYPE_F32, 1, 3, 1, 23,
-     16, 5.0f, 1, 0, 0, 0, 0, 0.0f, 0},
+     16, 5.0f, 1, 0, 0, 0, 0, 0.0f, 0, 0},
     {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_NONE, FA_DTYPE_F32, 1, 2, 2, 5, 8, 0.0f, 1, 0, 0,
-     0, 0, 0.0f, 0},
-    /* the rules that read positions; dropout's N = 96 is a multiple of 4 * 2P for P <= 4 */
+     0, 0, 0.0f, 0, 0},
+    /* the rules that read positions */
     {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_CAUSAL_TOP_LEFT, FA_DTYPE_F32, 1, 2, 1, 96, 16,
-     0.0f, 1, 1, 9, -1, 1, 0.25f, 0},
+     0.0f, 1, 1, 9, -1, 1, 0.25f, 0, 0},
     {"", FA_RING_CONTIGUOUS, FA_LAYOUT_BSHD, FA_MASK_NONE, FA_DTYPE_F32, 1, 2, 2, 37, 8, 0.0f, 1,
-     1, 4, 2, 1, 0.0f, 0},
+     1, 4, 2, 1, 0.0f, 0, 0},
     {"", FA_RING_ZIGZAG, FA_LAYOUT_BSHD, FA_MASK_CAUSAL_BOTTOM_RIGHT, FA_DTYPE_F16, 1, 2, 2, 96,
-     8, 0.0f, 1, 0, 0, 0, 0, 0.1f, 0},
+     8, 0.0f, 1, 0, 0, 0, 0, 0.1f, 0, 0},
     /* sinks: joined once per row, their gradient summed around the ring */
     {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_CAUSAL_TOP_LEFT, FA_DTYPE_F32, 1, 3, 1, 37, 16,
-     0.0f, 1, 0, 0, 0, 0, 0.0f, 1},
+     0.0f, 1, 0, 0, 0, 0, 0.0f, 1, 0},
     {"", FA_RING_CONTIGUOUS, FA_LAYOUT_BSHD, FA_MASK_NONE, FA_DTYPE_F16, 2, 2, 2, 29, 8, 0.0f, 1,
-     1, 3, 5, 1, 0.0f, 1},
+     1, 3, 5, 1, 0.0f, 1, 0},
+    /* dropout on lengths that are not multiples of 4P (8P zigzag): refused before the chunks
+     * started at multiples of 4 rows; N 6 leaves chunks and ranks empty */
+    {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_CAUSAL_TOP_LEFT, FA_DTYPE_F32, 1, 2, 1, 37, 16,
+     0.0f, 1, 0, 0, 0, 0, 0.2f, 0, 0},
+    {"", FA_RING_CONTIGUOUS, FA_LAYOUT_BSHD, FA_MASK_CAUSAL_BOTTOM_RIGHT, FA_DTYPE_F16, 1, 2, 2,
+     61, 8, 0.0f, 1, 0, 0, 0, 0, 0.1f, 0, 0},
+    {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_NONE, FA_DTYPE_BF16, 1, 2, 1, 100, 8, 0.0f, 1,
+     1, 5, 9, 1, 0.15f, 1, 0},
+    {"", FA_RING_CONTIGUOUS, FA_LAYOUT_BHSD, FA_MASK_NONE, FA_DTYPE_F32, 1, 2, 2, 100, 8, 0.0f, 1,
+     0, 0, 0, 0, 0.25f, 0, 0},
+    {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_CAUSAL_TOP_LEFT, FA_DTYPE_F32, 1, 3, 1, 6, 8,
+     0.0f, 1, 0, 0, 0, 0, 0.3f, 1, 0},
+    /* cross-attention: Q's and K's rows each split into the layout's chunks (the last field:
+     * seqlen_k); Sq > Sk bottom-right leaves rows that see no key (O = 0, LSE = -inf) */
+    {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_CAUSAL_TOP_LEFT, FA_DTYPE_F32, 1, 4, 2, 37, 16,
+     0.0f, 1, 0, 0, 0, 0, 0.0f, 0, 61},
+    {"", FA_RING_ZIGZAG, FA_LAYOUT_BSHD, FA_MASK_CAUSAL_BOTTOM_RIGHT, FA_DTYPE_F32, 1, 3, 1, 61,
+     8, 0.0f, 1, 0, 0, 0, 0, 0.0f, 1, 23},
+    {"", FA_RING_CONTIGUOUS, FA_LAYOUT_BSHD, FA_MASK_CAUSAL_BOTTOM_RIGHT, FA_DTYPE_F16, 2, 2, 1,
+     19, 16, 0.0f, 1, 0, 0, 0, 0, 0.0f, 0, 45},
+    {"", FA_RING_CONTIGUOUS, FA_LAYOUT_BHSD, FA_MASK_CAUSAL_TOP_LEFT, FA_DTYPE_BF16, 1, 2, 2, 50,
+     8, 0.0f, 1, 0, 0, 0, 0, 0.0f, 0, 29},
+    {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_NONE, FA_DTYPE_F32, 1, 2, 2, 13, 8, 0.0f, 1, 1, 4,
+     2, 1, 0.2f, 0, 40},
+    {"", FA_RING_CONTIGUOUS, FA_LAYOUT_BHSD, FA_MASK_CAUSAL_BOTTOM_RIGHT, FA_DTYPE_F32, 1, 3, 1,
+     45, 8, 0.0f, 1, 1, 6, -1, 0, 0.1f, 1, 30},
+    {"", FA_RING_ZIGZAG, FA_LAYOUT_BHSD, FA_MASK_CAUSAL_TOP_LEFT, FA_DTYPE_F32, 1, 2, 1, 3, 8,
+     0.0f, 1, 0, 0, 0, 0, 0.0f, 0, 50},
+    {"", FA_RING_ZIGZAG, FA_LAYOUT_BSHD, FA_MASK_CAUSAL_BOTTOM_RIGHT, FA_DTYPE_F32, 1, 2, 1, 50,
+     8, 0.0f, 1, 0, 0, 0, 0, 0.0f, 0, 3},
 };
 
 /* Each case for P = 1..4 against the golden on every rank. */
@@ -310,7 +411,7 @@ static void test_invalid_whole(void **state)
     } bad[] = {{0, FA_STATUS_HEADS_MISMATCH},  {1, FA_STATUS_UNSUPPORTED_DTYPE},
                  {2, FA_STATUS_INVALID_MASK},    {3, FA_STATUS_UNSUPPORTED},
                  {4, FA_STATUS_UNSUPPORTED_HEAD_DIM}, {5, FA_STATUS_INVALID_ARGUMENT},
-                 {6, FA_STATUS_NULL_POINTER}, {7, FA_STATUS_UNSUPPORTED},
+                 {6, FA_STATUS_NULL_POINTER}, {7, FA_STATUS_INVALID_SHAPE},
                  {8, FA_STATUS_UNSUPPORTED}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         fa_problem p;
@@ -321,10 +422,10 @@ static void test_invalid_whole(void **state)
         case 0: p.heads_kv = 3; break;
         case 1: p.dtype = (fa_dtype)9; break;
         case 2: p.mask = (fa_mask)5; break;
-        case 3: p.seqlen_k = 7; break;
+        case 3: p.kv_splits = 2; break; /* the ring splits the keys itself */
         case 4: p.head_dim = 300; break;
         case 5: oi.layout = (fa_ring_layout)4; break;
-        case 7: p.dropout_p = 0.1f; break; /* zigzag chunk 1 starts at row 3 */
+        case 7: p.seqlen_k = -1; break;
         case 8: p.q_position = 2; break;   /* the ring sets the blocks' positions */
         default: po = NULL; break;
         }
@@ -372,6 +473,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_slices),
+        cmocka_unit_test(test_pair_kinds),
         cmocka_unit_test(test_cases),
         cmocka_unit_test(test_bad_input_on_one_rank),
         cmocka_unit_test(test_unsupported_bias),

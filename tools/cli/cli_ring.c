@@ -39,7 +39,8 @@ typedef struct ring_args {
 /* The whole problem's host tensors (logical BHSD floats) and this rank's slice. */
 typedef struct ring_data {
     fa_problem whole;
-    fa_ring_slice slice;
+    fa_ring_slice slice;  /* this rank's rows of Q (O, LSE, dO, dQ) */
+    fa_ring_slice kslice; /* and of K, V (dK, dV) */
     cli_tensor q, k, v, d_o;      /* whole inputs */
     cli_tensor o, dq, dk, dv;     /* whole outputs (rank 0) */
     float *lse;                   /* whole LSE (rank 0) */
@@ -302,7 +303,7 @@ static int ring_device(const ring_args *a, const fa_ring_transport *t, ring_data
         return CLI_EXIT_FAIL;
     fa_problem lp;
     fa_problem_init(&lp, d->whole.dtype, a->pa.layout, d->whole.batch, d->whole.heads_q,
-                    d->whole.heads_kv, d->slice.rows, d->slice.rows, d->whole.head_dim);
+                    d->whole.heads_kv, d->slice.rows, d->kslice.rows, d->whole.head_dim);
     ring_bufs b;
     memset(&b, 0, sizeof b);
     cli_describe_context(ctx, a->backend == FA_BACKEND_AUTO, d->device, sizeof d->device);
@@ -339,7 +340,7 @@ static int ring_device(const ring_args *a, const fa_ring_transport *t, ring_data
 }
 
 /* Rank 0 receives every rank's rows of a local tensor (floats, [B, H, rows, E]) into whole
- * ([B, H, N, E], allocated on rank 0 only). */
+ * ([B, H, N, E], allocated on rank 0 only); N: seqlen_q for Q's slices, seqlen_k for K's. */
 static void gather_rows(const ring_args *a, const fa_ring_transport *t, cli_tensor *local,
                         cli_tensor *whole, int64_t N, int64_t row_elems)
 {
@@ -370,6 +371,15 @@ static void gather_rows(const ring_args *a, const fa_ring_transport *t, cli_tens
     }
 }
 
+/* upload, with a small buffer for an empty tensor (seqlen_k 0: the golden's call takes every
+ * buffer, where a ring rank with no rows passes none). */
+static fa_status upload_any(fa_context *ctx, const fa_problem *p, fa_tensor_id id,
+                            const cli_tensor *t, fa_buffer **out)
+{
+    fa_status st = upload(ctx, p, id, t, out);
+    return st == FA_STATUS_OK && !*out ? fa_buffer_create(ctx, 16, out) : st;
+}
+
 /* The cpu golden on the whole problem, into whole-sized tensors. */
 static int golden(const ring_args *a, ring_data *d, cli_tensor *o, float *lse, cli_tensor *dq,
                   cli_tensor *dk, cli_tensor *dv)
@@ -380,13 +390,13 @@ static int golden(const ring_args *a, ring_data *d, cli_tensor *o, float *lse, c
     fa_problem p = d->whole;
     ring_bufs b;
     memset(&b, 0, sizeof b);
-    fa_status st = upload(g, &p, FA_TENSOR_Q, &d->q, &b.q);
+    fa_status st = upload_any(g, &p, FA_TENSOR_Q, &d->q, &b.q);
     if (st == FA_STATUS_OK)
-        st = upload(g, &p, FA_TENSOR_K, &d->k, &b.k);
+        st = upload_any(g, &p, FA_TENSOR_K, &d->k, &b.k);
     if (st == FA_STATUS_OK)
-        st = upload(g, &p, FA_TENSOR_V, &d->v, &b.v);
+        st = upload_any(g, &p, FA_TENSOR_V, &d->v, &b.v);
     if (st == FA_STATUS_OK)
-        st = upload(g, &p, FA_TENSOR_O, NULL, &b.o);
+        st = upload_any(g, &p, FA_TENSOR_O, NULL, &b.o);
     uint64_t lb = (uint64_t)(p.batch * p.heads_q * p.seqlen_q) * 4;
     if (st == FA_STATUS_OK && lb)
         st = fa_buffer_create(g, (size_t)lb, &b.lse);
@@ -411,13 +421,13 @@ static int golden(const ring_args *a, ring_data *d, cli_tensor *o, float *lse, c
     fa_plan_destroy(plan);
     plan = NULL;
     if (st == FA_STATUS_OK && a->backward) {
-        st = upload(g, &p, FA_TENSOR_DO, &d->d_o, &b.d_o);
+        st = upload_any(g, &p, FA_TENSOR_DO, &d->d_o, &b.d_o);
         if (st == FA_STATUS_OK)
-            st = upload(g, &p, FA_TENSOR_DQ, NULL, &b.dq);
+            st = upload_any(g, &p, FA_TENSOR_DQ, NULL, &b.dq);
         if (st == FA_STATUS_OK)
-            st = upload(g, &p, FA_TENSOR_DK, NULL, &b.dk);
+            st = upload_any(g, &p, FA_TENSOR_DK, NULL, &b.dk);
         if (st == FA_STATUS_OK)
-            st = upload(g, &p, FA_TENSOR_DV, NULL, &b.dv);
+            st = upload_any(g, &p, FA_TENSOR_DV, NULL, &b.dv);
         if (st == FA_STATUS_OK)
             st = fa_plan_create_backward(g, &p, &plan);
         x.d_o = b.d_o, x.dq = b.dq, x.dk = b.dk, x.dv = b.dv, x.d_sinks = b.d_sinks;
@@ -454,12 +464,13 @@ static int check_one(const char *name, const cli_tensor *x, const cli_tensor *re
 static int check(const ring_args *a, ring_data *d, int P)
 {
     cli_tensor o = {0}, dq = {0}, dk = {0}, dv = {0};
-    int64_t N = d->whole.seqlen_q, B = d->whole.batch, H = d->whole.heads_q;
+    int64_t N = d->whole.seqlen_q, Nk = d->whole.seqlen_k, B = d->whole.batch;
+    int64_t H = d->whole.heads_q;
     float *lse = calloc((size_t)(B * H * N) + 1, sizeof(float));
     int rc = !lse || local_alloc(&o, "O", &d->q, N) ||
              (a->backward && (local_alloc(&dq, "dQ", &d->q, N) ||
-                              local_alloc(&dk, "dK", &d->k, N) ||
-                              local_alloc(&dv, "dV", &d->k, N)));
+                              local_alloc(&dk, "dK", &d->k, Nk) ||
+                              local_alloc(&dv, "dV", &d->k, Nk)));
     rc = rc ? CLI_EXIT_FAIL : golden(a, d, &o, lse, &dq, &dk, &dv);
     double atol, rtol;
     cli_check_tolerance(d->whole.dtype, &atol, &rtol);
@@ -516,7 +527,7 @@ static void report(const ring_args *a, const fa_ring_transport *t, ring_data *d)
     int64_t rows = 0; /* the largest block, the same size on every rank */
     for (int r = 0; r < t->size; r++) {
         fa_ring_slice s;
-        fa_ring_slice_of(a->ring_layout, d->whole.seqlen_q, t->size, r, &s);
+        fa_ring_slice_of(a->ring_layout, d->whole.seqlen_k, t->size, r, &s);
         rows = s.rows > rows ? s.rows : rows;
     }
     size_t kv = 2 * (size_t)(d->whole.batch * d->whole.heads_kv * d->whole.head_dim) *
@@ -611,19 +622,21 @@ static int ring_body(const ring_args *a, const fa_ring_transport *t, ring_data *
     if (any)
         return rc ? rc : CLI_EXIT_FAIL;
     fa_ring_slice_of(a->ring_layout, d->whole.seqlen_q, t->size, t->rank, &d->slice);
+    fa_ring_slice_of(a->ring_layout, d->whole.seqlen_k, t->size, t->rank, &d->kslice);
     int64_t n = d->slice.rows, N = d->whole.seqlen_q;
-    rc = local_alloc(&d->lq, "Q", &d->q, n) || local_alloc(&d->lk, "K", &d->k, n) ||
-         local_alloc(&d->lv, "V", &d->v, n) || local_alloc(&d->lo, "O", &d->q, n);
+    int64_t nk = d->kslice.rows, Nk = d->whole.seqlen_k;
+    rc = local_alloc(&d->lq, "Q", &d->q, n) || local_alloc(&d->lk, "K", &d->k, nk) ||
+         local_alloc(&d->lv, "V", &d->v, nk) || local_alloc(&d->lo, "O", &d->q, n);
     rc = rc || (a->backward && (local_alloc(&d->ldo, "dO", &d->q, n) ||
                                 local_alloc(&d->ldq, "dQ", &d->q, n) ||
-                                local_alloc(&d->ldk, "dK", &d->k, n) ||
-                                local_alloc(&d->ldv, "dV", &d->k, n)));
+                                local_alloc(&d->ldk, "dK", &d->k, nk) ||
+                                local_alloc(&d->ldv, "dV", &d->k, nk)));
     d->llse = calloc((size_t)(d->whole.batch * d->whole.heads_q * n) + 1, sizeof(float));
     if (rc || !d->llse)
         return CLI_EXIT_FAIL; /* host memory: every rank of this machine runs short alike */
     move_rows(&d->slice, &d->q, &d->lq, 1);
-    move_rows(&d->slice, &d->k, &d->lk, 1);
-    move_rows(&d->slice, &d->v, &d->lv, 1);
+    move_rows(&d->kslice, &d->k, &d->lk, 1);
+    move_rows(&d->kslice, &d->v, &d->lv, 1);
     if (a->backward)
         move_rows(&d->slice, &d->d_o, &d->ldo, 1);
     /* The ring tells every rank of any rank's failure, so each returns the same way here. */
@@ -633,8 +646,8 @@ static int ring_body(const ring_args *a, const fa_ring_transport *t, ring_data *
         d->lse = calloc((size_t)(d->whole.batch * d->whole.heads_q * N) + 1, sizeof(float));
         rc = !d->lse || local_alloc(&d->o, "O", &d->q, N) ||
              (a->backward && (local_alloc(&d->dq, "dQ", &d->q, N) ||
-                              local_alloc(&d->dk, "dK", &d->k, N) ||
-                              local_alloc(&d->dv, "dV", &d->k, N)));
+                              local_alloc(&d->dk, "dK", &d->k, Nk) ||
+                              local_alloc(&d->dv, "dV", &d->k, Nk)));
     }
     gather_rows(a, t, &d->lo, &d->o, N, d->whole.head_dim);
     cli_tensor ll = {{d->whole.batch, d->whole.heads_q, n, 1}, 0, d->llse};
@@ -642,8 +655,8 @@ static int ring_body(const ring_args *a, const fa_ring_transport *t, ring_data *
     gather_rows(a, t, &ll, &wl, N, 1);
     if (a->backward) {
         gather_rows(a, t, &d->ldq, &d->dq, N, d->whole.head_dim);
-        gather_rows(a, t, &d->ldk, &d->dk, N, d->whole.head_dim);
-        gather_rows(a, t, &d->ldv, &d->dv, N, d->whole.head_dim);
+        gather_rows(a, t, &d->ldk, &d->dk, Nk, d->whole.head_dim);
+        gather_rows(a, t, &d->ldv, &d->dv, Nk, d->whole.head_dim);
     }
     report(a, t, d);
     if (t->rank == 0 && !rc)
@@ -670,8 +683,9 @@ int cli_cmd_ring(int argc, char **argv)
     static const cli_cmd cmd = {
         "ring", "[options]",
         "Ring attention across MPI ranks: mpirun -np P flashattn ring [options]. Each rank\n"
-        "reads the whole inputs (--q/--k/--v .npy in --layout, or random from --seed), takes its\n"
-        "slice (--ring-layout zigzag: chunks r and 2P-1-r of 2P; contiguous: chunk r of P),\n"
+        "reads the whole inputs (--q/--k/--v .npy in --layout, or random from --seed; K and V\n"
+        "may be longer or shorter than Q: --seq-k), takes its slices of Q's rows and K's rows\n"
+        "(--ring-layout zigzag: chunks r and 2P-1-r of 2P; contiguous: chunk r of P),\n"
         "runs the ring forward on --backend (and with --backward or --do the ring backward);\n"
         "rank 0 gathers O and LSE (dQ, dK, dV), writes them in the inputs' layout, compares them\n"
         "with the cpu golden on the whole problem (--check), and prints each rank's time, the\n"
