@@ -241,8 +241,10 @@ python3 -c 'import sys, xml.etree.ElementTree as E; E.parse(sys.argv[1])' "$BS/b
     2>/dev/null && grep -q 'fixed, stride sqrt(key blocks)' "$BS/bench.svg" &&
     pass "bench sparse: plot is SVG with its legend" ||
     fail "bench sparse: plot is SVG with its legend" "not XML or no legend"
-expect_stdout "bench sparse: backward" 'against dense \(forward \+ backward\)' "${BB[@]}" \
+expect_stdout "bench sparse: backward" 'against dense \(backward\)' "${BB[@]}" \
     --seq-list 64 --densities 0.5 --fixed-seq 64 --backward
+expect_stdout "bench sparse: CPU time" 'median of 1 after one warm-up, process CPU ms$' \
+    "${BB[@]}" --seq-list 64 --densities 0.5 --fixed-seq 64 --cpu-time
 expect_error "bench sparse: density above 1" 2 "--densities: '1.5' is not a list" "${BB[@]}" \
     --densities 1.5
 expect_error "bench sparse: plot of one length" 2 'needs at least two --fixed-seq' "${BB[@]}" \

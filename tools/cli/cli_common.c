@@ -572,6 +572,17 @@ double cli_now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
+double cli_cpu_ms(void)
+{
+#if defined(CLOCK_PROCESS_CPUTIME_ID)
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+#else
+    return (double)clock() * 1e3 / CLOCKS_PER_SEC;
+#endif
+}
+
 uint64_t cli_rand_next(uint64_t *state)
 {
     uint64_t z = (*state += 0x9E3779B97F4A7C15ull);

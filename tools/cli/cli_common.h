@@ -158,6 +158,10 @@ int cli_check_writable(const char *path, const char *what);
 /* A monotonic clock in milliseconds (arbitrary origin). */
 double cli_now_ms(void);
 
+/* This process's CPU time in milliseconds, every thread's (arbitrary origin): on a CPU device
+ * the work done, which other jobs sharing the cores do not inflate. */
+double cli_cpu_ms(void);
+
 /* splitmix64: a tiny, well-mixed, seedable generator, identical on every platform. */
 uint64_t cli_rand_next(uint64_t *state);
 /* Uniform in [-1, 1) with 24 random bits (exact in float). */
