@@ -259,6 +259,18 @@ void problem_for(const emu_case *c, fa_problem *p)
     mods_for(c, p);
 }
 
+fa_context *sm80_planning(const emu_case *c, fa_problem *p)
+{
+    problem_for(c, p);
+    p->block_r = c->block_r;
+    p->block_c = c->block_c;
+    fa_context *arch = NULL;
+    char why[256] = "";
+    assert_int_equal(fa_context_create_planning(&arch, FA_BACKEND_CUDA, "sm_80", why, sizeof why),
+                     OK);
+    return arch;
+}
+
 /* The CPU golden backend on the same host memory: O into o_ref, LSE into lse_ref; mi: the
  * modifiers' tensors (NULL: none). */
 void run_golden(const fa_problem *p, void *q, void *k, void *v, void *o_ref,
@@ -391,13 +403,7 @@ static bool want_pipeline; /* test_pipeline_cases: the plan must be the pipeline
 static int run_case(const emu_case *c, float scale_error)
 {
     fa_problem p;
-    problem_for(c, &p);
-    p.block_r = c->block_r;
-    p.block_c = c->block_c;
-    fa_context *arch = NULL;
-    char why[256] = "";
-    assert_int_equal(fa_context_create_planning(&arch, FA_BACKEND_CUDA, "sm_80", why, sizeof why),
-                     OK);
+    fa_context *arch = sm80_planning(c, &p);
     fa_plan *plan = NULL;
     fa_status st = fa_plan_create(arch, &p, &plan);
     if (st != OK)

@@ -62,6 +62,9 @@ size_t span(const fa_problem *p, fa_tensor_id tensor);
 void fill_amp(const emu_case *c, void *t, size_t n, const char *salt, double amp);
 /* The case's problem: shape, mask, padding of every tensor's rows, modifiers. */
 void problem_for(const emu_case *c, fa_problem *p);
+/* problem_for's problem with the case's tile overrides, and a planning-only sm_80 context (the
+ * caller destroys it) whose plans are the ones the emulator runs. */
+fa_context *sm80_planning(const emu_case *c, fa_problem *p);
 /* The modifiers' host tensors of a problem (problem_for's), and their release. */
 void mods_alloc(const emu_case *c, const fa_problem *p, mod_images *mi);
 void mods_free(mod_images *mi);

@@ -302,13 +302,7 @@ static int bwd_compare(const emu_case *c, const fa_problem *p, const bwd_images 
 static int run_bwd_case(const emu_case *c, float scale_error)
 {
     fa_problem p;
-    problem_for(c, &p);
-    p.block_r = c->block_r;
-    p.block_c = c->block_c;
-    fa_context *arch = NULL;
-    char why[256] = "";
-    assert_int_equal(fa_context_create_planning(&arch, FA_BACKEND_CUDA, "sm_80", why, sizeof why),
-                     OK);
+    fa_context *arch = sm80_planning(c, &p);
     fa_plan *plan = NULL;
     if (fa_plan_create_backward(arch, &p, &plan) != OK)
         fail_msg("%s: the sm_80 backward plan failed: %s", c->name, fa_context_last_error(arch));

@@ -23,6 +23,21 @@
 
 /* ---- backend-independent: contexts, environment, names (cpu process only) -------------- */
 
+/* Saves FLASHATTN_BACKEND and FLASHATTN_DEVICE (what AUTO reads) and unsets them. */
+static void env_clear(harness_env saved[2])
+{
+    harness_env_save(&saved[0], "FLASHATTN_BACKEND");
+    harness_env_save(&saved[1], "FLASHATTN_DEVICE");
+    unsetenv("FLASHATTN_BACKEND");
+    unsetenv("FLASHATTN_DEVICE");
+}
+
+static void env_restore(const harness_env saved[2])
+{
+    harness_env_restore(&saved[0]);
+    harness_env_restore(&saved[1]);
+}
+
 /* fa_context_create: the status, *out NULL, and a reason in `why`. */
 static void expect_create(fa_backend backend, int device, fa_status want, const char *keyword,
                           int line)
@@ -48,11 +63,8 @@ static void expect_create(fa_backend backend, int device, fa_status want, const 
 void test_context_create(void **state)
 {
     (void)state;
-    harness_env be, dev;
-    harness_env_save(&be, "FLASHATTN_BACKEND");
-    harness_env_save(&dev, "FLASHATTN_DEVICE");
-    unsetenv("FLASHATTN_BACKEND");
-    unsetenv("FLASHATTN_DEVICE");
+    harness_env saved[2];
+    env_clear(saved);
     assert_int_equal(fa_context_create(NULL, NULL, NULL, 0), FA_STATUS_NULL_POINTER);
     expect_create((fa_backend)99, 0, FA_STATUS_INVALID_ARGUMENT, NULL, __LINE__);
     expect_create((fa_backend)-1, 0, FA_STATUS_INVALID_ARGUMENT, NULL, __LINE__);
@@ -97,8 +109,7 @@ void test_context_create(void **state)
                      FA_STATUS_DEVICE_NOT_FOUND);
     assert_int_equal(fa_backend_device_props(FA_BACKEND_CPU, -1, &props, NULL, 0),
                      FA_STATUS_DEVICE_NOT_FOUND);
-    harness_env_restore(&be);
-    harness_env_restore(&dev);
+    env_restore(saved);
 }
 
 void test_names(void **state)
@@ -179,11 +190,8 @@ void test_device_indices(void **state)
 void test_backend_note(void **state)
 {
     (void)state;
-    harness_env be, dev;
-    harness_env_save(&be, "FLASHATTN_BACKEND");
-    harness_env_save(&dev, "FLASHATTN_DEVICE");
-    unsetenv("FLASHATTN_BACKEND");
-    unsetenv("FLASHATTN_DEVICE");
+    harness_env saved[2];
+    env_clear(saved);
     assert_string_equal(fa_context_backend_note(NULL), "");
     fa_context *ctx = NULL;
     fa_context_options opts = {FA_BACKEND_CPU, 0};
@@ -213,6 +221,5 @@ void test_backend_note(void **state)
     assert_int_equal(fa_context_create(&ctx, NULL, NULL, 0), OK);
     assert_string_equal(fa_context_backend_note(ctx), "auto: FLASHATTN_BACKEND = cpu");
     fa_context_destroy(ctx);
-    harness_env_restore(&be);
-    harness_env_restore(&dev);
+    env_restore(saved);
 }
