@@ -6,7 +6,8 @@
  *
  *   test_invalid [cpu|opencl|cuda]
  *
- * Backend-independent checks (context creation, environment, names) run in the cpu process.
+ * Backend-independent checks (context creation, environment, names) run in the cpu process;
+ * they and the device-index checks are in test_invalid_context.c.
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 
@@ -18,6 +19,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "test_invalid.h"
 
 #include <limits.h>
 #include <math.h>
@@ -25,12 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define OK FA_STATUS_OK
-#define OUT_PATTERN 0xA5 /* bytes O and LSE hold before a call that must not write them */
-
-static fa_backend the_backend = FA_BACKEND_CPU;
-static char skip_reason[600];
-static harness_decision decision;
+fa_backend iv_backend = FA_BACKEND_CPU;
+char iv_skip_reason[600];
+harness_decision iv_decision;
 
 /* A valid problem with exact-size buffers and a plan: the "context still works" probe. */
 typedef struct rig {
@@ -51,7 +50,7 @@ static bool wraps_host(fa_context *c)
 {
     fa_device_props props;
     assert_int_equal(fa_context_device_props(c, &props), OK);
-    return the_backend == FA_BACKEND_CPU || (the_backend == FA_BACKEND_OPENCL && !props.gpu);
+    return iv_backend == FA_BACKEND_CPU || (iv_backend == FA_BACKEND_OPENCL && !props.gpu);
 }
 
 /* ---- the valid problem ------------------------------------------------------------------ */
@@ -154,15 +153,15 @@ static void refill(fa_buffer *b)
 
 static fixture *fixture_open(void)
 {
-    if (decision == HARNESS_FAIL)
-        fail_msg("%s", skip_reason);
-    if (decision == HARNESS_SKIP) {
-        print_message("  %s\n", skip_reason);
+    if (iv_decision == HARNESS_FAIL)
+        fail_msg("%s", iv_skip_reason);
+    if (iv_decision == HARNESS_SKIP) {
+        print_message("  %s\n", iv_skip_reason);
         skip();
     }
     fixture *fx = calloc(1, sizeof *fx);
     assert_non_null(fx);
-    fa_context_options opts = {the_backend, 0};
+    fa_context_options opts = {iv_backend, 0};
     char why[512] = "";
     assert_int_equal(fa_context_create(&fx->ctx, &opts, why, sizeof why), OK);
     fa_problem p;
@@ -258,9 +257,9 @@ static void test_null_pointers(void **state)
     fa_device_props props;
     EXPECT(NULL, fa_context_device_props(NULL, &props), FA_STATUS_NULL_POINTER, NULL);
     EXPECT(NULL, fa_context_device_props(ctx, NULL), FA_STATUS_NULL_POINTER, NULL);
-    EXPECT(NULL, fa_backend_device_count(the_backend, NULL, NULL, 0), FA_STATUS_NULL_POINTER,
+    EXPECT(NULL, fa_backend_device_count(iv_backend, NULL, NULL, 0), FA_STATUS_NULL_POINTER,
            NULL);
-    EXPECT(NULL, fa_backend_device_props(the_backend, 0, NULL, NULL, 0),
+    EXPECT(NULL, fa_backend_device_props(iv_backend, 0, NULL, NULL, 0),
            FA_STATUS_NULL_POINTER, NULL);
     EXPECT(NULL, fa_problem_init(NULL, FA_DTYPE_F32, FA_LAYOUT_BHSD, 1, 1, 1, 1, 1, 16),
            FA_STATUS_NULL_POINTER, NULL);
@@ -510,7 +509,7 @@ static void test_forward_context_mismatch(void **state)
     (void)state;
     fixture *fx = fixture_open();
     fa_context *other = NULL;
-    fa_context_options opts = {the_backend, 0};
+    fa_context_options opts = {iv_backend, 0};
     assert_int_equal(fa_context_create(&other, &opts, NULL, 0), OK);
     rig o;
     rig_open(other, &o, &fx->base.p);
@@ -733,202 +732,6 @@ static void test_last_error(void **state)
     fixture_close(fx);
 }
 
-/* ---- backend-independent: contexts, environment, names (cpu process only) -------------- */
-
-/* fa_context_create: the status, *out NULL, and a reason in `why`. */
-static void expect_create(fa_backend backend, int device, fa_status want, const char *keyword,
-                          int line)
-{
-    fa_context *ctx = (fa_context *)&ctx; /* not NULL: the call must set it */
-    fa_context_options opts = {backend, device};
-    char why[512] = "";
-    fa_status st = fa_context_create(&ctx, &opts, why, sizeof why);
-    if (st != want)
-        fail_msg("line %d: fa_context_create(%d, %d) returned %s, want %s (%s)", line,
-                 (int)backend, device, fa_status_name(st), fa_status_name(want), why);
-    if (want == OK) {
-        assert_non_null(ctx);
-        fa_context_destroy(ctx);
-        return;
-    }
-    assert_null(ctx);
-    if (why[0] == '\0' || (keyword && !strstr(why, keyword)))
-        fail_msg("line %d: reason \"%s\" does not name \"%s\"", line, why,
-                 keyword ? keyword : "anything");
-}
-
-static void test_context_create(void **state)
-{
-    (void)state;
-    harness_env be, dev;
-    harness_env_save(&be, "FLASHATTN_BACKEND");
-    harness_env_save(&dev, "FLASHATTN_DEVICE");
-    unsetenv("FLASHATTN_BACKEND");
-    unsetenv("FLASHATTN_DEVICE");
-    assert_int_equal(fa_context_create(NULL, NULL, NULL, 0), FA_STATUS_NULL_POINTER);
-    expect_create((fa_backend)99, 0, FA_STATUS_INVALID_ARGUMENT, NULL, __LINE__);
-    expect_create((fa_backend)-1, 0, FA_STATUS_INVALID_ARGUMENT, NULL, __LINE__);
-    expect_create(FA_BACKEND_CPU, 1000, FA_STATUS_DEVICE_NOT_FOUND, NULL, __LINE__);
-    /* The environment is read for AUTO only. */
-    setenv("FLASHATTN_BACKEND", "bogus", 1);
-    expect_create(FA_BACKEND_AUTO, 0, FA_STATUS_INVALID_ARGUMENT, "FLASHATTN_BACKEND", __LINE__);
-    expect_create(FA_BACKEND_CPU, 0, OK, NULL, __LINE__);
-    setenv("FLASHATTN_BACKEND", "CPU", 1);
-    setenv("FLASHATTN_DEVICE", "abc", 1);
-    expect_create(FA_BACKEND_AUTO, 0, FA_STATUS_INVALID_ARGUMENT, "FLASHATTN_DEVICE", __LINE__);
-    setenv("FLASHATTN_DEVICE", "1000", 1);
-    expect_create(FA_BACKEND_AUTO, 0, FA_STATUS_DEVICE_NOT_FOUND, NULL, __LINE__);
-    setenv("FLASHATTN_DEVICE", "0", 1);
-    fa_context *ctx = NULL;
-    assert_int_equal(fa_context_create(&ctx, NULL, NULL, 0), OK);
-    assert_int_equal(fa_context_backend(ctx), FA_BACKEND_CPU);
-    assert_int_equal(fa_context_device(ctx), 0);
-    fa_context_destroy(ctx);
-    unsetenv("FLASHATTN_BACKEND");
-    unsetenv("FLASHATTN_DEVICE");
-    /* AUTO picks some backend, once, and says which. */
-    assert_int_equal(fa_context_create(&ctx, NULL, NULL, 0), OK);
-    assert_true(fa_context_backend(ctx) != FA_BACKEND_AUTO);
-    fa_context_destroy(ctx);
-    /* An explicit backend without a device never falls back to another. */
-    const fa_backend accel[2] = {FA_BACKEND_OPENCL, FA_BACKEND_CUDA};
-    for (int i = 0; i < 2; i++) {
-        int count = 0;
-        fa_status st = fa_backend_device_count(accel[i], &count, NULL, 0);
-        if (st != OK)
-            expect_create(accel[i], 0, st, NULL, __LINE__);
-    }
-    int count = -1;
-    assert_int_equal(fa_backend_device_count(FA_BACKEND_AUTO, &count, NULL, 0),
-                     FA_STATUS_INVALID_ARGUMENT);
-    assert_int_equal(count, 0);
-    assert_int_equal(fa_backend_device_count((fa_backend)99, &count, NULL, 0),
-                     FA_STATUS_INVALID_ARGUMENT);
-    fa_device_props props;
-    assert_int_equal(fa_backend_device_props(FA_BACKEND_CPU, 1000, &props, NULL, 0),
-                     FA_STATUS_DEVICE_NOT_FOUND);
-    assert_int_equal(fa_backend_device_props(FA_BACKEND_CPU, -1, &props, NULL, 0),
-                     FA_STATUS_DEVICE_NOT_FOUND);
-    harness_env_restore(&be);
-    harness_env_restore(&dev);
-}
-
-static void test_names(void **state)
-{
-    (void)state;
-    fa_backend b = FA_BACKEND_CPU;
-    fa_dtype d = FA_DTYPE_F32;
-    fa_mask m = FA_MASK_NONE;
-    const char *bad[] = {"bogus", "", "cpux", " cpu", "f64", "causal"};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        assert_int_equal(fa_backend_from_name(bad[i], &b), FA_STATUS_INVALID_ARGUMENT);
-        assert_int_equal(fa_dtype_from_name(bad[i], &d), FA_STATUS_INVALID_ARGUMENT);
-        assert_int_equal(fa_mask_from_name(bad[i], &m), FA_STATUS_INVALID_ARGUMENT);
-    }
-    /* Rejected names leave the output alone. */
-    assert_int_equal(b, FA_BACKEND_CPU);
-    assert_int_equal(d, FA_DTYPE_F32);
-    assert_int_equal(m, FA_MASK_NONE);
-    assert_int_equal(fa_backend_from_name(NULL, &b), FA_STATUS_NULL_POINTER);
-    assert_int_equal(fa_backend_from_name("cpu", NULL), FA_STATUS_NULL_POINTER);
-    assert_int_equal(fa_backend_from_name("OpenCL", &b), OK);
-    assert_int_equal(b, FA_BACKEND_OPENCL);
-    assert_int_equal(fa_dtype_from_name("BF16", &d), OK);
-    assert_int_equal(d, FA_DTYPE_BF16);
-    assert_int_equal(fa_mask_from_name("bottom-right", &m), OK);
-    assert_int_equal(m, FA_MASK_CAUSAL_BOTTOM_RIGHT);
-    assert_null(fa_backend_name((fa_backend)99));
-    assert_null(fa_dtype_name((fa_dtype)3));
-    assert_null(fa_mask_name((fa_mask)-1));
-    assert_int_equal(fa_dtype_size((fa_dtype)3), 0);
-    assert_string_equal(fa_status_name((fa_status)999), "FA_STATUS_UNKNOWN");
-    /* Every status has its own name and a message. */
-    for (int i = 0; i < FA_STATUS_COUNT_; i++) {
-        assert_non_null(strstr(fa_status_name((fa_status)i), "FA_STATUS_"));
-        assert_true(fa_status_message((fa_status)i)[0] != '\0');
-        for (int j = 0; j < i; j++)
-            assert_string_not_equal(fa_status_name((fa_status)i), fa_status_name((fa_status)j));
-    }
-}
-
-/* ---- device indices and the AUTO note (every backend's process) ------------------------- */
-
-/*
- * A device index below 0 or at or past the count: DEVICE_NOT_FOUND from fa_backend_device_props
- * (never a device error from querying a device that does not exist) with the props untouched,
- * and from fa_context_create for the upper end (a negative device is a bad option there).
- */
-static void test_device_indices(void **state)
-{
-    (void)state;
-    if (decision == HARNESS_FAIL)
-        fail_msg("%s", skip_reason);
-    if (decision == HARNESS_SKIP)
-        skip();
-    int count = 0;
-    char why[512];
-    assert_int_equal(fa_backend_device_count(the_backend, &count, why, sizeof why), OK);
-    const int bad[] = {-1, INT_MIN, count, INT_MAX};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        fa_device_props props, before;
-        memset(&props, OUT_PATTERN, sizeof props);
-        before = props;
-        why[0] = '\0';
-        fa_status st = fa_backend_device_props(the_backend, bad[i], &props, why, sizeof why);
-        if (st != FA_STATUS_DEVICE_NOT_FOUND)
-            fail_msg("device_props(%s, %d) returned %s (%s)", fa_backend_name(the_backend),
-                     bad[i], fa_status_name(st), why);
-        assert_true(why[0] != '\0');
-        assert_memory_equal(&props, &before, sizeof props);
-    }
-    for (size_t i = 2; i < sizeof bad / sizeof bad[0]; i++)
-        expect_create(the_backend, bad[i], FA_STATUS_DEVICE_NOT_FOUND, NULL, __LINE__);
-    expect_create(the_backend, -1, FA_STATUS_INVALID_ARGUMENT, "negative", __LINE__);
-}
-
-/* fa_context_backend_note: empty for an explicit backend, and for AUTO every backend passed over
- * with its reason, then the one picked. */
-static void test_backend_note(void **state)
-{
-    (void)state;
-    harness_env be, dev;
-    harness_env_save(&be, "FLASHATTN_BACKEND");
-    harness_env_save(&dev, "FLASHATTN_DEVICE");
-    unsetenv("FLASHATTN_BACKEND");
-    unsetenv("FLASHATTN_DEVICE");
-    assert_string_equal(fa_context_backend_note(NULL), "");
-    fa_context *ctx = NULL;
-    fa_context_options opts = {FA_BACKEND_CPU, 0};
-    assert_int_equal(fa_context_create(&ctx, &opts, NULL, 0), OK);
-    assert_string_equal(fa_context_backend_note(ctx), "");
-    fa_context_destroy(ctx);
-
-    assert_int_equal(fa_context_create(&ctx, NULL, NULL, 0), OK);
-    const char *note = fa_context_backend_note(ctx);
-    char want[160];
-    snprintf(want, sizeof want, "picked %s", fa_backend_name(fa_context_backend(ctx)));
-    assert_true(strncmp(note, "auto: ", 6) == 0);
-    assert_non_null(strstr(note, want));
-    /* Each faster backend that was not picked is named, with the status it gave. */
-    const fa_backend order[] = {FA_BACKEND_CUDA, FA_BACKEND_OPENCL};
-    for (size_t i = 0; i < 2 && order[i] != fa_context_backend(ctx); i++) {
-        int n = 0;
-        fa_status st = fa_backend_device_count(order[i], &n, NULL, 0);
-        snprintf(want, sizeof want, "%s skipped (%s: ", fa_backend_name(order[i]),
-                 fa_status_name(st));
-        if (!strstr(note, want))
-            fail_msg("note \"%s\" does not say \"%s\"", note, want);
-    }
-    fa_context_destroy(ctx);
-
-    setenv("FLASHATTN_BACKEND", "cpu", 1);
-    assert_int_equal(fa_context_create(&ctx, NULL, NULL, 0), OK);
-    assert_string_equal(fa_context_backend_note(ctx), "auto: FLASHATTN_BACKEND = cpu");
-    fa_context_destroy(ctx);
-    harness_env_restore(&be);
-    harness_env_restore(&dev);
-}
-
 int main(int argc, char **argv)
 {
     fa_backend backends[HARNESS_MAX_BACKENDS];
@@ -937,11 +740,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: test_invalid [cpu|opencl|cuda]\n");
         return 2;
     }
-    the_backend = argc > 1 ? backends[0] : FA_BACKEND_CPU;
+    iv_backend = argc > 1 ? backends[0] : FA_BACKEND_CPU;
     /* The suite sets these itself where it needs them. */
     unsetenv("FLASHATTN_BLOCK_R");
     unsetenv("FLASHATTN_BLOCK_C");
-    decision = harness_decide(the_backend, skip_reason, sizeof skip_reason);
+    iv_decision = harness_decide(iv_backend, iv_skip_reason, sizeof iv_skip_reason);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_null_pointers),
         cmocka_unit_test(test_problem_fields),
@@ -959,12 +762,12 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_context_create), /* the last two only in the cpu process */
         cmocka_unit_test(test_names),
     };
-    size_t count = sizeof tests / sizeof tests[0] - (the_backend == FA_BACKEND_CPU ? 0 : 2);
+    size_t count = sizeof tests / sizeof tests[0] - (iv_backend == FA_BACKEND_CPU ? 0 : 2);
     char name[64];
-    snprintf(name, sizeof name, "invalid_%s", fa_backend_name(the_backend));
+    snprintf(name, sizeof name, "invalid_%s", fa_backend_name(iv_backend));
     int failed = _cmocka_run_group_tests(name, tests, count, NULL, NULL);
-    if (decision == HARNESS_SKIP)
-        printf("SKIPPED: %s\n", skip_reason);
-    return harness_exit_code(failed, decision == HARNESS_SKIP ? 0 : 1,
-                             decision == HARNESS_SKIP ? 1 : 0);
+    if (iv_decision == HARNESS_SKIP)
+        printf("SKIPPED: %s\n", iv_skip_reason);
+    return harness_exit_code(failed, iv_decision == HARNESS_SKIP ? 0 : 1,
+                             iv_decision == HARNESS_SKIP ? 1 : 0);
 }

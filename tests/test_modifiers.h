@@ -1,7 +1,8 @@
 /*
- * test_modifiers.h - what the two files of the modifiers suite share (test_modifiers.c: the
- * numbers; test_modifiers_invalid.c: the rejected values and buffers): the backend's context,
- * one problem's buffers with guard bands, and the runs of fa_forward_ex / fa_backward_ex.
+ * test_modifiers.h - what the three files of the modifiers suite share (test_modifiers.c: the
+ * numbers; test_modifiers_invalid.c: the rejected values and buffers; test_modifiers_buffers.c
+ * defines these): the backend's context, one problem's buffers with guard bands, and the runs
+ * of fa_forward_ex / fa_backward_ex.
  * Include after <cmocka.h>.
  */
 #ifndef FA_TEST_MODIFIERS_H
