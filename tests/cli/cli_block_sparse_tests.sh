@@ -239,6 +239,7 @@ for re in '^command: flashattn bench --block-sparse --backend cpu' '^date: 20[0-
 done
 python3 -c 'import sys, xml.etree.ElementTree as E; E.parse(sys.argv[1])' "$BS/bench.svg" \
     2>/dev/null && grep -q 'fixed, stride sqrt(key blocks)' "$BS/bench.svg" &&
+    grep -q 'against dense, forward' "$BS/bench.svg" &&
     pass "bench sparse: plot is SVG with its legend" ||
     fail "bench sparse: plot is SVG with its legend" "not XML or no legend"
 expect_stdout "bench sparse: backward" 'against dense \(backward\)' "${BB[@]}" \

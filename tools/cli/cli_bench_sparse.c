@@ -179,9 +179,10 @@ static int density_sweep(const sparse_args *a)
 
 /* gnuplot's figure of time against N, log axes, the fixed pattern next to dense, each with
  * its fitted exponent in the legend; PNG, or SVG when the name ends in ".svg". */
-static int bench_sparse_plot(const char *path, const int64_t *n, const double *sparse,
+static int bench_sparse_plot(const sparse_args *a, const int64_t *n, const double *sparse,
                              const double *dense, size_t count)
 {
+    const char *path = a->plot;
     FILE *g;
     if (bench_find_gnuplot() != 0)
         return CLI_EXIT_FAIL;
@@ -190,9 +191,10 @@ static int bench_sparse_plot(const char *path, const int64_t *n, const double *s
         return cli_error("--plot: cannot start gnuplot");
     fprintf(g, "set terminal %s size 800,560\nset output '%s'\n",
             bench_plot_is_svg(path) ? "svg" : "pngcairo", path);
-    fprintf(g, "set logscale xy 2\nset xlabel 'N (Sq = Sk)'\nset ylabel 'ms'\nset grid\n"
-               "set key top left\nset title 'block-sparse fixed pattern against dense "
-               "(flashattn bench --block-sparse)'\n");
+    fprintf(g, "set logscale xy 2\nset xlabel 'N (Sq = Sk)'\nset ylabel '%s'\nset grid\n"
+               "set key top left\nset title 'block-sparse fixed pattern against dense, %s "
+               "(flashattn bench --block-sparse)'\n",
+            a->cpu_time ? "process CPU ms" : "ms", a->backward ? "backward" : "forward");
     fprintf(g, "plot '-' using 1:2 with linespoints title 'fixed, stride sqrt(key blocks): "
                "N^{%.2f}', '-' using 1:2 with linespoints title 'dense: N^{%.2f}'\n",
             growth(n, sparse, count), growth(n, dense, count));
@@ -235,7 +237,7 @@ static int fixed_sweep(const sparse_args *a)
     if (a->nfix > 1)
         printf("\ngrowth (least squares on log ms / log N): fixed N^%.2f, dense N^%.2f\n",
                growth(a->fix, sparse, a->nfix), growth(a->fix, dense, a->nfix));
-    return a->plot ? bench_sparse_plot(a->plot, a->fix, sparse, dense, a->nfix) : 0;
+    return a->plot ? bench_sparse_plot(a, a->fix, sparse, dense, a->nfix) : 0;
 }
 
 /* A comma-separated list of densities in (0, 1]. */
