@@ -42,6 +42,18 @@
 
 /* ---- shared by both passes ---------------------------------------------------------------- */
 
+/* Row `row` (a token of batch b) of head h of the tensor at t named T (q, do, dq, dk or dv), by
+ * that tensor's offset and strides in the params p points to. A macro, as each tensor's fields
+ * have their own names. */
+#define HEAD_ROW(t, T, p, b, h, row)                                                            \
+    ((t) + (p)->T##_offset + (b) * (p)->T##_stride_b + (h) * (p)->T##_stride_h +              \
+     (row) * (p)->T##_stride_s)
+
+/* key_head of K or V (t, named T: k or v) with that tensor's offset and strides from p. */
+#define KEY_HEAD(t, T, p, b, h_kv, k_start)                                                     \
+    key_head(t, (p)->T##_offset, (p)->T##_stride_b, (p)->T##_stride_h, (p)->T##_stride_s, b,  \
+             h_kv, k_start)
+
 /* One stored element of a global tensor as f32. */
 float load_global(__global const store_t *p)
 {
@@ -289,6 +301,43 @@ INLINE_ON_GPU void plain_grad_dq(__local float *s_row, __local float *dp_row, lo
     row_grad(s_row + c0, dp_row + c0, 0, 0, lse2, d);
 }
 
+/* The dQ pass's work-group (here and in flash_bwd_blocked.cl): query rows [r0, r0 + BLOCK_R) of
+ * head h of batch b, the last tiles first; p the sequence's params and seq its first tokens
+ * (SEQ_SETUP), view the forward's lists, h_kv the K/V head, sq and sk the sequence's lengths. */
+#define DQ_SETUP                                                                                \
+    const long r0 = (long)(get_num_groups(0) - 1 - get_group_id(0)) * BLOCK_R;                  \
+    const long h = (long)get_group_id(1), b = (long)get_group_id(2);                            \
+    SEQ_SETUP(b);                                                                               \
+    LISTS_SETUP;                                                                                \
+    const list_view view = FORWARD_VIEW(&lists, &p);                                            \
+    const long h_kv = h / (p.heads_q / p.heads_kv); /* GQA: query heads share a K/V head */      \
+    const long sq = p.seqlen_q, sk = p.seqlen_k
+
+/* Loads the work-group's rows [r0, r0 + BLOCK_R) of Q and dO (head h of batch b, from token
+ * q_start), transposed or as is: rows past Sq are zeros, their results never written. */
+INLINE_ON_GPU void load_own_rows(__local tile_t *q_tile, __local tile_t *do_tile,
+                                 __global const store_t *q, __global const store_t *d_o,
+                                 const fa_kernel_params *p, long b, long h, long q_start, long r0,
+                                 int transposed)
+{
+    load_tile(q_tile, HEAD_ROW(q, q, p, b, h, q_start), r0, p->seqlen_q, p->q_stride_s, BLOCK_R,
+              transposed);
+    load_tile(do_tile, HEAD_ROW(d_o, do, p, b, h, q_start), r0, p->seqlen_q, p->do_stride_s,
+              BLOCK_R, transposed);
+}
+
+/* Loads the key tile [k0, k0 + BLOCK_C) of K and V (rows at k_head, v_head: key_head): K^T and
+ * V^T for S and dP, K as is for dQ; keys past Sk are zeros. */
+INLINE_ON_GPU void load_key_tile(__local tile_t *kt_tile, __local tile_t *vt_tile,
+                                 __local tile_t *k_tile, __global const store_t *k_head,
+                                 __global const store_t *v_head, const fa_kernel_params *p,
+                                 long k0)
+{
+    load_tile(kt_tile, k_head, k0, p->seqlen_k, p->k_stride_s, BLOCK_C, 1);
+    load_tile(vt_tile, v_head, k0, p->seqlen_k, p->v_stride_s, BLOCK_C, 1);
+    load_tile(k_tile, k_head, k0, p->seqlen_k, p->k_stride_s, BLOCK_C, 0);
+}
+
 #if !REG_BLOCKED /* the staged pass; CPUs' register-blocked one: flash_bwd_blocked.cl */
 /* dQ = scale * dS K for one (query tile, head, batch): work-item (r, lane) = get_local_id(0) /
  * TPR, % TPR owns query row r0 + r, keys [c0, c0 + Bc / TPR) of each S and dP row and dims
@@ -311,29 +360,16 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
 
     const int r = (int)get_local_id(0) / TPR, lane = (int)get_local_id(0) % TPR;
     const int c0 = lane * LANE_KEYS, x0 = lane * LANE_DIMS;
-    const long r0 = (long)(get_num_groups(0) - 1 - get_group_id(0)) * BLOCK_R, row = r0 + r;
-    const long h = (long)get_group_id(1), b = (long)get_group_id(2);
-    SEQ_SETUP(b); /* p: sequence b's lengths; rows from token seq.q_start, keys seq.k_start */
-    LISTS_SETUP;  /* block-sparse: the forward's lists (null pointers without them) */
-    const list_view view = FORWARD_VIEW(&lists, &p);
-    const long h_kv = h / (p.heads_q / p.heads_kv); /* GQA: query heads share a K/V head */
-    const long sq = p.seqlen_q, sk = p.seqlen_k;
+    DQ_SETUP; /* r0, h, b; p and seq (sequence b's), view; h_kv, sq, sk */
+    const long row = r0 + r;
     if (SEQ && r0 >= sq)
         return; /* a tile past a shorter sequence's rows, the whole work-group */
-    __global const store_t *k_head = key_head(k, p.k_offset, p.k_stride_b, p.k_stride_h,
-                                              p.k_stride_s, b, h_kv, seq.k_start);
-    __global const store_t *v_head = key_head(v, p.v_offset, p.v_stride_b, p.v_stride_h,
-                                              p.v_stride_s, b, h_kv, seq.k_start);
+    __global const store_t *k_head = KEY_HEAD(k, k, &p, b, h_kv, seq.k_start);
+    __global const store_t *v_head = KEY_HEAD(v, v, &p, b, h_kv, seq.k_start);
     __local float *s_row = s_tile + r * BLOCK_C, *dp_row = dp_tile + r * BLOCK_C;
 
     /* Load the Q and dO tiles (rows past Sq are zeros; their results are never written). */
-    load_tile(q_tile,
-              q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h + seq.q_start * p.q_stride_s,
-              r0, sq, p.q_stride_s, BLOCK_R, 1);
-    load_tile(do_tile,
-              d_o + p.do_offset + b * p.do_stride_b + h * p.do_stride_h +
-                  seq.q_start * p.do_stride_s,
-              r0, sq, p.do_stride_s, BLOCK_R, 1);
+    load_own_rows(q_tile, do_tile, q, d_o, &p, b, h, seq.q_start, r0, 1);
     const long at = fa_lse_index(&p, b, h, seq.q_start, row); /* this row in LSE and D */
     const float lse_row = row < sq ? lse[at] : -INFINITY;
     const float lse2 = lse2_of(lse_row), d = row < sq ? delta[at] : 0.0f;
@@ -361,9 +397,7 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
         const bool full = pass_tile_full(&view, &p, b, h, r0, min(r0 + BLOCK_R, sq), k0,
                                          min(k0 + BLOCK_C, sk));
         barrier(CLK_LOCAL_MEM_FENCE); /* the previous tiles are no longer read */
-        load_tile(kt_tile, k_head, k0, sk, p.k_stride_s, BLOCK_C, 1);
-        load_tile(vt_tile, v_head, k0, sk, p.v_stride_s, BLOCK_C, 1);
-        load_tile(k_tile, k_head, k0, sk, p.k_stride_s, BLOCK_C, 0);
+        load_key_tile(kt_tile, vt_tile, k_tile, k_head, v_head, &p, k0);
         barrier(CLK_LOCAL_MEM_FENCE);
 
         /* S = Q K^T (log2 units) and dP = dO V^T, of the lane's keys; with dropout, Z dP. */
@@ -390,9 +424,7 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
 
     /* dQ = scale * acc in the storage type. */
     if (row < sq)
-        store_row_scaled(acc, p.scale,
-                         dq + p.dq_offset + b * p.dq_stride_b + h * p.dq_stride_h +
-                             (seq.q_start + row) * p.dq_stride_s + x0);
+        store_row_scaled(acc, p.scale, HEAD_ROW(dq, dq, &p, b, h, seq.q_start + row) + x0);
 }
 
 #endif /* !REG_BLOCKED */
@@ -472,6 +504,52 @@ INLINE_ON_GPU void grad_row_dkdv(__local float *st_row, __local float *dpt_row,
     }
 }
 
+/* The dK/dV pass's work-group (here and in flash_bwd_blocked.cl): keys [k0, k0 + BLOCK_R) of
+ * K/V head h_kv of batch b; p the sequence's params and seq its first tokens (SEQ_SETUP), view
+ * the transposed lists, group the query heads per K/V head, sq and sk the sequence's lengths. */
+#define DKDV_SETUP                                                                              \
+    const long k0 = (long)get_group_id(0) * BLOCK_R;                                            \
+    const long h_kv = (long)get_group_id(1), b = (long)get_group_id(2);                         \
+    SEQ_SETUP(b);                                                                               \
+    Q_LISTS_SETUP;                                                                              \
+    const list_view view = TRANSPOSED_VIEW(&lists, &p);                                         \
+    const long group = p.heads_q / p.heads_kv, sq = p.seqlen_q, sk = p.seqlen_k
+
+/* Loads the work-group's keys [k0, k0 + BLOCK_R) of K and V (head h_kv of batch b, from token
+ * k_start), transposed or as is: keys past Sk are zeros, never written. */
+INLINE_ON_GPU void load_own_keys(__local tile_t *k_tile, __local tile_t *v_tile,
+                                 __global const store_t *k, __global const store_t *v,
+                                 const fa_kernel_params *p, long b, long h_kv, long k_start,
+                                 long k0, int transposed)
+{
+    load_tile(k_tile, KEY_HEAD(k, k, p, b, h_kv, k_start), k0, p->seqlen_k, p->k_stride_s,
+              BLOCK_R, transposed);
+    load_tile(v_tile, KEY_HEAD(v, v, p, b, h_kv, k_start), k0, p->seqlen_k, p->v_stride_s,
+              BLOCK_R, transposed);
+}
+
+/* The query rows [*first, *end) that see any of the keys [k0, k0 + BLOCK_R) (causal and window;
+ * the others see none), through `range` as loop_range shares it. */
+ALWAYS_INLINE void rows_seeing_keys(__local long *range, long k0, const fa_kernel_params *p,
+                                    long *first, long *end)
+{
+    loop_range(range, first_row_seeing(k0, p), rows_seeing_end(k0 + BLOCK_R - 1, p), first, end);
+}
+
+/* Loads the query tile [r0, r0 + BLOCK_C) of Q and dO (rows at q_head, do_head): Q^T and dO^T
+ * for S^T and dP^T, Q and dO as is for dK and dV; rows past Sq are zeros. */
+INLINE_ON_GPU void load_query_tile(__local tile_t *qt_tile, __local tile_t *dot_tile,
+                                   __local tile_t *q_tile, __local tile_t *do_tile,
+                                   __global const store_t *q_head,
+                                   __global const store_t *do_head, const fa_kernel_params *p,
+                                   long r0)
+{
+    load_tile(qt_tile, q_head, r0, p->seqlen_q, p->q_stride_s, BLOCK_C, 1);
+    load_tile(dot_tile, do_head, r0, p->seqlen_q, p->do_stride_s, BLOCK_C, 1);
+    load_tile(q_tile, q_head, r0, p->seqlen_q, p->q_stride_s, BLOCK_C, 0);
+    load_tile(do_tile, do_head, r0, p->seqlen_q, p->do_stride_s, BLOCK_C, 0);
+}
+
 #if !REG_BLOCKED /* the staged pass; CPUs' register-blocked one: flash_bwd_blocked.cl */
 /* dK = scale * dS^T Q and dV = P^T dO for one (key tile, K/V head, batch): work-item (c, lane)
  * owns key k0 + c, query rows [c0, c0 + BLOCK_C / TPR) of each S^T and dP^T row and dims
@@ -496,38 +574,26 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
 
     const int c = (int)get_local_id(0) / TPR, lane = (int)get_local_id(0) % TPR;
     const int c0 = lane * LANE_KEYS, x0 = lane * LANE_DIMS;
-    const long k0 = (long)get_group_id(0) * BLOCK_R, key = k0 + c;
-    const long h_kv = (long)get_group_id(1), b = (long)get_group_id(2);
-    SEQ_SETUP(b); /* p: sequence b's lengths; rows from token seq.q_start, keys seq.k_start */
-    Q_LISTS_SETUP; /* block-sparse: the transposed lists (null pointers without them) */
-    const list_view view = TRANSPOSED_VIEW(&lists, &p);
-    const long group = p.heads_q / p.heads_kv, sq = p.seqlen_q, sk = p.seqlen_k;
+    DKDV_SETUP; /* k0, h_kv, b; p and seq (sequence b's), view; group, sq, sk */
+    const long key = k0 + c;
     if (SEQ && k0 >= sk)
         return; /* a tile past a shorter sequence's keys, the whole work-group */
     __local float *st_row = st_tile + c * BLOCK_C, *dpt_row = dpt_tile + c * BLOCK_C;
 
     /* Load the block's K and V tiles, transposed (keys past Sk are zeros, never written). */
-    load_tile(kt_tile, key_head(k, p.k_offset, p.k_stride_b, p.k_stride_h, p.k_stride_s, b, h_kv,
-                                seq.k_start),
-              k0, sk, p.k_stride_s, BLOCK_R, 1);
-    load_tile(vt_tile, key_head(v, p.v_offset, p.v_stride_b, p.v_stride_h, p.v_stride_s, b, h_kv,
-                                seq.k_start),
-              k0, sk, p.v_stride_s, BLOCK_R, 1);
+    load_own_keys(kt_tile, vt_tile, k, v, &p, b, h_kv, seq.k_start, k0, 1);
     float_dims acc_k[VECS_PER_LANE_DIMS], acc_v[VECS_PER_LANE_DIMS]; /* dK / scale, dV: f32 */
     UNROLL_ON_GPU
     for (int dvec = 0; dvec < VECS_PER_LANE_DIMS; dvec++)
         acc_k[dvec] = acc_v[dvec] = 0.0f;
     /* Causal and window: rows before `first` or from `last_end` on see none of the keys. */
     long first, last_end;
-    loop_range(rows_range, first_row_seeing(k0, &p), rows_seeing_end(k0 + BLOCK_R - 1, &p),
-               &first, &last_end);
+    rows_seeing_keys(rows_range, k0, &p, &first, &last_end);
 
     /* Loop over the group's query heads, then their query tiles [r0, r0 + Br), in order. */
     for (long h = h_kv * group; h < (h_kv + 1) * group; h++) {
-        __global const store_t *q_head = q + p.q_offset + b * p.q_stride_b +
-                                         h * p.q_stride_h + seq.q_start * p.q_stride_s;
-        __global const store_t *do_head = d_o + p.do_offset + b * p.do_stride_b +
-                                          h * p.do_stride_h + seq.q_start * p.do_stride_s;
+        __global const store_t *q_head = HEAD_ROW(q, q, &p, b, h, seq.q_start);
+        __global const store_t *do_head = HEAD_ROW(d_o, do, &p, b, h, seq.q_start);
         for (long r0 = first; r0 < last_end; r0 += BLOCK_C) {
             if (!pass_tile_listed(&view, &p, b, h, k0, min(k0 + BLOCK_R, sk), r0,
                                   min(r0 + BLOCK_C, sq)))
@@ -536,10 +602,7 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
                                              min(r0 + BLOCK_C, sq));
             /* Load the query tile: Q and dO (transposed and as is), the rows' LSE, D and keys. */
             barrier(CLK_LOCAL_MEM_FENCE); /* the previous query tile is no longer read */
-            load_tile(qt_tile, q_head, r0, sq, p.q_stride_s, BLOCK_C, 1);
-            load_tile(dot_tile, do_head, r0, sq, p.do_stride_s, BLOCK_C, 1);
-            load_tile(q_tile, q_head, r0, sq, p.q_stride_s, BLOCK_C, 0);
-            load_tile(do_tile, do_head, r0, sq, p.do_stride_s, BLOCK_C, 0);
+            load_query_tile(qt_tile, dot_tile, q_tile, do_tile, q_head, do_head, &p, r0);
             load_row_stats(lse2_v, d_v, keys_v, lse, delta, &p, b, h, seq.q_start, r0);
             barrier(CLK_LOCAL_MEM_FENCE);
 
@@ -581,12 +644,8 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
     if (key >= sk)
         return;
     const long t = seq.k_start + key; /* the key's row in dK and dV */
-    store_row_scaled(acc_k, p.scale,
-                     dk + p.dk_offset + b * p.dk_stride_b + h_kv * p.dk_stride_h +
-                         t * p.dk_stride_s + x0);
-    store_row_scaled(acc_v, 1.0f,
-                     dv + p.dv_offset + b * p.dv_stride_b + h_kv * p.dv_stride_h +
-                         t * p.dv_stride_s + x0);
+    store_row_scaled(acc_k, p.scale, HEAD_ROW(dk, dk, &p, b, h_kv, t) + x0);
+    store_row_scaled(acc_v, 1.0f, HEAD_ROW(dv, dv, &p, b, h_kv, t) + x0);
 }
 
 #endif /* !REG_BLOCKED */

@@ -136,45 +136,29 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
     LOCAL_RANGE(rows_range);
     KEEP_ROWS(keep);
 
-    const long k0 = (long)get_group_id(0) * BLOCK_R;
-    const long h_kv = (long)get_group_id(1), b = (long)get_group_id(2);
-    SEQ_SETUP(b); /* p: sequence b's lengths; rows from token seq.q_start, keys seq.k_start */
-    Q_LISTS_SETUP; /* block-sparse: the transposed lists (null pointers without them) */
-    const list_view view = TRANSPOSED_VIEW(&lists, &p);
-    const long group = p.heads_q / p.heads_kv, sq = p.seqlen_q, sk = p.seqlen_k;
+    DKDV_SETUP; /* k0, h_kv, b; p and seq (sequence b's), view; group, sq, sk */
     if (SEQ && k0 >= sk)
         return; /* a tile past a shorter sequence's keys */
     const int own_keys = (int)min((long)BLOCK_R, sk - k0); /* keys k0 + j, j < own_keys */
 
     /* Load the block's K and V tiles, as is (keys past Sk are zeros, never written). */
-    load_tile(k_tile, key_head(k, p.k_offset, p.k_stride_b, p.k_stride_h, p.k_stride_s, b, h_kv,
-                               seq.k_start),
-              k0, sk, p.k_stride_s, BLOCK_R, 0);
-    load_tile(v_tile, key_head(v, p.v_offset, p.v_stride_b, p.v_stride_h, p.v_stride_s, b, h_kv,
-                               seq.k_start),
-              k0, sk, p.v_stride_s, BLOCK_R, 0);
+    load_own_keys(k_tile, v_tile, k, v, &p, b, h_kv, seq.k_start, k0, 0);
     zero_rows(dk_tile, BLOCK_R);
     zero_rows(dv_tile, BLOCK_R);
     long first, last_end; /* causal and window: the rows that see any of the keys */
-    loop_range(rows_range, first_row_seeing(k0, &p), rows_seeing_end(k0 + BLOCK_R - 1, &p),
-               &first, &last_end);
+    rows_seeing_keys(rows_range, k0, &p, &first, &last_end);
 
     /* Loop over the group's query heads, then their query tiles [r0, r0 + Bc), in order. */
     for (long h = h_kv * group; h < (h_kv + 1) * group; h++) {
-        __global const store_t *q_head = q + p.q_offset + b * p.q_stride_b +
-                                         h * p.q_stride_h + seq.q_start * p.q_stride_s;
-        __global const store_t *do_head = d_o + p.do_offset + b * p.do_stride_b +
-                                          h * p.do_stride_h + seq.q_start * p.do_stride_s;
+        __global const store_t *q_head = HEAD_ROW(q, q, &p, b, h, seq.q_start);
+        __global const store_t *do_head = HEAD_ROW(d_o, do, &p, b, h, seq.q_start);
         for (long r0 = first; r0 < last_end; r0 += BLOCK_C) {
             const long r_end = min(r0 + BLOCK_C, sq);
             if (!pass_tile_listed(&view, &p, b, h, k0, k0 + own_keys, r0, r_end))
                 continue; /* block-sparse: the keys' blocks list none of the tile's blocks */
             const bool full = pass_tile_full(&view, &p, b, h, k0, k0 + own_keys, r0, r_end);
             /* Load the query tile: Q and dO (transposed and as is), the rows' LSE, D and keys. */
-            load_tile(qt_tile, q_head, r0, sq, p.q_stride_s, BLOCK_C, 1);
-            load_tile(dot_tile, do_head, r0, sq, p.do_stride_s, BLOCK_C, 1);
-            load_tile(q_tile, q_head, r0, sq, p.q_stride_s, BLOCK_C, 0);
-            load_tile(do_tile, do_head, r0, sq, p.do_stride_s, BLOCK_C, 0);
+            load_query_tile(qt_tile, dot_tile, q_tile, do_tile, q_head, do_head, &p, r0);
             load_row_stats(lse2_v, d_v, keys_v, lse, delta, &p, b, h, seq.q_start, r0);
 
             /* One register block of REG_ROWS keys at a time, skipping those no row of the
@@ -207,14 +191,8 @@ flash_bwd_dkdv(__global const store_t *q, __global const store_t *k, __global co
 
     /* dK = scale * dK tile and dV in the storage type (varlen: at token k_start + key). */
     const long t = seq.k_start + k0; /* the first key's row in dK and dV */
-    store_rows_scaled(dk_tile, own_keys, p.scale,
-                      dk + p.dk_offset + b * p.dk_stride_b + h_kv * p.dk_stride_h +
-                          t * p.dk_stride_s,
-                      p.dk_stride_s);
-    store_rows_scaled(dv_tile, own_keys, 1.0f,
-                      dv + p.dv_offset + b * p.dv_stride_b + h_kv * p.dv_stride_h +
-                          t * p.dv_stride_s,
-                      p.dv_stride_s);
+    store_rows_scaled(dk_tile, own_keys, p.scale, HEAD_ROW(dk, dk, &p, b, h_kv, t), p.dk_stride_s);
+    store_rows_scaled(dv_tile, own_keys, 1.0f, HEAD_ROW(dv, dv, &p, b, h_kv, t), p.dv_stride_s);
 }
 
 /* ---- the dQ pass --------------------------------------------------------------------------- */
@@ -292,29 +270,15 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
     LOCAL_RANGE(kv_range);
     KEEP_ROWS(keep);
 
-    const long r0 = (long)(get_num_groups(0) - 1 - get_group_id(0)) * BLOCK_R;
-    const long h = (long)get_group_id(1), b = (long)get_group_id(2);
-    SEQ_SETUP(b); /* p: sequence b's lengths; rows from token seq.q_start, keys seq.k_start */
-    LISTS_SETUP;  /* block-sparse: the forward's lists (null pointers without them) */
-    const list_view view = FORWARD_VIEW(&lists, &p);
-    const long h_kv = h / (p.heads_q / p.heads_kv); /* GQA: query heads share a K/V head */
-    const long sq = p.seqlen_q, sk = p.seqlen_k;
+    DQ_SETUP; /* r0, h, b; p and seq (sequence b's), view; h_kv, sq, sk */
     if (SEQ && r0 >= sq)
         return; /* a tile past a shorter sequence's rows */
     const int own_rows = (int)min((long)BLOCK_R, sq - r0); /* rows r0 + r, r < own_rows */
-    __global const store_t *k_head = key_head(k, p.k_offset, p.k_stride_b, p.k_stride_h,
-                                              p.k_stride_s, b, h_kv, seq.k_start);
-    __global const store_t *v_head = key_head(v, p.v_offset, p.v_stride_b, p.v_stride_h,
-                                              p.v_stride_s, b, h_kv, seq.k_start);
+    __global const store_t *k_head = KEY_HEAD(k, k, &p, b, h_kv, seq.k_start);
+    __global const store_t *v_head = KEY_HEAD(v, v, &p, b, h_kv, seq.k_start);
 
     /* Load the Q and dO tiles, as is (rows past Sq are zeros; never written); dQ = 0. */
-    load_tile(q_tile,
-              q + p.q_offset + b * p.q_stride_b + h * p.q_stride_h + seq.q_start * p.q_stride_s,
-              r0, sq, p.q_stride_s, BLOCK_R, 0);
-    load_tile(do_tile,
-              d_o + p.do_offset + b * p.do_stride_b + h * p.do_stride_h +
-                  seq.q_start * p.do_stride_s,
-              r0, sq, p.do_stride_s, BLOCK_R, 0);
+    load_own_rows(q_tile, do_tile, q, d_o, &p, b, h, seq.q_start, r0, 0);
     zero_rows(dq_tile, BLOCK_R);
     dq_rows rows;
     dq_rows_of(&rows, lse, delta, &p, b, h, seq.q_start, r0);
@@ -328,9 +292,7 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
         if (!pass_tile_listed(&view, &p, b, h, r0, r0 + own_rows, k0, k_end))
             continue; /* block-sparse: the tile's query blocks list none of its key blocks */
         const bool full = pass_tile_full(&view, &p, b, h, r0, r0 + own_rows, k0, k_end);
-        load_tile(kt_tile, k_head, k0, sk, p.k_stride_s, BLOCK_C, 1);
-        load_tile(vt_tile, v_head, k0, sk, p.v_stride_s, BLOCK_C, 1);
-        load_tile(k_tile, k_head, k0, sk, p.k_stride_s, BLOCK_C, 0);
+        load_key_tile(kt_tile, vt_tile, k_tile, k_head, v_head, &p, k0);
 
         /* One register block of REG_ROWS rows at a time, skipping those that see no key of
          * the tile (causal, window, rows with no key or past Sq). */
@@ -355,9 +317,7 @@ flash_bwd_dq(__global const store_t *q, __global const store_t *k, __global cons
     }
 
     /* dQ = scale * dQ tile in the storage type. */
-    store_rows_scaled(dq_tile, own_rows, p.scale,
-                      dq + p.dq_offset + b * p.dq_stride_b + h * p.dq_stride_h +
-                          (seq.q_start + r0) * p.dq_stride_s,
+    store_rows_scaled(dq_tile, own_rows, p.scale, HEAD_ROW(dq, dq, &p, b, h, seq.q_start + r0),
                       p.dq_stride_s);
 }
 #endif
