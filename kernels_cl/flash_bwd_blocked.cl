@@ -15,7 +15,8 @@
  * the forward's exp2_keys), so every feature of the staged backward runs here too. Each
  * gradient element has one writer and a fixed summation order: no atomics.
  *
- * Part of the backward program after flash_bwd.cl and flash_blocks.cl.
+ * Part of the backward program after flash_bwd.cl and flash_blocks.cl; its kernels begin as the
+ * staged ones do, with their helpers (DKDV_SETUP and DQ_SETUP, the tiles' loads: flash_bwd.cl).
  */
 #if REG_BLOCKED
 #if !(DTYPE == 0 || TILE_F32) || TPR != 1 || WG_SIZE != 1 || BLOCK_C % REG_ROWS != 0
