@@ -200,7 +200,7 @@ cpu_plan() {
     shift
     out=$(FLASHATTN_OPENCL_DEVICE_TYPE=cpu oclgrind --local-mem-size $cpu_local "$cli" plan \
         --backend opencl "$@" 2>&1)
-    if grep -qF "$want" <<<"$out"; then
+    if grep -qF "$want" <<<"$out" && grep -q "device 0: Oclgrind" <<<"$out"; then
         echo "ok   CPU rules plan the register-blocked path: $*"
         passed=$((passed + 1))
     else
@@ -210,6 +210,12 @@ cpu_plan() {
     fi
 }
 
+# Without the setting the simulator is a GPU, whose rules have no register-blocked path.
+if oclgrind --local-mem-size $cpu_local "$cli" plan --backend opencl --heads 2 --seq 97 --dim 64 |
+    grep -qF "$FWD_BLOCKED"; then
+    echo "FAIL the GPU rules should not plan the register-blocked path"
+    failed=$((failed + 1))
+fi
 # Shapes run below, planned: tiles of 96 x 128 (97 rows), 256 with a 1-row tail tile (257),
 # 112 x 32 (113 x 17, causal, padded), 256 x 1 (one key); the backward's 96 x 64, its 4 x 8
 # overrides; block-sparse tiles across 8 query and 4 key blocks (forward), 64 x 32 overrides
