@@ -264,10 +264,11 @@ done
 # Modifiers on the register-blocked forward (tiles of 96 rows and more) and backward. The bias
 # prefetch (__builtin_prefetch, flash_fwd_blocked.cl) is an intrinsic Oclgrind cannot run
 # ("Undefined external function: llvm.prefetch"): a hint with no effect on results, taken out
-# of a copy of the kernels for these runs. Dropout runs unoptimised (-cl-opt-disable): Oclgrind
-# 21.10 on its optimised build picks the wrong Philox word for some keys in dropout_key_rows's
-# scalar tail (dK and dV off for keys j & 3 = 0, 1 past the first four; GPU rules alike; pocl and
-# the golden agree), while unoptimised it passes.
+# of a copy of the kernels for these runs. Dropout runs unoptimised (-cl-opt-disable): LLVM 14
+# makes dropout_key_rows's choice of Philox word (e == 0 ? w[0] : ...) a `switch i2` on
+# `trunc j to i2`, and Oclgrind 21.10 does not wrap the truncation: from key 4 on, keys with
+# j & 3 = 0 or 1 take the default case (word 3 or 2), so dK and dV come out wrong on both rules'
+# kernels while pocl, native clang 14 and the golden agree.
 if nobias=$(edited_kernels flash_fwd_blocked.cl \
     's/__builtin_prefetch((const void \*)(ulong)(bias_row + k0 + c));/;/'); then
     FLASHATTN_KERNEL_DIR=$nobias cpu_run "modifiers softcap alibi bias" --data-races \
