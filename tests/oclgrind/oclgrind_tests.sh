@@ -254,6 +254,10 @@ for c in mha97_d64/f32 q113_k17_br/ "f32 d64 12x20" gqa_padded/f16 "f32 d8 5x17 
     "bf16 d8 33x7" odd17_d40/bf16 q17_k113_br/bf16 kv_broadcast/f16 k0/ q0/; do
     cpu_run "backward races $c" --data-races --check-api -- "$backward" opencl --case="$c"
 done
+# The varlen backward (SEQ: each sequence's rows and keys from its token offsets; an empty
+# sequence, a first token at 200), on the register-blocked passes, as pocl plans it.
+cpu_run "backward varlen" --data-races --check-api -- "$build/tests/test_decode" opencl \
+    --case="backward varlen"
 # Block-sparse forward and backward: tiles across several query and key blocks (the spans of
 # listed key blocks per register block), tile overrides across blocks, a window, GQA, a tenth
 # of the blocks, a causal odd shape, full blocks.
