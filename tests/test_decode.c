@@ -615,6 +615,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "test_decode: no %s context: %s\n", fa_backend_name(dc_backend), why);
         return 1;
     }
+    fa_device_props props;
+    if (fa_context_device_props(dc_ctx, &props) == FA_STATUS_OK)
+        printf("device: %s (%s)\n", props.name, props.vendor); /* oclgrind_tests.sh reads it */
     static struct CMUnitTest tests[64];
     size_t n = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)

@@ -620,6 +620,9 @@ int main(int argc, char **argv)
         free(tests);
         return 1;
     }
+    fa_device_props props;
+    if (fa_context_device_props(mt_ctx, &props) == FA_STATUS_OK)
+        printf("device: %s (%s)\n", props.name, props.vendor); /* oclgrind_tests.sh reads it */
     char name[64];
     snprintf(name, sizeof name, "modifiers_%s", fa_backend_name(mt_backend));
     int failed = _cmocka_run_group_tests(name, tests, n, NULL, NULL);

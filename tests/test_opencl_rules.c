@@ -1,8 +1,8 @@
 /*
  * test_opencl_rules.c - the OpenCL backend's plan rules on the real platform: which forward
  * reads K/V in place, the register-blocked path, f32 tiles, the CPU key-block preference, GQA
- * and heads packing, vector widths (FLASHATTN_OPENCL_VECTOR_WIDTH) and programs shared between
- * launches. In CI the device
+ * and heads packing, vector widths (FLASHATTN_OPENCL_VECTOR_WIDTH), the device type the rules
+ * plan for (FLASHATTN_OPENCL_DEVICE_TYPE) and programs shared between launches. In CI the device
  * is pocl, so the CPU-only rules really run; test_opencl.c covers interop and builds.
  *
  *   test_opencl_rules   (exit 77 when there is no OpenCL device and CI does not require one)
@@ -337,6 +337,77 @@ static void test_vector_width_override(void **state)
     }
 }
 
+/* A context's device props with FLASHATTN_OPENCL_DEVICE_TYPE and FLASHATTN_OPENCL_AS_GPU set
+ * to `type` and `as_gpu` (NULL: unset), and whether a 97 x 97 d 64 forward then plans the
+ * register-blocked path (the CPU rules'); the context's status in *st, the reason in why. */
+static bool planned_as(const char *type, const char *as_gpu, fa_device_props *props,
+                       fa_status *st, char *why, size_t why_size)
+{
+    harness_env saved_type, saved_gpu;
+    harness_env_save(&saved_type, "FLASHATTN_OPENCL_DEVICE_TYPE");
+    harness_env_save(&saved_gpu, "FLASHATTN_OPENCL_AS_GPU");
+    const char *names[2] = {"FLASHATTN_OPENCL_DEVICE_TYPE", "FLASHATTN_OPENCL_AS_GPU"};
+    const char *values[2] = {type, as_gpu};
+    for (int i = 0; i < 2; i++) {
+        if (values[i])
+            setenv(names[i], values[i], 1);
+        else
+            unsetenv(names[i]);
+    }
+    fa_context *ctx = NULL;
+    fa_context_options opts = {FA_BACKEND_OPENCL, 0};
+    *st = fa_context_create(&ctx, &opts, why, why_size);
+    harness_env_restore(&saved_gpu);
+    harness_env_restore(&saved_type);
+    if (*st != OK)
+        return false;
+    assert_int_equal(fa_context_device_props(ctx, props), OK);
+    fa_problem p;
+    assert_int_equal(fa_problem_init(&p, FA_DTYPE_F32, FA_LAYOUT_BHSD, 1, 2, 2, 97, 97, 64), OK);
+    fa_plan *plan = NULL;
+    assert_int_equal(fa_plan_create(ctx, &p, &plan), OK);
+    bool blocked = strstr(fa_plan_explain(plan), "(REG_BLOCKED)") != NULL;
+    fa_plan_destroy(plan);
+    fa_context_destroy(ctx);
+    return blocked;
+}
+
+/* FLASHATTN_OPENCL_DEVICE_TYPE: "cpu" plans any device with the CPU rules (local memory taken
+ * as global memory: the register-blocked forward at 97 rows), which is how the Oclgrind runs
+ * reach those kernels; "gpu" with the GPU rules, as FLASHATTN_OPENCL_AS_GPU=1 still does;
+ * unset or empty, the device's own type. Anything else, or both variables set, refuses the
+ * context with INVALID_ARGUMENT naming the variable. */
+static void test_device_type_override(void **state)
+{
+    (void)state;
+    fa_status st = OK;
+    char why[300] = "";
+    fa_device_props own, props;
+    bool own_blocked = planned_as(NULL, NULL, &own, &st, why, sizeof why);
+    assert_int_equal(st, OK);
+    assert_true(planned_as("cpu", NULL, &props, &st, why, sizeof why));
+    assert_true(!props.gpu && props.local_mem_global);
+    assert_int_equal(props.sram_bytes, own.sram_bytes); /* the device's memory, still */
+    assert_false(planned_as("gpu", NULL, &props, &st, why, sizeof why));
+    assert_true(props.gpu && props.local_mem_global == own.local_mem_global);
+    assert_false(planned_as(NULL, "1", &props, &st, why, sizeof why));
+    assert_true(props.gpu);
+    assert_int_equal(planned_as("", "0", &props, &st, why, sizeof why), own_blocked);
+    assert_int_equal(props.gpu, own.gpu);
+    const char *bad[] = {"CPU", "1", "cpu ", "accelerator"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_false(planned_as(bad[i], NULL, &props, &st, why, sizeof why));
+        assert_int_equal(st, FA_STATUS_INVALID_ARGUMENT);
+        assert_non_null(strstr(why, "FLASHATTN_OPENCL_DEVICE_TYPE"));
+    }
+    assert_false(planned_as(NULL, "cpu", &props, &st, why, sizeof why));
+    assert_int_equal(st, FA_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(why, "FLASHATTN_OPENCL_AS_GPU = \"cpu\""));
+    assert_false(planned_as("cpu", "0", &props, &st, why, sizeof why));
+    assert_int_equal(st, FA_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(why, "both set"));
+}
+
 /* A one-row GQA decode of a BHSD cache packs (src/packing.c, fa__gqa_pack), also with softcap,
  * ALiBi, a window and sinks, which the kernel applies per packed row (PACKED); not with
  * top-left causal (row 0 sees key 0 only), a bias or dropout (they address the head and row
@@ -455,6 +526,7 @@ int main(void)
         cmocka_unit_test(test_gqa_pack_rule),
         cmocka_unit_test(test_heads_pack_rule), cmocka_unit_test(test_programs_shared),
         cmocka_unit_test(test_vector_width_override),
+        cmocka_unit_test(test_device_type_override),
     };
     return cmocka_run_group_tests_name("opencl_rules", tests, NULL, NULL);
 }

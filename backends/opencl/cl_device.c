@@ -468,19 +468,40 @@ static fa_status device_usable(cl_device_id device, char *why, size_t why_size)
     return st;
 }
 
-/* FLASHATTN_OPENCL_AS_GPU=1 plans and builds for every OpenCL device as for a GPU (the
- * budget, the work-group floor, several lanes per row, the unrolled loops), so the GPU kernel
- * variants run and are tested on pocl; 0 or unset: the device's own type. */
-static fa_status as_gpu(fa_device_props *out, char *why, size_t why_size)
+/*
+ * FLASHATTN_OPENCL_DEVICE_TYPE plans and builds for every OpenCL device as for the type it
+ * names. "gpu": the GPU rules (the budget, the work-group floor, several lanes per row, the
+ * unrolled loops), so the GPU kernel variants run and are tested on pocl. "cpu": the CPU rules
+ * (local memory is global memory: in place, register-blocked, f32 tiles), so the CPU paths run
+ * on Oclgrind, whose simulated device checks every access but calls itself a GPU. Unset or
+ * empty: the device's own type. FLASHATTN_OPENCL_AS_GPU, the older spelling, still means
+ * "gpu" (1) or the device's own type (0); setting both is an error, not a precedence to learn.
+ */
+static fa_status planned_type(fa_device_props *out, char *why, size_t why_size)
 {
-    const char *v = getenv("FLASHATTN_OPENCL_AS_GPU");
-    if (!v || !*v || strcmp(v, "0") == 0)
-        return FA_STATUS_OK;
-    if (strcmp(v, "1") != 0) {
-        fa__format(why, why_size, "FLASHATTN_OPENCL_AS_GPU = \"%s\" is not 0 or 1", v);
+    const char *type = getenv("FLASHATTN_OPENCL_DEVICE_TYPE");
+    const char *as_gpu = getenv("FLASHATTN_OPENCL_AS_GPU");
+    bool typed = type && *type, old = as_gpu && *as_gpu;
+    if (typed && old) {
+        fa__format(why, why_size, "FLASHATTN_OPENCL_DEVICE_TYPE and FLASHATTN_OPENCL_AS_GPU "
+                                  "are both set; set FLASHATTN_OPENCL_DEVICE_TYPE only");
         return FA_STATUS_INVALID_ARGUMENT;
     }
-    out->gpu = 1;
+    if (old && strcmp(as_gpu, "0") != 0 && strcmp(as_gpu, "1") != 0) {
+        fa__format(why, why_size, "FLASHATTN_OPENCL_AS_GPU = \"%s\" is not 0 or 1", as_gpu);
+        return FA_STATUS_INVALID_ARGUMENT;
+    }
+    if (typed && strcmp(type, "cpu") != 0 && strcmp(type, "gpu") != 0) {
+        fa__format(why, why_size, "FLASHATTN_OPENCL_DEVICE_TYPE = \"%s\" is not cpu or gpu",
+                   type);
+        return FA_STATUS_INVALID_ARGUMENT;
+    }
+    if ((typed && strcmp(type, "gpu") == 0) || (old && strcmp(as_gpu, "1") == 0))
+        out->gpu = 1;
+    else if (typed) {
+        out->gpu = 0;
+        out->local_mem_global = 1;
+    }
     return FA_STATUS_OK;
 }
 
@@ -514,7 +535,7 @@ fa_status fa__cl_device_props(cl_device_id device, fa_device_props *out, char *w
     }
     out->bf16 = 0; /* OpenCL 1.2 has no bf16 arithmetic; the kernel converts with bit shifts */
     fa_status st = device_numbers(device, out, why, why_size);
-    return st == FA_STATUS_OK ? as_gpu(out, why, why_size) : st;
+    return st == FA_STATUS_OK ? planned_type(out, why, why_size) : st;
 }
 
 /* A bad FLASHATTN_OPENCL_VECTOR_WIDTH refuses the context, naming it. */
