@@ -474,21 +474,17 @@ static fa_status device_usable(cl_device_id device, char *why, size_t why_size)
  * unrolled loops), so the GPU kernel variants run and are tested on pocl. "cpu": the CPU rules
  * (local memory is global memory: in place, register-blocked, f32 tiles), so the CPU paths run
  * on Oclgrind, whose simulated device checks every access but calls itself a GPU. Unset or
- * empty: the device's own type. FLASHATTN_OPENCL_AS_GPU, the older spelling, still means
- * "gpu" (1) or the device's own type (0); setting both is an error, not a precedence to learn.
+ * empty: the device's own type. It replaced FLASHATTN_OPENCL_AS_GPU (1: the GPU rules), which
+ * is refused with a message naming the new variable rather than read or ignored.
  */
 static fa_status planned_type(fa_device_props *out, char *why, size_t why_size)
 {
     const char *type = getenv("FLASHATTN_OPENCL_DEVICE_TYPE");
-    const char *as_gpu = getenv("FLASHATTN_OPENCL_AS_GPU");
-    bool typed = type && *type, old = as_gpu && *as_gpu;
-    if (typed && old) {
-        fa__format(why, why_size, "FLASHATTN_OPENCL_DEVICE_TYPE and FLASHATTN_OPENCL_AS_GPU "
-                                  "are both set; set FLASHATTN_OPENCL_DEVICE_TYPE only");
-        return FA_STATUS_INVALID_ARGUMENT;
-    }
-    if (old && strcmp(as_gpu, "0") != 0 && strcmp(as_gpu, "1") != 0) {
-        fa__format(why, why_size, "FLASHATTN_OPENCL_AS_GPU = \"%s\" is not 0 or 1", as_gpu);
+    const char *old = getenv("FLASHATTN_OPENCL_AS_GPU");
+    bool typed = type && *type;
+    if (old && *old) {
+        fa__format(why, why_size, "FLASHATTN_OPENCL_AS_GPU is no longer read: set "
+                                  "FLASHATTN_OPENCL_DEVICE_TYPE=gpu (or cpu) instead");
         return FA_STATUS_INVALID_ARGUMENT;
     }
     if (typed && strcmp(type, "cpu") != 0 && strcmp(type, "gpu") != 0) {
@@ -496,7 +492,7 @@ static fa_status planned_type(fa_device_props *out, char *why, size_t why_size)
                    type);
         return FA_STATUS_INVALID_ARGUMENT;
     }
-    if ((typed && strcmp(type, "gpu") == 0) || (old && strcmp(as_gpu, "1") == 0))
+    if (typed && strcmp(type, "gpu") == 0)
         out->gpu = 1;
     else if (typed) {
         out->gpu = 0;
