@@ -625,6 +625,11 @@ int main(int argc, char **argv)
     n += dc_add_merge_tests(tests + n, case_filter);
     n += dc_add_backward_tests(tests + n, case_filter);
     n += dc_add_invalid_tests(tests + n, case_filter);
+    if (case_filter && n == 0) { /* zero tests would pass: a renamed case must not */
+        fprintf(stderr, "test_decode: no test name contains \"%s\"\n", case_filter);
+        fa_context_destroy(dc_ctx);
+        return 2;
+    }
     char title[64];
     snprintf(title, sizeof title, "decode_%s", fa_backend_name(dc_backend));
     rc = _cmocka_run_group_tests(title, tests, n, NULL, NULL);

@@ -428,6 +428,17 @@ static bool selected(const fa_test_case *c, fa_dtype dtype)
     return c->dtype == dtype && (!case_filter || strstr(c->name, case_filter));
 }
 
+/* A filter that matches nothing would run no case and pass: a renamed case must not leave a
+ * check (tools/gpu_check.sh's compute-sanitizer runs) checking nothing. */
+static bool any_case_named(const char *filter)
+{
+    for (size_t i = 0; i < fa_test_case_count; i++) {
+        if (strstr(fa_test_cases[i].name, filter))
+            return true;
+    }
+    return false;
+}
+
 static void run_case(group *g, fa_context *ctx, const fa_test_case *c)
 {
     case_data cd;
@@ -519,6 +530,10 @@ int main(int argc, char **argv)
             fprintf(stderr, "test_forward: cannot open %s\n", argv[i] + 9);
             return 2;
         }
+    }
+    if (case_filter && !any_case_named(case_filter)) {
+        fprintf(stderr, "test_forward: no test name contains \"%s\"\n", case_filter);
+        return 2;
     }
     static const fa_dtype dtypes[] = {FA_DTYPE_F32, FA_DTYPE_F16, FA_DTYPE_BF16};
     enum { ND = 3, MAXG = HARNESS_MAX_BACKENDS * ND };

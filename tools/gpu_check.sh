@@ -127,11 +127,14 @@ s_bundle() {
     echo "$exports"
 }
 
-# The targets the checks run: the library, the CLI and the suites that have a cuda or opencl
-# case (not the host emulation's hundred configurations: they ran on the CPU in CI).
+# The targets the checks run: the library, the CLI, the suites that have a cuda or opencl case
+# (not the host emulation's hundred configurations: they ran on the CPU in CI) and the examples
+# the opencl suites run. tools/gpu_check_verify.py (ctest gpu_check_current) checks that they
+# make every program the steps run.
 TARGETS=(flashattn flashattn_cli test_forward test_backward test_modifiers test_decode
     test_block_sparse test_positions test_invalid test_nonfinite test_precision test_run
-    test_plan_launches test_cuda test_cuda_host)
+    test_plan_launches test_cuda test_cuda_host example_gpt_block example_train_attention
+    example_decode)
 
 s_build() {
     run cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLASHATTN_CUDA=ON \
