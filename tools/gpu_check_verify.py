@@ -10,7 +10,7 @@ on a case filter matching nothing) passes having checked nothing. So each comman
 stages' dry runs is checked here, with BUILD_DIR standing in for the GPU machine's build:
   - `cmake --build ... --target T...`: each T is a target of BUILD_DIR;
   - `ctest -R ... -E ...`: selects at least one test, and every selected test's program is built
-    by those targets;
+    by those targets; --no-tests=error, so that a GPU machine's build without them fails;
   - `compute-sanitizer ... SUITE cuda --case=C`: SUITE is built by the targets and runs case C
     on the cpu backend (a filter matching nothing fails there);
   - the flashattn CLI and python tools: every --option is in the command's --help;
@@ -119,6 +119,8 @@ class Checker:
         tests = json.loads(out.stdout).get("tests", []) if out.returncode == 0 else []
         if not tests:
             self.bad(f"ctest {' '.join(sel)}: selects no test of {self.build}")
+        if "--no-tests=error" not in argv:  # else a machine whose build lacks them passes
+            self.bad(f"ctest {' '.join(sel)}: without --no-tests=error")
         for t in tests:
             if os.path.normpath(t["command"][0]) not in self.outputs:
                 self.bad(f"ctest test {t['name']}: {t['command'][0]} is not made by the "
