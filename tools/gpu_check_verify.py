@@ -17,7 +17,7 @@ stages' dry runs is checked here, with BUILD_DIR standing in for the GPU machine
   - `bash SCRIPT ARGS`: the script runs with the CLI replaced by this file's option check;
   - `python -m pytest FILES`: the files exist;
   - each FLASHATTN_* variable set is read by the library, the tests or the package.
-Exit status 1 on the first stage with a problem (each problem printed), 0 when all hold.
+Exit status 1 when a stage has a problem (each printed, by stage), 0 when all hold.
 """
 import json
 import os
